@@ -1,0 +1,45 @@
+"""Errors raised by the provider, rooted at :class:`AirflowException`.
+
+Errors a retry cannot fix (bad configuration, purged binlogs, corrupt state) derive from
+:class:`AirflowFailException` so Airflow fails the task without burning its retries.
+"""
+
+from __future__ import annotations
+
+from airflow.exceptions import AirflowException, AirflowFailException
+
+
+class BinlogError(AirflowException):
+    """Base class of every error this provider raises."""
+
+
+class BinlogConfigError(BinlogError, AirflowFailException):
+    """The source server, the connection or an argument is configured wrongly; fix it, then retry."""
+
+
+class SourceUnreachableError(BinlogError):
+    """The source server cannot be reached or refused the login (retryable unless credentials are wrong)."""
+
+
+class BinlogPurgedError(BinlogError, AirflowFailException):
+    """Binlogs the pipeline still needs were purged from the source; a snapshot is needed."""
+
+
+class UnsupportedEventError(BinlogError, AirflowFailException):
+    """The binlog holds an event the extractor cannot decode without losing rows."""
+
+
+class StateError(BinlogError, AirflowFailException):
+    """The pipeline state Variable is corrupt, hand-edited or belongs to another server."""
+
+
+class StateConflictError(BinlogError, AirflowFailException):
+    """Another run changed the pipeline state between our read and our write (lost compare-and-set)."""
+
+
+class StagingError(BinlogError, AirflowFailException):
+    """The staging location cannot be written, or a staged window is incomplete or inconsistent."""
+
+
+class MergeError(BinlogError):
+    """The merge of a window into the target failed; the checkpoint did not move."""
