@@ -6,7 +6,7 @@ Errors a retry cannot fix (bad configuration, purged binlogs, corrupt state) der
 
 from __future__ import annotations
 
-from airflow.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 
 class BinlogError(AirflowException):

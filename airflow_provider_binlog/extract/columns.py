@@ -1,0 +1,206 @@
+"""Map binlog column definitions to Arrow types and correct decoded values.
+
+Column types and their binlog encodings are those of the MySQL source ``include/field_types.h`` and
+the MySQL manual, "Data Types"; MariaDB uses the same codes. Values come decoded by mysql-replication;
+:func:`converter` turns each into the exact value of its Arrow type and repairs the library's known
+decoding defects (measured against MariaDB 10.11, see ``docs/types.md``):
+
+* negative TIME with a fraction is off by ``1 - 2*fraction`` (``-838:59:58.999999`` decodes as
+  ``-838:59:58.000001``);
+* YEAR ``0000`` decodes as 1900 (1900 is outside YEAR's range 1901..2155, so it can only mean 0);
+* the empty SET decodes as None like NULL (the library records why in ``none_sources``);
+* ``BINARY(n)`` loses its trailing ``0x00`` padding, and empty binary strings come back as ``''``;
+* zero dates come back as None (counted, stored as null);
+* BIT comes back as a ``'0101'`` string, SET as a Python set.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pymysqlreplication.constants import FIELD_TYPE
+
+UTC = dt.timezone.utc
+ZERO_DATE_SOURCES = frozenset({"out of date range", "out of datetime range", "out of datetime2 range"})
+
+_STRING_TYPES = {FIELD_TYPE.VARCHAR, FIELD_TYPE.VAR_STRING, FIELD_TYPE.STRING}
+_BLOB_TYPES = {FIELD_TYPE.TINY_BLOB, FIELD_TYPE.MEDIUM_BLOB, FIELD_TYPE.LONG_BLOB, FIELD_TYPE.BLOB}
+MAX_ARROW_DECIMAL_PRECISION = 38
+"""DECIMAL(p>38) does not fit decimal128 (nor Spark/Delta decimals): such columns are staged as text."""
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """One source column as staged.
+
+    :param name: column name.
+    :param mysql_type: readable MySQL type, e.g. ``bigint unsigned``, ``decimal(10,2)``, ``datetime(6)``.
+    :param arrow_type: the Arrow type of its staged values.
+    """
+
+    name: str
+    mysql_type: str
+    arrow_type: pa.DataType
+
+    def to_manifest(self) -> dict[str, str]:
+        """Return the manifest form ``{"name", "mysql_type", "arrow_type"}``."""
+        return {"name": self.name, "mysql_type": self.mysql_type, "arrow_type": str(self.arrow_type)}
+
+
+def is_binary(column: Any) -> bool:
+    """Return True when a string/blob column holds bytes (charset ``binary``), not text."""
+    return (getattr(column, "character_set_name", None) or "").lower() == "binary"
+
+
+def column_spec(column: Any) -> ColumnSpec:
+    """Return the staged spec of a mysql-replication :class:`Column` from a table map.
+
+    :raises ValueError: for a column type the extractor cannot stage.
+    """
+    name, code, unsigned = column.name, column.type, bool(getattr(column, "unsigned", False))
+    sign = " unsigned" if unsigned else ""
+    integer = {
+        FIELD_TYPE.TINY: ("tinyint", pa.int16() if unsigned else pa.int8()),
+        FIELD_TYPE.SHORT: ("smallint", pa.int32() if unsigned else pa.int16()),
+        FIELD_TYPE.INT24: ("mediumint", pa.int32()),
+        FIELD_TYPE.LONG: ("int", pa.int64() if unsigned else pa.int32()),
+        FIELD_TYPE.LONGLONG: ("bigint", pa.decimal128(20, 0) if unsigned else pa.int64()),
+    }
+    if code in integer:
+        label, arrow = integer[code]
+        return ColumnSpec(name, label + sign, arrow)
+    if code == FIELD_TYPE.NEWDECIMAL:
+        label = f"decimal({column.precision},{column.decimals})"
+        if column.precision > MAX_ARROW_DECIMAL_PRECISION:
+            return ColumnSpec(name, label, pa.string())
+        return ColumnSpec(name, label, pa.decimal128(column.precision, column.decimals))
+    simple = {
+        FIELD_TYPE.FLOAT: ("float", pa.float32()),
+        FIELD_TYPE.DOUBLE: ("double", pa.float64()),
+        FIELD_TYPE.YEAR: ("year", pa.int16()),
+        FIELD_TYPE.DATE: ("date", pa.date32()),
+        FIELD_TYPE.NEWDATE: ("date", pa.date32()),
+        FIELD_TYPE.DATETIME: ("datetime", pa.timestamp("us")),
+        FIELD_TYPE.TIMESTAMP: ("timestamp", pa.timestamp("us", tz="UTC")),
+        FIELD_TYPE.TIME: ("time", pa.duration("us")),
+        FIELD_TYPE.BIT: (f"bit({getattr(column, 'bits', 64)})", pa.int64()),
+        FIELD_TYPE.JSON: ("json", pa.string()),
+        FIELD_TYPE.GEOMETRY: ("geometry", pa.binary()),
+        FIELD_TYPE.ENUM: ("enum", pa.string()),
+        FIELD_TYPE.SET: ("set", pa.string()),
+    }
+    if code in simple:
+        label, arrow = simple[code]
+        return ColumnSpec(name, label, arrow)
+    fractional = {
+        FIELD_TYPE.DATETIME2: ("datetime", pa.timestamp("us")),
+        FIELD_TYPE.TIMESTAMP2: ("timestamp", pa.timestamp("us", tz="UTC")),
+        FIELD_TYPE.TIME2: ("time", pa.duration("us")),
+    }
+    if code in fractional:
+        label, arrow = fractional[code]
+        fsp = int(getattr(column, "fsp", 0) or 0)
+        return ColumnSpec(name, f"{label}({fsp})" if fsp else label, arrow)
+    if code in _STRING_TYPES:
+        binary = is_binary(column)
+        fixed = code == FIELD_TYPE.STRING
+        label = ("binary" if binary else "char") if fixed else ("varbinary" if binary else "varchar")
+        return ColumnSpec(name, f"{label}({column.max_length})", pa.binary() if binary else pa.string())
+    if code in _BLOB_TYPES:
+        binary = is_binary(column)
+        return ColumnSpec(name, "blob" if binary else "text", pa.binary() if binary else pa.string())
+    raise ValueError(f"column {name!r} has binlog type code {code}, which the extractor cannot stage")
+
+
+Converter = Callable[[Any, str | None], Any]
+
+
+def converter(column: Any) -> Converter:
+    """Return ``convert(value, none_source) -> staged value`` for one column.
+
+    ``none_source`` is mysql-replication's reason for a None value (``null``, ``empty set``, ``out of
+    date range``, ...); None otherwise.
+    """
+    code = column.type
+    spec = column_spec(column)
+    if code == FIELD_TYPE.LONGLONG and getattr(column, "unsigned", False):
+        return _none_safe(lambda v: decimal.Decimal(int(v)))
+    if code == FIELD_TYPE.NEWDECIMAL and pa.types.is_string(spec.arrow_type):
+        return _none_safe(str)
+    if code == FIELD_TYPE.YEAR:
+        return _none_safe(lambda v: 0 if v == 1900 else int(v))
+    if code in (FIELD_TYPE.TIME, FIELD_TYPE.TIME2):
+        return _none_safe(fix_negative_time if code == FIELD_TYPE.TIME2 else (lambda v: v))
+    if code in (FIELD_TYPE.TIMESTAMP, FIELD_TYPE.TIMESTAMP2):
+        return _none_safe(lambda v: v.replace(tzinfo=UTC))
+    if code == FIELD_TYPE.SET:
+        order = list(getattr(column, "set_values", None) or [])
+        return _set_converter(order)
+    if code == FIELD_TYPE.BIT:
+        return _none_safe(lambda v: int(v, 2) if isinstance(v, str) else int(v))
+    if code == FIELD_TYPE.JSON:
+        return _none_safe(lambda v: v if isinstance(v, str) else json.dumps(_json_text(v), ensure_ascii=False))
+    if pa.types.is_binary(spec.arrow_type):
+        width = column.max_length if code == FIELD_TYPE.STRING else 0
+        return _none_safe(lambda v: _to_bytes(v).ljust(width, b"\0"))
+    if pa.types.is_string(spec.arrow_type):
+        return _none_safe(lambda v: v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else v)
+    return _none_safe(lambda v: v)
+
+
+def _none_safe(convert: Callable[[Any], Any]) -> Converter:
+    def wrapped(value: Any, none_source: str | None) -> Any:
+        return None if value is None else convert(value)
+
+    return wrapped
+
+
+def _set_converter(order: list[str]) -> Converter:
+    def convert(value: Any, none_source: str | None) -> Any:
+        if value is None:
+            return "" if none_source == "empty set" else None
+        return ",".join(member for member in order if member in value) if order else ",".join(sorted(value))
+
+    return convert
+
+
+def _to_bytes(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    return str(value).encode("latin-1")
+
+
+def _json_text(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    if isinstance(value, dict):
+        return {_json_text(k): _json_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_text(v) for v in value]
+    return value
+
+
+def fix_negative_time(value: dt.timedelta) -> dt.timedelta:
+    """Repair mysql-replication's decoding of a negative TIME2 with a fraction.
+
+    The library returns ``-(whole + (1 - fraction))`` for the true value ``-(whole + fraction)``
+    (MySQL internals, "Date and Time Data Type Representation": TIME2 stores negatives as two's
+    complement of the packed value, fraction included).
+    """
+    if value >= dt.timedelta(0) or value.microseconds == 0:
+        return value
+    magnitude = -value
+    whole = dt.timedelta(days=magnitude.days, seconds=magnitude.seconds)
+    wrong_fraction = magnitude - whole
+    return -(whole + (dt.timedelta(seconds=1) - wrong_fraction))
+
+
+def is_zero_date(value: Any, none_source: str | None) -> bool:
+    """Return True when a None value stands for a zero date (``0000-00-00``) rather than NULL."""
+    return value is None and none_source in ZERO_DATE_SOURCES

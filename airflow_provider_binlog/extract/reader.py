@@ -1,0 +1,310 @@
+"""Stream one binlog window ``(start, end]`` and hand committed row changes to table writers.
+
+Transactions are buffered until their commit event (rolled-back ones are dropped) and spilled to
+temporary Arrow IPC files past :data:`SPILL_ROWS` rows, so memory stays bounded for any transaction
+size. The stream stops at the first transaction boundary at or after the window end; reaching the
+end of the binlog before it is an error (the window's bytes must exist to be re-read).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_provider_binlog.exceptions import SourceUnreachableError, UnsupportedEventError
+from airflow_provider_binlog.extract.batches import ChangeBatchBuilder, with_commit
+from airflow_provider_binlog.extract.columns import ColumnSpec, column_spec, converter
+from airflow_provider_binlog.positions import BinlogPosition
+
+log = logging.getLogger(__name__)
+
+SPILL_ROWS = 50_000
+"""Rows of one open transaction kept in memory before they are spilled to a temporary file."""
+
+# Event type codes the reader must not skip silently (MySQL source ``binlog_event.h``; MariaDB KB,
+# "Replication Protocol" / "Binlog Event Header"): MySQL TRANSACTION_PAYLOAD_EVENT (compressed
+# transactions, 8.0.20+) and MariaDB's compressed query/row events (``log_bin_compress``).
+COMPRESSED_EVENT_TYPES = {40: "TRANSACTION_PAYLOAD_EVENT"} | {
+    code: "MariaDB compressed event" for code in range(165, 172)
+}
+_DML_PREFIXES = ("insert", "update", "delete", "replace", "load data")
+
+
+@dataclass
+class TableTarget:
+    """A selected table: its name and the primary key known from information_schema."""
+
+    name: str
+    primary_key: list[str]
+
+
+@dataclass
+class ExtractStats:
+    """Counters of one window read (for the manifest and the task log)."""
+
+    events: int = 0
+    transactions: int = 0
+    rolled_back: int = 0
+    rows: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    ddl: list[dict[str, Any]] = field(default_factory=list)
+    last_commit_ts: str | None = None
+
+
+class _Layout:
+    """Column specs, converters and a batch builder of one table-map layout."""
+
+    def __init__(self, columns: list[Any], window: int) -> None:
+        self.specs: list[ColumnSpec] = [column_spec(c) for c in columns]
+        self.builder = ChangeBatchBuilder(self.specs, [converter(c) for c in columns], window)
+
+
+class _Transaction:
+    """Row changes of the open transaction, per table layout, spilled past a row threshold."""
+
+    def __init__(self) -> None:
+        self.gtid: str | None = None
+        self.file = ""
+        self.layouts: dict[tuple[str, tuple[Any, ...]], _Layout] = {}
+        self.spilled: dict[tuple[str, tuple[Any, ...]], list[Any]] = {}
+        self.rows = 0
+        self.open = False
+
+    def spill(self) -> None:
+        for key, layout in self.layouts.items():
+            if len(layout.builder):
+                batch = layout.builder.take(file=self.file, gtid=None, commit_ts=dt.datetime.now(dt.timezone.utc))
+                spill_file = tempfile.TemporaryFile(prefix="binlog-spill-")
+                with pa.ipc.new_stream(spill_file, batch.schema) as stream:
+                    stream.write_batch(batch)
+                self.spilled.setdefault(key, []).append(spill_file)
+
+    def batches(self, key: tuple[str, tuple[Any, ...]], commit_ts: dt.datetime) -> list[pa.RecordBatch]:
+        out = []
+        for spill_file in self.spilled.pop(key, []):
+            spill_file.seek(0)
+            for batch in pa.ipc.open_stream(spill_file):
+                out.append(with_commit(batch, gtid=self.gtid, commit_ts=commit_ts))
+            spill_file.close()
+        builder = self.layouts[key].builder
+        if len(builder):
+            out.append(builder.take(file=self.file, gtid=self.gtid, commit_ts=commit_ts))
+        return out
+
+    def discard(self) -> None:
+        for files in self.spilled.values():
+            for spill_file in files:
+                spill_file.close()
+        self.__init__()  # type: ignore[misc]
+
+
+Sink = Callable[[str, list[pa.RecordBatch], list[ColumnSpec], list[str]], None]
+
+
+class WindowReader:
+    """Read the committed row changes of selected tables inside one window.
+
+    :param stream: an open mysql-replication ``BinLogStreamReader`` positioned at ``start``.
+    :param start: window start (a transaction boundary).
+    :param end: window end (a transaction boundary at or after ``start``).
+    :param tables: selected tables by ``db.table``.
+    :param window: window sequence number.
+    :param sink: called at each commit with ``(table, batches, column specs, primary key)``.
+    :param seq_start: first ``_binlog_seq`` to assign (1 for a fresh window).
+    """
+
+    def __init__(
+        self,
+        stream: Any,
+        *,
+        start: BinlogPosition,
+        end: BinlogPosition,
+        tables: dict[str, TableTarget],
+        window: int,
+        sink: Sink,
+    ) -> None:
+        self.stream = stream
+        self.start = start
+        self.end = end
+        self.tables = tables
+        self.schemas = {name.split(".", 1)[0] for name in tables}
+        self.window = window
+        self.sink = sink
+        self.seq = 0
+        self.stats = ExtractStats()
+        self.txn = _Transaction()
+        self.position = start
+
+    def run(self) -> ExtractStats:
+        """Read until the window end; return the counters.
+
+        :raises UnsupportedEventError: on compressed transactions, statement-based DML or XA.
+        :raises SourceUnreachableError: when the binlog ends before the window end (retryable).
+        """
+        from pymysqlreplication.event import NotImplementedEvent
+
+        started = time.monotonic()
+        if self.start.key >= self.end.key:
+            return self.stats
+        for event in self.stream:
+            self.stats.events += 1
+            if isinstance(event, NotImplementedEvent):
+                self._check_unhandled(event)
+            self._dispatch(event)
+            if self._reached_end():
+                break
+        else:
+            raise SourceUnreachableError(
+                f"the binlog ended at {self.position} before the window end {self.end}; the server may have "
+                f"been restarted or reset. Retry; if it persists, the window's binlogs are gone."
+            )
+        self.stats.seconds = time.monotonic() - started
+        return self.stats
+
+    def _reached_end(self) -> bool:
+        return not self.txn.open and self.position.key >= self.end.key
+
+    def _dispatch(self, event: Any) -> None:
+        from pymysqlreplication.event import (
+            GtidEvent,
+            MariadbGtidEvent,
+            QueryEvent,
+            RotateEvent,
+            XAPrepareEvent,
+            XidEvent,
+        )
+        from pymysqlreplication.row_event import RowsEvent
+
+        end_pos = event.packet.log_pos
+        file = self.stream.log_file
+        if isinstance(event, RotateEvent):
+            # The rotate event ending a file carries that file's end offset, but the library has already
+            # switched log_file to the next file: the boundary is the start of the next file.
+            if not self.txn.open:
+                self.position = BinlogPosition(event.next_binlog, event.position)
+            return
+        if isinstance(event, (GtidEvent, MariadbGtidEvent)):
+            self._begin(event.gtid)
+        elif isinstance(event, RowsEvent):
+            self._rows(event, file, end_pos)
+        elif isinstance(event, XidEvent):
+            self._commit(event, file, end_pos)
+        elif isinstance(event, QueryEvent):
+            self._query(event, file, end_pos)
+        elif isinstance(event, XAPrepareEvent):
+            raise UnsupportedEventError(
+                f"XA PREPARE at {file}:{end_pos}: XA transactions are not supported yet; their rows would be "
+                f"committed out of binlog order. Avoid XA on the selected tables."
+            )
+        if end_pos and not self.txn.open:
+            self.position = BinlogPosition(file, end_pos)
+
+    def _check_unhandled(self, event: Any) -> None:
+        code = getattr(event.packet, "event_type", None)
+        if code in COMPRESSED_EVENT_TYPES:
+            raise UnsupportedEventError(
+                f"{COMPRESSED_EVENT_TYPES[code]} (type {code}) at {self.stream.log_file}:{event.packet.log_pos}: "
+                f"compressed binlog transactions cannot be decoded and their rows would be lost. Turn off "
+                f"binlog_transaction_compression (MySQL) / log_bin_compress (MariaDB)."
+            )
+
+    def _begin(self, gtid: Any) -> None:
+        if self.txn.open and self.txn.layouts:
+            raise UnsupportedEventError(
+                f"transaction {self.txn.gtid} has row changes but no commit event before GTID {gtid} at "
+                f"{self.position}; refusing to guess whether its rows were committed."
+            )
+        self.txn.discard()
+        self.txn.open = True
+        self.txn.gtid = str(gtid) if gtid else None
+
+    def _query(self, event: Any, file: str, end_pos: int) -> None:
+        text = event.query.strip() if isinstance(event.query, str) else bytes(event.query).decode("utf-8", "replace")
+        upper = text.upper()
+        if upper == "BEGIN":
+            if not self.txn.open:
+                self._begin(None)
+            return
+        if upper == "COMMIT":
+            self._commit(event, file, end_pos)
+            return
+        if upper == "ROLLBACK":
+            self.stats.rolled_back += 1
+            self.txn.discard()
+            return
+        schema = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema or "")
+        if upper.lower().startswith(_DML_PREFIXES) and (not schema or schema in self.schemas):
+            raise UnsupportedEventError(
+                f"statement-based DML at {file}:{end_pos} ({text[:80]!r}): its rows are not in the binlog. "
+                f"Some session ran with binlog_format=STATEMENT/MIXED; set binlog_format=ROW globally and "
+                f"re-snapshot the affected tables."
+            )
+        if schema in self.schemas or any(f"`{s}`" in text or f"{s}." in text for s in self.schemas):
+            self.stats.ddl.append(
+                {"gtid": self.txn.gtid, "schema": schema, "query": text, "file": file, "pos": end_pos}
+            )
+        self.txn.discard()  # DDL commits implicitly: a transaction boundary
+
+    def _rows(self, event: Any, file: str, end_pos: int) -> None:
+        name = f"{event.schema}.{event.table}"
+        target = self.tables.get(name)
+        if target is None:
+            return
+        if not self.txn.open:
+            self.txn.open = True
+        self.txn.file = file
+        columns = event.columns
+        key = (name, tuple((c.name, c.type, getattr(c, "unsigned", False)) for c in columns))
+        layout = self.txn.layouts.get(key)
+        if layout is None:
+            layout = self.txn.layouts[key] = _Layout(columns, self.window)
+        self._add_rows(event, layout, target, end_pos)
+        if self.txn.rows >= SPILL_ROWS:
+            self.txn.spill()
+            self.txn.rows = 0
+
+    def _add_rows(self, event: Any, layout: _Layout, target: TableTarget, end_pos: int) -> None:
+        from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+        builder = layout.builder
+        if isinstance(event, WriteRowsEvent):
+            for row in event.rows:
+                builder.add("c", self._next_seq(), end_pos, row["values"], row["none_sources"])
+        elif isinstance(event, DeleteRowsEvent):
+            for row in event.rows:
+                builder.add("d", self._next_seq(), end_pos, row["values"], row["none_sources"])
+        elif isinstance(event, UpdateRowsEvent):
+            key = target.primary_key
+            for row in event.rows:
+                before, after = row["before_values"], row["after_values"]
+                if key and any(before.get(k) != after.get(k) for k in key):
+                    builder.add("d", self._next_seq(), end_pos, before, row["before_none_sources"])
+                builder.add("u", self._next_seq(), end_pos, after, row["after_none_sources"])
+        else:
+            raise UnsupportedEventError(f"unexpected rows event {type(event).__name__} at {end_pos}")
+        self.txn.rows += len(event.rows)
+        self.stats.rows += len(event.rows)
+
+    def _next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def _commit(self, event: Any, file: str, end_pos: int) -> None:
+        commit_ts = dt.datetime.fromtimestamp(event.timestamp, dt.timezone.utc)
+        for key in list(self.txn.layouts):
+            batches = self.txn.batches(key, commit_ts)
+            if batches:
+                layout = self.txn.layouts[key]
+                self.sink(key[0], batches, layout.specs, self.tables[key[0]].primary_key)
+        self.stats.transactions += 1
+        self.stats.last_commit_ts = commit_ts.isoformat()
+        self.txn.discard()
+

@@ -1,0 +1,156 @@
+"""Extract one window: stream it from the source, write Parquet per table, write the manifest last."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from airflow_provider_binlog.exceptions import BinlogPurgedError
+from airflow_provider_binlog.extract.columns import ColumnSpec
+from airflow_provider_binlog.extract.reader import TableTarget, WindowReader
+from airflow_provider_binlog.extract.writer import TableOutput, TableWriter
+from airflow_provider_binlog.positions import BinlogPosition, file_index
+from airflow_provider_binlog.staging import MANIFEST_FORMAT_VERSION, clear_window, uri_of, write_manifest
+from airflow_provider_binlog.state import Window, now_iso
+
+if TYPE_CHECKING:
+    from airflow.sdk import ObjectStoragePath
+
+    from airflow_provider_binlog.hooks.binlog import BinlogHook, ServerState
+
+log = logging.getLogger(__name__)
+
+
+def check_retained(server: ServerState, start: BinlogPosition, pipeline: str) -> None:
+    """Check that the binlog file holding ``start`` still exists on the source.
+
+    :raises BinlogPurgedError: when it was purged (``SHOW BINARY LOGS`` no longer lists it).
+    """
+    names = [name for name, _ in server.binlog_files]
+    if start.file in names:
+        return
+    oldest = names[0] if names else "none"
+    raise BinlogPurgedError(
+        f"pipeline {pipeline!r} needs binlog {start.file} (from position {start.pos}) but the source has "
+        f"already purged it (oldest binlog now: {oldest}). The changes in between are gone: take a snapshot "
+        f"of the selected tables into the target (re-snapshot) and raise the source's binlog retention "
+        f"(binlog_expire_logs_seconds) to at least twice the longest expected outage."
+    )
+
+
+def window_bytes(server: ServerState, start: BinlogPosition, end: BinlogPosition) -> int:
+    """Return the bytes of binlog between ``start`` and ``end`` (sizes from ``SHOW BINARY LOGS``)."""
+    sizes = {name: size for name, size in server.binlog_files}
+    if start.file == end.file:
+        return end.pos - start.pos
+    total = sizes.get(start.file, start.pos) - start.pos + end.pos
+    low, high = file_index(start.file), file_index(end.file)
+    total += sum(size for name, size in sizes.items() if low < file_index(name) < high)
+    return total
+
+
+def stream_options(tables: dict[str, TableTarget]) -> dict[str, Any]:
+    """Return BinLogStreamReader options that decode only the selected tables' row events."""
+    from pymysqlreplication.event import (
+        FormatDescriptionEvent,
+        GtidEvent,
+        MariadbGtidEvent,
+        NotImplementedEvent,
+        QueryEvent,
+        RotateEvent,
+        XAPrepareEvent,
+        XidEvent,
+    )
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    return {
+        "only_tables": sorted({name.split(".", 1)[1] for name in tables}),
+        "only_events": [
+            FormatDescriptionEvent,
+            RotateEvent,
+            GtidEvent,
+            MariadbGtidEvent,
+            QueryEvent,
+            XidEvent,
+            XAPrepareEvent,
+            WriteRowsEvent,
+            UpdateRowsEvent,
+            DeleteRowsEvent,
+            NotImplementedEvent,
+        ],
+        "filter_non_implemented_events": False,
+    }
+
+
+def extract_window(
+    hook: BinlogHook,
+    *,
+    pipeline: str,
+    window: Window,
+    tables: dict[str, TableTarget],
+    window_dir: ObjectStoragePath,
+    server: ServerState,
+) -> dict[str, Any]:
+    """Stream ``window`` into ``window_dir`` and return the manifest written last.
+
+    :raises BinlogPurgedError: when the window start was purged.
+    :raises UnsupportedEventError: on events that cannot be decoded without loss.
+    :raises SourceUnreachableError: when the stream breaks or ends early (retryable).
+    """
+    start, end = window.start.to_position(), window.end.to_position()
+    check_retained(server, start, pipeline)
+    clear_window(window_dir)
+    window_dir.mkdir(parents=True, exist_ok=True)
+    writers: dict[str, TableWriter] = {}
+
+    def sink(table: str, batches: list[pa.RecordBatch], specs: list[ColumnSpec], key: list[str]) -> None:
+        writer = writers.get(table)
+        if writer is None:
+            writer = writers[table] = TableWriter(window_dir, TableOutput(name=table, primary_key=key))
+        for batch in batches:
+            writer.write(batch, specs)
+
+    stream = hook.stream_reader(start, schemas=[n.split(".", 1)[0] for n in tables], **stream_options(tables))
+    try:
+        reader = WindowReader(stream, start=start, end=end, tables=tables, window=window.seq, sink=sink)
+        stats = reader.run()
+    finally:
+        stream.close()
+    outputs = {name: writer.close() for name, writer in writers.items()}
+    for name, target in tables.items():
+        outputs.setdefault(name, TableOutput(name=name, primary_key=target.primary_key))
+    manifest = {
+        "format_version": MANIFEST_FORMAT_VERSION,
+        "pipeline": pipeline,
+        "window": window.seq,
+        "run_id": window.run_id,
+        "start": start.to_dict(),
+        "end": end.to_dict(),
+        "tables": {name: outputs[name].manifest_entry() for name in sorted(outputs)},
+        "ddl": stats.ddl,
+        "stats": {
+            "events": stats.events,
+            "transactions": stats.transactions,
+            "rolled_back": stats.rolled_back,
+            "row_events_rows": stats.rows,
+            "rows": sum(o.rows for o in outputs.values()),
+            "binlog_bytes": window_bytes(server, start, end),
+            "read_seconds": round(stats.seconds, 3),
+            "last_commit_ts": stats.last_commit_ts,
+        },
+        "created_at": now_iso(),
+    }
+    path = write_manifest(window_dir, manifest)
+    log.info(
+        "window %s of %s staged: %s rows in %s transactions (%s binlog bytes) in %.2f s -> %s",
+        window.seq,
+        pipeline,
+        manifest["stats"]["rows"],
+        stats.transactions,
+        manifest["stats"]["binlog_bytes"],
+        stats.seconds,
+        uri_of(path),
+    )
+    return manifest

@@ -1,0 +1,455 @@
+"""BinlogHook: replication connections to MySQL/MariaDB, server state and source validation."""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import zlib
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseHook
+
+from airflow_provider_binlog.exceptions import BinlogConfigError, SourceUnreachableError
+from airflow_provider_binlog.positions import BinlogPosition
+
+if TYPE_CHECKING:
+    import pymysql
+    from pymysqlreplication import BinLogStreamReader
+
+log = logging.getLogger(__name__)
+
+SERVER_ID_BASE = 0x40000000
+"""Derived server ids fall in ``[SERVER_ID_BASE, SERVER_ID_BASE + 0x3FFFFFFF)`` (2^30 .. 2^31 - 1)."""
+
+# MySQL client errors that mean "could not reach / lost the server" (MySQL manual, "Client Error
+# Message Reference"): 2003 can't connect, 2005 unknown host, 2006 gone away, 2013 lost connection.
+TRANSIENT_ERRORS = frozenset({2003, 2005, 2006, 2013})
+ACCESS_DENIED = frozenset({1044, 1045, 1227, 1698})
+
+
+def derive_server_id(pipeline: str) -> int:
+    """Return a stable replication ``server_id`` for a pipeline name.
+
+    Every replica of a server needs a distinct ``server_id`` (MySQL manual, "Replication and Binary
+    Logging Options": ``server_id``); a pipeline uses ``SERVER_ID_BASE + crc32(name) % 2^30 - 1``.
+    """
+    return SERVER_ID_BASE + zlib.crc32(pipeline.encode()) % 0x3FFFFFFF
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """What the hook read from the source server.
+
+    :param flavor: ``mysql`` or ``mariadb``.
+    :param version: server version string (``SELECT VERSION()``).
+    :param server_identity: stable identity of the server: MySQL ``server_uuid``; MariaDB (which has
+        none) ``mariadb:<server_id>@<hostname>:<port>``.
+    :param variables: the server variables read (lower-case names, string values).
+    :param binlog_files: ``[(file name, size in bytes)]`` from ``SHOW BINARY LOGS``, oldest first.
+    :param head: the position after the last committed transaction.
+    :param gtid_executed: MySQL ``@@gtid_executed`` / MariaDB ``@@gtid_binlog_pos``.
+    :param gtid_purged: MySQL ``@@gtid_purged``; empty on MariaDB (no such variable).
+    """
+
+    flavor: str
+    version: str
+    server_identity: str
+    variables: dict[str, str]
+    binlog_files: list[tuple[str, int]] = field(default_factory=list)
+    head: BinlogPosition | None = None
+    gtid_executed: str = ""
+    gtid_purged: str = ""
+
+    @property
+    def retention_seconds(self) -> int | None:
+        """Return the binlog retention in seconds, or None when binlogs are never expired."""
+        seconds = int(float(self.variables.get("binlog_expire_logs_seconds") or 0))
+        if seconds == 0:
+            seconds = int(float(self.variables.get("expire_logs_days") or 0) * 86400)
+        return seconds or None
+
+    def problems(self, *, allow_minimal_row_metadata: bool = False) -> list[str]:
+        """Return one line per setting that makes the server unusable as a CDC source, with its fix."""
+        v = self.variables
+        issues = []
+        if v.get("log_bin", "").upper() not in ("ON", "1"):
+            issues.append("log_bin is OFF: start the server with --log-bin (binary logging; not dynamic).")
+        if v.get("binlog_format", "").upper() != "ROW":
+            issues.append(
+                f"binlog_format is {v.get('binlog_format')}: row changes are only in ROW format; "
+                "set binlog_format=ROW (SET PERSIST / my.cnf)."
+            )
+        if v.get("binlog_row_image", "").upper() != "FULL":
+            issues.append(
+                f"binlog_row_image is {v.get('binlog_row_image')}: before/after images must hold every "
+                "column; set binlog_row_image=FULL."
+            )
+        metadata = v.get("binlog_row_metadata", "").upper()
+        if metadata != "FULL" and not allow_minimal_row_metadata:
+            issues.append(
+                f"binlog_row_metadata is {metadata or 'unsupported'}: without FULL the binlog carries no "
+                "column names, signedness, ENUM/SET values or primary key, and the information_schema "
+                "fallback describes today's schema, not the schema at each event (wrong after an ALTER). "
+                "Set binlog_row_metadata=FULL (MySQL 8.0.14+, MariaDB 10.5+), or opt into the fallback "
+                "with allow_minimal_row_metadata=True."
+            )
+        if v.get("binlog_transaction_compression", "").upper() in ("ON", "1"):
+            issues.append(
+                "binlog_transaction_compression is ON: compressed transaction payloads cannot be decoded "
+                "by the reader and would be lost; set binlog_transaction_compression=OFF."
+            )
+        if v.get("binlog_checksum", "CRC32").upper() not in ("CRC32", "NONE"):
+            issues.append(f"binlog_checksum {v.get('binlog_checksum')} is not supported; use CRC32 or NONE.")
+        return issues
+
+
+class BinlogHook(BaseHook):
+    """Open replication and SQL connections to a MySQL/MariaDB source and read its binlog state.
+
+    Works from a standard ``mysql`` connection or the provider's ``mysql_binlog`` connection type.
+    Connection extras (JSON): ``server_id`` (int, replica id of the stream; default derived from the
+    pipeline name, see :func:`derive_server_id`), ``flavor`` (``mysql``/``mariadb``, overrides
+    detection), ``ssl`` (dict passed to pymysql: ``ca``, ``cert``, ``key``, ``check_hostname``),
+    ``charset`` (default ``utf8mb4``), ``connect_timeout`` (seconds, default 10).
+
+    :param binlog_conn_id: Airflow connection id.
+    :param pipeline: pipeline name, used to derive a stable ``server_id``.
+    """
+
+    conn_name_attr = "binlog_conn_id"
+    default_conn_name = "binlog_default"
+    conn_type = "mysql_binlog"
+    hook_name = "MySQL/MariaDB binlog"
+
+    def __init__(self, binlog_conn_id: str = default_conn_name, *, pipeline: str = "default") -> None:
+        super().__init__()
+        self.binlog_conn_id = binlog_conn_id
+        self.pipeline = pipeline
+        self._settings: dict[str, Any] | None = None
+        self._extras: dict[str, Any] = {}
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """Return how the Airflow UI shows the connection form of ``mysql_binlog``."""
+        return {
+            "hidden_fields": ["schema"],
+            "relabeling": {"login": "Replication user"},
+            "placeholders": {
+                "port": "3306",
+                "extra": '{"server_id": 1073741901, "flavor": "mariadb", "ssl": {"ca": "/path/ca.pem"}}',
+            },
+        }
+
+    def connection_settings(self) -> dict[str, Any]:
+        """Return pymysql keyword arguments built from the Airflow connection (looked up once).
+
+        :raises BinlogConfigError: when the connection extras are malformed.
+        """
+        if self._settings is None:
+            conn = self.get_connection(self.binlog_conn_id)
+            extras = conn.extra_dejson
+            if not isinstance(extras, dict):
+                raise BinlogConfigError(f"connection {self.binlog_conn_id!r}: extra must be a JSON object")
+            self._extras = extras
+            settings: dict[str, Any] = {
+                "host": conn.host or "127.0.0.1",
+                "port": int(conn.port or 3306),
+                "user": conn.login or "",
+                "passwd": conn.password or "",
+                "charset": extras.get("charset", "utf8mb4"),
+                "connect_timeout": int(extras.get("connect_timeout", 10)),
+            }
+            if extras.get("ssl"):
+                if not isinstance(extras["ssl"], dict):
+                    raise BinlogConfigError(
+                        f"connection {self.binlog_conn_id!r}: extra 'ssl' must be an object like "
+                        '{"ca": "/path/ca.pem"}'
+                    )
+                settings["ssl"] = extras["ssl"]
+            self._settings = settings
+        return dict(self._settings)
+
+    @property
+    def server_id(self) -> int:
+        """Return the replica ``server_id`` this hook's streams register with."""
+        self.connection_settings()
+        raw = self._extras.get("server_id")
+        if raw is None:
+            return derive_server_id(self.pipeline)
+        try:
+            server_id = int(raw)
+        except (TypeError, ValueError) as err:
+            raise BinlogConfigError(f"connection extra server_id={raw!r} is not an integer") from err
+        if not 1 <= server_id <= 0xFFFFFFFF:
+            raise BinlogConfigError(f"connection extra server_id={server_id} must be in 1..4294967295")
+        return server_id
+
+    def get_conn(self) -> pymysql.connections.Connection:
+        """Open an autocommit SQL connection to the source.
+
+        :raises BinlogConfigError: when the login is refused (wrong user/password or missing grant).
+        :raises SourceUnreachableError: when the server cannot be reached.
+        """
+        import pymysql
+
+        settings = self.connection_settings()
+        settings["password"] = settings.pop("passwd")
+        where = f"{settings['host']}:{settings['port']}"
+        try:
+            return pymysql.connect(autocommit=True, **settings)
+        except pymysql.err.OperationalError as err:
+            code = err.args[0] if err.args else None
+            if code in ACCESS_DENIED:
+                raise BinlogConfigError(
+                    f"the source {where} refused user {settings['user']!r}: {err.args[1]}. "
+                    f"Check the login and password of connection {self.binlog_conn_id!r}."
+                ) from err
+            raise SourceUnreachableError(
+                f"cannot reach the source {where} (connection {self.binlog_conn_id!r}): {err}"
+            ) from err
+
+    @contextmanager
+    def cursor(self) -> Iterator[pymysql.cursors.Cursor]:
+        """Yield a cursor on a fresh connection and close both afterwards."""
+        conn = self.get_conn()
+        try:
+            with conn.cursor() as cur:
+                yield cur
+        finally:
+            conn.close()
+
+    def flavor(self, cur: pymysql.cursors.Cursor) -> str:
+        """Return ``mariadb`` or ``mysql`` (from the connection extra, else ``SELECT VERSION()``)."""
+        self.connection_settings()
+        forced = self._extras.get("flavor")
+        if forced:
+            if forced not in ("mysql", "mariadb"):
+                raise BinlogConfigError(f"connection extra flavor={forced!r} must be 'mysql' or 'mariadb'")
+            return str(forced)
+        cur.execute("SELECT VERSION()")
+        return "mariadb" if "mariadb" in str(cur.fetchone()[0]).lower() else "mysql"
+
+    def head_position(self, cur: pymysql.cursors.Cursor, flavor: str) -> BinlogPosition:
+        """Return the position after the last committed transaction (the binlog head).
+
+        MySQL 8.4 answers ``SHOW BINARY LOG STATUS`` (8.2+), older servers ``SHOW MASTER STATUS``
+        (MySQL manual, "SHOW BINARY LOG STATUS Statement"); both return ``Executed_Gtid_Set`` in the
+        same row. On MariaDB the GTID position of those coordinates is ``BINLOG_GTID_POS(file, pos)``
+        (MariaDB KB, "BINLOG_GTID_POS"), which is exact where reading ``@@gtid_binlog_pos`` separately
+        could race with a commit.
+
+        :raises BinlogConfigError: when binary logging is off (no status row).
+        """
+        import pymysql
+
+        try:
+            cur.execute("SHOW BINARY LOG STATUS")
+        except pymysql.err.ProgrammingError:
+            cur.execute("SHOW MASTER STATUS")
+        row = cur.fetchone()
+        if not row:
+            raise BinlogConfigError("binary logging is off on the source: start the server with --log-bin")
+        file, pos = str(row[0]), int(row[1])
+        if flavor == "mariadb":
+            cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
+            gtid = (cur.fetchone() or [""])[0] or ""
+        else:
+            gtid = str(row[4]) if len(row) > 4 and row[4] else ""
+        return BinlogPosition(file=file, pos=pos, gtid_set=str(gtid).replace("\n", ""))
+
+    def binlog_files(self, cur: pymysql.cursors.Cursor) -> list[tuple[str, int]]:
+        """Return ``[(file name, size in bytes)]`` of the binlogs the server still has, oldest first."""
+        import pymysql
+
+        try:
+            cur.execute("SHOW BINARY LOGS")
+        except pymysql.err.OperationalError as err:
+            if err.args and err.args[0] == 1381:  # ER_NO_BINARY_LOGGING
+                return []
+            raise
+        return [(str(row[0]), int(row[1])) for row in cur.fetchall()]
+
+    def server_state(self) -> ServerState:
+        """Read flavor, version, binlog settings, files, head and GTID sets in one connection.
+
+        :raises BinlogConfigError: on a refused login.
+        :raises SourceUnreachableError: when the server cannot be reached.
+        """
+        with self.cursor() as cur:
+            flavor = self.flavor(cur)
+            cur.execute("SELECT VERSION()")
+            version = str(cur.fetchone()[0])
+            variables = self._variables(cur)
+            identity = self._identity(cur, flavor, variables)
+            files = self.binlog_files(cur)
+            log_bin_on = variables.get("log_bin", "").upper() in ("ON", "1")
+            head = self.head_position(cur, flavor) if log_bin_on else None
+        executed = variables.get("gtid_binlog_pos" if flavor == "mariadb" else "gtid_executed", "")
+        return ServerState(
+            flavor=flavor,
+            version=version,
+            server_identity=identity,
+            variables=variables,
+            binlog_files=files,
+            head=head,
+            gtid_executed=executed.replace("\n", ""),
+            gtid_purged=variables.get("gtid_purged", "").replace("\n", ""),
+        )
+
+    _VARIABLES = (
+        "log_bin",
+        "binlog_format",
+        "binlog_row_image",
+        "binlog_row_metadata",
+        "binlog_checksum",
+        "binlog_transaction_compression",
+        "binlog_expire_logs_seconds",
+        "expire_logs_days",
+        "gtid_mode",
+        "enforce_gtid_consistency",
+        "gtid_strict_mode",
+        "gtid_executed",
+        "gtid_purged",
+        "gtid_binlog_pos",
+        "server_id",
+        "server_uuid",
+        "hostname",
+        "port",
+        "max_binlog_size",
+    )
+
+    def _variables(self, cur: pymysql.cursors.Cursor) -> dict[str, str]:
+        names = ", ".join(f"'{name}'" for name in self._VARIABLES)
+        cur.execute(f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({names})")
+        return {str(name).lower(): str(value) for name, value in cur.fetchall()}
+
+    @staticmethod
+    def _identity(cur: pymysql.cursors.Cursor, flavor: str, variables: dict[str, str]) -> str:
+        if flavor == "mysql" and variables.get("server_uuid"):
+            return variables["server_uuid"]
+        return f"mariadb:{variables.get('server_id')}@{variables.get('hostname')}:{variables.get('port')}"
+
+    def validate_source(self, *, allow_minimal_row_metadata: bool = False) -> ServerState:
+        """Check that the server can be a CDC source and return its state.
+
+        :param allow_minimal_row_metadata: accept ``binlog_row_metadata=MINIMAL`` and describe tables
+            from information_schema instead (today's schema, not the schema at each event).
+        :raises BinlogConfigError: listing every wrong setting and its fix in one message.
+        """
+        state = self.server_state()
+        problems = state.problems(allow_minimal_row_metadata=allow_minimal_row_metadata)
+        if problems:
+            listing = "\n".join(f"  - {p}" for p in problems)
+            raise BinlogConfigError(
+                f"the source {state.flavor} {state.version} (connection {self.binlog_conn_id!r}) cannot be "
+                f"used for CDC:\n{listing}"
+            )
+        return state
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Log in, read the binlog settings and report every check (the Airflow UI's Test button)."""
+        try:
+            state = self.server_state()
+        except Exception as err:
+            return False, str(err)
+        problems = state.problems()
+        checked = ", ".join(
+            f"{name}={state.variables.get(name, '?')}"
+            for name in ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata")
+        )
+        if problems:
+            return False, f"{state.flavor} {state.version}: {checked}. Problems: " + " ".join(problems)
+        return True, f"{state.flavor} {state.version}: {checked}; head {state.head}."
+
+    def describe_tables(self, selection: Iterable[str]) -> dict[str, TableInfo]:
+        """Resolve ``db.table`` names and shell patterns (``shop.*``) to existing base tables.
+
+        :returns: ``{"db.table": TableInfo}`` with columns in ordinal order and primary key columns.
+        :raises BinlogConfigError: when a plain name matches no table or a pattern matches nothing.
+        """
+        patterns = [p.strip() for p in selection if p.strip()]
+        with self.cursor() as cur:
+            cur.execute(
+                "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+                "WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN "
+                "('mysql', 'information_schema', 'performance_schema', 'sys')"
+            )
+            existing = sorted(f"{db}.{name}" for db, name in cur.fetchall())
+            chosen: list[str] = []
+            for pattern in patterns:
+                if "." not in pattern:
+                    raise BinlogConfigError(f"table selection {pattern!r} must be 'db.table' or a pattern 'db.*'")
+                matches = [name for name in existing if fnmatch.fnmatchcase(name, pattern)]
+                if not matches:
+                    raise BinlogConfigError(
+                        f"table selection {pattern!r} matches no table on the source; "
+                        f"existing tables: {', '.join(existing[:20]) or 'none'}"
+                    )
+                chosen += [name for name in matches if name not in chosen]
+            return {name: self._table_info(cur, name) for name in chosen}
+
+    @staticmethod
+    def _table_info(cur: pymysql.cursors.Cursor, name: str) -> TableInfo:
+        db, table = name.split(".", 1)
+        cur.execute(
+            "SELECT COLUMN_NAME, COLUMN_TYPE, COLUMN_KEY FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            (db, table),
+        )
+        rows = cur.fetchall()
+        cur.execute(
+            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' "
+            "ORDER BY ORDINAL_POSITION",
+            (db, table),
+        )
+        key = [str(r[0]) for r in cur.fetchall()]
+        return TableInfo(
+            name=name,
+            columns=[str(r[0]) for r in rows],
+            column_types=[str(r[1]) for r in rows],
+            primary_key=key,
+        )
+
+    def stream_reader(
+        self, start: BinlogPosition, *, schemas: Iterable[str], **kwargs: Any
+    ) -> BinLogStreamReader:
+        """Open a non-blocking binlog stream from ``start`` (a transaction boundary) by file/position.
+
+        The stream is opened by coordinates on both flavors: with ``is_mariadb=True`` mysql-replication
+        ignores file/position and an unknown GTID domain would stream from the oldest binlog. Logging
+        of the library's settings (which include the password) is off.
+        """
+        from pymysqlreplication import BinLogStreamReader
+
+        settings = self.connection_settings()
+        return BinLogStreamReader(
+            connection_settings=settings,
+            server_id=self.server_id,
+            log_file=start.file,
+            log_pos=start.pos,
+            resume_stream=True,
+            blocking=False,
+            only_schemas=sorted(set(schemas)),
+            enable_logging=False,
+            **kwargs,
+        )
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """A source table as information_schema describes it now.
+
+    :param name: ``db.table``.
+    :param columns: column names in ordinal order.
+    :param column_types: ``COLUMN_TYPE`` text per column (``bigint(20) unsigned``, ``enum('a','b')``).
+    :param primary_key: primary key column names in key order; empty when the table has none.
+    """
+
+    name: str
+    columns: list[str]
+    column_types: list[str]
+    primary_key: list[str]

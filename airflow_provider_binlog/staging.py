@@ -1,0 +1,98 @@
+"""Staging storage: window folders of Parquet change files plus a manifest, local or in object stores.
+
+Paths go through Airflow's :class:`~airflow.sdk.ObjectStoragePath` (fsspec underneath), so a
+staging URI may be a local path, ``file://``, ``s3://conn_id@bucket/prefix``, ``gs://`` ... Layout:
+``<staging>/<pipeline>/window=<seq>/<db>.<table>/part-<n>.parquet`` and
+``<staging>/<pipeline>/window=<seq>/manifest.json``, the manifest written last (a window without
+one is incomplete and is written again from scratch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from typing import Any
+
+from airflow.sdk import ObjectStoragePath
+
+from airflow_provider_binlog.exceptions import StagingError
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT_VERSION = 1
+
+
+def storage_path(uri: str, conn_id: str | None = None) -> ObjectStoragePath:
+    """Return an :class:`ObjectStoragePath` for a URI or a local path (made absolute)."""
+    if "://" not in uri:
+        uri = "file://" + os.path.abspath(uri)
+    return ObjectStoragePath(uri, conn_id=conn_id) if conn_id else ObjectStoragePath(uri)
+
+
+def window_path(staging_uri: str, pipeline: str, seq: int, conn_id: str | None = None) -> ObjectStoragePath:
+    """Return the folder of window ``seq`` of ``pipeline``."""
+    return storage_path(staging_uri, conn_id) / pipeline / f"window={seq}"
+
+
+def uri_of(path: ObjectStoragePath) -> str:
+    """Return a URI other processes (Spark, deltalake) can open: ``file:///...`` or ``s3://bucket/...``."""
+    return str(path)
+
+
+def check_writable(root: ObjectStoragePath) -> None:
+    """Write and delete a probe file under ``root``.
+
+    :raises StagingError: when the location cannot be written, naming it and the cause.
+    """
+    probe = root / f".write-probe-{uuid.uuid4().hex}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with probe.open("wb") as handle:
+            handle.write(b"ok")
+        probe.unlink()
+    except (OSError, PermissionError, ValueError) as err:
+        raise StagingError(
+            f"the staging location {root} is not writable: {err}. Point BINLOG_CDC_STAGING / staging_uri at "
+            f"a folder or bucket the Airflow worker can write."
+        ) from err
+
+
+def read_manifest(window_dir: ObjectStoragePath) -> dict[str, Any] | None:
+    """Return the window's manifest, or None when the window is not (completely) staged.
+
+    :raises StagingError: when a manifest exists but is not valid JSON of the expected format.
+    """
+    path = window_dir / MANIFEST_NAME
+    if not path.exists():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise StagingError(f"the manifest {path} is corrupt: {err}") from err
+    if not isinstance(manifest, dict) or manifest.get("format_version") != MANIFEST_FORMAT_VERSION:
+        raise StagingError(f"the manifest {path} has an unknown format")
+    return manifest
+
+
+def write_manifest(window_dir: ObjectStoragePath, manifest: dict[str, Any]) -> ObjectStoragePath:
+    """Write the manifest last and atomically (temporary name, then rename; object stores put whole).
+
+    :returns: the manifest's path.
+    """
+    final = window_dir / MANIFEST_NAME
+    body = json.dumps(manifest, indent=2, sort_keys=True).encode()
+    if final.protocol in ("file", "local", ""):
+        temporary = window_dir / f".{MANIFEST_NAME}.{uuid.uuid4().hex}.tmp"
+        with temporary.open("wb") as handle:
+            handle.write(body)
+        os.replace(temporary.path, final.path)
+    else:
+        with final.open("wb") as handle:
+            handle.write(body)
+    return final
+
+
+def clear_window(window_dir: ObjectStoragePath) -> None:
+    """Delete a partially written window folder (no manifest) before writing it again."""
+    if window_dir.exists():
+        window_dir.fs.rm(window_dir.path, recursive=True)

@@ -1,0 +1,274 @@
+"""Pipeline state in one Airflow Variable: checkpoint, window ledger and a compare-and-set guard.
+
+The Variable ``binlog_state__<pipeline>`` holds a versioned JSON document (:class:`PipelineState`).
+Airflow's Variables have no compare-and-set, so every write checks that the stored ``revision`` is
+still the one that was read, writes ``revision + 1`` with a unique writer token and reads back to
+confirm the token; a lost race raises :class:`StateConflictError`. The DAG's ``max_active_runs=1``
+keeps races rare; the guard makes the rare one loud instead of silent.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
+
+import pendulum
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from airflow_provider_binlog.exceptions import StateConflictError, StateError
+from airflow_provider_binlog.positions import BinlogPosition, file_index
+
+STATE_FORMAT_VERSION = 1
+MERGED_WINDOWS_KEPT = 200
+"""How many merged windows the ledger keeps (unmerged windows are always kept)."""
+
+WindowStatus = Literal["cut", "extracted", "merged"]
+
+
+def variable_key(pipeline: str) -> str:
+    """Return the Airflow Variable key holding the state of ``pipeline``."""
+    return f"binlog_state__{pipeline}"
+
+
+class Position(BaseModel):
+    """JSON form of :class:`BinlogPosition` inside the state document."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    file: str
+    pos: int = Field(ge=4)
+    gtid_set: str = ""
+
+    @field_validator("file")
+    @classmethod
+    def _binlog_name(cls, value: str) -> str:
+        file_index(value)
+        return value
+
+    @classmethod
+    def of(cls, position: BinlogPosition) -> Position:
+        """Convert a :class:`BinlogPosition`."""
+        return cls(file=position.file, pos=position.pos, gtid_set=position.gtid_set)
+
+    def to_position(self) -> BinlogPosition:
+        """Convert back to a :class:`BinlogPosition`."""
+        return BinlogPosition(file=self.file, pos=self.pos, gtid_set=self.gtid_set)
+
+
+class Window(BaseModel):
+    """One entry of the window ledger: a half-open binlog range ``(start, end]`` owned by one DAG run.
+
+    :param seq: window sequence number, 1, 2, 3, ... in binlog order.
+    :param run_id: the DAG run that cut it (a retry of that run reuses it).
+    :param status: ``cut`` -> ``extracted`` (manifest written) -> ``merged`` (checkpoint moved).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    seq: int = Field(ge=1)
+    start: Position
+    end: Position
+    run_id: str
+    data_interval_start: str | None = None
+    data_interval_end: str | None = None
+    status: WindowStatus = "cut"
+    cut_at: str
+    manifest_uri: str | None = None
+    rows: int | None = None
+
+
+class Checkpoint(BaseModel):
+    """The position up to which changes are durably merged into the target."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    position: Position
+    window: int = Field(ge=0, description="seq of the last merged window (0: none yet)")
+    commit_ts: str | None = None
+    updated_at: str
+
+
+class PipelineState(BaseModel):
+    """The versioned state document of one pipeline (``format_version`` 1)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format_version: Literal[1] = STATE_FORMAT_VERSION
+    pipeline: str
+    source_identity: str
+    flavor: Literal["mysql", "mariadb"]
+    revision: int = Field(ge=0)
+    writer: str = ""
+    checkpoint: Checkpoint
+    windows: list[Window] = Field(default_factory=list)
+
+    def window_of_run(self, run_id: str) -> Window | None:
+        """Return the window cut by ``run_id``, if any."""
+        return next((w for w in self.windows if w.run_id == run_id), None)
+
+    def window(self, seq: int) -> Window:
+        """Return window ``seq``.
+
+        :raises StateError: when the ledger has no such window.
+        """
+        found = next((w for w in self.windows if w.seq == seq), None)
+        if found is None:
+            raise StateError(f"pipeline {self.pipeline!r} has no window {seq} in its ledger")
+        return found
+
+    @property
+    def last_window(self) -> Window | None:
+        """Return the newest window of the ledger."""
+        return self.windows[-1] if self.windows else None
+
+    def pruned(self) -> PipelineState:
+        """Return a copy keeping every unmerged window and the newest merged ones."""
+        merged = [w for w in self.windows if w.status == "merged"][-MERGED_WINDOWS_KEPT:]
+        keep = {w.seq for w in merged} | {w.seq for w in self.windows if w.status != "merged"}
+        return self.model_copy(update={"windows": [w for w in self.windows if w.seq in keep]})
+
+
+class VariableStore(Protocol):
+    """Where state documents live: Airflow Variables in production."""
+
+    def get(self, key: str) -> str | None:
+        """Return the stored text, or None when the key does not exist."""
+
+    def set(self, key: str, value: str) -> None:
+        """Store the text under ``key``."""
+
+
+class AirflowVariableStore:
+    """Airflow Variables through the Task SDK (``airflow.sdk.Variable``), usable inside tasks."""
+
+    def get(self, key: str) -> str | None:
+        """Return the Variable's text, or None when it does not exist."""
+        from airflow.sdk import Variable
+
+        value = Variable.get(key, default=None)
+        return None if value is None else str(value)
+
+    def set(self, key: str, value: str) -> None:
+        """Write the Variable."""
+        from airflow.sdk import Variable
+
+        Variable.set(key, value, description="airflow-provider-binlog pipeline state (do not edit by hand)")
+
+
+def now_iso() -> str:
+    """Return the current UTC time as ISO-8601 text."""
+    return pendulum.now("UTC").isoformat()
+
+
+class StateManager:
+    """Read and write one pipeline's state with a revision check.
+
+    :param pipeline: pipeline name (letters, digits, ``_`` and ``-``).
+    :param store: Variable backend; Airflow Variables by default.
+    """
+
+    def __init__(self, pipeline: str, store: VariableStore | None = None) -> None:
+        if not pipeline or not all(c.isalnum() or c in "_-" for c in pipeline):
+            raise ValueError(f"pipeline name {pipeline!r} must be non-empty letters, digits, '_' or '-'")
+        self.pipeline = pipeline
+        self.key = variable_key(pipeline)
+        self.store = store or AirflowVariableStore()
+
+    def load(self) -> PipelineState | None:
+        """Return the stored state, or None when the pipeline has none yet.
+
+        :raises StateError: when the Variable holds anything but a valid state document of this
+            pipeline; the message names the Variable and says it was left untouched.
+        """
+        text = self.store.get(self.key)
+        if text is None:
+            return None
+        try:
+            state = PipelineState.model_validate(json.loads(text))
+        except (json.JSONDecodeError, ValidationError, ValueError) as err:
+            raise StateError(
+                f"the state Variable {self.key!r} is corrupt or was edited by hand; it was left untouched. "
+                f"Restore it from a backup or delete it to start the pipeline again from the current head "
+                f"(the target then misses changes in between; a snapshot is needed). Details: {err}"
+            ) from err
+        if state.pipeline != self.pipeline:
+            raise StateError(f"the state Variable {self.key!r} belongs to pipeline {state.pipeline!r}")
+        return state
+
+    def load_for_source(self, source_identity: str) -> PipelineState | None:
+        """Return the state, refusing one written for another server.
+
+        :raises StateError: when the state was written while reading another server (coordinates are
+            only valid on the server that wrote them).
+        """
+        state = self.load()
+        if state is not None and state.source_identity != source_identity:
+            raise StateError(
+                f"the state of pipeline {self.pipeline!r} was written for source {state.source_identity!r} "
+                f"but the connection now reaches {source_identity!r}; binlog coordinates do not carry over "
+                f"between servers. Point the connection back at the original server, or start a new "
+                f"pipeline name (with a snapshot) for this one."
+            )
+        return state
+
+    def initial(self, source_identity: str, flavor: str, head: BinlogPosition) -> PipelineState:
+        """Return a new state whose checkpoint is ``head`` (a new pipeline starts at the current head)."""
+        return PipelineState(
+            pipeline=self.pipeline,
+            source_identity=source_identity,
+            flavor=flavor,  # type: ignore[arg-type]
+            revision=0,
+            checkpoint=Checkpoint(position=Position.of(head), window=0, updated_at=now_iso()),
+        )
+
+    def save(self, new: PipelineState, *, expected_revision: int | None) -> PipelineState:
+        """Write ``new`` if the stored revision still equals ``expected_revision`` (None: no state yet).
+
+        :returns: the document as written (revision incremented, writer token set).
+        :raises StateConflictError: when another run changed the state in between.
+        """
+        self._check_revision(expected_revision)
+        token = uuid.uuid4().hex
+        written = new.pruned().model_copy(update={"revision": (expected_revision or 0) + 1, "writer": token})
+        self.store.set(self.key, written.model_dump_json())
+        stored = self.load()
+        if stored is None or stored.writer != token:
+            raise self._conflict("another writer overwrote it right after our write")
+        return written
+
+    def update(self, change: Callable[[PipelineState], PipelineState]) -> PipelineState:
+        """Load the state, apply ``change`` and save it with a revision check.
+
+        :raises StateError: when there is no state yet.
+        :raises StateConflictError: on a lost race.
+        """
+        state = self.load()
+        if state is None:
+            raise StateError(f"pipeline {self.pipeline!r} has no state Variable {self.key!r} yet")
+        return self.save(change(state), expected_revision=state.revision)
+
+    def _check_revision(self, expected: int | None) -> None:
+        current = self.load()
+        current_revision = None if current is None else current.revision
+        if current_revision != expected:
+            raise self._conflict(f"its revision is {current_revision}, this run read {expected}")
+
+    def _conflict(self, detail: str) -> StateConflictError:
+        return StateConflictError(
+            f"the state of pipeline {self.pipeline!r} changed under this run ({detail}): is another run of "
+            f"the same pipeline active? Keep max_active_runs=1 and give each pipeline its own name; then "
+            f"clear this run to retry it."
+        )
+
+
+def state_summary(state: PipelineState) -> dict[str, Any]:
+    """Return a short dict (checkpoint, last window) for task logs and XCom."""
+    last = state.last_window
+    return {
+        "pipeline": state.pipeline,
+        "checkpoint": state.checkpoint.position.model_dump(),
+        "checkpoint_window": state.checkpoint.window,
+        "last_window": None if last is None else {"seq": last.seq, "status": last.status},
+    }
