@@ -61,7 +61,9 @@ class BinlogPosition:
         :raises ValueError: when a field is missing or of the wrong type.
         """
         try:
-            position = cls(file=str(data["file"]), pos=int(data["pos"]), gtid_set=str(data.get("gtid_set", "")))
+            position = cls(
+                file=str(data["file"]), pos=int(data["pos"]), gtid_set=str(data.get("gtid_set", ""))
+            )
         except (KeyError, TypeError) as err:
             raise ValueError(f"malformed binlog position {data!r}: {err}") from err
         file_index(position.file)

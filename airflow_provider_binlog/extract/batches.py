@@ -78,7 +78,10 @@ class ChangeBatchBuilder:
         :param commit_ts: commit timestamp (UTC).
         """
         count = len(self.ops)
-        arrays = [pa.array(values, type=spec.arrow_type) for values, spec in zip(self.values, self.columns)]
+        arrays = [
+            pa.array(values, type=spec.arrow_type)
+            for values, spec in zip(self.values, self.columns, strict=True)
+        ]
         arrays += [
             pa.array(self.ops, pa.string()),
             pa.array([self.window] * count, pa.int64()),

@@ -145,7 +145,9 @@ def converter(column: Any) -> Converter:
     if code == FIELD_TYPE.BIT:
         return _none_safe(lambda v: int(v, 2) if isinstance(v, str) else int(v))
     if code == FIELD_TYPE.JSON:
-        return _none_safe(lambda v: v if isinstance(v, str) else json.dumps(_json_text(v), ensure_ascii=False))
+        return _none_safe(
+            lambda v: v if isinstance(v, str) else json.dumps(_json_text(v), ensure_ascii=False)
+        )
     if pa.types.is_binary(spec.arrow_type):
         width = column.max_length if code == FIELD_TYPE.STRING else 0
         return _none_safe(lambda v: _to_bytes(v).ljust(width, b"\0"))

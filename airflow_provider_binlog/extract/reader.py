@@ -81,7 +81,9 @@ class _Transaction:
     def spill(self) -> None:
         for key, layout in self.layouts.items():
             if len(layout.builder):
-                batch = layout.builder.take(file=self.file, gtid=None, commit_ts=dt.datetime.now(dt.timezone.utc))
+                batch = layout.builder.take(
+                    file=self.file, gtid=None, commit_ts=dt.datetime.now(dt.timezone.utc)
+                )
                 spill_file = tempfile.TemporaryFile(prefix="binlog-spill-")
                 with pa.ipc.new_stream(spill_file, batch.schema) as stream:
                     stream.write_batch(batch)
@@ -227,7 +229,11 @@ class WindowReader:
         self.txn.gtid = str(gtid) if gtid else None
 
     def _query(self, event: Any, file: str, end_pos: int) -> None:
-        text = event.query.strip() if isinstance(event.query, str) else bytes(event.query).decode("utf-8", "replace")
+        text = (
+            event.query.strip()
+            if isinstance(event.query, str)
+            else bytes(event.query).decode("utf-8", "replace")
+        )
         upper = text.upper()
         if upper == "BEGIN":
             if not self.txn.open:
@@ -307,4 +313,3 @@ class WindowReader:
         self.stats.transactions += 1
         self.stats.last_commit_ts = commit_ts.isoformat()
         self.txn.discard()
-

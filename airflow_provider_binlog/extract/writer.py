@@ -47,7 +47,9 @@ class TableWriter:
     between transactions); the manifest lists the union of the columns.
     """
 
-    def __init__(self, window_dir: ObjectStoragePath, output: TableOutput, *, row_group_rows: int = ROW_GROUP_ROWS):
+    def __init__(
+        self, window_dir: ObjectStoragePath, output: TableOutput, *, row_group_rows: int = ROW_GROUP_ROWS
+    ):
         self.window_dir = window_dir
         self.output = output
         self.row_group_rows = row_group_rows

@@ -381,7 +381,9 @@ class BinlogHook(BaseHook):
             chosen: list[str] = []
             for pattern in patterns:
                 if "." not in pattern:
-                    raise BinlogConfigError(f"table selection {pattern!r} must be 'db.table' or a pattern 'db.*'")
+                    raise BinlogConfigError(
+                        f"table selection {pattern!r} must be 'db.table' or a pattern 'db.*'"
+                    )
                 matches = [name for name in existing if fnmatch.fnmatchcase(name, pattern)]
                 if not matches:
                     raise BinlogConfigError(

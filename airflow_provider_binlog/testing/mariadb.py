@@ -182,7 +182,9 @@ class LocalMariaDB:
                 cur.execute("SET SESSION sql_log_bin = 0")
                 cur.execute("CREATE USER IF NOT EXISTS 'root'@'127.0.0.1'")
                 cur.execute("GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION")
-                cur.execute("SELECT Host FROM mysql.user WHERE User = 'root' AND Host IN ('localhost', '127.0.0.1', '::1')")
+                cur.execute(
+                    "SELECT Host FROM mysql.user WHERE User = 'root' AND Host IN ('localhost', '127.0.0.1', '::1')"
+                )
                 for (host,) in cur.fetchall():
                     cur.execute("ALTER USER 'root'@%s IDENTIFIED BY %s", (host, self.root_password))
         finally:

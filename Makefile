@@ -1,0 +1,33 @@
+# Quick start: `make demo` runs the example CDC DAG end to end on a private MariaDB; `make test` runs
+# lint, types and the whole test suite (unit, integration against a private MariaDB + local Spark,
+# system tests of the example DAG).
+.PHONY: setup demo test lint unit benchmark clean
+
+VENV := .venv
+PY := $(VENV)/bin/python
+
+setup: $(VENV)/.setup-done
+
+$(VENV)/.setup-done: pyproject.toml scripts/setup.sh
+	bash scripts/setup.sh
+
+demo: setup
+	$(PY) scripts/demo.py
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+test: lint
+	$(PY) -m pytest -p no:cacheprovider tests
+
+unit: setup
+	$(PY) -m pytest -p no:cacheprovider tests/unit
+
+benchmark: setup
+	WITH_SYSBENCH=1 bash scripts/setup.sh
+	$(PY) benchmarks/extract_throughput.py
+
+clean:
+	rm -rf $(VENV) .work

@@ -1,0 +1,110 @@
+"""BinlogCommitOperator: advance the checkpoint once the run's window is durably in the target."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_provider_binlog.exceptions import MergeError, StateError
+from airflow_provider_binlog.state import Checkpoint, PipelineState, StateManager, now_iso, state_summary
+
+
+def merge_app_id(pipeline: str) -> str:
+    """Return the Delta app-transaction id under which a pipeline's merges record window seqs."""
+    return f"airflow-provider-binlog:{pipeline}"
+
+
+def merged_version(
+    target_path: str, table: str, pipeline: str, storage_options: dict[str, str] | None = None
+) -> int:
+    """Return the newest window seq recorded in the table's Delta log for ``pipeline`` (0: none or no table)."""
+    from airflow_provider_binlog.target import table_uri
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        delta = DeltaTable(table_uri(target_path, table), storage_options=storage_options)
+    except TableNotFoundError:
+        return 0
+    return int(delta.transaction_version(merge_app_id(pipeline)) or 0)
+
+
+class BinlogCommitOperator(BaseOperator):
+    """Move the pipeline's checkpoint to the end of this run's window and mark the window ``merged``.
+
+    Before moving anything it reads the Delta log of every table the window changed and checks that the
+    window's merge commit is there (app transaction version >= window seq); otherwise it fails and the
+    checkpoint stays where it was, so the next try re-merges the same staged window. The write is a
+    compare-and-set on the state revision (:class:`~airflow_provider_binlog.state.StateManager`).
+
+    :param pipeline: pipeline name (templated).
+    :param target_path: root of the target tables (templated).
+    :param storage_options: deltalake storage options for object-store targets.
+    """
+
+    template_fields: Sequence[str] = ("pipeline", "target_path")
+
+    def __init__(
+        self, *, pipeline: str, target_path: str, storage_options: dict[str, str] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.target_path = target_path
+        self.storage_options = storage_options
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        """Verify the merge of this run's window, then advance the checkpoint."""
+        from airflow_provider_binlog.staging import read_manifest, storage_path
+        from airflow_provider_binlog.windows import mark_window
+
+        manager = StateManager(self.pipeline)
+        state = manager.load()
+        run_id = str(context["run_id"])
+        window = None if state is None else state.window_of_run(run_id)
+        if state is None or window is None:
+            raise StateError(
+                f"run {run_id!r} of pipeline {self.pipeline!r} has no window in the ledger to commit"
+            )
+        if window.status == "merged":
+            self.log.info("window %s is already committed", window.seq)
+            return state_summary(state)
+        if window.manifest_uri is None:
+            raise StateError(
+                f"window {window.seq} was never staged (status {window.status}); run the extract first"
+            )
+        manifest = read_manifest(storage_path(window.manifest_uri))
+        if manifest is None:
+            raise StateError(f"the manifest of window {window.seq} is missing at {window.manifest_uri}")
+        self._verify_merged(manifest, window.seq)
+        commit_ts = manifest["stats"].get("last_commit_ts")
+
+        def advance(current: PipelineState) -> PipelineState:
+            checkpoint = Checkpoint(
+                position=window.end,
+                window=window.seq,
+                commit_ts=commit_ts or current.checkpoint.commit_ts,
+                updated_at=now_iso(),
+            )
+            return mark_window(current, window.seq, status="merged").model_copy(
+                update={"checkpoint": checkpoint}
+            )
+
+        written = manager.save(advance(state), expected_revision=state.revision)
+        self.log.info(
+            "checkpoint of %s moved to %s (window %s)", self.pipeline, window.end.to_position(), window.seq
+        )
+        return state_summary(written)
+
+    def _verify_merged(self, manifest: dict[str, Any], seq: int) -> None:
+        for table, entry in manifest["tables"].items():
+            if not entry["rows"]:
+                continue
+            version = merged_version(self.target_path, table, self.pipeline, self.storage_options)
+            if version < seq:
+                raise MergeError(
+                    f"window {seq} of {table} is not in the target {self.target_path} (its Delta log records "
+                    f"window {version} for this pipeline): the merge did not complete, so the checkpoint stays. "
+                    f"Clear the merge task to re-merge the same staged window."
+                )

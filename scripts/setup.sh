@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Set up everything `make demo` and `make test` need on a fresh Debian/Ubuntu machine:
+# system packages (MariaDB server if none, Java 17, docker-compose for validating the compose file),
+# a .venv with the provider and its test extras, and the pinned pyspark/JVM pair.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYSPARK_VERSION=4.3.0
+PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+need_apt=()
+if ! command -v mariadbd >/dev/null && ! command -v mysqld >/dev/null \
+   && [ ! -x /usr/sbin/mariadbd ] && [ ! -x /usr/sbin/mysqld ]; then
+  need_apt+=(mariadb-server mariadb-client)
+fi
+if ! command -v java >/dev/null; then need_apt+=(openjdk-17-jre-headless); fi
+if ! command -v docker-compose >/dev/null; then need_apt+=(docker-compose); fi
+if [ "${WITH_SYSBENCH:-0}" = 1 ] && ! command -v sysbench >/dev/null; then need_apt+=(sysbench); fi
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${need_apt[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv with $PYTHON"
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip uv
+.venv/bin/uv pip install -q --python .venv/bin/python -e ".[test]"
+# apache-airflow-providers-apache-spark depends on pyspark-client, which writes into the same
+# `pyspark` package folder as pyspark and can leave Python files of another version beside the
+# JVM jars. Reinstall the pinned pyspark last, then check that the pair matches.
+.venv/bin/uv pip install -q --python .venv/bin/python --reinstall --no-deps "pyspark==${PYSPARK_VERSION}"
+.venv/bin/python - <<PY
+import pathlib, pyspark, pyspark.version
+jars = pathlib.Path(pyspark.__file__).parent / "jars"
+core = sorted(p.name for p in jars.glob("spark-core_*.jar"))
+assert pyspark.version.__version__ == "${PYSPARK_VERSION}", f"pyspark Python files are {pyspark.version.__version__}"
+assert core and core[0].endswith("-${PYSPARK_VERSION}.jar"), f"pyspark jars are {core}"
+print(f"setup: pyspark {pyspark.version.__version__} with {core[0]}")
+PY
+java -version 2>&1 | head -1
+touch .venv/.setup-done

@@ -1,0 +1,64 @@
+"""Shared fixtures: an isolated Airflow home, a private MariaDB with binary logging, connections."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+_AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="binlog-airflow-home-"))
+os.environ["AIRFLOW_HOME"] = str(_AIRFLOW_HOME)
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "example_dags")
+os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}"
+os.environ.setdefault("TZ", "UTC")
+
+from airflow_provider_binlog.testing.mariadb import LocalMariaDB  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def mariadb() -> Iterator[LocalMariaDB]:
+    """A private MariaDB with ROW/FULL/metadata FULL binlogs and GTID strict mode."""
+    server = LocalMariaDB().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Path:
+    """Create the Airflow metadata database (sqlite) of this test session once."""
+    subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+        check=True,
+        capture_output=True,
+        env=os.environ.copy(),
+    )
+    return _AIRFLOW_HOME
+
+
+@pytest.fixture
+def connections(mariadb: LocalMariaDB, monkeypatch: pytest.MonkeyPatch) -> LocalMariaDB:
+    """Point ``binlog_default`` at the private server and ``spark_default`` at local Spark."""
+    monkeypatch.setenv("AIRFLOW_CONN_BINLOG_DEFAULT", mariadb.uri())
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
+    return mariadb
+
+
+@pytest.fixture
+def source_db(mariadb: LocalMariaDB) -> Iterator[str]:
+    """A fresh database on the private server, dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    mariadb.execute(f"CREATE DATABASE `{name}`")
+    try:
+        yield name
+    finally:
+        mariadb.execute(f"DROP DATABASE IF EXISTS `{name}`")

@@ -1,0 +1,145 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_provider_binlog.exceptions import StateConflictError, StateError
+from airflow_provider_binlog.positions import BinlogPosition
+from airflow_provider_binlog.state import MERGED_WINDOWS_KEPT, StateManager, variable_key
+from airflow_provider_binlog.windows import WindowPendingError, cut_window, mark_window
+
+HEAD = BinlogPosition("mariadb-bin.000001", 800, "0-1-10")
+
+
+class DictStore:
+    """Variables in a dict: the same get/set contract as Airflow Variables."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, str] = {}
+
+    def get(self, key: str) -> str | None:
+        return self.data.get(key)
+
+    def set(self, key: str, value: str) -> None:
+        self.data[key] = value
+
+
+class RacingStore(DictStore):
+    """A store where another writer replaces the document right after each of our writes."""
+
+    def set(self, key: str, value: str) -> None:
+        document = json.loads(value)
+        document["writer"] = "someone-else"
+        self.data[key] = json.dumps(document)
+
+
+@pytest.fixture
+def manager() -> StateManager:
+    return StateManager("shop", DictStore())
+
+
+def test_new_pipeline_has_no_state(manager: StateManager) -> None:
+    assert manager.load() is None
+
+
+def test_initial_state_round_trips(manager: StateManager) -> None:
+    written = manager.save(manager.initial("mariadb:1@h:3306", "mariadb", HEAD), expected_revision=None)
+    loaded = manager.load()
+    assert loaded == written
+    assert loaded.revision == 1
+    assert loaded.checkpoint.position.to_position() == HEAD
+
+
+def test_stale_revision_is_refused(manager: StateManager) -> None:
+    first = manager.save(manager.initial("id", "mariadb", HEAD), expected_revision=None)
+    manager.save(first, expected_revision=1)
+    with pytest.raises(StateConflictError, match="another run of the same pipeline"):
+        manager.save(first, expected_revision=1)
+
+
+def test_write_overtaken_by_another_writer_is_detected() -> None:
+    racing = StateManager("shop", RacingStore())
+    with pytest.raises(StateConflictError, match="overwrote it"):
+        racing.save(racing.initial("id", "mariadb", HEAD), expected_revision=None)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["not json", "{}", '{"format_version": 2}', json.dumps({"format_version": 1, "pipeline": "shop"})],
+)
+def test_corrupt_state_is_a_clear_error_and_left_untouched(manager: StateManager, text: str) -> None:
+    manager.store.set(variable_key("shop"), text)
+    with pytest.raises(StateError, match="corrupt or was edited by hand; it was left untouched"):
+        manager.load()
+    assert manager.store.get(variable_key("shop")) == text
+
+
+def test_state_of_another_server_is_refused(manager: StateManager) -> None:
+    manager.save(manager.initial("mariadb:1@a:3306", "mariadb", HEAD), expected_revision=None)
+    with pytest.raises(StateError, match="coordinates do not carry over"):
+        manager.load_for_source("mariadb:1@b:3306")
+
+
+def test_hand_edited_position_is_refused(manager: StateManager) -> None:
+    manager.save(manager.initial("id", "mariadb", HEAD), expected_revision=None)
+    document = json.loads(manager.store.get(variable_key("shop")))
+    document["checkpoint"]["position"]["file"] = "not-a-binlog"
+    manager.store.set(variable_key("shop"), json.dumps(document))
+    with pytest.raises(StateError, match="not a binlog file name"):
+        manager.load()
+
+
+def test_windows_tile_the_binlog(manager: StateManager) -> None:
+    state = manager.initial("id", "mariadb", HEAD)
+    heads = [BinlogPosition("mariadb-bin.000001", 900), BinlogPosition("mariadb-bin.000003", 120)]
+    for number, head in enumerate(heads, start=1):
+        state, window, reused = cut_window(state, run_id=f"run{number}", head=head)
+        assert not reused
+        state = mark_window(state, window.seq, status="merged")
+    first, second = state.windows
+    assert (first.seq, second.seq) == (1, 2)
+    assert first.start.to_position() == HEAD
+    assert first.end == second.start
+    assert second.end.to_position() == heads[1]
+
+
+def test_a_retry_reuses_its_window(manager: StateManager) -> None:
+    state = manager.initial("id", "mariadb", HEAD)
+    state, window, _ = cut_window(state, run_id="run1", head=BinlogPosition("mariadb-bin.000001", 900))
+    again, same, reused = cut_window(state, run_id="run1", head=BinlogPosition("mariadb-bin.000002", 4))
+    assert reused
+    assert same == window
+    assert again == state
+
+
+def test_no_new_window_while_one_is_unmerged(manager: StateManager) -> None:
+    state = manager.initial("id", "mariadb", HEAD)
+    state, _, _ = cut_window(state, run_id="run1", head=BinlogPosition("mariadb-bin.000001", 900))
+    with pytest.raises(WindowPendingError, match=r"window 1 .*\(run 'run1'\) is cut, not merged"):
+        cut_window(state, run_id="run2", head=BinlogPosition("mariadb-bin.000001", 990))
+
+
+def test_head_behind_window_start_is_refused(manager: StateManager) -> None:
+    state = manager.initial("id", "mariadb", HEAD)
+    with pytest.raises(StateError, match="binlog was reset"):
+        cut_window(state, run_id="run1", head=BinlogPosition("mariadb-bin.000001", 100))
+
+
+def test_ledger_keeps_unmerged_and_recent_merged_windows(manager: StateManager) -> None:
+    state = manager.initial("id", "mariadb", HEAD)
+    for number in range(MERGED_WINDOWS_KEPT + 5):
+        state, window, _ = cut_window(
+            state, run_id=f"r{number}", head=BinlogPosition(HEAD.file, 900 + number)
+        )
+        state = mark_window(state, window.seq, status="merged")
+    state, pending, _ = cut_window(state, run_id="last", head=BinlogPosition(HEAD.file, 5000))
+    pruned = state.pruned()
+    assert len(pruned.windows) == MERGED_WINDOWS_KEPT + 1
+    assert pruned.windows[0].seq == 6
+    assert pruned.windows[-1] == pending
+
+
+def test_pipeline_names_are_checked() -> None:
+    with pytest.raises(ValueError, match="must be non-empty letters"):
+        StateManager("bad name/with slash", DictStore())
