@@ -157,6 +157,8 @@ class WindowReader:
         if self.start.key >= self.end.key:
             return self.stats
         for event in self.stream:
+            if not self.txn.open and self._starts_at_or_after_end(event):
+                break
             self.stats.events += 1
             if isinstance(event, NotImplementedEvent):
                 self._check_unhandled(event)
@@ -164,12 +166,25 @@ class WindowReader:
             if self._reached_end():
                 break
         else:
-            raise SourceUnreachableError(
-                f"the binlog ended at {self.position} before the window end {self.end}; the server may have "
-                f"been restarted or reset. Retry; if it persists, the window's binlogs are gone."
-            )
+            # Events the reader filters out (checkpoints, annotations) still move the stream's position.
+            if not self.txn.open and self.stream.log_pos:
+                self.position = BinlogPosition(self.stream.log_file, self.stream.log_pos)
+            if not self._reached_end():
+                raise SourceUnreachableError(
+                    f"the binlog ended at {self.position} before the window end {self.end}; the server may "
+                    f"have been restarted or reset. Retry; if it persists, the window's binlogs are gone."
+                )
         self.stats.seconds = time.monotonic() - started
         return self.stats
+
+    def _starts_at_or_after_end(self, event: Any) -> bool:
+        """Return True when ``event`` begins at or after the window end (a boundary between groups)."""
+        from pymysqlreplication.event import RotateEvent
+
+        end_pos, size = event.packet.log_pos, event.packet.event_size
+        if isinstance(event, RotateEvent) or not end_pos:
+            return False
+        return BinlogPosition(self.stream.log_file, end_pos - size).key >= self.end.key
 
     def _reached_end(self) -> bool:
         return not self.txn.open and self.position.key >= self.end.key

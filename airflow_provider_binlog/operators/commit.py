@@ -20,9 +20,10 @@ def merged_version(
     target_path: str, table: str, pipeline: str, storage_options: dict[str, str] | None = None
 ) -> int:
     """Return the newest window seq recorded in the table's Delta log for ``pipeline`` (0: none or no table)."""
-    from airflow_provider_binlog.target import table_uri
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
+
+    from airflow_provider_binlog.target import table_uri
 
     try:
         delta = DeltaTable(table_uri(target_path, table), storage_options=storage_options)

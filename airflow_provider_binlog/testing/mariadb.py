@@ -233,6 +233,25 @@ class LocalMariaDB:
         finally:
             conn.close()
 
+    def purge_binlogs_before_current(self, timeout_seconds: float = 30.0) -> str:
+        """Rotate the binlog and purge every older file; return the oldest file left.
+
+        MariaDB keeps a file until its InnoDB binlog checkpoint is written (asynchronously after a
+        rotation), so ``PURGE BINARY LOGS`` is repeated until the older files are gone.
+
+        :raises TimeoutError: when the files are still there after ``timeout_seconds``.
+        """
+        self.execute("FLUSH BINARY LOGS")
+        current = str(self.execute("SHOW MASTER STATUS")[0][0])
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            self.execute(f"PURGE BINARY LOGS TO '{current}'")
+            if str(self.execute("SHOW BINARY LOGS")[0][0]) == current:
+                return current
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"binlogs before {current} were not purged within {timeout_seconds} s")
+            time.sleep(0.2)
+
     def __enter__(self) -> LocalMariaDB:
         return self.start()
 

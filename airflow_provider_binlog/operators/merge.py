@@ -1,0 +1,294 @@
+"""Operator that merges a staged binlog window into the Delta Lake target with a Spark job."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_binlog.spark_jobs.merge import StagedWindow
+
+#: The PySpark application submitted by :class:`BinlogMergeOperator`.
+MERGE_APPLICATION = Path(__file__).resolve().parent.parent / "spark_jobs" / "merge.py"
+_HISTORY_LIMIT = 100
+
+
+class BinlogMergeOperator(SparkSubmitOperator):
+    """Merge one staged binlog window into per-table Delta Lake tables by submitting the bundled Spark job.
+
+    The Spark connection (``conn_id``) decides where the job runs (local, standalone, YARN, Kubernetes).
+    When no Spark home is configured (``SPARK_HOME`` unset in the environment and in ``env_vars``), the
+    operator points ``spark-submit`` at the ``pyspark`` package it runs with (``SPARK_HOME`` and ``PATH``
+    for the submit process), and for a local master runs the job's Python with this interpreter
+    (``PYSPARK_PYTHON``/``PYSPARK_DRIVER_PYTHON``), so it works from a virtualenv that is not activated.
+
+    After the job, every table of the window is checked: its Delta log must hold the window's app
+    transaction. The return value (XCom) summarises the merge per table.
+
+    :param pipeline: pipeline name (must match the window's manifest).
+    :param window_uri: staged window directory ``<staging>/<pipeline>/window=<seq>``. (templated)
+    :param target_path: target root; source table ``db.t`` is merged into ``<target_path>/db/t``. (templated)
+    :param keys: user-named keys for tables without a primary key, e.g. ``{"shop.log": ["a", "b"]}``.
+    :param buckets: number of hash buckets of tables created by this merge (existing tables keep theirs).
+    :param conn_id: Spark connection id.
+    :param conf: extra Spark configuration; it overrides the settings the job needs only if you say so.
+    :param kwargs: further :class:`~airflow.providers.apache.spark.operators.spark_submit.SparkSubmitOperator`
+        arguments (``executor_memory``, ``env_vars``, ...), except ``application`` and ``application_args``.
+    :raises ValueError: if an argument is invalid.
+    """
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "window_uri", "target_path")
+    ui_color = "#e8f1fb"
+
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        window_uri: str,
+        target_path: str,
+        keys: Mapping[str, Sequence[str]] | None = None,
+        buckets: int = 16,
+        conn_id: str = "spark_default",
+        conf: dict[str, Any] | None = None,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        for forbidden in ("application", "application_args"):
+            if forbidden in kwargs:
+                raise ValueError(f"BinlogMergeOperator sets {forbidden} itself; do not pass it")
+        if not pipeline or not isinstance(pipeline, str):
+            raise ValueError(f"pipeline must be a non-empty string, got {pipeline!r}")
+        if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets < 1:
+            raise ValueError(f"buckets must be a positive integer, got {buckets!r}")
+        self.keys = _validate_keys(keys)
+        super().__init__(
+            application=str(MERGE_APPLICATION),
+            conf=dict(conf or {}),
+            conn_id=conn_id,
+            name=name or f"binlog-merge-{pipeline}",
+            **kwargs,
+        )
+        self.pipeline = pipeline
+        self.window_uri = window_uri
+        self.target_path = target_path
+        self.buckets = buckets
+
+    def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
+        """Submit the merge job for the window, verify the target and return the per-table summary.
+
+        :param context: the task context.
+        :raises StagingError: if the window is not staged completely.
+        :raises BinlogConfigError: if a table has no key, the window belongs to another pipeline or the
+            Spark connection does not exist.
+        :raises MergeError: if the Spark job fails or the target does not hold the window afterwards.
+        """
+        from airflow.exceptions import AirflowException
+
+        from airflow_provider_binlog.spark_jobs import merge as job
+
+        window = self._load_window()
+        self.conf = {**job.SPARK_SQL_CONF, **(self.conf or {})}
+        self.application_args = self._application_args()
+        master, deploy_mode = self._spark_master()
+        env = launcher_environment(master, deploy_mode, env_vars=self.env_vars)
+        self.log.info("Merging window %s of %s into %s", window.seq, self.pipeline, self.target_path)
+        if env:
+            self.log.info("Environment for spark-submit: %s", env)
+        with _patched_environ(env):
+            try:
+                super().execute(context)
+            except AirflowException as err:
+                raise MergeError(
+                    f"the Spark merge of window {window.seq} of pipeline {self.pipeline} failed; the "
+                    f"target is unchanged for tables not yet committed, and a retry is safe: {err}"
+                ) from err
+        return self.verify(window)
+
+    def _load_window(self) -> StagedWindow:
+        from airflow_provider_binlog.spark_jobs import merge as job
+
+        try:
+            window = job.load_window(self.window_uri)
+        except job.MergeJobError as err:
+            raise StagingError(str(err)) from err
+        try:
+            if window.pipeline != self.pipeline:
+                raise job.MergeJobError(
+                    f"window {self.window_uri} belongs to pipeline {window.pipeline!r}, not {self.pipeline!r}"
+                )
+            job.resolve_keys(window, self.keys)
+        except job.MergeJobError as err:
+            raise BinlogConfigError(str(err)) from err
+        return window
+
+    def _application_args(self) -> list[str]:
+        args = [
+            "--window-uri",
+            self.window_uri,
+            "--target",
+            self.target_path,
+            "--pipeline",
+            self.pipeline,
+            "--buckets",
+            str(self.buckets),
+        ]
+        for table, columns in sorted(self.keys.items()):
+            args += ["--key", f"{table}={','.join(columns)}"]
+        return args
+
+    def _spark_master(self) -> tuple[str, str | None]:
+        """Return the master URL and deploy mode of the Spark connection (as the Spark hook reads them)."""
+        from airflow.exceptions import AirflowNotFoundException
+        from airflow.sdk import BaseHook
+
+        try:
+            conn = BaseHook.get_connection(self._conn_id)
+        except AirflowNotFoundException as err:
+            raise BinlogConfigError(
+                f"Spark connection {self._conn_id!r} does not exist; create it (e.g. AIRFLOW_CONN_"
+                f'{self._conn_id.upper()}=\'{{"conn_type": "spark", "host": "local[2]"}}\')'
+            ) from err
+        host = conn.host or ""
+        if conn.conn_type == "spark" and host and ("://" in host or not conn.port):
+            master = host
+        else:
+            master = f"{conn.conn_type}://{host}"
+        if conn.port:
+            master = f"{master}:{conn.port}"
+        deploy_mode = self._deploy_mode or conn.extra_dejson.get("deploy-mode")
+        return master, deploy_mode
+
+    def verify(self, window: StagedWindow) -> dict[str, Any]:
+        """Check that every table of the window holds it; return the per-table summary.
+
+        :param window: the staged window.
+        :raises MergeError: if a table lacks the window's app transaction.
+        """
+        from deltalake import DeltaTable
+
+        from airflow_provider_binlog.spark_jobs import merge as job
+
+        tables: dict[str, dict[str, Any]] = {}
+        for staged in window.tables:
+            if not job.has_changes(staged):
+                tables[staged.name] = {"rows_in_window": 0, "skipped": True}
+                continue
+            uri = job.table_uri(self.target_path, staged.name)
+            if not DeltaTable.is_deltatable(uri):
+                raise MergeError(f"the merge job finished but there is no Delta table at {uri}")
+            dt = DeltaTable(uri)
+            high_water = dt.transaction_version(job.pipeline_app_id(self.pipeline))
+            marker = dt.transaction_version(job.window_app_id(self.pipeline, window.seq))
+            if high_water is None or high_water < window.seq or marker != window.seq:
+                raise MergeError(
+                    f"the merge job finished but {uri} does not record window {window.seq} "
+                    f"(app transaction {job.pipeline_app_id(self.pipeline)}={high_water}, "
+                    f"{job.window_app_id(self.pipeline, window.seq)}={marker})"
+                )
+            tables[staged.name] = {
+                "rows_in_window": staged.rows,
+                **_commit_numbers(dt, self.pipeline, window.seq),
+                "delta_version": dt.version(),
+            }
+            self.log.info("%s: window %s merged, %s", staged.name, window.seq, tables[staged.name])
+        return {"pipeline": self.pipeline, "window": window.seq, "tables": tables}
+
+
+def _validate_keys(keys: Mapping[str, Sequence[str]] | None) -> dict[str, list[str]]:
+    result: dict[str, list[str]] = {}
+    for table, columns in (keys or {}).items():
+        db, sep, name = str(table).partition(".")
+        if not (db and sep and name):
+            raise ValueError(f"keys: table {table!r} must be qualified as 'db.table'")
+        if isinstance(columns, str) or not columns or not all(isinstance(c, str) and c for c in columns):
+            raise ValueError(f"keys[{table!r}] must be a non-empty list of column names, got {columns!r}")
+        result[str(table)] = list(columns)
+    return result
+
+
+def _commit_numbers(dt: Any, pipeline: str, seq: int) -> dict[str, Any]:
+    """Return the numbers the merge job recorded in the commit info of the window's commit."""
+    for commit in dt.history(_HISTORY_LIMIT):
+        if commit.get("binlog.pipeline") == pipeline and commit.get("binlog.window") == seq:
+            return {
+                "rows_written": commit.get("binlog.rows_written"),
+                "buckets_touched": commit.get("binlog.buckets_touched"),
+                "files_added": commit.get("binlog.files_added"),
+                "files_removed": commit.get("binlog.files_removed"),
+            }
+    return {}
+
+
+def pyspark_home() -> str | None:
+    """Return the directory of the installed ``pyspark`` package (a usable ``SPARK_HOME``), if any."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    home = Path(next(iter(spec.submodule_search_locations)))
+    return str(home) if (home / "bin" / "spark-class").exists() else None
+
+
+def launcher_environment(
+    master: str,
+    deploy_mode: str | None,
+    *,
+    env_vars: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    spark_binary: str = "spark-submit",
+) -> dict[str, str]:
+    """Return the environment variables ``spark-submit`` needs that are not set yet.
+
+    ``spark-submit`` from a virtualenv fails ("bin/spark-class: No such file") unless ``SPARK_HOME``
+    points at the ``pyspark`` package or the venv is activated. If neither ``environ`` nor ``env_vars``
+    sets ``SPARK_HOME``, it is set to the ``pyspark`` package and its ``bin`` put first on ``PATH``.
+    A local master runs the job's Python with this interpreter; so does a client-mode driver.
+
+    :param master: Spark master URL (``local[2]``, ``yarn``, ``spark://...``, ``k8s://...``).
+    :param deploy_mode: ``client``, ``cluster`` or ``None`` (client).
+    :param env_vars: the operator's ``env_vars``.
+    :param environ: the current environment (default ``os.environ``).
+    :param spark_binary: the submit command looked up on ``PATH``.
+    """
+    current = dict(os.environ if environ is None else environ)
+    given = {**current, **{k: str(v) for k, v in (env_vars or {}).items()}}
+    env: dict[str, str] = {}
+    spark_home = given.get("SPARK_HOME")
+    if not spark_home:
+        spark_home = pyspark_home()
+        if spark_home:
+            env["SPARK_HOME"] = spark_home
+    path = given.get("PATH", os.defpath)
+    if spark_home and ("SPARK_HOME" in env or shutil.which(spark_binary, path=path) is None):
+        env["PATH"] = os.pathsep.join([str(Path(spark_home) / "bin"), path])
+    if master.startswith("local") and not given.get("PYSPARK_PYTHON"):
+        env["PYSPARK_PYTHON"] = sys.executable
+    if deploy_mode != "cluster" and not given.get("PYSPARK_DRIVER_PYTHON"):
+        env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    return env
+
+
+@contextlib.contextmanager
+def _patched_environ(env: Mapping[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration of the block (the task's own process), then restore."""
+    previous = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -1,0 +1,161 @@
+"""Read the target back: the live rows of a source table from its Delta Lake table.
+
+The merge keeps one Delta table per source table at ``<target>/<db>/<table>/``. Besides the source
+columns it holds the change metadata (``_binlog_*``), a tombstone flag ``_binlog_deleted`` (deleted rows
+are kept until compaction) and the partition column ``_binlog_bucket``. Delta has no TIME or unsigned
+types, so such columns are stored wider (TIME as ``int64`` microseconds, ``uint64`` as
+``decimal(20, 0)``); the staged Arrow type is recorded in each column's metadata under
+``binlog.arrow_type`` and :func:`read_table` casts back to it.
+
+Other engines can read the tables directly (``deltalake``, ``polars.read_delta``, Spark with Delta, or
+plain Parquet readers over :func:`live_file_uris`); they must filter on :data:`LIVE_ROWS_PREDICATE`
+and may cast stored columns back with :func:`source_schema`.
+
+Heavy libraries are imported inside the functions, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from airflow_provider_binlog.exceptions import BinlogConfigError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+#: SQL predicate selecting live rows (not tombstones) of a target table.
+LIVE_ROWS_PREDICATE = "NOT _binlog_deleted"
+
+
+def table_uri(target_path: str, table: str) -> str:
+    """Return the location of the Delta table of source table ``db.table``: ``<target_path>/<db>/<table>``.
+
+    :param target_path: target root, a local path (made absolute) or URI.
+    :param table: qualified source table name; the first dot separates the database.
+    :raises BinlogConfigError: if ``table`` is not qualified.
+    """
+    from airflow_provider_binlog.spark_jobs import merge
+
+    try:
+        return merge.table_uri(target_path, table)
+    except merge.MergeJobError as err:
+        raise BinlogConfigError(str(err)) from err
+
+
+def open_table(target_path: str, table: str, *, storage_options: dict[str, str] | None = None) -> DeltaTable:
+    """Open the Delta table of a source table.
+
+    :param target_path: target root.
+    :param table: qualified source table name ``db.table``.
+    :param storage_options: deltalake storage options (credentials, endpoints) for object stores.
+    :raises BinlogConfigError: if there is no Delta table for ``table`` under ``target_path``.
+    """
+    from deltalake import DeltaTable
+
+    uri = table_uri(target_path, table)
+    options = dict(storage_options or {})
+    if not DeltaTable.is_deltatable(uri, storage_options=options):
+        raise BinlogConfigError(
+            f"there is no Delta table for {table} at {uri}: check the target path, or no window with "
+            "changes of this table has been merged yet"
+        )
+    return DeltaTable(uri, storage_options=options)
+
+
+def live_file_uris(
+    target_path: str, table: str, *, storage_options: dict[str, str] | None = None
+) -> list[str]:
+    """Return the data files of the table's current version, for engines that read plain Parquet.
+
+    The files hold tombstones too: filter on :data:`LIVE_ROWS_PREDICATE`. They do not hold the partition
+    column ``_binlog_bucket`` (it lives in the Delta log, and in the ``_binlog_bucket=<n>`` folder names
+    for hive-partitioning readers). Files written before a column was added lack it (read by name, e.g.
+    DuckDB's ``union_by_name``).
+
+    :param target_path: target root.
+    :param table: qualified source table name ``db.table``.
+    :param storage_options: deltalake storage options.
+    :raises BinlogConfigError: if the table does not exist.
+    """
+    return list(open_table(target_path, table, storage_options=storage_options).file_uris())
+
+
+def source_schema(
+    target_path: str,
+    table: str,
+    *,
+    with_metadata: bool = False,
+    storage_options: dict[str, str] | None = None,
+) -> pa.Schema:
+    """Return the table's columns with the Arrow types they were staged with.
+
+    :param target_path: target root.
+    :param table: qualified source table name ``db.table``.
+    :param with_metadata: include the ``_binlog_*`` columns.
+    :param storage_options: deltalake storage options.
+    :raises BinlogConfigError: if the table does not exist.
+    """
+    import pyarrow as pa
+
+    from airflow_provider_binlog.spark_jobs import merge
+
+    stored = merge.delta_arrow_schema(open_table(target_path, table, storage_options=storage_options))
+    return pa.schema(
+        [
+            pa.field(f.name, _source_type(f), nullable=True)
+            for f in stored
+            if with_metadata or f.name not in merge.METADATA_COLUMN_NAMES
+        ]
+    )
+
+
+def read_table(
+    target_path: str,
+    table: str,
+    *,
+    with_metadata: bool = False,
+    include_tombstones: bool = False,
+    storage_options: dict[str, str] | None = None,
+) -> pa.Table:
+    """Return the live rows of source table ``db.table`` with the column types it was staged with.
+
+    Rows come in no particular order. Columns come in table order (source columns, then columns added
+    by later windows; with ``with_metadata`` the ``_binlog_*`` columns too).
+
+    :param target_path: target root (local path or URI).
+    :param table: qualified source table name ``db.table``.
+    :param with_metadata: include ``_binlog_op``, ``_binlog_window``, ``_binlog_seq``, ``_binlog_gtid``,
+        ``_binlog_file``, ``_binlog_pos``, ``_binlog_ts``, ``_binlog_deleted`` and ``_binlog_bucket``.
+    :param include_tombstones: include deleted rows (``_binlog_deleted`` true; they hold the row's last
+        image before the delete).
+    :param storage_options: deltalake storage options for object stores.
+    :raises BinlogConfigError: if the table does not exist or ``table`` is not qualified.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from airflow_provider_binlog.spark_jobs import merge
+
+    dt = open_table(target_path, table, storage_options=storage_options)
+    stored = merge.delta_arrow_schema(dt)
+    data = dt.to_pyarrow_table()
+    if not include_tombstones:
+        data = data.filter(pc.invert(pc.fill_null(data[merge.DELETED_COLUMN], False)))
+    fields = [f for f in stored if with_metadata or f.name not in merge.METADATA_COLUMN_NAMES]
+    schema = pa.schema([pa.field(f.name, _source_type(f), nullable=True) for f in fields])
+    columns = [data[f.name].cast(schema.field(f.name).type) for f in fields]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _source_type(stored: pa.Field) -> pa.DataType:
+    """Return the staged type recorded in a stored column's metadata, or its stored type."""
+    from airflow_provider_binlog.spark_jobs import merge
+
+    raw = (stored.metadata or {}).get(merge.ARROW_TYPE_KEY.encode())
+    if raw is None:
+        return stored.type
+    try:
+        return merge.parse_arrow_type(raw.decode())
+    except merge.MergeJobError:
+        return stored.type
