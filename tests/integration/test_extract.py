@@ -36,7 +36,8 @@ class Recorder:
 
     def extract(self, tables: dict[str, list[str]], seq: int = 1) -> dict[str, Any]:
         state = self.hook.server_state()
-        assert self.start is not None and state.head is not None
+        assert self.start is not None
+        assert state.head is not None
         window = Window(
             seq=seq, start=Position.of(self.start), end=Position.of(state.head), run_id="r", cut_at=now_iso()
         )
@@ -142,7 +143,8 @@ def test_changes_keep_commit_order_and_key_moves(
         ("d", 1, "c"),
     ]
     seqs = [r["_binlog_seq"] for r in rows]
-    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    assert seqs == sorted(seqs)
+    assert len(set(seqs)) == len(seqs)
     assert rows[3]["_binlog_gtid"] == rows[4]["_binlog_gtid"]
     assert rows[-1]["_binlog_file"] != rows[0]["_binlog_file"]
 

@@ -123,4 +123,4 @@ def test_server_id_comes_from_extras_or_pipeline(
     assert BinlogHook(pipeline="a").server_id == 77
     monkeypatch.setenv("AIRFLOW_CONN_BINLOG_DEFAULT", mariadb.uri() + "?server_id=abc")
     with pytest.raises(BinlogConfigError, match="server_id='abc' is not an integer"):
-        BinlogHook().server_id
+        _ = BinlogHook().server_id
