@@ -33,7 +33,10 @@ def change_schema(columns: Sequence[ColumnSpec]) -> pa.Schema:
 
 
 class ChangeBatchBuilder:
-    """Accumulate row changes of one table with one column layout.
+    """Accumulate row changes of one table layout across transactions.
+
+    Rows ``[0, committed)`` belong to committed transactions; rows after that to the open one, whose
+    GTID and commit timestamp are filled in by :meth:`commit` (or which :meth:`rollback` drops).
 
     :param columns: staged column specs in table order.
     :param converters: one value converter per column (see :func:`columns.converter`).
@@ -47,52 +50,79 @@ class ChangeBatchBuilder:
         self.window = window
         self.schema = change_schema(columns)
         self.zero_dates = 0
-        self._reset()
-
-    def _reset(self) -> None:
+        self.committed = 0
         self.values: list[list[Any]] = [[] for _ in self.columns]
-        self.ops: list[str] = []
-        self.seqs: list[int] = []
-        self.positions: list[int] = []
+        self.meta: dict[str, list[Any]] = {name: [] for name in ("op", "seq", "gtid", "file", "pos", "ts")}
 
     def __len__(self) -> int:
-        return len(self.ops)
+        return len(self.meta["op"])
 
-    def add(self, op: str, seq: int, pos: int, row: dict[str, Any], none_sources: dict[str, str]) -> None:
-        """Append one row image (after image for c/u/r, before image for d)."""
+    def add(
+        self, op: str, seq: int, file: str, pos: int, row: dict[str, Any], none_sources: dict[str, str]
+    ) -> None:
+        """Append one row image of the open transaction (after image for c/u, before image for d)."""
         for index, name in enumerate(self.names):
             value = row.get(name)
             reason = none_sources.get(name) if value is None else None
             if reason is not None and is_zero_date(value, reason):
                 self.zero_dates += 1
             self.values[index].append(self.converters[index](value, reason))
-        self.ops.append(op)
-        self.seqs.append(seq)
-        self.positions.append(pos)
+        meta = self.meta
+        meta["op"].append(op)
+        meta["seq"].append(seq)
+        meta["gtid"].append(None)
+        meta["file"].append(file)
+        meta["pos"].append(pos)
+        meta["ts"].append(None)
 
-    def take(self, *, file: str, gtid: str | None, commit_ts: dt.datetime) -> pa.RecordBatch:
-        """Return the accumulated rows as one record batch and start empty again.
+    def commit(self, gtid: str | None, commit_ts: dt.datetime) -> None:
+        """Mark the open transaction's rows committed with their GTID and commit timestamp (UTC)."""
+        count = len(self) - self.committed
+        self.meta["gtid"][self.committed :] = [gtid] * count
+        self.meta["ts"][self.committed :] = [commit_ts] * count
+        self.committed = len(self)
 
-        :param file: binlog file of the transaction.
-        :param gtid: the transaction's GTID (None without GTIDs).
-        :param commit_ts: commit timestamp (UTC).
-        """
-        count = len(self.ops)
+    def rollback(self) -> None:
+        """Drop the open transaction's rows."""
+        for values in self.values:
+            del values[self.committed :]
+        for values in self.meta.values():
+            del values[self.committed :]
+
+    def take_committed(self) -> pa.RecordBatch:
+        """Return the committed rows as one record batch and keep only the open transaction's rows."""
+        return self._take(0, self.committed)
+
+    def take_open(self) -> pa.RecordBatch:
+        """Return the open transaction's rows (commit timestamp not known yet: epoch) and drop them."""
+        count = len(self) - self.committed
+        self.meta["ts"][self.committed :] = [_EPOCH] * count
+        return self._take(self.committed, len(self))
+
+    def _take(self, low: int, high: int) -> pa.RecordBatch:
+        meta = self.meta
         arrays = [
-            pa.array(values, type=spec.arrow_type)
+            pa.array(values[low:high], type=spec.arrow_type)
             for values, spec in zip(self.values, self.columns, strict=True)
         ]
         arrays += [
-            pa.array(self.ops, pa.string()),
-            pa.array([self.window] * count, pa.int64()),
-            pa.array(self.seqs, pa.int64()),
-            pa.array([gtid] * count, pa.string()),
-            pa.array([file] * count, pa.string()),
-            pa.array(self.positions, pa.int64()),
-            pa.array([commit_ts] * count, pa.timestamp("us", tz="UTC")),
+            pa.array(meta["op"][low:high], pa.string()),
+            pa.array([self.window] * (high - low), pa.int64()),
+            pa.array(meta["seq"][low:high], pa.int64()),
+            pa.array(meta["gtid"][low:high], pa.string()),
+            pa.array(meta["file"][low:high], pa.string()),
+            pa.array(meta["pos"][low:high], pa.int64()),
+            pa.array(meta["ts"][low:high], pa.timestamp("us", tz="UTC")),
         ]
-        self._reset()
+        for values in self.values:
+            del values[low:high]
+        for values in meta.values():
+            del values[low:high]
+        self.committed -= min(self.committed, high) - min(self.committed, low)
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def with_commit(batch: pa.RecordBatch, *, gtid: str | None, commit_ts: dt.datetime) -> pa.RecordBatch:

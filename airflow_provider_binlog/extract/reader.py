@@ -9,6 +9,7 @@ end of the binlog before it is an error (the window's bytes must exist to be re-
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 import logging
 import tempfile
 import time
@@ -21,6 +22,7 @@ import pyarrow as pa
 from airflow_provider_binlog.exceptions import SourceUnreachableError, UnsupportedEventError
 from airflow_provider_binlog.extract.batches import ChangeBatchBuilder, with_commit
 from airflow_provider_binlog.extract.columns import ColumnSpec, column_spec, converter
+from airflow_provider_binlog.extract.writer import ROW_GROUP_ROWS
 from airflow_provider_binlog.positions import BinlogPosition
 
 log = logging.getLogger(__name__)
@@ -59,56 +61,36 @@ class ExtractStats:
     last_commit_ts: str | None = None
 
 
-class _Layout:
-    """Column specs, converters and a batch builder of one table-map layout."""
+LayoutKey = tuple[str, tuple[Any, ...]]
 
-    def __init__(self, columns: list[Any], window: int) -> None:
+
+class _Layout:
+    """Column specs, converters and the row builder of one table-map layout of a table."""
+
+    def __init__(self, table: str, columns: list[Any], window: int) -> None:
+        self.table = table
         self.specs: list[ColumnSpec] = [column_spec(c) for c in columns]
         self.builder = ChangeBatchBuilder(self.specs, [converter(c) for c in columns], window)
 
 
 class _Transaction:
-    """Row changes of the open transaction, per table layout, spilled past a row threshold."""
+    """The open transaction: its GTID, the layouts it touched and its spilled row batches."""
 
     def __init__(self) -> None:
-        self.gtid: str | None = None
-        self.file = ""
-        self.layouts: dict[tuple[str, tuple[Any, ...]], _Layout] = {}
-        self.spilled: dict[tuple[str, tuple[Any, ...]], list[Any]] = {}
-        self.rows = 0
         self.open = False
+        self.gtid: str | None = None
+        self.touched: dict[LayoutKey, _Layout] = {}
+        self.spilled: dict[LayoutKey, list[Any]] = {}
+        self.rows_in_memory = 0
 
-    def spill(self) -> None:
-        for key, layout in self.layouts.items():
-            if len(layout.builder):
-                batch = layout.builder.take(
-                    file=self.file, gtid=None, commit_ts=dt.datetime.now(dt.timezone.utc)
-                )
-                spill_file = tempfile.TemporaryFile(prefix="binlog-spill-")
-                with pa.ipc.new_stream(spill_file, batch.schema) as stream:
-                    stream.write_batch(batch)
-                self.spilled.setdefault(key, []).append(spill_file)
-
-    def batches(self, key: tuple[str, tuple[Any, ...]], commit_ts: dt.datetime) -> list[pa.RecordBatch]:
-        out = []
-        for spill_file in self.spilled.pop(key, []):
-            spill_file.seek(0)
-            for batch in pa.ipc.open_stream(spill_file):
-                out.append(with_commit(batch, gtid=self.gtid, commit_ts=commit_ts))
-            spill_file.close()
-        builder = self.layouts[key].builder
-        if len(builder):
-            out.append(builder.take(file=self.file, gtid=self.gtid, commit_ts=commit_ts))
-        return out
-
-    def discard(self) -> None:
+    def close_spills(self) -> None:
         for files in self.spilled.values():
             for spill_file in files:
                 spill_file.close()
-        self.__init__()  # type: ignore[misc]
+        self.spilled = {}
 
 
-Sink = Callable[[str, list[pa.RecordBatch], list[ColumnSpec], list[str]], None]
+Sink = Callable[[str, pa.RecordBatch, list[ColumnSpec], list[str]], None]
 
 
 class WindowReader:
@@ -119,8 +101,7 @@ class WindowReader:
     :param end: window end (a transaction boundary at or after ``start``).
     :param tables: selected tables by ``db.table``.
     :param window: window sequence number.
-    :param sink: called at each commit with ``(table, batches, column specs, primary key)``.
-    :param seq_start: first ``_binlog_seq`` to assign (1 for a fresh window).
+    :param sink: receives committed rows in commit order: ``(table, batch, column specs, primary key)``.
     """
 
     def __init__(
@@ -143,6 +124,9 @@ class WindowReader:
         self.seq = 0
         self.stats = ExtractStats()
         self.txn = _Transaction()
+        self.layouts: dict[LayoutKey, _Layout] = {}
+        self.current_layout: dict[str, LayoutKey] = {}
+        self.zero_dates: Counter[str] = Counter()
         self.position = start
 
     def run(self) -> ExtractStats:
@@ -174,8 +158,22 @@ class WindowReader:
                     f"the binlog ended at {self.position} before the window end {self.end}; the server may "
                     f"have been restarted or reset. Retry; if it persists, the window's binlogs are gone."
                 )
+        for layout in self.layouts.values():
+            self._flush(layout)
         self.stats.seconds = time.monotonic() - started
         return self.stats
+
+    def _flush(self, layout: _Layout) -> None:
+        """Hand the layout's committed rows to the sink."""
+        self.zero_dates[layout.table] += layout.builder.zero_dates
+        layout.builder.zero_dates = 0
+        if layout.builder.committed:
+            self.sink(
+                layout.table,
+                layout.builder.take_committed(),
+                layout.specs,
+                self.tables[layout.table].primary_key,
+            )
 
     def _starts_at_or_after_end(self, event: Any) -> bool:
         """Return True when ``event`` begins at or after the window end (a boundary between groups)."""
@@ -234,14 +232,20 @@ class WindowReader:
             )
 
     def _begin(self, gtid: Any) -> None:
-        if self.txn.open and self.txn.layouts:
+        if self.txn.open and self.txn.touched:
             raise UnsupportedEventError(
                 f"transaction {self.txn.gtid} has row changes but no commit event before GTID {gtid} at "
                 f"{self.position}; refusing to guess whether its rows were committed."
             )
-        self.txn.discard()
+        self._rollback()
         self.txn.open = True
         self.txn.gtid = str(gtid) if gtid else None
+
+    def _rollback(self) -> None:
+        for layout in self.txn.touched.values():
+            layout.builder.rollback()
+        self.txn.close_spills()
+        self.txn = _Transaction()
 
     def _query(self, event: Any, file: str, end_pos: int) -> None:
         text = (
@@ -259,7 +263,7 @@ class WindowReader:
             return
         if upper == "ROLLBACK":
             self.stats.rolled_back += 1
-            self.txn.discard()
+            self._rollback()
             return
         schema = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema or "")
         if upper.lower().startswith(_DML_PREFIXES) and (not schema or schema in self.schemas):
@@ -272,46 +276,64 @@ class WindowReader:
             self.stats.ddl.append(
                 {"gtid": self.txn.gtid, "schema": schema, "query": text, "file": file, "pos": end_pos}
             )
-        self.txn.discard()  # DDL commits implicitly: a transaction boundary
+        self._rollback()  # DDL commits implicitly and carries no rows: a transaction boundary
 
     def _rows(self, event: Any, file: str, end_pos: int) -> None:
         name = f"{event.schema}.{event.table}"
         target = self.tables.get(name)
         if target is None:
             return
-        if not self.txn.open:
-            self.txn.open = True
-        self.txn.file = file
-        columns = event.columns
-        key = (name, tuple((c.name, c.type, getattr(c, "unsigned", False)) for c in columns))
-        layout = self.txn.layouts.get(key)
-        if layout is None:
-            layout = self.txn.layouts[key] = _Layout(columns, self.window)
-        self._add_rows(event, layout, target, end_pos)
-        if self.txn.rows >= SPILL_ROWS:
-            self.txn.spill()
-            self.txn.rows = 0
+        self.txn.open = True
+        layout = self._layout(name, event.columns)
+        self.txn.touched[(name, id(layout))] = layout
+        self._add_rows(event, layout.builder, target, file, end_pos)
+        if self.txn.rows_in_memory >= SPILL_ROWS:
+            self._spill()
 
-    def _add_rows(self, event: Any, layout: _Layout, target: TableTarget, end_pos: int) -> None:
+    def _layout(self, table: str, columns: list[Any]) -> _Layout:
+        key = (table, tuple((c.name, c.type, getattr(c, "unsigned", False)) for c in columns))
+        layout = self.layouts.get(key)
+        if layout is None:
+            previous = self.current_layout.get(table)
+            if previous is not None:  # the table was altered: its older rows go out first
+                self._flush(self.layouts.pop(previous))
+            layout = self.layouts[key] = _Layout(table, columns, self.window)
+            self.current_layout[table] = key
+        return layout
+
+    def _spill(self) -> None:
+        """Move the open transaction's rows to temporary files (committed rows go to the sink first)."""
+        for key, layout in self.txn.touched.items():
+            self._flush(layout)
+            if len(layout.builder):
+                spill_file = tempfile.TemporaryFile(prefix="binlog-spill-")
+                batch = layout.builder.take_open()
+                with pa.ipc.new_stream(spill_file, batch.schema) as stream:
+                    stream.write_batch(batch)
+                self.txn.spilled.setdefault(key, []).append(spill_file)
+        self.txn.rows_in_memory = 0
+
+    def _add_rows(
+        self, event: Any, builder: ChangeBatchBuilder, target: TableTarget, file: str, end_pos: int
+    ) -> None:
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-        builder = layout.builder
         if isinstance(event, WriteRowsEvent):
             for row in event.rows:
-                builder.add("c", self._next_seq(), end_pos, row["values"], row["none_sources"])
+                builder.add("c", self._next_seq(), file, end_pos, row["values"], row["none_sources"])
         elif isinstance(event, DeleteRowsEvent):
             for row in event.rows:
-                builder.add("d", self._next_seq(), end_pos, row["values"], row["none_sources"])
+                builder.add("d", self._next_seq(), file, end_pos, row["values"], row["none_sources"])
         elif isinstance(event, UpdateRowsEvent):
             key = target.primary_key
             for row in event.rows:
                 before, after = row["before_values"], row["after_values"]
                 if key and any(before.get(k) != after.get(k) for k in key):
-                    builder.add("d", self._next_seq(), end_pos, before, row["before_none_sources"])
-                builder.add("u", self._next_seq(), end_pos, after, row["after_none_sources"])
+                    builder.add("d", self._next_seq(), file, end_pos, before, row["before_none_sources"])
+                builder.add("u", self._next_seq(), file, end_pos, after, row["after_none_sources"])
         else:
             raise UnsupportedEventError(f"unexpected rows event {type(event).__name__} at {end_pos}")
-        self.txn.rows += len(event.rows)
+        self.txn.rows_in_memory += len(event.rows)
         self.stats.rows += len(event.rows)
 
     def _next_seq(self) -> int:
@@ -320,11 +342,16 @@ class WindowReader:
 
     def _commit(self, event: Any, file: str, end_pos: int) -> None:
         commit_ts = dt.datetime.fromtimestamp(event.timestamp, dt.timezone.utc)
-        for key in list(self.txn.layouts):
-            batches = self.txn.batches(key, commit_ts)
-            if batches:
-                layout = self.txn.layouts[key]
-                self.sink(key[0], batches, layout.specs, self.tables[key[0]].primary_key)
+        for key, layout in self.txn.touched.items():
+            for spill_file in self.txn.spilled.get(key, []):
+                spill_file.seek(0)
+                for batch in pa.ipc.open_stream(spill_file):
+                    spilled = with_commit(batch, gtid=self.txn.gtid, commit_ts=commit_ts)
+                    self.sink(layout.table, spilled, layout.specs, self.tables[layout.table].primary_key)
+            layout.builder.commit(self.txn.gtid, commit_ts)
+            if layout.builder.committed >= ROW_GROUP_ROWS:
+                self._flush(layout)
+        self.txn.close_spills()
+        self.txn = _Transaction()
         self.stats.transactions += 1
         self.stats.last_commit_ts = commit_ts.isoformat()
-        self.txn.discard()

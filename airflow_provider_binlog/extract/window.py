@@ -105,12 +105,11 @@ def extract_window(
     window_dir.mkdir(parents=True, exist_ok=True)
     writers: dict[str, TableWriter] = {}
 
-    def sink(table: str, batches: list[pa.RecordBatch], specs: list[ColumnSpec], key: list[str]) -> None:
+    def sink(table: str, batch: pa.RecordBatch, specs: list[ColumnSpec], key: list[str]) -> None:
         writer = writers.get(table)
         if writer is None:
             writer = writers[table] = TableWriter(window_dir, TableOutput(name=table, primary_key=key))
-        for batch in batches:
-            writer.write(batch, specs)
+        writer.write(batch, specs)
 
     stream = hook.stream_reader(start, schemas=[n.split(".", 1)[0] for n in tables], **stream_options(tables))
     try:
@@ -121,6 +120,7 @@ def extract_window(
     outputs = {name: writer.close() for name, writer in writers.items()}
     for name, target in tables.items():
         outputs.setdefault(name, TableOutput(name=name, primary_key=target.primary_key))
+        outputs[name].zero_dates = reader.zero_dates[name]
     manifest = {
         "format_version": MANIFEST_FORMAT_VERSION,
         "pipeline": pipeline,

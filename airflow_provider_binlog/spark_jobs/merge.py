@@ -1329,6 +1329,7 @@ def _rewrite_buckets(
     finally:
         _delete_dir(fs, stage_path)
         _delete_dir_if_empty(fs, stage_path.rsplit("/", 1)[0])
+    dt.update_incremental()
     result.delta_version = dt.version()
     return result
 

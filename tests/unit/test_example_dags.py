@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
+
+
+class ParseTimeAccess(AssertionError):
+    pass
+
+
+@pytest.fixture
+def no_io_at_parse_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make any connection, Variable or database access during parsing fail loudly."""
+    import pymysql
+    from airflow.sdk import BaseHook, Variable
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise ParseTimeAccess(f"parsing touched {args!r}")
+
+    monkeypatch.setattr(BaseHook, "get_connection", classmethod(forbidden))
+    monkeypatch.setattr(Variable, "get", staticmethod(forbidden))
+    monkeypatch.setattr(pymysql, "connect", forbidden)
+
+
+def test_example_dags_parse_without_errors_or_io(no_io_at_parse_time: None) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(EXAMPLES))
+    assert bag.import_errors == {}
+    assert "binlog_cdc" in bag.dags
+    dag = bag.dags["binlog_cdc"]
+    assert dag.max_active_runs == 1
+    assert [t.task_id for t in dag.topological_sort()] == ["extract", "merge", "commit"]
+
+
+def test_example_dag_settings_default_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("BINLOG_CDC_PIPELINE", "orders_cdc")
+    monkeypatch.setenv("BINLOG_CDC_TABLES", "shop.orders,shop.customers")
+    monkeypatch.setenv("BINLOG_CDC_STAGING", "s3://bucket/staging")
+    monkeypatch.setenv("BINLOG_CDC_TARGET", "/lake/target")
+    dag = DagBag(dag_folder=str(EXAMPLES)).dags["binlog_cdc"]
+    params = {name: dag.params[name] for name in ("pipeline", "tables", "staging", "target")}
+    assert params == {
+        "pipeline": "orders_cdc",
+        "tables": "shop.orders,shop.customers",
+        "staging": "s3://bucket/staging",
+        "target": "/lake/target",
+    }
