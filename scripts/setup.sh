@@ -29,11 +29,11 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip uv
-.venv/bin/uv pip install -q --python .venv/bin/python -e ".[test]"
+.venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python -e ".[test]"
 # apache-airflow-providers-apache-spark depends on pyspark-client, which writes into the same
 # `pyspark` package folder as pyspark and can leave Python files of another version beside the
 # JVM jars. Reinstall the pinned pyspark last, then check that the pair matches.
-.venv/bin/uv pip install -q --python .venv/bin/python --reinstall --no-deps "pyspark==${PYSPARK_VERSION}"
+.venv/bin/uv pip install -q --python .venv/bin/python --reinstall --no-deps --compile-bytecode "pyspark==${PYSPARK_VERSION}"
 .venv/bin/python - <<PY
 import pathlib, pyspark, pyspark.version
 jars = pathlib.Path(pyspark.__file__).parent / "jars"

@@ -10,6 +10,7 @@ import pyarrow as pa
 from airflow_provider_binlog.exceptions import BinlogPurgedError
 from airflow_provider_binlog.extract.columns import ColumnSpec
 from airflow_provider_binlog.extract.reader import TableTarget, WindowReader
+from airflow_provider_binlog.extract.tablemaps import CACHED_TABLE_MAP_EVENTS, table_map_cache
 from airflow_provider_binlog.extract.writer import TableOutput, TableWriter
 from airflow_provider_binlog.positions import BinlogPosition, file_index
 from airflow_provider_binlog.staging import MANIFEST_FORMAT_VERSION, clear_window, uri_of, write_manifest
@@ -68,6 +69,7 @@ def stream_options(tables: dict[str, TableTarget]) -> dict[str, Any]:
     return {
         "only_tables": sorted({name.split(".", 1)[1] for name in tables}),
         "only_events": [
+            *CACHED_TABLE_MAP_EVENTS,
             FormatDescriptionEvent,
             RotateEvent,
             GtidEvent,
@@ -114,7 +116,8 @@ def extract_window(
     stream = hook.stream_reader(start, schemas=[n.split(".", 1)[0] for n in tables], **stream_options(tables))
     try:
         reader = WindowReader(stream, start=start, end=end, tables=tables, window=window.seq, sink=sink)
-        stats = reader.run()
+        with table_map_cache():
+            stats = reader.run()
     finally:
         stream.close()
     outputs = {name: writer.close() for name, writer in writers.items()}

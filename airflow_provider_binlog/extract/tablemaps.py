@@ -1,0 +1,70 @@
+"""A table-map cache for mysql-replication: parse each distinct TABLE_MAP_EVENT body once.
+
+Every row-based transaction starts with a TABLE_MAP_EVENT per table it touches (MySQL internals,
+"TABLE_MAP_EVENT"); mysql-replication parses it (columns, optional metadata) every time, which is
+most of its cost on small OLTP transactions. The body bytes identify the definition completely (an
+ALTER TABLE changes the table id and the column metadata, so a stale definition cannot be served),
+so :class:`CachedTableMapEvent` keys its cache by them.
+
+The library picks event classes from a map in ``BinLogPacketWrapper`` and drops events whose class is
+not in the stream's allowed set; :func:`table_map_cache` installs the subclass in that map for the
+duration of one read, and :data:`CACHED_TABLE_MAP_EVENTS` must be added to ``only_events`` (otherwise
+the library would silently skip table maps and then drop the rows that need them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+from pymysqlreplication.constants.BINLOG import TABLE_MAP_EVENT
+from pymysqlreplication.event import BinLogEvent
+from pymysqlreplication.packet import BinLogPacketWrapper
+from pymysqlreplication.row_event import TableMapEvent
+
+MAX_CACHED_DEFINITIONS = 4096
+_PER_EVENT_FIELDS = frozenset({"packet", "table_map", "timestamp", "_ctl_connection"})
+
+
+class CachedTableMapEvent(TableMapEvent):
+    """A TableMapEvent that reuses the parsed definition of an identical, earlier event body."""
+
+    _cache: ClassVar[dict[bytes, dict[str, Any]]] = {}
+
+    def __init__(self, from_packet: Any, event_size: int, table_map: Any, ctl_connection: Any, **kwargs: Any) -> None:
+        raw = from_packet.packet
+        body = bytes(raw._data[raw._position : raw._position + event_size])
+        cached = self._cache.get(body)
+        if cached is not None:
+            BinLogEvent.__init__(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
+            self.__dict__.update(cached)
+            return
+        super().__init__(from_packet, event_size, table_map, ctl_connection, **kwargs)
+        if self._processed:
+            if len(self._cache) >= MAX_CACHED_DEFINITIONS:
+                self._cache.clear()
+            self._cache[body] = {k: v for k, v in self.__dict__.items() if k not in _PER_EVENT_FIELDS}
+
+
+CACHED_TABLE_MAP_EVENTS = [CachedTableMapEvent]
+
+_EVENT_MAP_ATTRIBUTE = "_BinLogPacketWrapper__event_map"
+
+
+@contextmanager
+def table_map_cache() -> Iterator[None]:
+    """Make mysql-replication build :class:`CachedTableMapEvent` for table maps inside the block.
+
+    :raises RuntimeError: when the library's event map is not where this module expects it (a
+        library upgrade changed it); the extractor then refuses to run rather than lose rows.
+    """
+    event_map = getattr(BinLogPacketWrapper, _EVENT_MAP_ATTRIBUTE, None)
+    if not isinstance(event_map, dict) or event_map.get(TABLE_MAP_EVENT) not in (TableMapEvent, CachedTableMapEvent):
+        raise RuntimeError("mysql-replication's event map changed; the table-map cache cannot be installed")
+    previous = event_map[TABLE_MAP_EVENT]
+    event_map[TABLE_MAP_EVENT] = CachedTableMapEvent
+    try:
+        yield
+    finally:
+        event_map[TABLE_MAP_EVENT] = previous
