@@ -95,7 +95,7 @@ class PipelineState(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    format_version: Literal[1] = STATE_FORMAT_VERSION
+    format_version: Literal[1] = 1
     pipeline: str
     source_identity: str
     flavor: Literal["mysql", "mariadb"]

@@ -179,7 +179,7 @@ def render(results: dict[str, tuple[dict, float, int]], events: int) -> str:
         "|---|---:|---:|---:|---:|---:|",
     ]
     rates = {}
-    for name, (report, wall, rss) in results.items():
+    for name, (report, wall, _rss) in results.items():
         seconds = report.get("seconds", wall)
         rates[name] = report["rows"] / seconds
     raw_rate = rates["raw mysql-replication loop"]

@@ -23,7 +23,9 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--windows", type=int, default=4, help="windows to run while the workload writes")
     parser.add_argument("--transactions", type=int, default=3000, help="transactions the workload writes")
-    parser.add_argument("--workdir", default=str(REPO / ".work" / "demo"), help="scratch folder (wiped first)")
+    parser.add_argument(
+        "--workdir", default=str(REPO / ".work" / "demo"), help="scratch folder (wiped first)"
+    )
     return parser.parse_args()
 
 
@@ -46,14 +48,18 @@ def prepare_environment(workdir: Path) -> None:
             "TZ": "UTC",
         }
     )
-    subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True, capture_output=True)
+    subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True, capture_output=True
+    )
 
 
 def load_dag():  # type: ignore[no-untyped-def]
     """Import the example DAG file the way a user's Airflow would parse it."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("binlog_cdc_example", REPO / "example_dags" / "binlog_cdc.py")
+    spec = importlib.util.spec_from_file_location(
+        "binlog_cdc_example", REPO / "example_dags" / "binlog_cdc.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -72,7 +78,9 @@ def run_window(dag, number: int) -> dict:  # type: ignore[no-untyped-def]
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        value = XCom.get_many(run_id=run.run_id, dag_ids=dag.dag_id, task_ids="extract", session=session).first()
+        value = XCom.get_many(
+            run_id=run.run_id, dag_ids=dag.dag_id, task_ids="extract", session=session
+        ).first()
         extract = XCom.deserialize_value(value) if value is not None else {}
     extract["seconds"] = time.monotonic() - started
     return extract
@@ -95,7 +103,9 @@ def main() -> int:
         connect = lambda: pymysql.connect(**server.connection_kwargs(autocommit=False))  # noqa: E731
         with pymysql.connect(**server.connection_kwargs()) as conn:
             create_shop_schema(conn, "shop")
-        print(f"demo: MariaDB on 127.0.0.1:{server.port} (binlog ROW/FULL/metadata FULL), schema shop created")
+        print(
+            f"demo: MariaDB on 127.0.0.1:{server.port} (binlog ROW/FULL/metadata FULL), schema shop created"
+        )
         dag = load_dag()
         results = [run_window(dag, 0)]
         print("demo: window 1 started the pipeline at the binlog head")
@@ -103,20 +113,28 @@ def main() -> int:
         workload.start(args.transactions, pause_seconds=0.002)
         for number in range(1, args.windows + 1):
             results.append(run_window(dag, number))
-            print(f"demo: window {results[-1]['window']}: {results[-1]['rows']} row changes while writes continue")
+            print(
+                f"demo: window {results[-1]['window']}: {results[-1]['rows']} row changes while writes continue"
+            )
         counts = workload.stop()
         results.append(run_window(dag, args.windows + 1))
-        print(f"demo: final window {results[-1]['window']}: {results[-1]['rows']} row changes after writes stopped")
+        print(
+            f"demo: final window {results[-1]['window']}: {results[-1]['rows']} row changes after writes stopped"
+        )
         print(f"demo: workload wrote {sum(counts.values())} transactions: {dict(sorted(counts.items()))}")
         with pymysql.connect(**server.connection_kwargs()) as conn:
-            comparisons = [compare_table(conn, os.environ["BINLOG_CDC_TARGET"], f"shop.{t}") for t in SHOP_TABLES]
+            comparisons = [
+                compare_table(conn, os.environ["BINLOG_CDC_TARGET"], f"shop.{t}") for t in SHOP_TABLES
+            ]
         rows = sum(r["rows"] for r in results)
         seconds = sum(r["seconds"] for r in results)
         print("\nverification (source vs. target, row by row):")
         for comparison in comparisons:
             print(f"  {comparison}")
-        print(f"throughput: {rows} row changes in {len(results)} windows, {seconds:.1f} s of DAG runs "
-              f"({rows / seconds:.0f} row changes/s end to end, Spark start-up included)")
+        print(
+            f"throughput: {rows} row changes in {len(results)} windows, {seconds:.1f} s of DAG runs "
+            f"({rows / seconds:.0f} row changes/s end to end, Spark start-up included)"
+        )
         ok = all(c.matched for c in comparisons)
         print("RESULT: every table matches its source" if ok else "RESULT: MISMATCH")
         return 0 if ok else 1

@@ -9,10 +9,10 @@ end of the binlog before it is an error (the window's bytes must exist to be re-
 from __future__ import annotations
 
 import datetime as dt
-from collections import Counter
 import logging
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,8 +79,8 @@ class _Transaction:
     def __init__(self) -> None:
         self.open = False
         self.gtid: str | None = None
-        self.touched: dict[LayoutKey, _Layout] = {}
-        self.spilled: dict[LayoutKey, list[Any]] = {}
+        self.touched: dict[tuple[str, int], _Layout] = {}
+        self.spilled: dict[tuple[str, int], list[Any]] = {}
         self.rows_in_memory = 0
 
     def close_spills(self) -> None:

@@ -32,7 +32,9 @@ class CachedTableMapEvent(TableMapEvent):
 
     _cache: ClassVar[dict[bytes, dict[str, Any]]] = {}
 
-    def __init__(self, from_packet: Any, event_size: int, table_map: Any, ctl_connection: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, from_packet: Any, event_size: int, table_map: Any, ctl_connection: Any, **kwargs: Any
+    ) -> None:
         raw = from_packet.packet
         body = bytes(raw._data[raw._position : raw._position + event_size])
         cached = self._cache.get(body)
@@ -60,7 +62,10 @@ def table_map_cache() -> Iterator[None]:
         library upgrade changed it); the extractor then refuses to run rather than lose rows.
     """
     event_map = getattr(BinLogPacketWrapper, _EVENT_MAP_ATTRIBUTE, None)
-    if not isinstance(event_map, dict) or event_map.get(TABLE_MAP_EVENT) not in (TableMapEvent, CachedTableMapEvent):
+    if not isinstance(event_map, dict) or event_map.get(TABLE_MAP_EVENT) not in (
+        TableMapEvent,
+        CachedTableMapEvent,
+    ):
         raise RuntimeError("mysql-replication's event map changed; the table-map cache cannot be installed")
     previous = event_map[TABLE_MAP_EVENT]
     event_map[TABLE_MAP_EVENT] = CachedTableMapEvent

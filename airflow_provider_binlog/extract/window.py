@@ -124,7 +124,7 @@ def extract_window(
     for name, target in tables.items():
         outputs.setdefault(name, TableOutput(name=name, primary_key=target.primary_key))
         outputs[name].zero_dates = reader.zero_dates[name]
-    manifest = {
+    manifest: dict[str, Any] = {
         "format_version": MANIFEST_FORMAT_VERSION,
         "pipeline": pipeline,
         "window": window.seq,

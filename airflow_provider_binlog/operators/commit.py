@@ -11,25 +11,25 @@ from airflow_provider_binlog.exceptions import MergeError, StateError
 from airflow_provider_binlog.state import Checkpoint, PipelineState, StateManager, now_iso, state_summary
 
 
-def merge_app_id(pipeline: str) -> str:
-    """Return the Delta app-transaction id under which a pipeline's merges record window seqs."""
-    return f"airflow-provider-binlog:{pipeline}"
+def window_merged(
+    target_path: str, table: str, pipeline: str, seq: int, storage_options: dict[str, str] | None = None
+) -> bool:
+    """Return True when the table's Delta log holds the merge commit of window ``seq`` of ``pipeline``.
 
-
-def merged_version(
-    target_path: str, table: str, pipeline: str, storage_options: dict[str, str] | None = None
-) -> int:
-    """Return the newest window seq recorded in the table's Delta log for ``pipeline`` (0: none or no table)."""
+    The merge job records each window as the Delta app transaction ``window_app_id(pipeline, seq)``
+    in the same commit as its data (Delta protocol, "Transaction Identifiers").
+    """
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
+    from airflow_provider_binlog.spark_jobs.merge import window_app_id
     from airflow_provider_binlog.target import table_uri
 
     try:
         delta = DeltaTable(table_uri(target_path, table), storage_options=storage_options)
     except TableNotFoundError:
-        return 0
-    return int(delta.transaction_version(merge_app_id(pipeline)) or 0)
+        return False
+    return delta.transaction_version(window_app_id(pipeline, seq)) is not None
 
 
 class BinlogCommitOperator(BaseOperator):
@@ -102,10 +102,9 @@ class BinlogCommitOperator(BaseOperator):
         for table, entry in manifest["tables"].items():
             if not entry["rows"]:
                 continue
-            version = merged_version(self.target_path, table, self.pipeline, self.storage_options)
-            if version < seq:
+            if not window_merged(self.target_path, table, self.pipeline, seq, self.storage_options):
                 raise MergeError(
-                    f"window {seq} of {table} is not in the target {self.target_path} (its Delta log records "
-                    f"window {version} for this pipeline): the merge did not complete, so the checkpoint stays. "
-                    f"Clear the merge task to re-merge the same staged window."
+                    f"window {seq} of {table} is not in the target {self.target_path} (no merge commit for it in "
+                    f"the table's Delta log): the merge did not complete, so the checkpoint stays. Clear the "
+                    f"merge task to re-merge the same staged window."
                 )

@@ -1137,7 +1137,8 @@ def commit_window(
     from deltalake.transaction import AddAction, RemoveAction
 
     now_ms = int(time.time() * 1000)
-    high_water = max(seq, dt.transaction_version(pipeline_app_id(pipeline)) or seq)
+    previous = dt.transaction_version(pipeline_app_id(pipeline))
+    high_water = seq if previous is None else max(seq, previous)
     actions: list[AddAction | RemoveAction] = [
         RemoveAction(f.path, True, now_ms, f.size, {BUCKET_COLUMN: str(f.bucket)}) for f in removed
     ]
@@ -1249,7 +1250,8 @@ def merge_table(
         )
     else:
         keys = check_table_key(dt, keys, staged.name)
-        newest = seq > (dt.transaction_version(pipeline_app_id(pipeline)) or -1)
+        high_water = dt.transaction_version(pipeline_app_id(pipeline))
+        newest = high_water is None or seq > high_water
         change = plan_schema_change(delta_arrow_schema(dt), wanted, staged.name)
         apply_schema_change(dt, change, update_metadata=newest)
         dt.update_incremental()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import shutil
 import sys
@@ -55,6 +56,7 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # no "closing connection" logs at interpreter exit
 
 
 @pytest.fixture
@@ -788,3 +790,80 @@ def test_operator_refuses_keyless_table_before_submitting(staging, target, monke
 
     with pytest.raises(BinlogConfigError, match=r"shop\.access_log has no primary key"):
         operator.execute(context={})
+
+
+def test_new_datetime_column_is_added_to_a_table_without_one(spark, staging, target):
+    # timestamp_ntz needs Delta reader 3 / writer 7 (timestampNtz feature); the table starts without it
+    run_merge(spark, stage_window(staging, 1, orders([("c", order(1, "new", "1.00"))])), target)
+    wider = ORDERS.append(pa.field("shipped_at", pa.timestamp("us")))
+    w2 = stage_window(
+        staging,
+        2,
+        {
+            "shop.orders": StagedTableSpec(
+                wider, [("u", {**order(1, "shipped", "1.00"), "shipped_at": dt.datetime(2024, 5, 2, 8, 30)})]
+            )
+        },
+    )
+
+    run_merge(spark, w2, target)
+
+    assert rows(read_table(target, "shop.orders")) == [
+        {
+            "id": 1,
+            "status": "shipped",
+            "amount": Decimal("1.00"),
+            "shipped_at": dt.datetime(2024, 5, 2, 8, 30),
+        }
+    ]
+    protocol = deltalake.DeltaTable(table_uri(target, "shop.orders")).protocol()
+    assert (protocol.min_reader_version, protocol.min_writer_version) == (3, 7)
+
+
+def test_column_added_in_the_middle_of_a_window(spark, staging, target):
+    # the extractor starts a new part file when ALTER TABLE changes the layout inside a window
+    wider = ORDERS.append(pa.field("note", pa.string()))
+    window = stage_window(
+        staging,
+        1,
+        orders(
+            [("c", order(1, "new", "1.00")), ("c", order(2, "new", "2.00")), ("u", order(1, "paid", "1.00"))]
+        ),
+    )
+    first = pq.read_table(os.path.join(window, "shop.orders", "part-00000.parquet"))
+    later = first.slice(2).add_column(3, "note", pa.array(["after alter"], pa.string()))
+    pq.write_table(first.slice(0, 2), os.path.join(window, "shop.orders", "part-00000.parquet"))
+    pq.write_table(later, os.path.join(window, "shop.orders", "part-00001.parquet"))
+    manifest_path = Path(window) / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["tables"]["shop.orders"]["files"] = [
+        "shop.orders/part-00000.parquet",
+        "shop.orders/part-00001.parquet",
+    ]
+    manifest["tables"]["shop.orders"]["columns"].append(
+        {"name": "note", "mysql_type": "text", "arrow_type": "string"}
+    )
+    manifest_path.write_text(json.dumps(manifest))
+
+    run_merge(spark, window, target)
+
+    result = read_table(target, "shop.orders")
+    assert result.schema == wider
+    assert rows(result) == [
+        {"id": 1, "status": "paid", "amount": Decimal("1.00"), "note": "after alter"},
+        {"id": 2, "status": "new", "amount": Decimal("2.00"), "note": None},
+    ]
+
+
+def test_file_uris_for_window_and_target(spark, staging, tmp_path):
+    # the extractor hands windows over as file:// URIs
+    window = stage_window(staging, 1, orders([("c", order(1, "new", "1.00"))]))
+    target_uri = f"file://{tmp_path}/target_uri"
+
+    merge.merge_window(spark, f"file://{window}", target_uri, pipeline=PIPELINE)
+
+    assert rows(read_table(target_uri, "shop.orders")) == [
+        {"id": 1, "status": "new", "amount": Decimal("1.00")}
+    ]
+    assert (tmp_path / "target_uri" / "shop" / "orders" / "_delta_log").is_dir()
+    assert not (tmp_path / "target_uri" / "shop" / "orders" / merge.STAGING_DIR).exists()
