@@ -132,6 +132,7 @@ class BinlogExtractOperator(BaseOperator):
             "window": window.seq,
             "window_uri": uri_of(window_dir),
             "rows": int(manifest["stats"]["rows"]),
+            "read_seconds": float(manifest["stats"]["read_seconds"]),
             "tables": {name: entry["rows"] for name, entry in manifest["tables"].items()},
         }
 

@@ -49,7 +49,12 @@ class BinlogMergeOperator(SparkSubmitOperator):
     :raises ValueError: if an argument is invalid.
     """
 
-    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "window_uri", "target_path")
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        "pipeline",
+        "window_uri",
+        "target_path",
+    )
     ui_color = "#e8f1fb"
 
     def __init__(

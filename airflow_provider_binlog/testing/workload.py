@@ -211,11 +211,13 @@ class ShopWorkload:
         )
 
     def _update_customer(self, cur: Any, rng: random.Random, number: int) -> None:
-        cur.execute(
-            f"UPDATE `{self.db}`.customers SET tier = %s, prefs = JSON_SET(COALESCE(prefs, '{{}}'), '$.n', %s) "
-            "ORDER BY id LIMIT 1 OFFSET %s",
-            (rng.choice(["free", "pro", "enterprise"]), number, rng.randint(0, 10)),
-        )
+        customer = self._pick(cur, rng, "customers", "id")
+        if customer is not None:
+            cur.execute(
+                f"UPDATE `{self.db}`.customers SET tier = %s, prefs = JSON_SET(COALESCE(prefs, '{{}}'), '$.n', %s) "
+                "WHERE id = %s",
+                (rng.choice(["free", "pro", "enterprise"]), number, customer),
+            )
 
     def _price_change(self, cur: Any, rng: random.Random, number: int) -> None:
         cur.execute(
