@@ -16,7 +16,11 @@ REPO = Path(__file__).resolve().parent.parent
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="binlog-airflow-home-"))
 os.environ["AIRFLOW_HOME"] = str(_AIRFLOW_HOME)
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "example_dags")
+_DAGS = _AIRFLOW_HOME / "dags"
+_DAGS.mkdir()
+for _dag_file in [*(REPO / "example_dags").glob("*.py"), *(REPO / "tests" / "system" / "dags").glob("*.py")]:
+    (_DAGS / _dag_file.name).symlink_to(_dag_file)
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(_DAGS)
 os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}"
 os.environ.setdefault("TZ", "UTC")
 
