@@ -7,7 +7,7 @@ parsed; no connection or Variable is touched at parse time):
 * ``BINLOG_CDC_TABLES`` comma-separated ``db.table`` names or patterns, default ``shop.*``
 * ``BINLOG_CDC_STAGING`` staging root (path or object-store URI), default ``/tmp/binlog_cdc/staging``
 * ``BINLOG_CDC_TARGET`` target root of the Delta tables, default ``/tmp/binlog_cdc/target``
-* ``BINLOG_CDC_SCHEDULE`` cron schedule, default every 15 minutes
+* ``BINLOG_CDC_SCHEDULE`` cron schedule, default every 15 minutes; ``none`` for manual runs only
 
 Connections: ``binlog_default`` (a ``mysql`` or ``mysql_binlog`` connection) and ``spark_default``.
 """
@@ -21,11 +21,13 @@ from airflow.sdk import DAG, Param
 
 from airflow_provider_binlog.operators import BinlogCommitOperator, BinlogExtractOperator, BinlogMergeOperator
 
+_SCHEDULE = os.environ.get("BINLOG_CDC_SCHEDULE", "*/15 * * * *")
+
 # [START howto_binlog_cdc]
 with DAG(
     dag_id="binlog_cdc",
     description="MySQL/MariaDB binlog -> Delta Lake, one bounded window per run",
-    schedule=os.environ.get("BINLOG_CDC_SCHEDULE", "*/15 * * * *"),
+    schedule=None if _SCHEDULE.lower() in ("", "none", "manual") else _SCHEDULE,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,

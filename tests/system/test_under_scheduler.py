@@ -1,0 +1,157 @@
+"""The example DAG under a real scheduler (``airflow standalone``: scheduler, dag-processor, API server,
+LocalExecutor workers using the Task SDK), where tasks reach Variables through the execution API."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pymysql
+import pytest
+
+from airflow_provider_binlog.testing.mariadb import LocalMariaDB, free_port
+from airflow_provider_binlog.verify import compare_table
+
+pytestmark = pytest.mark.system
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+class Standalone:
+    """``airflow standalone`` in its own home and process group, stopped by the fixture."""
+
+    def __init__(self, home: Path, env: dict[str, str]) -> None:
+        self.home = home
+        self.env = env
+        self.log = home / "standalone.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_seconds: float = 240) -> None:
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [str(BIN / "airflow"), "standalone"],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.wait_for(
+            lambda: b"Airflow is ready" in self.log.read_bytes(), timeout_seconds, "Airflow to start"
+        )
+
+    def wait_for(self, condition, timeout_seconds: float, what: str):  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"airflow standalone exited while waiting for {what}:\n{self.tail()}")
+            value = condition()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}:\n{self.tail()}")
+            time.sleep(1)
+
+    def tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
+
+    def query(self, sql: str, *args: object) -> list[tuple[object, ...]]:
+        with sqlite3.connect(self.home / "airflow.db", timeout=30) as db:
+            try:
+                return list(db.execute(sql, args))
+            except sqlite3.OperationalError:
+                return []
+
+    def cli(self, *args: str) -> str:
+        result = subprocess.run([str(BIN / "airflow"), *args], env=self.env, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result.stdout
+
+    def run_dag(self, dag_id: str, timeout_seconds: float = 300) -> str:
+        run_id = f"system_{uuid.uuid4().hex[:8]}"
+        self.cli("dags", "trigger", dag_id, "--run-id", run_id)
+
+        def finished() -> str | None:
+            rows = self.query("SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", dag_id, run_id)
+            state = rows[0][0] if rows else None
+            return str(state) if state in ("success", "failed") else None
+
+        return str(self.wait_for(finished, timeout_seconds, f"run {run_id}"))
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+@pytest.fixture
+def standalone(mariadb: LocalMariaDB, tmp_path: Path) -> Iterator[tuple[Standalone, str, Path]]:
+    home = tmp_path / "airflow"
+    (home / "dags").mkdir(parents=True)
+    (home / "dags" / "binlog_cdc.py").symlink_to(REPO / "example_dags" / "binlog_cdc.py")
+    db = f"sched_{uuid.uuid4().hex[:8]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    api_port = free_port()
+    env.update(
+        {
+            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__API__PORT": str(api_port),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{api_port}/execution/",
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW_CONN_BINLOG_DEFAULT": mariadb.uri(),
+            "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
+            "BINLOG_CDC_PIPELINE": f"p_{db}",
+            "BINLOG_CDC_TABLES": f"{db}.*",
+            "BINLOG_CDC_STAGING": str(tmp_path / "staging"),
+            "BINLOG_CDC_TARGET": str(tmp_path / "target"),
+            "BINLOG_CDC_SCHEDULE": "none",
+        }
+    )
+    mariadb.execute(
+        f"CREATE DATABASE {db}", f"CREATE TABLE {db}.items (id INT PRIMARY KEY, v JSON, d DECIMAL(9,3))"
+    )
+    server = Standalone(home, env)
+    try:
+        server.start()
+        server.wait_for(
+            lambda: server.query("SELECT 1 FROM dag WHERE dag_id = 'binlog_cdc'"), 120, "the DAG to be parsed"
+        )
+        yield server, db, tmp_path / "target"
+    finally:
+        server.stop()
+        mariadb.execute(f"DROP DATABASE IF EXISTS {db}")
+
+
+def test_example_dag_under_a_real_scheduler(
+    mariadb: LocalMariaDB, standalone: tuple[Standalone, str, Path]
+) -> None:
+    server, db, target = standalone
+    assert server.run_dag("binlog_cdc") == "success", server.tail()
+    mariadb.execute(
+        f"INSERT INTO {db}.items VALUES (1, '{{\"a\": 1}}', 1.5), (2, NULL, -2.25), (3, '[]', 0)",
+        f"UPDATE {db}.items SET d = 9.125 WHERE id = 1",
+        f"DELETE FROM {db}.items WHERE id = 2",
+        f"UPDATE {db}.items SET id = 4 WHERE id = 3",
+    )
+    assert server.run_dag("binlog_cdc") == "success", server.tail()
+    with pymysql.connect(**mariadb.connection_kwargs()) as conn:
+        result = compare_table(conn, str(target), f"{db}.items")
+    assert result.matched, str(result)
+    assert result.source_rows == 2
