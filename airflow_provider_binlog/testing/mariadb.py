@@ -117,9 +117,13 @@ class LocalMariaDB:
             self._install_db()
         self.port = self.port or free_port()
         self._launch()
-        self._wait_until_ready(use_password=not first_start)
-        if first_start:
-            self._set_root_password()
+        try:
+            self._wait_until_ready(use_password=not first_start)
+            if first_start:
+                self._set_root_password()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def _install_db(self) -> None:
