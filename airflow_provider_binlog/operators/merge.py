@@ -104,6 +104,13 @@ class BinlogMergeOperator(SparkSubmitOperator):
         from airflow_provider_binlog.spark_jobs import merge as job
 
         window = self._load_window()
+        if not any(job.has_changes(table) for table in window.tables):
+            self.log.info(
+                "Window %s of %s has no row changes: nothing to merge, Spark not started",
+                window.seq,
+                self.pipeline,
+            )
+            return self.verify(window)
         self.conf = {**job.SPARK_SQL_CONF, **(self.conf or {})}
         self.application_args = self._application_args()
         master, deploy_mode = self._spark_master()

@@ -1103,12 +1103,7 @@ def remove_files(fs: pafs.FileSystem, paths: Sequence[str]) -> None:
     :param paths: file paths.
     """
     for path in paths:
-        try:
-            fs.delete_file(path)
-        except FileNotFoundError:
-            pass
-        except OSError as err:
-            log.warning("could not delete uncommitted file %s: %s", path, err)
+        _delete_quietly(fs.delete_file, path, "uncommitted file")
 
 
 def commit_window(
@@ -1349,12 +1344,17 @@ def _commit_info(pipeline: str, seq: int, result: TableResult) -> dict[str, Any]
 
 
 def _delete_dir(fs: pafs.FileSystem, path: str) -> None:
+    _delete_quietly(fs.delete_dir, path, "staging folder")
+
+
+def _delete_quietly(delete: Any, path: str, what: str) -> None:
+    """Run ``delete(path)``; a path already gone is fine, other errors are logged (cleanup only)."""
     try:
-        fs.delete_dir(path)
+        delete(path)
     except FileNotFoundError:
         pass
     except OSError as err:
-        log.warning("could not delete staging folder %s: %s", path, err)
+        log.warning("could not delete %s %s: %s", what, path, err)
 
 
 def _delete_dir_if_empty(fs: pafs.FileSystem, path: str) -> None:
