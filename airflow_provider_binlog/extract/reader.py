@@ -22,13 +22,14 @@ import pyarrow as pa
 from airflow_provider_binlog.exceptions import SourceUnreachableError, UnsupportedEventError
 from airflow_provider_binlog.extract.batches import ChangeBatchBuilder, with_commit
 from airflow_provider_binlog.extract.columns import ColumnSpec, column_spec, converter
-from airflow_provider_binlog.extract.writer import ROW_GROUP_ROWS
 from airflow_provider_binlog.positions import BinlogPosition
 
 log = logging.getLogger(__name__)
 
 SPILL_ROWS = 50_000
 """Rows of one open transaction kept in memory before they are spilled to a temporary file."""
+BATCH_ROWS = 8_192
+"""Committed rows per table kept as Python values before they become an Arrow batch for the writer."""
 
 # Event type codes the reader must not skip silently (MySQL source ``binlog_event.h``; MariaDB KB,
 # "Replication Protocol" / "Binlog Event Header"): MySQL TRANSACTION_PAYLOAD_EVENT (compressed
@@ -349,7 +350,7 @@ class WindowReader:
                     spilled = with_commit(batch, gtid=self.txn.gtid, commit_ts=commit_ts)
                     self.sink(layout.table, spilled, layout.specs, self.tables[layout.table].primary_key)
             layout.builder.commit(self.txn.gtid, commit_ts)
-            if layout.builder.committed >= ROW_GROUP_ROWS:
+            if layout.builder.committed >= BATCH_ROWS:
                 self._flush(layout)
         self.txn.close_spills()
         self.txn = _Transaction()

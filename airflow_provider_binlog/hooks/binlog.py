@@ -101,6 +101,11 @@ class ServerState:
                 "binlog_transaction_compression is ON: compressed transaction payloads cannot be decoded "
                 "by the reader and would be lost; set binlog_transaction_compression=OFF."
             )
+        if v.get("log_bin_compress", "").upper() in ("ON", "1"):
+            issues.append(
+                "log_bin_compress is ON: MariaDB's compressed binlog events cannot be decoded by the reader "
+                "and their rows would be lost; set log_bin_compress=OFF."
+            )
         if v.get("binlog_checksum", "CRC32").upper() not in ("CRC32", "NONE"):
             issues.append(f"binlog_checksum {v.get('binlog_checksum')} is not supported; use CRC32 or NONE.")
         return issues
@@ -306,6 +311,7 @@ class BinlogHook(BaseHook):
         "binlog_row_metadata",
         "binlog_checksum",
         "binlog_transaction_compression",
+        "log_bin_compress",
         "binlog_expire_logs_seconds",
         "expire_logs_days",
         "gtid_mode",

@@ -235,3 +235,17 @@ def test_staging_on_a_file_is_a_clear_error(tmp_path: Path) -> None:
     blocker.write_text("not a folder")
     with pytest.raises(StagingError, match="is not writable"):
         check_writable(storage_path(str(blocker / "staging")))
+
+
+def test_compressed_events_are_refused_not_dropped(
+    recorder: Recorder, mariadb: LocalMariaDB, source_db: str
+) -> None:
+    mariadb.execute(f"CREATE TABLE `{source_db}`.t (id INT PRIMARY KEY, body TEXT)")
+    recorder.mark()
+    mariadb.execute("SET GLOBAL log_bin_compress = ON")
+    try:
+        mariadb.execute(f"INSERT INTO `{source_db}`.t VALUES (1, REPEAT('x', 5000))")
+    finally:
+        mariadb.execute("SET GLOBAL log_bin_compress = OFF")
+    with pytest.raises(UnsupportedEventError, match="MariaDB compressed event .* would be lost"):
+        recorder.extract({f"{source_db}.t": ["id"]})

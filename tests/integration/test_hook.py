@@ -27,7 +27,9 @@ def global_setting(mariadb: LocalMariaDB) -> Iterator[object]:
 
     yield change
     for name, value in saved.items():
-        mariadb.execute(f"SET GLOBAL {name} = '{value}'")
+        mariadb.execute(
+            f"SET GLOBAL {name} = {value}" if isinstance(value, int) else f"SET GLOBAL {name} = '{value}'"
+        )
 
 
 def test_server_state_of_a_good_source(hook: BinlogHook, mariadb: LocalMariaDB) -> None:
@@ -124,3 +126,9 @@ def test_server_id_comes_from_extras_or_pipeline(
     monkeypatch.setenv("AIRFLOW_CONN_BINLOG_DEFAULT", mariadb.uri() + "?server_id=abc")
     with pytest.raises(BinlogConfigError, match="server_id='abc' is not an integer"):
         _ = BinlogHook().server_id
+
+
+def test_compressed_binlog_is_refused(hook: BinlogHook, global_setting) -> None:
+    global_setting("log_bin_compress", "ON")
+    with pytest.raises(BinlogConfigError, match="log_bin_compress is ON: MariaDB's compressed binlog events"):
+        hook.validate_source()
