@@ -10,6 +10,7 @@ keeps races rare; the guard makes the rare one loud instead of silent.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
@@ -85,7 +86,7 @@ class Checkpoint(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     position: Position
-    window: int = Field(ge=0, description="seq of the last merged window (0: none yet)")
+    window: int = Field(ge=0, description="seq of the last merged window (the seq base: none merged yet)")
     commit_ts: str | None = None
     updated_at: str
 
@@ -214,13 +215,23 @@ class StateManager:
         return state
 
     def initial(self, source_identity: str, flavor: str, head: BinlogPosition) -> PipelineState:
-        """Return a new state whose checkpoint is ``head`` (a new pipeline starts at the current head)."""
+        """Return a new state whose checkpoint is ``head`` (a new pipeline starts at the current head).
+
+        Window sequence numbers of a new state start after the current Unix time in milliseconds: a
+        pipeline re-created under the same name (its Variable deleted) then orders every change after
+        anything an earlier incarnation merged into the same target (order keys start with the window
+        seq), and never reuses an earlier window's staging folder or Delta app-transaction marker.
+        An incarnation cannot outrun the clock: cutting, staging and merging a window takes far longer
+        than a millisecond.
+        """
         return PipelineState(
             pipeline=self.pipeline,
             source_identity=source_identity,
             flavor=flavor,  # type: ignore[arg-type]
             revision=0,
-            checkpoint=Checkpoint(position=Position.of(head), window=0, updated_at=now_iso()),
+            checkpoint=Checkpoint(
+                position=Position.of(head), window=int(time.time() * 1000), updated_at=now_iso()
+            ),
         )
 
     def save(self, new: PipelineState, *, expected_revision: int | None) -> PipelineState:

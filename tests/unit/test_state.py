@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -98,7 +99,7 @@ def test_windows_tile_the_binlog(manager: StateManager) -> None:
         assert not reused
         state = mark_window(state, window.seq, status="merged")
     first, second = state.windows
-    assert (first.seq, second.seq) == (1, 2)
+    assert (first.seq, second.seq) == (state.checkpoint.window + 1, state.checkpoint.window + 2)
     assert first.start.to_position() == HEAD
     assert first.end == second.start
     assert second.end.to_position() == heads[1]
@@ -116,7 +117,7 @@ def test_a_retry_reuses_its_window(manager: StateManager) -> None:
 def test_no_new_window_while_one_is_unmerged(manager: StateManager) -> None:
     state = manager.initial("id", "mariadb", HEAD)
     state, _, _ = cut_window(state, run_id="run1", head=BinlogPosition("mariadb-bin.000001", 900))
-    with pytest.raises(WindowPendingError, match=r"window 1 .*\(run 'run1'\) is cut, not merged"):
+    with pytest.raises(WindowPendingError, match=r"window \d+ .*\(run 'run1'\) is cut, not merged"):
         cut_window(state, run_id="run2", head=BinlogPosition("mariadb-bin.000001", 990))
 
 
@@ -136,8 +137,22 @@ def test_ledger_keeps_unmerged_and_recent_merged_windows(manager: StateManager) 
     state, pending, _ = cut_window(state, run_id="last", head=BinlogPosition(HEAD.file, 5000))
     pruned = state.pruned()
     assert len(pruned.windows) == MERGED_WINDOWS_KEPT + 1
-    assert pruned.windows[0].seq == 6
+    assert pruned.windows[0].seq == state.windows[5].seq
     assert pruned.windows[-1] == pending
+
+
+def test_a_recreated_pipeline_orders_after_its_earlier_incarnation(manager: StateManager) -> None:
+    earlier = manager.initial("id", "mariadb", HEAD)
+    for number in range(3):
+        time.sleep(0.002)  # a real window takes far longer than the millisecond the seq base counts in
+        earlier, window, _ = cut_window(
+            earlier, run_id=f"r{number}", head=BinlogPosition(HEAD.file, 900 + number)
+        )
+        earlier = mark_window(earlier, window.seq, status="merged")
+    time.sleep(0.002)
+    later = manager.initial("id", "mariadb", HEAD)
+    _, first_window, _ = cut_window(later, run_id="again", head=BinlogPosition(HEAD.file, 990))
+    assert first_window.seq > earlier.windows[-1].seq
 
 
 def test_pipeline_names_are_checked() -> None:
