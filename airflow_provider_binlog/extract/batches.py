@@ -60,13 +60,27 @@ class ChangeBatchBuilder:
     def add(
         self, op: str, seq: int, file: str, pos: int, row: dict[str, Any], none_sources: dict[str, str]
     ) -> None:
-        """Append one row image of the open transaction (after image for c/u, before image for d)."""
-        for index, name in enumerate(self.names):
+        """Append one row image decoded by mysql-replication (converted to staged values here)."""
+        values = []
+        for name, convert in zip(self.names, self.converters, strict=True):
             value = row.get(name)
             reason = none_sources.get(name) if value is None else None
             if reason is not None and is_zero_date(value, reason):
                 self.zero_dates += 1
-            self.values[index].append(self.converters[index](value, reason))
+            values.append(convert(value, reason))
+        self.add_values(op, seq, file, pos, values)
+
+    def add_values(self, op: str, seq: int, file: str, pos: int, values: Sequence[Any]) -> None:
+        """Append one row image of the open transaction, already in staged values and column order.
+
+        :param op: ``c``, ``u`` or ``d`` (after image for c/u, before image for d).
+        :param seq: the row's ``_binlog_seq``.
+        :param file: binlog file of the row event.
+        :param pos: end position of the row event.
+        :param values: one staged value per column.
+        """
+        for column, value in zip(self.values, values, strict=True):
+            column.append(value)
         meta = self.meta
         meta["op"].append(op)
         meta["seq"].append(seq)
