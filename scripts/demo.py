@@ -112,7 +112,7 @@ def main() -> int:
         )
         dag = load_dag()
         results = [run_window(dag, 0)]
-        print("demo: window 1 started the pipeline at the binlog head")
+        print("demo: run 1 started the pipeline at the binlog head (an empty first window)")
         workload = ShopWorkload(connect=connect, db="shop")
         workload.start(args.transactions, pause_seconds=args.pause)
         for number in range(1, args.windows + 1):
