@@ -118,12 +118,12 @@ def main() -> int:
         for number in range(1, args.windows + 1):
             results.append(run_window(dag, number))
             print(
-                f"demo: window {results[-1]['window']}: {results[-1]['rows']} row changes while writes continue"
+                f"demo: run {number + 1} (window {results[-1]['window']}): {results[-1]['rows']} row changes while writes continue"
             )
         counts = workload.stop()
         results.append(run_window(dag, args.windows + 1))
         print(
-            f"demo: final window {results[-1]['window']}: {results[-1]['rows']} row changes after writes stopped"
+            f"demo: final run (window {results[-1]['window']}): {results[-1]['rows']} row changes after writes stopped"
         )
         print(f"demo: workload wrote {sum(counts.values())} transactions: {dict(sorted(counts.items()))}")
         with pymysql.connect(**server.connection_kwargs()) as conn:
