@@ -22,6 +22,7 @@ import pyarrow as pa
 from airflow_provider_binlog.exceptions import SourceUnreachableError, UnsupportedEventError
 from airflow_provider_binlog.extract.batches import ChangeBatchBuilder, with_commit
 from airflow_provider_binlog.extract.columns import ColumnSpec, column_spec, converter
+from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key
 from airflow_provider_binlog.positions import BinlogPosition
 
 log = logging.getLogger(__name__)
@@ -66,12 +67,26 @@ LayoutKey = tuple[str, tuple[Any, ...]]
 
 
 class _Layout:
-    """Column specs, converters and the row builder of one table-map layout of a table."""
+    """Column specs, row decoder and row builder of one table-map layout of a table.
+
+    Rows are decoded by :class:`~airflow_provider_binlog.extract.decoder.RowDecoder` straight from the
+    event bytes when it supports every column, else by mysql-replication plus the value converters.
+    """
 
     def __init__(self, table: str, columns: list[Any], window: int) -> None:
         self.table = table
+        self.columns = columns
         self.specs: list[ColumnSpec] = [column_spec(c) for c in columns]
         self.builder = ChangeBatchBuilder(self.specs, [converter(c) for c in columns], window)
+        self.decoder = RowDecoder(columns) if RowDecoder.supports(columns) else None
+
+    def take_zero_dates(self) -> int:
+        """Return the zero dates counted since the last call (by the decoder or the converters)."""
+        count = self.builder.zero_dates + (self.decoder.zero_dates if self.decoder else 0)
+        self.builder.zero_dates = 0
+        if self.decoder:
+            self.decoder.zero_dates = 0
+        return count
 
 
 class _Transaction:
@@ -127,6 +142,7 @@ class WindowReader:
         self.txn = _Transaction()
         self.layouts: dict[LayoutKey, _Layout] = {}
         self.current_layout: dict[str, LayoutKey] = {}
+        self.layout_of_list: dict[int, _Layout] = {}
         self.zero_dates: Counter[str] = Counter()
         self.position = start
 
@@ -166,8 +182,7 @@ class WindowReader:
 
     def _flush(self, layout: _Layout) -> None:
         """Hand the layout's committed rows to the sink."""
-        self.zero_dates[layout.table] += layout.builder.zero_dates
-        layout.builder.zero_dates = 0
+        self.zero_dates[layout.table] += layout.take_zero_dates()
         if layout.builder.committed:
             self.sink(
                 layout.table,
@@ -287,12 +302,15 @@ class WindowReader:
         self.txn.open = True
         layout = self._layout(name, event.columns)
         self.txn.touched[(name, id(layout))] = layout
-        self._add_rows(event, layout.builder, target, file, end_pos)
+        self._add_rows(event, layout, target, file, end_pos)
         if self.txn.rows_in_memory >= SPILL_ROWS:
             self._spill()
 
     def _layout(self, table: str, columns: list[Any]) -> _Layout:
-        key = (table, tuple((c.name, c.type, getattr(c, "unsigned", False)) for c in columns))
+        known = self.layout_of_list.get(id(columns))
+        if known is not None and known.columns is columns:
+            return known  # the table-map cache hands out the same column list for the same definition
+        key = (table, layout_key(columns))
         layout = self.layouts.get(key)
         if layout is None:
             previous = self.current_layout.get(table)
@@ -300,6 +318,9 @@ class WindowReader:
                 self._flush(self.layouts.pop(previous))
             layout = self.layouts[key] = _Layout(table, columns, self.window)
             self.current_layout[table] = key
+        if len(self.layout_of_list) > 4096:
+            self.layout_of_list.clear()
+        self.layout_of_list[id(columns)] = layout
         return layout
 
     def _spill(self) -> None:
@@ -314,28 +335,47 @@ class WindowReader:
                 self.txn.spilled.setdefault(key, []).append(spill_file)
         self.txn.rows_in_memory = 0
 
-    def _add_rows(
-        self, event: Any, builder: ChangeBatchBuilder, target: TableTarget, file: str, end_pos: int
-    ) -> None:
+    def _add_rows(self, event: Any, layout: _Layout, target: TableTarget, file: str, end_pos: int) -> None:
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-        if isinstance(event, WriteRowsEvent):
-            for row in event.rows:
-                builder.add("c", self._next_seq(), file, end_pos, row["values"], row["none_sources"])
-        elif isinstance(event, DeleteRowsEvent):
-            for row in event.rows:
-                builder.add("d", self._next_seq(), file, end_pos, row["values"], row["none_sources"])
-        elif isinstance(event, UpdateRowsEvent):
-            key = target.primary_key
-            for row in event.rows:
-                before, after = row["before_values"], row["after_values"]
-                if key and any(before.get(k) != after.get(k) for k in key):
-                    builder.add("d", self._next_seq(), file, end_pos, before, row["before_none_sources"])
-                builder.add("u", self._next_seq(), file, end_pos, after, row["after_none_sources"])
+        if isinstance(event, UpdateRowsEvent):
+            count = self._add_updates(event, layout, target, file, end_pos)
+        elif isinstance(event, (WriteRowsEvent, DeleteRowsEvent)):
+            op = "c" if isinstance(event, WriteRowsEvent) else "d"
+            count = self._add_images(event, layout, op, file, end_pos)
         else:
             raise UnsupportedEventError(f"unexpected rows event {type(event).__name__} at {end_pos}")
-        self.txn.rows_in_memory += len(event.rows)
-        self.stats.rows += len(event.rows)
+        self.txn.rows_in_memory += count
+        self.stats.rows += count
+
+    def _add_images(self, event: Any, layout: _Layout, op: str, file: str, end_pos: int) -> int:
+        builder = layout.builder
+        if layout.decoder is not None:
+            rows = layout.decoder.decode(event)
+            for values in rows:
+                builder.add_values(op, self._next_seq(), file, end_pos, values)
+            return len(rows)
+        for row in event.rows:
+            builder.add(op, self._next_seq(), file, end_pos, row["values"], row["none_sources"])
+        return len(event.rows)
+
+    def _add_updates(self, event: Any, layout: _Layout, target: TableTarget, file: str, end_pos: int) -> int:
+        builder = layout.builder
+        if layout.decoder is not None:
+            index = [layout.builder.names.index(k) for k in target.primary_key]
+            pairs = layout.decoder.decode_updates(event)
+            for before, after in pairs:
+                if any(before[i] != after[i] for i in index):
+                    builder.add_values("d", self._next_seq(), file, end_pos, before)
+                builder.add_values("u", self._next_seq(), file, end_pos, after)
+            return len(pairs)
+        key = target.primary_key
+        for row in event.rows:
+            before, after = row["before_values"], row["after_values"]
+            if key and any(before.get(k) != after.get(k) for k in key):
+                builder.add("d", self._next_seq(), file, end_pos, before, row["before_none_sources"])
+            builder.add("u", self._next_seq(), file, end_pos, after, row["after_none_sources"])
+        return len(event.rows)
 
     def _next_seq(self) -> int:
         self.seq += 1
