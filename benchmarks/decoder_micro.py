@@ -7,7 +7,7 @@ reads the same binlog range with each reader in one process and prints rows/s of
   mysql-replication loop, the baseline of the throughput goal);
 * ``library raw``: the same with the extractor's table-map cache;
 * ``library + converters``: ``event.rows`` then :func:`columns.converter` per value (the extractor today);
-* ``RowDecoder``: one decoder per table layout (``DecoderCache``), ``decode`` / ``decode_updates`` per event.
+* ``RowDecoder``: one decoder per table layout (cached by ``layout_key``), ``decode`` / ``decode_updates`` per event.
 
 All but the first read with the extractor's table-map cache (``extract/tablemaps.py``).
 
@@ -114,10 +114,13 @@ def library_converted(event: Any, cache: dict[Any, Any]) -> int:
 
 
 def ours(event: Any, cache: Any) -> int:
-    """Decode with one RowDecoder per layout (found through a DecoderCache)."""
+    """Decode with one RowDecoder per layout (cached by ``layout_key``)."""
     from pymysqlreplication.row_event import UpdateRowsEvent
 
-    decoder = cache.get(event.columns)
+    from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key
+
+    key = layout_key(event.columns)
+    decoder = cache.get(key) or cache.setdefault(key, RowDecoder(event.columns))
     if isinstance(event, UpdateRowsEvent):
         return len(decoder.decode_updates(event))
     return len(decoder.decode(event))
@@ -156,13 +159,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="passes per reader; the best one counts")
     args = parser.parse_args()
 
-    from airflow_provider_binlog.extract.decoder import DecoderCache
     from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
     with LocalMariaDB() as server:
         start = fill(server, args.rows, args.rows_per_statement)
         converted_cache: dict[Any, Any] = {}
-        decoder_cache = DecoderCache()
+        decoder_cache: dict[Any, Any] = {}
         readers: dict[str, tuple[Callable[[Any], int], bool]] = {
             "library raw, uncached": (library_raw, False),
             "library raw": (library_raw, True),

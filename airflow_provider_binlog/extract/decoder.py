@@ -31,7 +31,7 @@ import codecs
 import datetime as dt
 import decimal
 import struct
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pymysqlreplication.constants import FIELD_TYPE
@@ -318,46 +318,6 @@ class RowDecoder:
                 f"{_where(event)}: the row image lacks columns {missing}; the extractor needs full row "
                 f"images (binlog_row_image=FULL)"
             )
-
-
-class DecoderCache:
-    """Find the :class:`RowDecoder` of a rows event's layout; None for layouts the decoder leaves to the library.
-
-    Looks a layout up by the identity of the table map's ``columns`` list first (the table-map cache
-    of :mod:`tablemaps` hands out the same list for the same definition, so this costs a dict lookup),
-    then by :func:`layout_key`, so one decoder serves every table map with the same definition.
-
-    :param max_lists: column lists remembered by identity before that index is cleared (each entry
-        keeps its list alive, so an id cannot be reused while it is remembered).
-    """
-
-    def __init__(self, max_lists: int = 4096) -> None:
-        self.max_lists = max_lists
-        self._by_list: dict[int, tuple[Sequence[Any], Hashable, RowDecoder | None]] = {}
-        self._by_key: dict[tuple[Any, ...], RowDecoder | None] = {}
-
-    def get(self, columns: Sequence[Any], scope: Hashable = None) -> RowDecoder | None:
-        """Return the decoder of ``columns`` (built on first use), or None when it is not supported.
-
-        :param scope: keeps decoders apart beyond their layout; pass the table name so that each
-            decoder's ``zero_dates`` counts one table only.
-        """
-        entry = self._by_list.get(id(columns))
-        if entry is not None and entry[0] is columns and entry[1] == scope:
-            return entry[2]
-        key = (scope, layout_key(columns))
-        if key in self._by_key:
-            decoder = self._by_key[key]
-        else:
-            decoder = self._by_key[key] = RowDecoder(columns) if RowDecoder.supports(columns) else None
-        if len(self._by_list) >= self.max_lists:
-            self._by_list.clear()
-        self._by_list[id(columns)] = (columns, scope, decoder)
-        return decoder
-
-    def decoders(self) -> list[RowDecoder]:
-        """Return every decoder built so far (to collect their ``zero_dates``)."""
-        return [d for d in self._by_key.values() if d is not None]
 
 
 def _remaining_body(event: Any) -> bytes:
