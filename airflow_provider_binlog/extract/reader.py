@@ -18,6 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from pymysqlreplication.event import (
+    GtidEvent,
+    MariadbGtidEvent,
+    NotImplementedEvent,
+    QueryEvent,
+    RotateEvent,
+    XAPrepareEvent,
+    XidEvent,
+)
+from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_provider_binlog.exceptions import SourceUnreachableError, UnsupportedEventError
 from airflow_provider_binlog.extract.batches import ChangeBatchBuilder, with_commit
@@ -152,8 +162,6 @@ class WindowReader:
         :raises UnsupportedEventError: on compressed transactions, statement-based DML or XA.
         :raises SourceUnreachableError: when the binlog ends before the window end (retryable).
         """
-        from pymysqlreplication.event import NotImplementedEvent
-
         started = time.monotonic()
         if self.start.key >= self.end.key:
             return self.stats
@@ -193,8 +201,6 @@ class WindowReader:
 
     def _starts_at_or_after_end(self, event: Any) -> bool:
         """Return True when ``event`` begins at or after the window end (a boundary between groups)."""
-        from pymysqlreplication.event import RotateEvent
-
         end_pos, size = event.packet.log_pos, event.packet.event_size
         if isinstance(event, RotateEvent) or not end_pos:
             return False
@@ -204,15 +210,6 @@ class WindowReader:
         return not self.txn.open and self.position.key >= self.end.key
 
     def _dispatch(self, event: Any) -> None:
-        from pymysqlreplication.event import (
-            GtidEvent,
-            MariadbGtidEvent,
-            QueryEvent,
-            RotateEvent,
-            XAPrepareEvent,
-            XidEvent,
-        )
-        from pymysqlreplication.row_event import RowsEvent
 
         end_pos = event.packet.log_pos
         file = self.stream.log_file
@@ -336,7 +333,6 @@ class WindowReader:
         self.txn.rows_in_memory = 0
 
     def _add_rows(self, event: Any, layout: _Layout, target: TableTarget, file: str, end_pos: int) -> None:
-        from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
         if isinstance(event, UpdateRowsEvent):
             count = self._add_updates(event, layout, target, file, end_pos)

@@ -25,6 +25,7 @@ import Airflow: it runs on Spark drivers that may not have it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -1358,11 +1359,10 @@ def _delete_quietly(delete: Any, path: str, what: str) -> None:
 
 
 def _delete_dir_if_empty(fs: pafs.FileSystem, path: str) -> None:
-    try:
+    # Best effort: another merge may be using the folder; it is hidden from Delta readers either way.
+    with contextlib.suppress(OSError):
         if not fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)):
             fs.delete_dir(path)
-    except OSError:
-        pass  # another merge may be using it; it is hidden from Delta readers either way
 
 
 def merge_window(
