@@ -1353,7 +1353,7 @@ def _delete_quietly(delete: Any, path: str, what: str) -> None:
     try:
         delete(path)
     except FileNotFoundError:
-        pass
+        return  # already gone: nothing to clean up
     except OSError as err:
         log.warning("could not delete %s %s: %s", what, path, err)
 
