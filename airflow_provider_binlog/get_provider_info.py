@@ -1,12 +1,129 @@
-"""Provider metadata read by Airflow's ProvidersManager (entry point ``apache_airflow_provider``)."""
+"""Provider metadata read by Airflow's ProvidersManager (entry point ``apache_airflow_provider``).
+
+It also declares the ``mysql_binlog`` connection form, once, like an official provider's
+``provider.yaml``: Airflow 3.2+ renders the form from the provider info (``connection-types[].conn-fields``,
+a JSON schema per extra field, and ``ui-field-behaviour`` for the standard fields; read by
+``ProvidersManager._load_ui_metadata``), older Airflow 3 versions ask
+``BinlogHook.get_ui_field_behaviour``, and both are built from the definitions below.
+
+Airflow may call :func:`get_provider_info` while the provider's own modules are half imported (reading
+its configuration discovers providers), so this module imports nothing from the provider but
+``__version__``.
+"""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
+
+CONN_TYPE = "mysql_binlog"
+HOOK_NAME = "MySQL/MariaDB binlog"
+HOOK_CLASS_NAME = "airflow_provider_binlog.hooks.binlog.BinlogHook"
+
+SERVER_ID_MIN = 1
+SERVER_ID_MAX = 0xFFFFFFFF
+"""A replica ``server_id`` is an unsigned 32-bit integer, 0 excluded (MySQL manual, "Replication and
+Binary Logging Options and Variables": ``server_id``)."""
+
+SERVER_ID_BASE = 1 << 30
+SERVER_ID_SPAN = (1 << 30) - 1
+"""Derived server ids fall in ``[SERVER_ID_BASE, SERVER_ID_BASE + SERVER_ID_SPAN)``, i.e. 2^30 .. 2^31 - 2,
+above the small ids DBAs usually give real servers."""
+
+CONNECT_TIMEOUT_MAX_SECONDS = 31_536_000
+"""pymysql accepts ``connect_timeout`` in ``(0, 31536000]`` seconds."""
+
+CONN_FIELDS: dict[str, dict[str, Any]] = {
+    "server_id": {
+        "label": "Replica server_id",
+        "description": (
+            f"server_id the binlog stream presents to the source, {SERVER_ID_MIN}..{SERVER_ID_MAX}. It must "
+            "differ from the source's own server_id and from every replica's. Leave empty to derive a stable "
+            f"id from the pipeline name in [{SERVER_ID_BASE}, {SERVER_ID_BASE + SERVER_ID_SPAN}), i.e. "
+            "[2^30, 2^31 - 1). A value set here applies to every pipeline using this connection."
+        ),
+        "schema": {"type": ["integer", "null"], "minimum": SERVER_ID_MIN, "maximum": SERVER_ID_MAX},
+    },
+    "flavor": {
+        "label": "Server flavor",
+        "description": "mysql or mariadb; leave empty to detect it from SELECT VERSION().",
+        "schema": {"type": ["string", "null"], "enum": [None, "mysql", "mariadb"]},
+    },
+    "ssl_ca": {
+        "label": "TLS CA certificate file",
+        "description": "Path on the worker of the PEM CA certificate; enables TLS and verifies the server.",
+        "schema": {"type": ["string", "null"]},
+    },
+    "ssl_cert": {
+        "label": "TLS client certificate file",
+        "description": "Path on the worker of the PEM client certificate (for X509 / REQUIRE SUBJECT users).",
+        "schema": {"type": ["string", "null"]},
+    },
+    "ssl_key": {
+        "label": "TLS client key file",
+        "description": "Path on the worker of the PEM private key of the client certificate.",
+        "schema": {"type": ["string", "null"]},
+    },
+    "ssl_key_password": {
+        "label": "TLS client key password",
+        "description": "Password of an encrypted client key file.",
+        "schema": {"type": ["string", "null"], "format": "password"},
+    },
+    "charset": {
+        "label": "Character set",
+        "description": "Connection character set.",
+        "schema": {"type": ["string", "null"], "default": "utf8mb4"},
+    },
+    "connect_timeout": {
+        "label": "Connect timeout (seconds)",
+        "description": "Seconds to wait for the TCP connection and login before giving up.",
+        "schema": {
+            "type": ["integer", "null"],
+            "minimum": 1,
+            "maximum": CONNECT_TIMEOUT_MAX_SECONDS,
+            "default": 10,
+        },
+    },
+}
+"""Extra fields of the form, in the provider info ``conn-fields`` format (label, description, JSON
+schema; ``format: password`` marks a field sensitive). Values are stored under these names in the
+connection extra."""
+
+SSL_FIELDS = {"ssl_ca": "ca", "ssl_cert": "cert", "ssl_key": "key", "ssl_key_password": "password"}
+"""Flat extra fields and the key each one sets in the pymysql ``ssl`` dict (also accepted as extra ``ssl``)."""
+
+UI_FIELD_BEHAVIOUR: dict[str, Any] = {
+    "hidden-fields": ["schema"],
+    "relabeling": {"login": "Replication user"},
+    "placeholders": {"host": "mysql.example.com", "port": "3306", "login": "repl"},
+}
+"""Standard fields: hidden (``schema``: the stream reads every database), relabelled and placeholders,
+in the provider info ``ui-field-behaviour`` format."""
+
+
+def connection_type_info() -> dict[str, Any]:
+    """Return the ``connection-types`` entry of the provider info for ``mysql_binlog``, with its form."""
+    return {
+        "connection-type": CONN_TYPE,
+        "hook-class-name": HOOK_CLASS_NAME,
+        "hook-name": HOOK_NAME,
+        "ui-field-behaviour": copy.deepcopy(UI_FIELD_BEHAVIOUR),
+        "conn-fields": copy.deepcopy(CONN_FIELDS),
+    }
+
+
+def ui_field_behaviour() -> dict[str, Any]:
+    """Return :data:`UI_FIELD_BEHAVIOUR` in the form ``BaseHook.get_ui_field_behaviour`` returns it."""
+    behaviour = copy.deepcopy(UI_FIELD_BEHAVIOUR)
+    return {key.replace("-", "_"): value for key, value in behaviour.items()}
 
 
 def get_provider_info() -> dict[str, Any]:
-    """Return the provider's package name, version, hooks, operators, sensors and connection type."""
+    """Return the provider's package name, version, hooks, operators, sensors and connection type.
+
+    The connection type carries its form (:func:`connection_type_info`), which Airflow 3.2+ reads from
+    here instead of calling the hook's form methods.
+    """
     from airflow_provider_binlog import __version__
 
     return {
@@ -37,10 +154,5 @@ def get_provider_info() -> dict[str, Any]:
                 ],
             }
         ],
-        "connection-types": [
-            {
-                "connection-type": "mysql_binlog",
-                "hook-class-name": "airflow_provider_binlog.hooks.binlog.BinlogHook",
-            }
-        ],
+        "connection-types": [connection_type_info()],
     }

@@ -13,6 +13,17 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, SourceUnreachableError
+from airflow_provider_binlog.get_provider_info import (
+    CONN_TYPE,
+    CONNECT_TIMEOUT_MAX_SECONDS,
+    HOOK_NAME,
+    SERVER_ID_BASE,
+    SERVER_ID_MAX,
+    SERVER_ID_MIN,
+    SERVER_ID_SPAN,
+    SSL_FIELDS,
+    ui_field_behaviour,
+)
 from airflow_provider_binlog.positions import BinlogPosition
 
 if TYPE_CHECKING:
@@ -21,22 +32,24 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SERVER_ID_BASE = 0x40000000
-"""Derived server ids fall in ``[SERVER_ID_BASE, SERVER_ID_BASE + 0x3FFFFFFF)`` (2^30 .. 2^31 - 1)."""
-
 # MySQL client errors that mean "could not reach / lost the server" (MySQL manual, "Client Error
 # Message Reference"): 2003 can't connect, 2005 unknown host, 2006 gone away, 2013 lost connection.
 TRANSIENT_ERRORS = frozenset({2003, 2005, 2006, 2013})
 ACCESS_DENIED = frozenset({1044, 1045, 1227, 1698})
+ER_PARSE_ERROR = 1064
+MIN_REDACTED_SECRET_LENGTH = 5
+"""Secrets shorter than this are not redacted from messages (they would garble them; Airflow's secrets
+masker uses the same threshold)."""
 
 
 def derive_server_id(pipeline: str) -> int:
     """Return a stable replication ``server_id`` for a pipeline name.
 
     Every replica of a server needs a distinct ``server_id`` (MySQL manual, "Replication and Binary
-    Logging Options": ``server_id``); a pipeline uses ``SERVER_ID_BASE + crc32(name) % 2^30 - 1``.
+    Logging Options": ``server_id``); a pipeline uses ``SERVER_ID_BASE + crc32(name) % SERVER_ID_SPAN``,
+    which lies in ``[2^30, 2^31 - 1)``.
     """
-    return SERVER_ID_BASE + zlib.crc32(pipeline.encode()) % 0x3FFFFFFF
+    return SERVER_ID_BASE + zlib.crc32(pipeline.encode()) % SERVER_ID_SPAN
 
 
 @dataclass(frozen=True)
@@ -111,14 +124,53 @@ class ServerState:
         return issues
 
 
+@dataclass(frozen=True)
+class ReplicaHost:
+    """A replica registered with the source (a row of ``SHOW REPLICAS`` / ``SHOW SLAVE HOSTS``).
+
+    :param server_id: the replica's ``server_id``.
+    :param host: the host it reported (``--report-host``; MariaDB 10.5.1+ fills in the peer address).
+    :param port: the port it reported (0 when none).
+    """
+
+    server_id: int
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host or '?'}:{self.port} (server_id {self.server_id})"
+
+
+@dataclass(frozen=True)
+class SettingCheck:
+    """One line of :meth:`BinlogHook.test_connection`: a setting, its value and the verdict.
+
+    :param name: the setting (server variable name, ``binlog retention`` or ``server_id``).
+    :param value: its value as read.
+    :param verdict: ``ok``, ``note: ...``, ``not checked: ...`` or, when ``wrong``, the fix.
+    :param wrong: True when the setting keeps the source from being used.
+    """
+
+    name: str
+    value: str
+    verdict: str
+    wrong: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value}: {'WRONG: ' if self.wrong else ''}{self.verdict.rstrip('.')}"
+
+
 class BinlogHook(BaseHook):
     """Open replication and SQL connections to a MySQL/MariaDB source and read its binlog state.
 
-    Works from a standard ``mysql`` connection or the provider's ``mysql_binlog`` connection type.
-    Connection extras (JSON): ``server_id`` (int, replica id of the stream; default derived from the
-    pipeline name, see :func:`derive_server_id`), ``flavor`` (``mysql``/``mariadb``, overrides
-    detection), ``ssl`` (dict passed to pymysql: ``ca``, ``cert``, ``key``, ``check_hostname``),
-    ``charset`` (default ``utf8mb4``), ``connect_timeout`` (seconds, default 10).
+    Works from a standard ``mysql`` connection or the provider's ``mysql_binlog`` connection type,
+    whose form declares the extras (see :mod:`airflow_provider_binlog.get_provider_info`).
+    Connection extras (JSON; empty values count as unset): ``server_id`` (int in 1..4294967295, replica
+    id of the stream; default derived from the pipeline name, see :func:`derive_server_id`), ``flavor``
+    (``mysql``/``mariadb``, overrides detection), ``ssl_ca`` / ``ssl_cert`` / ``ssl_key`` (file paths) and
+    ``ssl_key_password``, or the equivalent ``ssl`` object passed to pymysql (``ca``, ``cert``, ``key``,
+    ``password``, ``check_hostname``), ``charset`` (default ``utf8mb4``), ``connect_timeout`` (seconds,
+    default 10).
 
     :param binlog_conn_id: Airflow connection id.
     :param pipeline: pipeline name, used to derive a stable ``server_id``.
@@ -126,8 +178,8 @@ class BinlogHook(BaseHook):
 
     conn_name_attr = "binlog_conn_id"
     default_conn_name = "binlog_default"
-    conn_type = "mysql_binlog"
-    hook_name = "MySQL/MariaDB binlog"
+    conn_type = CONN_TYPE
+    hook_name = HOOK_NAME
 
     def __init__(self, binlog_conn_id: str = default_conn_name, *, pipeline: str = "default") -> None:
         super().__init__()
@@ -138,15 +190,11 @@ class BinlogHook(BaseHook):
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        """Return how the Airflow UI shows the connection form of ``mysql_binlog``."""
-        return {
-            "hidden_fields": ["schema"],
-            "relabeling": {"login": "Replication user"},
-            "placeholders": {
-                "port": "3306",
-                "extra": '{"server_id": 1073741901, "flavor": "mariadb", "ssl": {"ca": "/path/ca.pem"}}',
-            },
-        }
+        """Return how the Airflow UI shows the standard fields of the ``mysql_binlog`` form.
+
+        Airflow 3.2+ reads the same definition from the provider info (``ui-field-behaviour``).
+        """
+        return ui_field_behaviour()
 
     def connection_settings(self) -> dict[str, Any]:
         """Return pymysql keyword arguments built from the Airflow connection (looked up once).
@@ -158,39 +206,76 @@ class BinlogHook(BaseHook):
             extras = conn.extra_dejson
             if not isinstance(extras, dict):
                 raise BinlogConfigError(f"connection {self.binlog_conn_id!r}: extra must be a JSON object")
-            self._extras = extras
+            self._extras = {name: value for name, value in extras.items() if value not in (None, "")}
             settings: dict[str, Any] = {
                 "host": conn.host or "127.0.0.1",
                 "port": int(conn.port or 3306),
                 "user": conn.login or "",
                 "passwd": conn.password or "",
-                "charset": extras.get("charset", "utf8mb4"),
-                "connect_timeout": int(extras.get("connect_timeout", 10)),
+                "charset": str(self._extras.get("charset", "utf8mb4")),
+                "connect_timeout": self._int_extra("connect_timeout", 1, CONNECT_TIMEOUT_MAX_SECONDS) or 10,
             }
-            if extras.get("ssl"):
-                if not isinstance(extras["ssl"], dict):
-                    raise BinlogConfigError(
-                        f"connection {self.binlog_conn_id!r}: extra 'ssl' must be an object like "
-                        '{"ca": "/path/ca.pem"}'
-                    )
-                settings["ssl"] = extras["ssl"]
+            ssl = self._ssl_options()
+            if ssl:
+                settings["ssl"] = ssl
             self._settings = settings
         return dict(self._settings)
 
+    def _int_extra(self, name: str, low: int, high: int) -> int | None:
+        """Return the integer extra ``name`` (None when unset).
+
+        :raises BinlogConfigError: when it is not an integer in ``low..high``.
+        """
+        raw = self._extras.get(name)
+        if raw is None:
+            return None
+        try:
+            value = int(raw)
+        except (TypeError, ValueError) as err:
+            raise BinlogConfigError(
+                f"connection {self.binlog_conn_id!r}: extra {name}={raw!r} is not an integer"
+            ) from err
+        if not low <= value <= high:
+            raise BinlogConfigError(
+                f"connection {self.binlog_conn_id!r}: extra {name}={value} must be in {low}..{high}"
+            )
+        return value
+
+    def _ssl_options(self) -> dict[str, Any]:
+        """Return the pymysql ``ssl`` dict: the extra ``ssl`` object plus the form's ``ssl_*`` fields.
+
+        :raises BinlogConfigError: when ``ssl`` is not an object, or a field and the object disagree.
+        """
+        ssl = self._extras.get("ssl") or {}
+        if not isinstance(ssl, dict):
+            raise BinlogConfigError(
+                f"connection {self.binlog_conn_id!r}: extra 'ssl' must be an object like "
+                '{"ca": "/path/ca.pem"}; or use the extras ssl_ca, ssl_cert, ssl_key'
+            )
+        merged = dict(ssl)
+        for name, key in SSL_FIELDS.items():
+            if name not in self._extras:
+                continue
+            if key in ssl and ssl[key] != self._extras[name]:
+                raise BinlogConfigError(
+                    f"connection {self.binlog_conn_id!r}: extras {name} and ssl.{key} differ; set only one"
+                )
+            merged[key] = self._extras[name]
+        return merged
+
     @property
     def server_id(self) -> int:
-        """Return the replica ``server_id`` this hook's streams register with."""
+        """Return the replica ``server_id`` this hook's streams use (extra ``server_id``, else derived)."""
         self.connection_settings()
-        raw = self._extras.get("server_id")
-        if raw is None:
-            return derive_server_id(self.pipeline)
-        try:
-            server_id = int(raw)
-        except (TypeError, ValueError) as err:
-            raise BinlogConfigError(f"connection extra server_id={raw!r} is not an integer") from err
-        if not 1 <= server_id <= 0xFFFFFFFF:
-            raise BinlogConfigError(f"connection extra server_id={server_id} must be in 1..4294967295")
-        return server_id
+        configured = self._int_extra("server_id", SERVER_ID_MIN, SERVER_ID_MAX)
+        return derive_server_id(self.pipeline) if configured is None else configured
+
+    def _server_id_origin(self) -> str:
+        """Return where :attr:`server_id` comes from, for messages."""
+        self.connection_settings()
+        if "server_id" in self._extras:
+            return f"set by the extra of connection {self.binlog_conn_id!r}"
+        return f"derived from pipeline name {self.pipeline!r}"
 
     def get_conn(self) -> pymysql.connections.Connection:
         """Open an autocommit SQL connection to the source.
@@ -355,20 +440,180 @@ class BinlogHook(BaseHook):
             )
         return state
 
+    def registered_replicas(self, cur: pymysql.cursors.Cursor) -> list[ReplicaHost]:
+        """Return the replicas registered with the source.
+
+        MySQL 8.0.22+ answers ``SHOW REPLICAS`` (the only spelling left in 8.4); MariaDB and older MySQL
+        answer ``SHOW SLAVE HOSTS`` (MySQL manual, "SHOW REPLICAS Statement"; MariaDB KB, "SHOW REPLICA
+        HOSTS"). Only clients that sent ``COM_REGISTER_SLAVE`` are listed: real replicas, and
+        mysql-replication readers opened with ``report_slave``.
+
+        :raises pymysql.err.OperationalError: 1227 when the user may not list replicas (MySQL needs
+            REPLICATION SLAVE, MariaDB 10.5.2+ REPLICATION MASTER ADMIN).
+        """
+        import pymysql
+
+        try:
+            cur.execute("SHOW REPLICAS")
+        except pymysql.err.ProgrammingError as err:
+            if not err.args or err.args[0] != ER_PARSE_ERROR:
+                raise
+            cur.execute("SHOW SLAVE HOSTS")
+        columns = [str(d[0]).lower() for d in cur.description]
+        rows = [dict(zip(columns, row, strict=True)) for row in cur.fetchall()]
+        return [
+            ReplicaHost(
+                server_id=int(row["server_id"]), host=str(row["host"] or ""), port=int(row["port"] or 0)
+            )
+            for row in rows
+        ]
+
+    def check_server_id(self) -> list[ReplicaHost] | None:
+        """Check that no replica of the source and not the source itself uses :attr:`server_id`.
+
+        Each replica's ``server_id`` must differ from the source's and from every other replica's
+        (MySQL manual, "Setting the Replica Configuration"), and a source runs one binlog dump per id: a
+        new dump ends the running dump with the same id (MySQL's "zombie" dump threads; measured on
+        MariaDB 10.11). A pipeline sharing a real replica's id would break that replica's replication
+        and be broken by it in turn.
+
+        The provider's own streams do not register (mysql-replication sends ``COM_REGISTER_SLAVE`` only
+        when given ``report_slave``, which :meth:`stream_reader` does not pass), so a registered replica
+        is never an earlier stream of this pipeline, alive or crashed, and needs no exemption. By the
+        same token two pipelines sharing a ``server_id`` are invisible here; the derived ids keep them
+        apart unless the extra sets one id for several pipelines.
+
+        :returns: the registered replicas checked; None when the user may not list them (then only
+            the source's own ``@@server_id`` was compared).
+        :raises BinlogConfigError: naming the colliding server and the fix.
+        """
+        server_id = self.server_id
+        with self.cursor() as cur:
+            cur.execute("SELECT @@GLOBAL.server_id")
+            source_id = int(cur.fetchone()[0])
+            replicas = self._replicas_if_allowed(cur)
+        taken = [source_id, *(r.server_id for r in replicas or [])]
+        if server_id == source_id:
+            raise BinlogConfigError(
+                f"server_id {server_id} ({self._server_id_origin()}) is the source's own @@server_id: "
+                f"every server and replica of a topology needs its own id. {self._server_id_fix(taken)}"
+            )
+        clashes = [r for r in replicas or [] if r.server_id == server_id]
+        if clashes:
+            raise BinlogConfigError(
+                f"server_id {server_id} ({self._server_id_origin()}) is already used by the replica "
+                f"{clashes[0]} registered with the source: the source keeps one binlog dump per server_id "
+                f"and would disconnect one of the two. {self._server_id_fix(taken)}"
+            )
+        return replicas
+
+    def _replicas_if_allowed(self, cur: pymysql.cursors.Cursor) -> list[ReplicaHost] | None:
+        import pymysql
+
+        try:
+            return self.registered_replicas(cur)
+        except pymysql.err.OperationalError as err:
+            if err.args and err.args[0] in ACCESS_DENIED:
+                return None
+            raise
+
+    def _server_id_fix(self, taken: Iterable[int]) -> str:
+        used = ", ".join(str(i) for i in sorted(set(taken)))
+        return (
+            f"Set the extra server_id of connection {self.binlog_conn_id!r} to a value in "
+            f"{SERVER_ID_MIN}..{SERVER_ID_MAX} that nothing uses (in use: {used}); it then applies to every "
+            "pipeline using that connection."
+        )
+
     def test_connection(self) -> tuple[bool, str]:
-        """Log in, read the binlog settings and report every check (the Airflow UI's Test button)."""
+        """Log in, check every binlog setting and the ``server_id`` (the Airflow UI's Test button).
+
+        :returns: ``(ok, message)``: a header line, one ``name=value: verdict`` line per setting checked
+            (see :class:`SettingCheck`) and the binlog head, separated by a semicolon and a newline (readable
+            whether the UI keeps line breaks or not); ``ok`` is False when any setting is WRONG or the
+            server cannot be reached. Secrets never appear in it.
+        """
         try:
             state = self.server_state()
+            checks = [*self._setting_checks(state), self._server_id_check(state)]
         except Exception as err:
-            return False, str(err)
-        problems = state.problems()
-        checked = ", ".join(
-            f"{name}={state.variables.get(name, '?')}"
-            for name in ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata")
+            return False, self._redacted(str(err))
+        ok = not any(check.wrong for check in checks)
+        settings = self.connection_settings()
+        verdict = (
+            "usable as a CDC source" if ok else "NOT usable as a CDC source; fix the settings marked WRONG"
         )
-        if problems:
-            return False, f"{state.flavor} {state.version}: {checked}. Problems: " + " ".join(problems)
-        return True, f"{state.flavor} {state.version}: {checked}; head {state.head}."
+        header = f"{state.flavor} {state.version} at {settings['host']}:{settings['port']}: {verdict}"
+        head = state.head
+        footer = f"head={head.file}:{head.pos} gtid={head.gtid_set or 'none'}" if head else "head=none"
+        return ok, self._redacted(";\n".join([header, *map(str, checks), footer]))
+
+    _REQUIRED_SETTINGS = (
+        "log_bin",
+        "binlog_format",
+        "binlog_row_image",
+        "binlog_row_metadata",
+        "binlog_checksum",
+    )
+    _COMPRESSION_SETTINGS = ("binlog_transaction_compression", "log_bin_compress")
+    _GTID_NOTES = {
+        "gtid_mode": "GTIDs are off: changes and checkpoints then carry binlog coordinates only",
+        "gtid_strict_mode": "MariaDB may log out-of-order GTIDs; gtid_strict_mode=ON refuses them",
+    }
+
+    def _setting_checks(self, state: ServerState) -> list[SettingCheck]:
+        """Return the verdict on each binlog setting (:meth:`ServerState.problems`), GTID mode and retention."""
+        # Each problem text of ServerState.problems() starts with the name of the setting it is about.
+        problems = {p.split(" ", 1)[0]: p for p in state.problems()}
+        present = [name for name in self._COMPRESSION_SETTINGS if name in state.variables]
+        checks = []
+        for name in (*self._REQUIRED_SETTINGS, *present):
+            value = state.variables.get(name, "unsupported")
+            problem = problems.pop(name, None)
+            checks.append(SettingCheck(name, value, problem or "ok", wrong=problem is not None))
+        checks += [SettingCheck(name, "?", problem, wrong=True) for name, problem in problems.items()]
+        for name, note in self._GTID_NOTES.items():
+            if name in state.variables:
+                value = state.variables[name]
+                checks.append(
+                    SettingCheck(name, value, "ok" if value.upper() in ("ON", "1") else f"note: {note}")
+                )
+        seconds = state.retention_seconds
+        if seconds:
+            note = "note: keep it at least twice the longest outage a pipeline must survive"
+            checks.append(SettingCheck("binlog retention", f"{seconds} s", note))
+        else:
+            checks.append(SettingCheck("binlog retention", "unlimited", "ok (binlogs never expire by age)"))
+        return checks
+
+    def _server_id_check(self, state: ServerState) -> SettingCheck:
+        """Return the verdict of :meth:`check_server_id` on :attr:`server_id`."""
+        server_id: int | str = self._extras.get("server_id", "?")
+        try:
+            server_id = self.server_id
+            replicas = self.check_server_id()
+        except BinlogConfigError as err:
+            return SettingCheck("server_id", str(server_id), str(err), wrong=True)
+        source_id = state.variables.get("server_id", "?")
+        value = f"{server_id} ({self._server_id_origin()}; the source's is {source_id})"
+        if replicas is None:
+            return SettingCheck(
+                "server_id",
+                value,
+                "not checked against replicas: the user may not list them; grant REPLICATION MASTER ADMIN "
+                "(MariaDB 10.5.2+) or REPLICATION SLAVE (MySQL) to check",
+            )
+        ids = ", ".join(str(r.server_id) for r in replicas) or "none"
+        return SettingCheck("server_id", value, f"ok, no registered replica uses it (registered: {ids})")
+
+    def _redacted(self, text: str) -> str:
+        """Return ``text`` with the connection's password and TLS key password replaced by ``***``."""
+        settings = self._settings or {}
+        secrets = (settings.get("passwd"), (settings.get("ssl") or {}).get("password"))
+        for secret in secrets:
+            if secret and len(str(secret)) >= MIN_REDACTED_SECRET_LENGTH:
+                text = text.replace(str(secret), "***")
+        return text
 
     def describe_tables(self, selection: Iterable[str]) -> dict[str, TableInfo]:
         """Resolve ``db.table`` names and shell patterns (``shop.*``) to existing base tables.
@@ -430,9 +675,19 @@ class BinlogHook(BaseHook):
         The stream is opened by coordinates on both flavors: with ``is_mariadb=True`` mysql-replication
         ignores file/position and an unknown GTID domain would stream from the oldest binlog. Logging
         of the library's settings (which include the password) is off.
+
+        :raises BinlogConfigError: when another replica or the source uses :attr:`server_id` (checked
+            first by :meth:`check_server_id`, one extra SQL connection).
         """
         from pymysqlreplication import BinLogStreamReader
 
+        if self.check_server_id() is None:
+            log.warning(
+                "server_id %s of pipeline %r was not checked against the source's replicas: the user may "
+                "not list them (grant REPLICATION MASTER ADMIN on MariaDB 10.5.2+)",
+                self.server_id,
+                self.pipeline,
+            )
         settings = self.connection_settings()
         return BinLogStreamReader(
             connection_settings=settings,
