@@ -43,3 +43,7 @@ class StagingError(BinlogError, AirflowFailException):
 
 class MergeError(BinlogError):
     """The merge of a window into the target failed; the checkpoint did not move."""
+
+
+class PurgeRiskError(BinlogError, AirflowFailException):
+    """Binlogs the pipeline still needs may be purged before it reads them (headroom below the minimum)."""

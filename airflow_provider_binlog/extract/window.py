@@ -7,12 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from airflow_provider_binlog.exceptions import BinlogPurgedError
 from airflow_provider_binlog.extract.columns import ColumnSpec
 from airflow_provider_binlog.extract.reader import TableTarget, WindowReader
 from airflow_provider_binlog.extract.tablemaps import CACHED_TABLE_MAP_EVENTS, table_map_cache
 from airflow_provider_binlog.extract.writer import TableOutput, TableWriter
-from airflow_provider_binlog.positions import BinlogPosition, file_index
+from airflow_provider_binlog.retention import binlog_bytes_between, check_retained
 from airflow_provider_binlog.staging import MANIFEST_FORMAT_VERSION, clear_window, uri_of, write_manifest
 from airflow_provider_binlog.state import Window, now_iso
 
@@ -22,34 +21,6 @@ if TYPE_CHECKING:
     from airflow_provider_binlog.hooks.binlog import BinlogHook, ServerState
 
 log = logging.getLogger(__name__)
-
-
-def check_retained(server: ServerState, start: BinlogPosition, pipeline: str) -> None:
-    """Check that the binlog file holding ``start`` still exists on the source.
-
-    :raises BinlogPurgedError: when it was purged (``SHOW BINARY LOGS`` no longer lists it).
-    """
-    names = [name for name, _ in server.binlog_files]
-    if start.file in names:
-        return
-    oldest = names[0] if names else "none"
-    raise BinlogPurgedError(
-        f"pipeline {pipeline!r} needs binlog {start.file} (from position {start.pos}) but the source has "
-        f"already purged it (oldest binlog now: {oldest}). The changes in between are gone: take a snapshot "
-        f"of the selected tables into the target (re-snapshot) and raise the source's binlog retention "
-        f"(binlog_expire_logs_seconds) to at least twice the longest expected outage."
-    )
-
-
-def window_bytes(server: ServerState, start: BinlogPosition, end: BinlogPosition) -> int:
-    """Return the bytes of binlog between ``start`` and ``end`` (sizes from ``SHOW BINARY LOGS``)."""
-    sizes = {name: size for name, size in server.binlog_files}
-    if start.file == end.file:
-        return end.pos - start.pos
-    total = sizes.get(start.file, start.pos) - start.pos + end.pos
-    low, high = file_index(start.file), file_index(end.file)
-    total += sum(size for name, size in sizes.items() if low < file_index(name) < high)
-    return total
 
 
 def stream_options(tables: dict[str, TableTarget]) -> dict[str, Any]:
@@ -139,7 +110,7 @@ def extract_window(
             "rolled_back": stats.rolled_back,
             "row_events_rows": stats.rows,
             "rows": sum(o.rows for o in outputs.values()),
-            "binlog_bytes": window_bytes(server, start, end),
+            "binlog_bytes": binlog_bytes_between(server.binlog_files, start, end),
             "read_seconds": round(stats.seconds, 3),
             "last_commit_ts": stats.last_commit_ts,
         },

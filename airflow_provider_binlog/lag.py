@@ -1,0 +1,181 @@
+"""Consumer lag: how far a pipeline's checkpoint (what the target holds) is behind the source head.
+
+Lag is measured three ways: **seconds** — the age of the oldest transaction the target does not hold
+yet (now minus its commit time; 0 when nothing is pending), which is how stale the target is and what
+Debezium's ``MilliSecondsBehindSource`` approximates under a steady workload; **bytes** of binlog between
+checkpoint and head; **transactions** between them by GTID count (None when the source has GTIDs off).
+The age form is chosen over "head commit time minus checkpoint commit time" because it stays right when
+the source goes quiet: an idle source with an unmerged transaction keeps getting staler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pendulum
+
+from airflow_provider_binlog.exceptions import BinlogConfigError
+from airflow_provider_binlog.gtid import GtidSet
+from airflow_provider_binlog.positions import BinlogPosition
+from airflow_provider_binlog.retention import binlog_bytes_between, check_retained
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.hooks.binlog import BinlogHook, ServerState
+
+
+@dataclass(frozen=True)
+class LagReport:
+    """How far the target of a pipeline is behind its source.
+
+    :param pipeline: pipeline name.
+    :param checkpoint: the pipeline's checkpoint (everything before it is in the target).
+    :param head: the source's binlog head when measured.
+    :param checkpoint_commit_at: commit time of the last transaction merged (None: not known yet).
+    :param pending_since: commit time of the oldest transaction not in the target; None when none.
+    :param seconds: ``measured_at - pending_since`` in seconds; 0 when nothing is pending.
+    :param bytes: bytes of binlog between checkpoint and head.
+    :param transactions: transactions between checkpoint and head (GTID count); None without GTIDs.
+    :param measured_at: when the head was read (UTC; taken just before reading it).
+    """
+
+    pipeline: str
+    checkpoint: BinlogPosition
+    head: BinlogPosition
+    checkpoint_commit_at: pendulum.DateTime | None
+    pending_since: pendulum.DateTime | None
+    seconds: float
+    bytes: int
+    transactions: int | None
+    measured_at: pendulum.DateTime
+
+    def covers(self, moment: pendulum.DateTime) -> bool:
+        """Return True when the target holds every transaction committed before ``moment``.
+
+        True only once the head was read at or after ``moment`` (until then more commits could land
+        before it) and the oldest pending transaction, if any, has a commit time at or after it. Commit
+        times are truncated to whole seconds, so a recorded time at or after ``moment`` means the real
+        one is too; a transaction in the second before counts as pending (waits longer, never claims
+        too much).
+        """
+        if self.measured_at < moment:
+            return False
+        return self.pending_since is None or self.pending_since >= moment
+
+    def describe(self) -> str:
+        """Return one line for task logs."""
+        transactions = "unknown (GTIDs off)" if self.transactions is None else str(self.transactions)
+        since = (
+            "nothing pending"
+            if self.pending_since is None
+            else f"oldest pending commit {self.pending_since.isoformat()}"
+        )
+        return (
+            f"pipeline {self.pipeline!r} lag: {self.seconds:.0f} s, {self.bytes} bytes, {transactions} transactions "
+            f"({since}; checkpoint {self.checkpoint}, head {self.head})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form (XCom, trigger events)."""
+        return {
+            "pipeline": self.pipeline,
+            "checkpoint": self.checkpoint.to_dict(),
+            "head": self.head.to_dict(),
+            "checkpoint_commit_at": None
+            if self.checkpoint_commit_at is None
+            else self.checkpoint_commit_at.isoformat(),
+            "pending_since": None if self.pending_since is None else self.pending_since.isoformat(),
+            "seconds": self.seconds,
+            "bytes": self.bytes,
+            "transactions": self.transactions,
+            "measured_at": self.measured_at.isoformat(),
+            "summary": self.describe(),
+        }
+
+
+def transactions_between(checkpoint: BinlogPosition, head: BinlogPosition, flavor: str) -> int | None:
+    """Return how many transactions the head's GTID set holds beyond the checkpoint's; None without GTIDs."""
+    if not head.gtid_set:
+        return None
+    return (GtidSet.parse(head.gtid_set, flavor) - GtidSet.parse(checkpoint.gtid_set, flavor)).count()
+
+
+def measure_lag(
+    hook: BinlogHook,
+    pipeline: str,
+    checkpoint: BinlogPosition,
+    checkpoint_commit_at: pendulum.DateTime | None,
+    server: ServerState,
+    measured_at: pendulum.DateTime,
+) -> LagReport:
+    """Measure the lag of ``pipeline`` whose checkpoint is ``checkpoint`` against ``server``'s head.
+
+    :param measured_at: a time taken just before ``server`` was read (UTC).
+
+    Reads at most one transaction after the checkpoint
+    (:func:`~airflow_provider_binlog.probes.next_commit_at`).
+
+    :raises BinlogPurgedError: when binlogs from the checkpoint on are gone (lag is then unbounded).
+    :raises SourceUnreachableError: when the source cannot be reached.
+    """
+    from airflow_provider_binlog.probes import next_commit_at
+
+    check_retained(server, checkpoint, pipeline)
+    head = server.head or checkpoint
+    pending_since = None if head <= checkpoint else next_commit_at(hook, checkpoint)
+    seconds = 0.0 if pending_since is None else max((measured_at - pending_since).total_seconds(), 0.0)
+    return LagReport(
+        pipeline=pipeline,
+        checkpoint=checkpoint,
+        head=head,
+        checkpoint_commit_at=checkpoint_commit_at,
+        pending_since=pending_since,
+        seconds=seconds,
+        bytes=binlog_bytes_between(server.binlog_files, checkpoint, head),
+        transactions=transactions_between(checkpoint, head, server.flavor),
+        measured_at=measured_at,
+    )
+
+
+def lag_verdict(
+    report: LagReport,
+    *,
+    max_seconds: float | None = None,
+    max_bytes: int | None = None,
+    max_transactions: int | None = None,
+    fresh_until: pendulum.DateTime | None = None,
+) -> tuple[bool, str]:
+    """Return ``(within every given limit, message)``; limits left None are not checked.
+
+    ``max_transactions`` is not met when the source has GTIDs off (the count is unknown).
+    """
+    exceeded = []
+    if max_seconds is not None and report.seconds > max_seconds:
+        exceeded.append(f"{report.seconds:.0f} s > max_lag_seconds={max_seconds:g}")
+    if max_bytes is not None and report.bytes > max_bytes:
+        exceeded.append(f"{report.bytes} bytes > max_lag_bytes={max_bytes}")
+    if max_transactions is not None and (
+        report.transactions is None or report.transactions > max_transactions
+    ):
+        exceeded.append(f"{report.transactions} transactions > max_lag_transactions={max_transactions}")
+    if fresh_until is not None and not report.covers(fresh_until):
+        exceeded.append(
+            f"the target does not yet hold every transaction committed before {fresh_until.isoformat()}"
+        )
+    if exceeded:
+        return False, f"{report.describe()}; waiting: " + "; ".join(exceeded)
+    return True, f"{report.describe()}; within limits"
+
+
+def parse_moment(text: str) -> pendulum.DateTime:
+    """Parse an ISO-8601 date-time (``fresh_until``); a time without offset is taken as UTC.
+
+    :raises BinlogConfigError: when the text is not a date-time.
+    """
+    try:
+        value = pendulum.parse(str(text), tz="UTC")
+    except (ValueError, pendulum.parsing.exceptions.ParserError) as err:
+        raise BinlogConfigError(f"fresh_until={text!r} is not an ISO-8601 date-time: {err}") from err
+    if not isinstance(value, pendulum.DateTime):
+        raise BinlogConfigError(f"fresh_until={text!r} is not a date-time (e.g. 2026-01-01T00:15:00+00:00)")
+    return value
