@@ -5,10 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import pendulum
 from airflow.sdk import BaseOperator
 
 from airflow_provider_binlog.exceptions import MergeError, StateError
-from airflow_provider_binlog.state import Checkpoint, PipelineState, StateManager, now_iso, state_summary
+from airflow_provider_binlog.state import (
+    Checkpoint,
+    PipelineState,
+    StateManager,
+    Window,
+    now_iso,
+    state_summary,
+)
 
 
 def window_merged(
@@ -93,10 +101,29 @@ class BinlogCommitOperator(BaseOperator):
             )
 
         written = manager.save(advance(state), expected_revision=state.revision)
-        self.log.info(
-            "checkpoint of %s moved to %s (window %s)", self.pipeline, window.end.to_position(), window.seq
-        )
+        self._report(window, manifest)
         return state_summary(written)
+
+    def _report(self, window: Window, manifest: dict[str, Any]) -> None:
+        """Log the run's one summary line and emit the ``binlog.window.*`` metrics."""
+        from airflow_provider_binlog.metrics import emit_window
+
+        extracted = int(manifest["stats"]["rows"])
+        merged_tables = {table: entry["rows"] for table, entry in manifest["tables"].items() if entry["rows"]}
+        cut_at = pendulum.DateTime.fromisoformat(window.cut_at)
+        duration = (pendulum.now("UTC") - cut_at).total_seconds()
+        emit_window(self.pipeline, extracted, sum(merged_tables.values()), duration)
+        self.log.info(
+            "window %s of %s: %s row changes extracted, %s merged into %s tables, %.1f s from cut to "
+            "checkpoint; checkpoint now %s",
+            window.seq,
+            self.pipeline,
+            extracted,
+            sum(merged_tables.values()),
+            len(merged_tables),
+            duration,
+            window.end.to_position(),
+        )
 
     def _verify_merged(self, manifest: dict[str, Any], seq: int) -> None:
         for table, entry in manifest["tables"].items():

@@ -51,3 +51,19 @@ def test_example_dag_settings_default_from_the_environment(monkeypatch: pytest.M
         "staging": "s3://bucket/staging",
         "target": "/lake/target",
     }
+
+
+def test_monitor_dag_has_both_sensors_per_pipeline(
+    no_io_at_parse_time: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("BINLOG_MONITOR_PIPELINES", "orders, customers")
+    dag = DagBag(dag_folder=str(EXAMPLES)).dags["binlog_monitor"]
+    assert sorted(dag.task_ids) == [
+        "lag__customers",
+        "lag__orders",
+        "purge_risk__customers",
+        "purge_risk__orders",
+    ]
+    assert dag.timetable.expression == "*/10 * * * *"
