@@ -37,17 +37,9 @@ def probe_server_id(pipeline: str) -> int:
 @contextmanager
 def _probe_stream(hook: BinlogHook, file: str, pos: int, events: list[type]) -> Iterator[BinLogStreamReader]:
     import pymysql
-    from pymysqlreplication import BinLogStreamReader
 
-    stream = BinLogStreamReader(
-        connection_settings=hook.connection_settings(),
-        server_id=probe_server_id(hook.pipeline),
-        log_file=file,
-        log_pos=pos,
-        resume_stream=True,
-        blocking=False,
-        only_events=events,
-        enable_logging=False,
+    stream = hook.open_stream(
+        BinlogPosition(file=file, pos=pos), server_id=probe_server_id(hook.pipeline), only_events=events
     )
     try:
         yield stream

@@ -679,8 +679,6 @@ class BinlogHook(BaseHook):
         :raises BinlogConfigError: when another replica or the source uses :attr:`server_id` (checked
             first by :meth:`check_server_id`, one extra SQL connection).
         """
-        from pymysqlreplication import BinLogStreamReader
-
         if self.check_server_id() is None:
             log.warning(
                 "server_id %s of pipeline %r was not checked against the source's replicas: the user may "
@@ -688,15 +686,23 @@ class BinlogHook(BaseHook):
                 self.server_id,
                 self.pipeline,
             )
-        settings = self.connection_settings()
+        return self.open_stream(start, server_id=self.server_id, only_schemas=sorted(set(schemas)), **kwargs)
+
+    def open_stream(self, start: BinlogPosition, *, server_id: int, **kwargs: Any) -> BinLogStreamReader:
+        """Open a non-blocking stream from ``start`` by coordinates with ``server_id``, unchecked.
+
+        For short reads under an id of their own (:mod:`airflow_provider_binlog.probes`); pipelines use
+        :meth:`stream_reader`. ``kwargs`` go to ``BinLogStreamReader`` (``only_events``, ...).
+        """
+        from pymysqlreplication import BinLogStreamReader
+
         return BinLogStreamReader(
-            connection_settings=settings,
-            server_id=self.server_id,
+            connection_settings=self.connection_settings(),
+            server_id=server_id,
             log_file=start.file,
             log_pos=start.pos,
             resume_stream=True,
             blocking=False,
-            only_schemas=sorted(set(schemas)),
             enable_logging=False,
             **kwargs,
         )

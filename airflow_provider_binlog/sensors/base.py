@@ -78,7 +78,10 @@ class PipelineSensor(BaseSensorOperator):
         try:
             return _unskip_purged(super().execute, context)
         except AirflowSensorTimeout as timeout:
-            raise AirflowSensorTimeout(f"{timeout} Last measurement: {self._last_measurement}") from timeout
+            raise AirflowSensorTimeout(
+                f"{self.task_id}: the condition still did not hold when timeout={self.timeout:g} s ran out. "
+                f"Last measurement: {self._last_measurement}"
+            ) from timeout
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any) -> Any:
         """Resume after the trigger fired (purged binlogs stay a failure under ``soft_fail``)."""
