@@ -96,12 +96,12 @@ class ChangeBatchBuilder:
         self.meta["ts"][self.committed :] = [commit_ts] * count
         self.committed = len(self)
 
-    def rollback(self) -> None:
-        """Drop the open transaction's rows."""
+    def rollback(self, keep: int = 0) -> None:
+        """Drop the open transaction's rows, or all but its first ``keep`` (ROLLBACK TO a savepoint)."""
         for values in self.values:
-            del values[self.committed :]
+            del values[self.committed + keep :]
         for values in self.meta.values():
-            del values[self.committed :]
+            del values[self.committed + keep :]
 
     def take_committed(self) -> pa.RecordBatch:
         """Return the committed rows as one record batch and keep only the open transaction's rows."""

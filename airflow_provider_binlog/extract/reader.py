@@ -1,8 +1,8 @@
 """Stream one binlog window ``(start, end]`` and hand committed row changes to table writers.
 
-Transactions are buffered until their commit event (rolled-back ones are dropped) and spilled to
-temporary Arrow IPC files past :data:`SPILL_ROWS` rows, so memory stays bounded for any transaction
-size. The stream stops at the first transaction boundary at or after the window end; reaching the
+Transactions are buffered until their commit event (rolled-back ones are dropped, and so are rows
+undone by a ``ROLLBACK TO`` a savepoint) and spilled to temporary Arrow IPC files past
+:data:`SPILL_ROWS` rows, so memory stays bounded for any transaction size. The stream stops at the first transaction boundary at or after the window end; reaching the
 end of the binlog before it is an error (the window's bytes must exist to be re-read).
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 import tempfile
 import time
 from collections import Counter
@@ -49,6 +50,8 @@ COMPRESSED_EVENT_TYPES = {40: "TRANSACTION_PAYLOAD_EVENT"} | {
     code: "MariaDB compressed event" for code in range(165, 172)
 }
 _DML_PREFIXES = ("insert", "update", "delete", "replace", "load data")
+_SAVEPOINT = re.compile(r"SAVEPOINT\s+(.+)", re.IGNORECASE | re.DOTALL)
+_ROLLBACK_TO = re.compile(r"ROLLBACK\s+(?:WORK\s+)?TO\s+(?:SAVEPOINT\s+)?(.+)", re.IGNORECASE | re.DOTALL)
 
 
 @dataclass
@@ -99,8 +102,12 @@ class _Layout:
         return count
 
 
+SavepointMarks = dict[tuple[str, int], tuple[int, int]]
+"""Per touched layout of the open transaction: ``(spilled files, rows in memory)`` at a savepoint."""
+
+
 class _Transaction:
-    """The open transaction: its GTID, the layouts it touched and its spilled row batches."""
+    """The open transaction: its GTID, the layouts it touched, its spilled row batches and savepoints."""
 
     def __init__(self) -> None:
         self.open = False
@@ -108,6 +115,7 @@ class _Transaction:
         self.touched: dict[tuple[str, int], _Layout] = {}
         self.spilled: dict[tuple[str, int], list[Any]] = {}
         self.rows_in_memory = 0
+        self.savepoints: dict[str, SavepointMarks] = {}
 
     def close_spills(self) -> None:
         for files in self.spilled.values():
@@ -228,10 +236,7 @@ class WindowReader:
         elif isinstance(event, QueryEvent):
             self._query(event, file, end_pos)
         elif isinstance(event, XAPrepareEvent):
-            raise UnsupportedEventError(
-                f"XA PREPARE at {file}:{end_pos}: XA transactions are not supported yet; their rows would be "
-                f"committed out of binlog order. Avoid XA on the selected tables."
-            )
+            self._xa_prepare(file, end_pos)
         if end_pos and not self.txn.open:
             self.position = BinlogPosition(file, end_pos)
 
@@ -278,6 +283,17 @@ class WindowReader:
             self.stats.rolled_back += 1
             self._rollback()
             return
+        if match := _ROLLBACK_TO.fullmatch(text):
+            self._rollback_to(_savepoint_name(match.group(1)), file, end_pos)
+            return
+        if match := _SAVEPOINT.fullmatch(text):
+            self._savepoint(_savepoint_name(match.group(1)))
+            return
+        if upper.startswith(("XA START", "XA END")):
+            return  # inside the group of an XA transaction, which ends with its XA_PREPARE event
+        if upper.startswith(("XA COMMIT", "XA ROLLBACK")):
+            self._rollback()  # a group of its own that holds no rows
+            return
         schema = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema or "")
         if upper.lower().startswith(_DML_PREFIXES) and (not schema or schema in self.schemas):
             raise UnsupportedEventError(
@@ -290,6 +306,57 @@ class WindowReader:
                 {"gtid": self.txn.gtid, "schema": schema, "query": text, "file": file, "pos": end_pos}
             )
         self._rollback()  # DDL commits implicitly and carries no rows: a transaction boundary
+
+    def _savepoint(self, name: str) -> None:
+        """Record where the open transaction stands at ``SAVEPOINT name`` (a name set again moves)."""
+        self.txn.savepoints.pop(name, None)
+        self.txn.savepoints[name] = {
+            key: (len(self.txn.spilled.get(key, [])), len(layout.builder) - layout.builder.committed)
+            for key, layout in self.txn.touched.items()
+        }
+
+    def _rollback_to(self, name: str, file: str, end_pos: int) -> None:
+        """Drop the open transaction's rows logged after ``SAVEPOINT name`` (``ROLLBACK TO name``).
+
+        MariaDB and MySQL log ``ROLLBACK TO`` only when the transaction changed a non-transactional table
+        (else they cut the undone rows from the binlog cache). In row format those changes are binlogged
+        in groups of their own, so every row of this group after the savepoint is transactional and undone.
+        """
+        if name not in self.txn.savepoints:
+            raise UnsupportedEventError(
+                f"ROLLBACK TO {name!r} at {file}:{end_pos} names a savepoint this transaction ({self.txn.gtid}) "
+                f"did not log; refusing to guess which of its rows were undone."
+            )
+        names = list(self.txn.savepoints)
+        for later in names[names.index(name) + 1 :]:
+            del self.txn.savepoints[later]
+        marks = self.txn.savepoints[name]
+        for key, layout in self.txn.touched.items():
+            files_at, rows_at = marks.get(key, (0, 0))
+            spilled = self.txn.spilled.get(key, [])
+            if len(spilled) == files_at:
+                layout.builder.rollback(keep=rows_at)
+                continue
+            # Spilled since the savepoint: the rows held then are the start of the first file spilled after.
+            layout.builder.rollback()
+            kept = spilled[:files_at]
+            if rows_at:
+                kept.append(_spill_head(spilled[files_at], rows_at))
+            for spill_file in spilled[files_at:]:
+                spill_file.close()
+            self.txn.spilled[key] = kept
+
+    def _xa_prepare(self, file: str, end_pos: int) -> None:
+        """End the group of a prepared XA transaction; refuse it when it changed selected tables."""
+        if self.txn.touched:
+            tables = sorted({layout.table for layout in self.txn.touched.values()})
+            raise UnsupportedEventError(
+                f"XA PREPARE at {file}:{end_pos} of a transaction that changed {', '.join(tables)}: XA "
+                f"transactions are not supported yet; whether their rows count is decided by a later, separate "
+                f"XA COMMIT or XA ROLLBACK. Avoid two-phase XA on the selected tables (XA COMMIT ... ONE PHASE "
+                f"is fine)."
+            )
+        self._rollback()  # nothing of the selected tables: the group ends here
 
     def _rows(self, event: Any, file: str, end_pos: int) -> None:
         name = f"{event.schema}.{event.table}"
@@ -392,3 +459,21 @@ class WindowReader:
         self.txn = _Transaction()
         self.stats.transactions += 1
         self.stats.last_commit_ts = commit_ts.isoformat()
+
+
+def _savepoint_name(text: str) -> str:
+    """Return the savepoint name of a logged statement's tail (backquoted; compared case-insensitively)."""
+    name = text.strip()
+    if len(name) >= 2 and name[0] == name[-1] == "`":
+        name = name[1:-1].replace("``", "`")
+    return name.lower()
+
+
+def _spill_head(spill_file: Any, rows: int) -> Any:
+    """Return a new spill file holding the first ``rows`` rows of ``spill_file``."""
+    spill_file.seek(0)
+    head = pa.ipc.open_stream(spill_file).read_all().slice(0, rows)
+    out = tempfile.TemporaryFile(prefix="binlog-spill-")
+    with pa.ipc.new_stream(out, head.schema) as stream:
+        stream.write_table(head)
+    return out
