@@ -37,6 +37,10 @@ class StateConflictError(BinlogError, AirflowFailException):
     """Another run changed the pipeline state between our read and our write (lost compare-and-set)."""
 
 
+class PipelineBusyError(StateError):
+    """Another run holds the pipeline: its window is cut or staged but not merged yet."""
+
+
 class StagingError(BinlogError, AirflowFailException):
     """The staging location cannot be written, or a staged window is incomplete or inconsistent."""
 

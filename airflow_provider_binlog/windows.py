@@ -5,19 +5,16 @@ Rules (ARCHITECTURE.md, "Data flow of one DAG run"):
 * a run that already cut a window reuses it, so a retry or a cleared task re-reads the same bytes;
 * a new window starts where the previous one ended (consecutive windows tile the binlog) and ends at
   the source head captured now;
-* a new window is refused while an earlier one is not merged: cutting past it and committing the
-  later window would move the checkpoint over changes that are not in the target.
+* a new window is refused while an earlier one is not merged (:class:`PipelineBusyError`): cutting
+  past it and committing the later window would move the checkpoint over changes that are not in the
+  target, and it is how a second concurrent run of the pipeline is turned away.
 """
 
 from __future__ import annotations
 
-from airflow_provider_binlog.exceptions import StateError
+from airflow_provider_binlog.exceptions import PipelineBusyError, StateError
 from airflow_provider_binlog.positions import BinlogPosition
 from airflow_provider_binlog.state import PipelineState, Position, Window, now_iso
-
-
-class WindowPendingError(StateError):
-    """An earlier window of the pipeline is cut or extracted but not merged."""
 
 
 def cut_window(
@@ -33,7 +30,7 @@ def cut_window(
     :param state: the pipeline state as read.
     :param run_id: the DAG run's id.
     :param head: the source head now (end of a new window).
-    :raises WindowPendingError: when an earlier window is not merged yet.
+    :raises PipelineBusyError: when another run holds the pipeline (its window is not merged yet).
     :raises StateError: when the head is behind the window start (the binlog was reset).
     """
     existing = state.window_of_run(run_id)
@@ -41,10 +38,12 @@ def cut_window(
         return state, existing, True
     previous = state.last_window
     if previous is not None and previous.status != "merged":
-        raise WindowPendingError(
-            f"window {previous.seq} of pipeline {state.pipeline!r} (run {previous.run_id!r}) is "
-            f"{previous.status}, not merged. Clear that run's failed tasks so it finishes its window (a retry "
-            f"re-reads exactly the same binlog range); new windows start after it."
+        raise PipelineBusyError(
+            f"pipeline {state.pipeline!r} is held by run {previous.run_id!r}: its window {previous.seq} is "
+            f"{previous.status}, not merged yet. Either that run is still in progress (two runs of one pipeline "
+            f"at once: keep max_active_runs=1 and do not trigger runs beside the schedule) or it failed before "
+            f"its merge (clear its failed tasks: a retry re-reads exactly the same binlog range). This run cut "
+            f"no window and changed nothing; run it again after that run has committed."
         )
     start = previous.end if previous is not None else state.checkpoint.position
     if head.key < start.to_position().key:

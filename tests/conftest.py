@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
+import base64
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,6 +26,10 @@ for _dag_file in [*(REPO / "example_dags").glob("*.py"), *(REPO / "tests" / "sys
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(_DAGS)
 os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}"
 os.environ.setdefault("TZ", "UTC")
+# One Fernet key for this process and every child it starts (airflow CLI, child DAG runs): Variables
+# one process encrypts must decrypt in the others.
+os.environ["AIRFLOW__CORE__FERNET_KEY"] = base64.urlsafe_b64encode(os.urandom(32)).decode()
+atexit.register(shutil.rmtree, _AIRFLOW_HOME, True)
 
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB  # noqa: E402
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +46,46 @@ class DagRunner:
         self.dag = dag
         self.conf = conf
 
-    def run(self) -> Any:
+    @staticmethod
+    def next_dates() -> tuple[pendulum.DateTime, pendulum.DateTime]:
+        """Return ``(logical date, run after)`` of a new run; passing them again re-runs that run."""
         logical = pendulum.datetime(2026, 1, 1, tz="UTC").add(minutes=15 * next(_LOGICAL_DATES))
-        return self.dag.test(logical_date=logical, run_conf=self.conf)
+        return logical, pendulum.now("UTC")
+
+    def run(self, dates: tuple[pendulum.DateTime, pendulum.DateTime] | None = None) -> Any:
+        """Run a new DAG run, or with ``dates`` clear and re-run the run of those dates (same run id)."""
+        logical, run_after = dates or self.next_dates()
+        return self.dag.test(logical_date=logical, run_after=run_after, run_conf=self.conf)
+
+    def run_in_child(self, dates: tuple[pendulum.DateTime, pendulum.DateTime], kill_at: str) -> int:
+        """Run the run of ``dates`` in a child process (own session) that SIGKILLs itself at ``kill_at``.
+
+        :returns: the child's return code (``-9`` when the kill happened).
+        """
+        return self.start_in_child(dates, kill_at).wait(timeout=900)
+
+    def start_in_child(
+        self, dates: tuple[pendulum.DateTime, pendulum.DateTime], kill_at: str = "none"
+    ) -> subprocess.Popen[bytes]:
+        """Start the run of ``dates`` in a child process (see ``child_run.py``); exit code 0 on success."""
+        logical, run_after = dates
+        command = [
+            sys.executable,
+            str(Path(__file__).with_name("child_run.py")),
+            "--dag-file",
+            str(self.dag.fileloc),
+            "--dag-id",
+            self.dag.dag_id,
+            "--logical-date",
+            logical.isoformat(),
+            "--run-after",
+            run_after.isoformat(),
+            "--conf",
+            json.dumps(self.conf),
+            "--kill-at",
+            kill_at,
+        ]
+        return subprocess.Popen(command, start_new_session=True)
 
 
 @pytest.fixture

@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from airflow_provider_binlog.exceptions import StateConflictError, StateError
+from airflow_provider_binlog.exceptions import PipelineBusyError, StateConflictError, StateError
 from airflow_provider_binlog.positions import BinlogPosition
 from airflow_provider_binlog.state import MERGED_WINDOWS_KEPT, StateManager, variable_key
-from airflow_provider_binlog.windows import WindowPendingError, cut_window, mark_window
+from airflow_provider_binlog.windows import cut_window, mark_window
 
 HEAD = BinlogPosition("mariadb-bin.000001", 800, "0-1-10")
 
@@ -117,7 +117,7 @@ def test_a_retry_reuses_its_window(manager: StateManager) -> None:
 def test_no_new_window_while_one_is_unmerged(manager: StateManager) -> None:
     state = manager.initial("id", "mariadb", HEAD)
     state, _, _ = cut_window(state, run_id="run1", head=BinlogPosition("mariadb-bin.000001", 900))
-    with pytest.raises(WindowPendingError, match=r"window \d+ .*\(run 'run1'\) is cut, not merged"):
+    with pytest.raises(PipelineBusyError, match=r"is held by run 'run1': its window \d+ is cut, not merged"):
         cut_window(state, run_id="run2", head=BinlogPosition("mariadb-bin.000001", 990))
 
 

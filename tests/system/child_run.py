@@ -1,0 +1,106 @@
+"""Run one DAG run with dag.test() in this process and SIGKILL it at a chosen point (fault injection).
+
+Kill points: ``extract`` (after the first Parquet batch of the window is written), ``before_merge``,
+``spark`` (the whole process group, Spark included, as soon as the merge job writes its first data
+file into the target), ``before_commit``, or ``none``. The parent test re-runs the same run afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pendulum
+
+
+def die(group: bool = False) -> None:
+    if group:
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def kill_in_extract() -> None:
+    from airflow_provider_binlog.extract.writer import TableWriter
+
+    original = TableWriter.write
+
+    def write(self: Any, *args: Any, **kwargs: Any) -> Any:
+        original(self, *args, **kwargs)
+        die()
+
+    TableWriter.write = write  # type: ignore[method-assign]
+
+
+def kill_at_start(cls: Any) -> None:
+    def execute(self: Any, context: Any) -> Any:
+        die()
+
+    cls.execute = execute
+
+
+def kill_during_spark(target: str) -> None:
+    from airflow_provider_binlog.operators import BinlogMergeOperator
+
+    original = BinlogMergeOperator.execute
+
+    def watch(started: float) -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            for path in Path(target).rglob("*.parquet"):
+                if path.stat().st_mtime > started:
+                    die(group=True)
+            time.sleep(0.05)
+        die(group=True)
+
+    def execute(self: Any, context: Any) -> Any:
+        threading.Thread(target=watch, args=(time.time(),), daemon=True).start()
+        return original(self, context)
+
+    BinlogMergeOperator.execute = execute  # type: ignore[method-assign]
+
+
+def install(kill_at: str, conf: dict[str, Any]) -> None:
+    from airflow_provider_binlog.operators import BinlogCommitOperator, BinlogMergeOperator
+
+    if kill_at == "extract":
+        kill_in_extract()
+    elif kill_at == "before_merge":
+        kill_at_start(BinlogMergeOperator)
+    elif kill_at == "spark":
+        kill_during_spark(conf["target"])
+    elif kill_at == "before_commit":
+        kill_at_start(BinlogCommitOperator)
+    elif kill_at != "none":
+        raise SystemExit(f"unknown kill point {kill_at!r}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    for name in ("--dag-file", "--dag-id", "--logical-date", "--run-after", "--conf", "--kill-at"):
+        parser.add_argument(name, required=True)
+    args = parser.parse_args()
+    conf = json.loads(args.conf)
+    spec = importlib.util.spec_from_file_location("child_dag_file", args.dag_file)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    dag = next(v for v in vars(module).values() if getattr(v, "dag_id", None) == args.dag_id)
+    install(args.kill_at, conf)
+    run = dag.test(
+        logical_date=pendulum.parse(args.logical_date),
+        run_after=pendulum.parse(args.run_after),
+        run_conf=conf,
+    )
+    raise SystemExit(0 if run.state == "success" else 1)
+
+
+if __name__ == "__main__":
+    main()
