@@ -21,6 +21,10 @@ class SourceUnreachableError(BinlogError):
     """The source server cannot be reached or refused the login (retryable unless credentials are wrong)."""
 
 
+class IntervalOpenError(BinlogError):
+    """The run's data interval has not closed long enough ago to cut its window (retryable)."""
+
+
 class BinlogPurgedError(BinlogError, AirflowFailException):
     """Binlogs the pipeline still needs were purged from the source; a snapshot is needed."""
 

@@ -326,3 +326,19 @@ def purge_risk_verdict(report: RetentionReport, min_headroom_seconds: float) -> 
         f"still has {report.bytes_to_read} bytes of binlog to read. Catch the pipeline up (run or unpause its "
         f"CDC DAG) or raise {report.policy.setting} to at least twice the longest expected outage."
     )
+
+
+def nothing_purged(hook: BinlogHook, server: ServerState) -> bool:
+    """Return True when no transaction was ever logged before the oldest binlog the source still has.
+
+    MySQL with GTIDs: ``@@gtid_purged`` is empty. MariaDB: the oldest file's GTID list is empty. Else
+    the oldest file is the first one (index 1) the server wrote.
+    """
+    if server.flavor == "mysql" and server.variables.get("gtid_mode", "").upper() == "ON":
+        return not server.gtid_purged
+    if server.flavor == "mariadb":
+        with hook.cursor() as cur:
+            gtid_list = _oldest_gtid_list(cur, server)
+        if gtid_list is not None:
+            return not gtid_list
+    return bool(server.binlog_files) and file_index(server.binlog_files[0][0]) == 1

@@ -64,6 +64,9 @@ class Window(BaseModel):
     :param seq: window sequence number, 1, 2, 3, ... in binlog order.
     :param run_id: the DAG run that cut it (a retry of that run reuses it).
     :param status: ``cut`` -> ``extracted`` (manifest written) -> ``merged`` (checkpoint moved).
+    :param cut_by: ``head`` (ends at the source head when cut) or ``interval`` (the run's data interval,
+        see :func:`~airflow_provider_binlog.windows.cut_interval_window`).
+    :param last_commit_ts: commit time of the window's last transaction (from its manifest).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -78,6 +81,8 @@ class Window(BaseModel):
     cut_at: str
     manifest_uri: str | None = None
     rows: int | None = None
+    cut_by: Literal["head", "interval"] = "head"
+    last_commit_ts: str | None = None
 
 
 class Checkpoint(BaseModel):

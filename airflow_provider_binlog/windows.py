@@ -8,13 +8,21 @@ Rules (ARCHITECTURE.md, "Data flow of one DAG run"):
 * a new window is refused while an earlier one is not merged (:class:`PipelineBusyError`): cutting
   past it and committing the later window would move the checkpoint over changes that are not in the
   target, and it is how a second concurrent run of the pipeline is turned away.
+
+Interval windows (:func:`cut_interval_window`) cover a run's data interval instead: they may be cut
+and merged in any order (backfills), tile the binlog by construction, and move the checkpoint only
+across a contiguous run of merged windows (:func:`advance_checkpoint`).
 """
 
 from __future__ import annotations
 
-from airflow_provider_binlog.exceptions import PipelineBusyError, StateError
+from collections.abc import Callable
+
+import pendulum
+
+from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError, StateError
 from airflow_provider_binlog.positions import BinlogPosition
-from airflow_provider_binlog.state import PipelineState, Position, Window, now_iso
+from airflow_provider_binlog.state import Checkpoint, PipelineState, Position, Window, now_iso
 
 
 def cut_window(
@@ -36,6 +44,7 @@ def cut_window(
     existing = state.window_of_run(run_id)
     if existing is not None:
         return state, existing, True
+    _check_mode(state, "head")
     previous = state.last_window
     if previous is not None and previous.status != "merged":
         raise PipelineBusyError(
@@ -69,3 +78,116 @@ def mark_window(state: PipelineState, seq: int, **changes: object) -> PipelineSt
     windows = [w.model_copy(update=changes) if w.seq == seq else w for w in state.windows]
     state.window(seq)
     return state.model_copy(update={"windows": windows})
+
+
+def _check_mode(state: PipelineState, cut_by: str) -> None:
+    """Refuse to mix head and interval windows in one pipeline (their sequence numbers differ)."""
+    other = next((w for w in state.windows if w.cut_by != cut_by), None)
+    if other is not None:
+        raise BinlogConfigError(
+            f"pipeline {state.pipeline!r} cuts windows by {other.cut_by} (window {other.seq}); this run asks "
+            f"for windows by {cut_by}. One pipeline keeps one way of cutting: use a new pipeline name."
+        )
+
+
+def cut_interval_window(
+    state: PipelineState,
+    *,
+    run_id: str,
+    interval_start: pendulum.DateTime,
+    interval_end: pendulum.DateTime,
+    locate: Callable[[pendulum.DateTime], BinlogPosition],
+) -> tuple[PipelineState, Window, bool]:
+    """Return ``(new state, window, reused)`` for the run's data interval ``[interval_start, interval_end)``.
+
+    The window is ``(locate(interval_start), locate(interval_end)]`` where ``locate(t)`` is the boundary
+    before the first transaction committed at or after ``t``
+    (:func:`~airflow_provider_binlog.probes.boundary_at`); a bound shared with an interval already in the
+    ledger is taken from that window, so neighbours tile the binlog exactly. The sequence number is the
+    interval end in Unix milliseconds: binlog order, whatever order the windows are cut or merged in, so
+    order keys let a re-merged old window lose to newer changes. A new run over an interval whose window
+    is merged takes that window over (same bytes; its merge is a no-op).
+
+    :raises PipelineBusyError: when another run holds the interval's window and has not merged it.
+    :raises BinlogConfigError: on an empty interval (a timetable without data intervals) or a pipeline
+        that cuts by head.
+    :raises StateError: when the window would overlap a window in the ledger.
+    """
+    existing = state.window_of_run(run_id)
+    if existing is not None:
+        return state, existing, True
+    _check_mode(state, "interval")
+    if interval_end <= interval_start:
+        raise BinlogConfigError(
+            f"run {run_id!r} has an empty data interval [{interval_start}, {interval_end}): windows by interval "
+            f"need a timetable with data intervals (schedule=timedelta(...) or CronDataIntervalTimetable)"
+        )
+    bounds = (interval_start.isoformat(), interval_end.isoformat())
+    same = next((w for w in state.windows if (w.data_interval_start, w.data_interval_end) == bounds), None)
+    if same is not None:
+        if same.status != "merged":
+            raise PipelineBusyError(
+                f"interval [{bounds[0]}, {bounds[1]}) of pipeline {state.pipeline!r} is held by run "
+                f"{same.run_id!r}: its window {same.seq} is {same.status}, not merged yet. Let that run finish, or "
+                f"clear its failed tasks; then run this one again."
+            )
+        taken = same.model_copy(update={"run_id": run_id})
+        windows = [taken if w.seq == same.seq else w for w in state.windows]
+        return state.model_copy(update={"windows": windows}), taken, True
+    start = _bound(state, "data_interval_end", bounds[0], "end") or Position.of(locate(interval_start))
+    end = _bound(state, "data_interval_start", bounds[1], "start") or Position.of(locate(interval_end))
+    window = Window(
+        seq=int(interval_end.timestamp() * 1000),
+        start=start,
+        end=end,
+        run_id=run_id,
+        data_interval_start=bounds[0],
+        data_interval_end=bounds[1],
+        cut_at=now_iso(),
+        cut_by="interval",
+    )
+    _check_tiles(state, window)
+    return state.model_copy(update={"windows": [*state.windows, window]}), window, False
+
+
+def _bound(state: PipelineState, field: str, moment: str, side: str) -> Position | None:
+    """Return the ``side`` of the ledger window whose ``field`` is ``moment``, if there is one."""
+    neighbour = next((w for w in state.windows if getattr(w, field) == moment), None)
+    return None if neighbour is None else getattr(neighbour, side)
+
+
+def _check_tiles(state: PipelineState, window: Window) -> None:
+    """Refuse a window that runs backwards or overlaps another (a changed binlog or clock)."""
+    low, high = window.start.to_position().key, window.end.to_position().key
+    if high < low:
+        raise StateError(
+            f"interval window {window.seq} would end ({window.end}) before it starts ({window.start})"
+        )
+    for other in state.windows:
+        if low < other.end.to_position().key and other.start.to_position().key < high:
+            raise StateError(
+                f"interval window {window.seq} ({window.start.file}:{window.start.pos}, {window.end.file}:"
+                f"{window.end.pos}] overlaps window {other.seq} of interval [{other.data_interval_start}, "
+                f"{other.data_interval_end}): the binlog or the server clock changed between the two cuts"
+            )
+
+
+def advance_checkpoint(state: PipelineState, merged: Window) -> Checkpoint:
+    """Return the checkpoint once window ``merged`` is in the target.
+
+    The checkpoint moves across the contiguous run of merged windows that starts at it, so it never
+    points past a change that is not in the target: a window merged ahead of a gap (a backfill out of
+    order) waits for the gap, and a window behind the checkpoint leaves it where it is.
+    """
+    merged_seqs = {w.seq for w in state.windows if w.status == "merged"} | {merged.seq}
+    chain = sorted(
+        (w for w in state.windows if w.seq in merged_seqs),
+        key=lambda w: (w.start.to_position().key, w.end.to_position().key),
+    )
+    checkpoint = state.checkpoint
+    position, seq, commit_ts = checkpoint.position, checkpoint.window, checkpoint.commit_ts
+    for window in chain:  # empty windows sort before the window starting where they are
+        if window.start.to_position().key == position.to_position().key:
+            position, seq = window.end, window.seq
+            commit_ts = window.last_commit_ts or commit_ts
+    return Checkpoint(position=position, window=seq, commit_ts=commit_ts, updated_at=now_iso())

@@ -7,7 +7,11 @@ parsed; no connection or Variable is touched at parse time):
 * ``BINLOG_CDC_TABLES`` comma-separated ``db.table`` names or patterns, default ``shop.*``
 * ``BINLOG_CDC_STAGING`` staging root (path or object-store URI), default ``/tmp/binlog_cdc/staging``
 * ``BINLOG_CDC_TARGET`` target root of the Delta tables, default ``/tmp/binlog_cdc/target``
-* ``BINLOG_CDC_SCHEDULE`` cron schedule, default every 15 minutes; ``none`` for manual runs only
+* ``BINLOG_CDC_SCHEDULE`` cron expression or ISO-8601 duration (``PT10M``), default every 15 minutes;
+  ``none`` for manual runs only
+* ``BINLOG_CDC_CUT_BY`` ``head`` (default: each run takes everything up to the source head) or
+  ``interval`` (each run takes the transactions committed in its data interval; runs and backfills such
+  as ``airflow backfill create --dag-id binlog_cdc --from-date ... --to-date ...`` may go in any order)
 
 Connections: ``binlog_default`` (a ``mysql`` or ``mysql_binlog`` connection) and ``spark_default``.
 """
@@ -15,19 +19,33 @@ Connections: ``binlog_default`` (a ``mysql`` or ``mysql_binlog`` connection) and
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pendulum
 from airflow.sdk import DAG, Param
+from airflow.sdk.definitions.timetables.interval import CronDataIntervalTimetable, DeltaDataIntervalTimetable
 
 from airflow_provider_binlog.operators import BinlogCommitOperator, BinlogExtractOperator, BinlogMergeOperator
 
 _SCHEDULE = os.environ.get("BINLOG_CDC_SCHEDULE", "*/15 * * * *")
+_CUT_BY = os.environ.get("BINLOG_CDC_CUT_BY", "head")
+
+
+def _schedule() -> Any:
+    """Return the DAG's schedule; interval windows need a timetable with data intervals."""
+    if _SCHEDULE.lower() in ("", "none", "manual"):
+        return None
+    if _SCHEDULE.upper().startswith("P"):
+        every = pendulum.parse(_SCHEDULE)
+        return DeltaDataIntervalTimetable(every) if _CUT_BY == "interval" else every
+    return CronDataIntervalTimetable(_SCHEDULE, timezone="UTC") if _CUT_BY == "interval" else _SCHEDULE
+
 
 # [START howto_binlog_cdc]
 with DAG(
     dag_id="binlog_cdc",
     description="MySQL/MariaDB binlog -> Delta Lake, one bounded window per run",
-    schedule=None if _SCHEDULE.lower() in ("", "none", "manual") else _SCHEDULE,
+    schedule=_schedule(),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
@@ -45,6 +63,7 @@ with DAG(
         tables="{{ params.tables }}",
         staging_uri="{{ params.staging }}",
         binlog_conn_id="binlog_default",
+        cut_by=_CUT_BY,
         retries=2,
     )
     merge = BinlogMergeOperator(

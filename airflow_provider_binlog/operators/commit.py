@@ -9,12 +9,11 @@ import pendulum
 from airflow.sdk import BaseOperator
 
 from airflow_provider_binlog.exceptions import MergeError, StateError
+from airflow_provider_binlog.positions import BinlogPosition
 from airflow_provider_binlog.state import (
-    Checkpoint,
     PipelineState,
     StateManager,
     Window,
-    now_iso,
     state_summary,
 )
 
@@ -64,9 +63,14 @@ class BinlogCommitOperator(BaseOperator):
         self.storage_options = storage_options
 
     def execute(self, context: Any) -> dict[str, Any]:
-        """Verify the merge of this run's window, then advance the checkpoint."""
+        """Verify the merge of this run's window, mark it merged and advance the checkpoint.
+
+        The checkpoint moves across the contiguous merged windows starting at it
+        (:func:`~airflow_provider_binlog.windows.advance_checkpoint`); an interval window merged out of
+        order is recorded and the checkpoint waits for the gap before it.
+        """
         from airflow_provider_binlog.staging import read_manifest, storage_path
-        from airflow_provider_binlog.windows import mark_window
+        from airflow_provider_binlog.windows import advance_checkpoint, mark_window
 
         manager = StateManager(self.pipeline)
         state = manager.load()
@@ -87,24 +91,19 @@ class BinlogCommitOperator(BaseOperator):
         if manifest is None:
             raise StateError(f"the manifest of window {window.seq} is missing at {window.manifest_uri}")
         self._verify_merged(manifest, window.seq)
-        commit_ts = manifest["stats"].get("last_commit_ts")
 
         def advance(current: PipelineState) -> PipelineState:
-            checkpoint = Checkpoint(
-                position=window.end,
-                window=window.seq,
-                commit_ts=commit_ts or current.checkpoint.commit_ts,
-                updated_at=now_iso(),
-            )
-            return mark_window(current, window.seq, status="merged").model_copy(
-                update={"checkpoint": checkpoint}
+            last_commit_ts = manifest["stats"].get("last_commit_ts")
+            marked = mark_window(current, window.seq, status="merged", last_commit_ts=last_commit_ts)
+            return marked.model_copy(
+                update={"checkpoint": advance_checkpoint(marked, marked.window(window.seq))}
             )
 
         written = manager.save(advance(state), expected_revision=state.revision)
-        self._report(window, manifest)
+        self._report(window, manifest, written.checkpoint.position.to_position())
         return state_summary(written)
 
-    def _report(self, window: Window, manifest: dict[str, Any]) -> None:
+    def _report(self, window: Window, manifest: dict[str, Any], checkpoint: BinlogPosition) -> None:
         """Log the run's one summary line and emit the ``binlog.window.*`` metrics."""
         from airflow_provider_binlog.metrics import emit_window
 
@@ -122,7 +121,7 @@ class BinlogCommitOperator(BaseOperator):
             sum(merged_tables.values()),
             len(merged_tables),
             duration,
-            window.end.to_position(),
+            checkpoint,
         )
 
     def _verify_merged(self, manifest: dict[str, Any], seq: int) -> None:

@@ -5,12 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import pendulum
 from airflow.sdk import BaseOperator
 
-from airflow_provider_binlog.exceptions import BinlogConfigError
+from airflow_provider_binlog.exceptions import BinlogConfigError, IntervalOpenError
 from airflow_provider_binlog.hooks.binlog import BinlogHook, TableInfo
 from airflow_provider_binlog.state import PipelineState, StateManager, Window
-from airflow_provider_binlog.windows import cut_window, mark_window
+from airflow_provider_binlog.windows import cut_interval_window, cut_window, mark_window
+
+INTERVAL_SETTLE_SECONDS = 5
+"""An interval window is cut only this long (seconds) after its end, so commits before it are logged."""
 
 
 def parse_tables(tables: str | Sequence[str]) -> list[str]:
@@ -51,8 +55,11 @@ def table_targets(described: dict[str, TableInfo], keys: dict[str, list[str]]) -
 class BinlogExtractOperator(BaseOperator):
     """Cut this DAG run's binlog window (or reuse it on a retry) and stage it as Parquet plus a manifest.
 
-    The window is ``(previous window end, source head now]``; a new pipeline starts at the current head
-    (its first window is empty). A retry or a cleared task of the same run reuses the staged window when
+    With ``cut_by="head"`` the window is ``(previous window end, source head now]`` and a new pipeline
+    starts at the current head (its first window is empty). With ``cut_by="interval"`` it is the run's
+    data interval ``[data_interval_start, data_interval_end)`` cut at the transactions committed at or
+    after each bound (:func:`~airflow_provider_binlog.windows.cut_interval_window`): runs and backfills
+    may go in any order, and consecutive intervals tile the binlog. A retry or a cleared task of the same run reuses the staged window when
     its manifest exists, else re-reads exactly the same binlog range. Returns (XCom) a dict with
     ``pipeline``, ``window`` (seq), ``window_uri``, ``rows`` and ``tables`` (rows per table).
 
@@ -63,6 +70,7 @@ class BinlogExtractOperator(BaseOperator):
     :param staging_conn_id: connection for the staging object store (ObjectStoragePath), if any.
     :param keys: ``{"db.table": [columns]}`` naming a unique key for tables without a primary key.
     :param allow_minimal_row_metadata: accept ``binlog_row_metadata=MINIMAL`` (not recommended).
+    :param cut_by: ``head`` or ``interval`` (needs a timetable with data intervals); fixed per pipeline.
     """
 
     template_fields: Sequence[str] = ("pipeline", "tables", "staging_uri")
@@ -77,9 +85,13 @@ class BinlogExtractOperator(BaseOperator):
         staging_conn_id: str | None = None,
         keys: dict[str, list[str]] | None = None,
         allow_minimal_row_metadata: bool = False,
+        cut_by: str = "head",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if cut_by not in ("head", "interval"):
+            raise ValueError(f"cut_by={cut_by!r} must be 'head' or 'interval'")
+        self.cut_by = cut_by
         self.pipeline = pipeline
         self.tables = tables
         self.staging_uri = staging_uri
@@ -104,7 +116,7 @@ class BinlogExtractOperator(BaseOperator):
         targets = table_targets(hook.describe_tables(parse_tables(self.tables)), self.keys)
         check_writable(storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline)
         manager = StateManager(self.pipeline)
-        state, window = self._cut(manager, server, context)
+        state, window = self._cut(manager, server, hook, context)
         window_dir = window_path(self.staging_uri, self.pipeline, window.seq, self.staging_conn_id)
         manifest = read_manifest(window_dir)
         if manifest is not None and manifest.get("run_id") == window.run_id:
@@ -136,22 +148,34 @@ class BinlogExtractOperator(BaseOperator):
             "tables": {name: entry["rows"] for name, entry in manifest["tables"].items()},
         }
 
-    def _cut(self, manager: StateManager, server: Any, context: Any) -> tuple[PipelineState, Window]:
+    def _cut(
+        self, manager: StateManager, server: Any, hook: BinlogHook, context: Any
+    ) -> tuple[PipelineState, Window]:
         state = manager.load_for_source(server.server_identity)
+        expected = None if state is None else state.revision
         if state is None:
             self.log.info("pipeline %s is new: it starts at the source head %s", self.pipeline, server.head)
-            state = manager.save(
-                manager.initial(server.server_identity, server.flavor, server.head), expected_revision=None
+            state = manager.initial(server.server_identity, server.flavor, server.head)
+        if self.cut_by == "interval":
+            new_state, window, reused = self._cut_interval(state, server, hook, context)
+            if expected is None:  # a new interval pipeline starts at its first window
+                checkpoint = new_state.checkpoint.model_copy(
+                    update={"position": window.start, "window": window.seq - 1}
+                )
+                new_state = new_state.model_copy(update={"checkpoint": checkpoint})
+        else:
+            interval_start, interval_end = (
+                context.get("data_interval_start"),
+                context.get("data_interval_end"),
             )
-        interval_start, interval_end = context.get("data_interval_start"), context.get("data_interval_end")
-        new_state, window, reused = cut_window(
-            state,
-            run_id=str(context["run_id"]),
-            head=server.head,
-            data_interval_start=None if interval_start is None else str(interval_start),
-            data_interval_end=None if interval_end is None else str(interval_end),
-        )
-        if reused:
+            new_state, window, reused = cut_window(
+                state,
+                run_id=str(context["run_id"]),
+                head=server.head,
+                data_interval_start=None if interval_start is None else str(interval_start),
+                data_interval_end=None if interval_end is None else str(interval_end),
+            )
+        if reused and new_state is state:
             self.log.info(
                 "run %s already owns window %s (%s); re-using it",
                 context["run_id"],
@@ -159,4 +183,30 @@ class BinlogExtractOperator(BaseOperator):
                 window.status,
             )
             return state, window
-        return manager.save(new_state, expected_revision=state.revision), window
+        return manager.save(new_state, expected_revision=expected), window
+
+    def _cut_interval(
+        self, state: PipelineState, server: Any, hook: BinlogHook, context: Any
+    ) -> tuple[PipelineState, Window, bool]:
+        from airflow_provider_binlog.probes import boundary_at
+
+        start, end = context.get("data_interval_start"), context.get("data_interval_end")
+        if start is None or end is None:
+            raise BinlogConfigError(
+                f"cut_by='interval' needs a run with a data interval; run {context['run_id']!r} has none"
+            )
+        end = pendulum.instance(end)
+        settle = pendulum.now("UTC").subtract(seconds=INTERVAL_SETTLE_SECONDS)
+        if end > settle:
+            raise IntervalOpenError(
+                f"the data interval of run {context['run_id']!r} ends at {end.isoformat()}, less than "
+                f"{INTERVAL_SETTLE_SECONDS} s ago: transactions committing before it may not be in the binlog yet. "
+                f"The task retries; schedule runs after their interval has closed."
+            )
+        return cut_interval_window(
+            state,
+            run_id=str(context["run_id"]),
+            interval_start=pendulum.instance(start),
+            interval_end=end,
+            locate=lambda moment: boundary_at(hook, server, moment),
+        )
