@@ -93,6 +93,9 @@ class BinlogMergeOperator(SparkSubmitOperator):
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
         """Submit the merge job for the window, verify the target and return the per-table summary.
 
+        Spark is not started when the window has no row changes, or when every table it changes already
+        records the window's merge commit (a retry after the merge succeeded, a cleared run).
+
         :param context: the task context.
         :raises StagingError: if the window is not staged completely.
         :raises BinlogConfigError: if a table has no key, the window belongs to another pipeline or the
@@ -101,14 +104,22 @@ class BinlogMergeOperator(SparkSubmitOperator):
         """
         from airflow.exceptions import AirflowException
 
+        from airflow_provider_binlog.operators.commit import window_merged
         from airflow_provider_binlog.spark_jobs import merge as job
 
         window = self._load_window()
-        if not any(job.has_changes(table) for table in window.tables):
+        changed = [table.name for table in window.tables if job.has_changes(table)]
+        pending = [
+            name for name in changed if not window_merged(self.target_path, name, self.pipeline, window.seq)
+        ]
+        if not pending:
             self.log.info(
-                "Window %s of %s has no row changes: nothing to merge, Spark not started",
+                "Window %s of %s: %s; Spark not started",
                 window.seq,
                 self.pipeline,
+                "already merged into every table it changes"
+                if changed
+                else "no row changes, nothing to merge",
             )
             return self.verify(window)
         self.conf = {**job.SPARK_SQL_CONF, **(self.conf or {})}
