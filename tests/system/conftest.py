@@ -5,6 +5,7 @@ import itertools
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +92,54 @@ class DagRunner:
 @pytest.fixture
 def pipeline_dirs(tmp_path: Path) -> dict[str, str]:
     return {"staging": str(tmp_path / "staging"), "target": str(tmp_path / "target")}
+
+
+STEP = 10
+"""Seconds per data interval in the interval-window tests (``BINLOG_CDC_SCHEDULE=PT10S``)."""
+
+
+def sleep_until(moment: pendulum.DateTime) -> None:
+    time.sleep(max((moment - pendulum.now("UTC")).total_seconds(), 0))
+
+
+def write_in_intervals(server: Any, table: str) -> pendulum.DateTime:
+    """Write three intervals of changes to ``table`` (``id INT PRIMARY KEY, v JSON, ...``), later ones
+    overwriting earlier ones so merge order matters; return the start of the first interval."""
+    db = table.split(".")[0]
+    now = pendulum.now("UTC")
+    base = now.start_of("minute").add(seconds=STEP * (now.second // STEP + 1))
+    batches = [
+        [
+            f"INSERT INTO {table} (id, v) SELECT seq, '1' FROM {db}.seq_1_to_100",
+            f"INSERT INTO {table} (id, v) VALUES (500, '0')",
+        ],
+        [
+            f"UPDATE {table} SET v = '2' WHERE id <= 50",
+            f"DELETE FROM {table} WHERE id BETWEEN 90 AND 100",
+            f"INSERT INTO {table} (id, v) SELECT seq, '2' FROM {db}.seq_101_to_150",
+        ],
+        [
+            f"UPDATE {table} SET v = '3' WHERE id <= 10",
+            f"UPDATE {table} SET id = 600 WHERE id = 500",
+            f"INSERT INTO {table} (id, v) SELECT seq, '3' FROM {db}.seq_151_to_160",
+        ],
+    ]
+    for number, statements in enumerate(batches):
+        sleep_until(base.add(seconds=STEP * number + 1))
+        server.execute(*statements)
+        assert pendulum.now("UTC") < base.add(seconds=STEP * (number + 1)), (
+            "the machine is too slow for the test"
+        )
+    return base
+
+
+def staged_commit_times(manifest_uri: str) -> list[pendulum.DateTime]:
+    """Return the earliest and latest ``_binlog_ts`` of every staged file of a window."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    stamps: list[pendulum.DateTime] = []
+    for path in Path(manifest_uri.removeprefix("file://")).rglob("*.parquet"):
+        column = pq.read_table(path, columns=["_binlog_ts"])["_binlog_ts"]
+        stamps += [pendulum.instance(pc.min(column).as_py()), pendulum.instance(pc.max(column).as_py())]
+    return stamps

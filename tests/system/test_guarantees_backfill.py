@@ -9,22 +9,26 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pendulum
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pymysql
 import pytest
-from conftest import REPO, DagRunner, load_module, stored_state
+from conftest import (
+    REPO,
+    STEP,
+    DagRunner,
+    load_module,
+    sleep_until,
+    staged_commit_times,
+    stored_state,
+    write_in_intervals,
+)
 
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 from airflow_provider_binlog.verify import compare_table
 
 pytestmark = [pytest.mark.system, pytest.mark.slow]
-
-STEP = 10  # seconds per data interval
 
 
 @pytest.fixture
@@ -44,44 +48,6 @@ def items(connections: LocalMariaDB, airflow_db: object) -> Iterator[str]:
     connections.execute(f"DROP DATABASE {db}")
 
 
-def sleep_until(moment: pendulum.DateTime) -> None:
-    time.sleep(max((moment - pendulum.now("UTC")).total_seconds(), 0))
-
-
-def write_in_intervals(server: LocalMariaDB, db: str, base: pendulum.DateTime) -> None:
-    """Three intervals of changes, later ones overwriting earlier ones (so merge order matters)."""
-    batches = [
-        [
-            f"INSERT INTO {db}.items SELECT seq, 'i1' FROM {db}.seq_1_to_100",
-            f"INSERT INTO {db}.items VALUES (500, 'k')",
-        ],
-        [
-            f"UPDATE {db}.items SET v = 'i2' WHERE id <= 50",
-            f"DELETE FROM {db}.items WHERE id BETWEEN 90 AND 100",
-            f"INSERT INTO {db}.items SELECT seq, 'i2' FROM {db}.seq_101_to_150",
-        ],
-        [
-            f"UPDATE {db}.items SET v = 'i3' WHERE id <= 10",
-            f"UPDATE {db}.items SET id = 600 WHERE id = 500",
-            f"INSERT INTO {db}.items SELECT seq, 'i3' FROM {db}.seq_151_to_160",
-        ],
-    ]
-    for number, statements in enumerate(batches):
-        sleep_until(base.add(seconds=STEP * number + 1))
-        server.execute(*statements)
-        assert pendulum.now("UTC") < base.add(seconds=STEP * (number + 1)), (
-            "the machine is too slow for the test"
-        )
-
-
-def staged_commit_times(manifest_uri: str) -> list[pendulum.DateTime]:
-    stamps: list[pendulum.DateTime] = []
-    for path in Path(manifest_uri.removeprefix("file://")).rglob("*.parquet"):
-        column = pq.read_table(path, columns=["_binlog_ts"])["_binlog_ts"]
-        stamps += [pendulum.instance(pc.min(column).as_py()), pendulum.instance(pc.max(column).as_py())]
-    return stamps
-
-
 def test_backfilled_intervals_tile_the_binlog_and_merge_in_any_order(
     connections: LocalMariaDB,
     items: str,
@@ -95,9 +61,7 @@ def test_backfilled_intervals_tile_the_binlog_and_merge_in_any_order(
 
     pipeline = f"p_{items}"
     runner = DagRunner(interval_dag, {"pipeline": pipeline, "tables": f"{items}.*", **pipeline_dirs})
-    now = pendulum.now("UTC")
-    base = now.start_of("minute").add(seconds=STEP * (now.second // STEP + 1))
-    write_in_intervals(connections, items, base)
+    base = write_in_intervals(connections, f"{items}.items")
     sleep_until(base.add(seconds=3 * STEP + 6))
     runs = {k: (base.add(seconds=STEP * k), pendulum.now("UTC")) for k in (1, 2, 3)}
 
