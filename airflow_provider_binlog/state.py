@@ -22,6 +22,8 @@ from airflow_provider_binlog.exceptions import StateConflictError, StateError
 from airflow_provider_binlog.positions import BinlogPosition, file_index
 
 STATE_FORMAT_VERSION = 1
+CONFLICT_ATTEMPTS = 5
+"""How often a read-modify-write of the state is tried when another writer wins the race."""
 MERGED_WINDOWS_KEPT = 200
 """How many merged windows the ledger keeps (unmerged windows are always kept)."""
 
@@ -210,6 +212,14 @@ class StateManager:
             only valid on the server that wrote them).
         """
         state = self.load()
+        self.check_source(state, source_identity)
+        return state
+
+    def check_source(self, state: PipelineState | None, source_identity: str) -> None:
+        """Refuse ``state`` when it was written for another server.
+
+        :raises StateError: naming both servers and the remedy.
+        """
         if state is not None and state.source_identity != source_identity:
             raise StateError(
                 f"the state of pipeline {self.pipeline!r} was written for source {state.source_identity!r} "
@@ -217,7 +227,6 @@ class StateManager:
                 f"between servers. Point the connection back at the original server, or start a new "
                 f"pipeline name (with a snapshot) for this one."
             )
-        return state
 
     def initial(self, source_identity: str, flavor: str, head: BinlogPosition) -> PipelineState:
         """Return a new state whose checkpoint is ``head`` (a new pipeline starts at the current head).
@@ -254,16 +263,46 @@ class StateManager:
             raise self._conflict("another writer overwrote it right after our write")
         return written
 
+    def transact(self, change: Callable[[PipelineState | None], PipelineState]) -> PipelineState:
+        """Read the state (None when there is none), apply ``change`` and write the result.
+
+        A lost compare-and-set (:class:`StateConflictError`) reads again and re-applies ``change``, up
+        to :data:`CONFLICT_ATTEMPTS` times with a random pause, so runs that legitimately share a
+        pipeline (interval windows of a backfill beside a scheduled run) serialize their updates.
+        ``change`` returning the state it was given writes nothing.
+
+        :returns: the state as written (or as read, when unchanged).
+        :raises StateConflictError: when every attempt lost its race.
+        """
+        from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random
+
+        for attempt in Retrying(
+            retry=retry_if_exception_type(StateConflictError),
+            stop=stop_after_attempt(CONFLICT_ATTEMPTS),
+            wait=wait_random(0.05, 0.5),
+            reraise=True,
+        ):
+            with attempt:
+                current = self.load()
+                new = change(current)
+                if new is current:
+                    return new
+                return self.save(new, expected_revision=None if current is None else current.revision)
+        raise AssertionError("unreachable: tenacity re-raises the last conflict")
+
     def update(self, change: Callable[[PipelineState], PipelineState]) -> PipelineState:
-        """Load the state, apply ``change`` and save it with a revision check.
+        """Apply ``change`` to the existing state (see :meth:`transact`).
 
         :raises StateError: when there is no state yet.
-        :raises StateConflictError: on a lost race.
+        :raises StateConflictError: when every attempt lost its race.
         """
-        state = self.load()
-        if state is None:
-            raise StateError(f"pipeline {self.pipeline!r} has no state Variable {self.key!r} yet")
-        return self.save(change(state), expected_revision=state.revision)
+
+        def existing(state: PipelineState | None) -> PipelineState:
+            if state is None:
+                raise StateError(f"pipeline {self.pipeline!r} has no state Variable {self.key!r} yet")
+            return change(state)
+
+        return self.transact(existing)
 
     def _check_revision(self, expected: int | None) -> None:
         current = self.load()

@@ -99,7 +99,7 @@ class BinlogCommitOperator(BaseOperator):
                 update={"checkpoint": advance_checkpoint(marked, marked.window(window.seq))}
             )
 
-        written = manager.save(advance(state), expected_revision=state.revision)
+        written = manager.update(advance)
         self._report(window, manifest, written.checkpoint.position.to_position())
         return state_summary(written)
 

@@ -151,45 +151,58 @@ class BinlogExtractOperator(BaseOperator):
     def _cut(
         self, manager: StateManager, server: Any, hook: BinlogHook, context: Any
     ) -> tuple[PipelineState, Window]:
-        state = manager.load_for_source(server.server_identity)
-        expected = None if state is None else state.revision
-        if state is None:
-            self.log.info("pipeline %s is new: it starts at the source head %s", self.pipeline, server.head)
-            state = manager.initial(server.server_identity, server.flavor, server.head)
-        if self.cut_by == "interval":
-            new_state, window, reused = self._cut_interval(state, server, hook, context)
-            if expected is None:  # a new interval pipeline starts at its first window
-                checkpoint = new_state.checkpoint.model_copy(
-                    update={"position": window.start, "window": window.seq - 1}
+        """Cut (or find) this run's window in a read-modify-write of the state, re-tried on a lost race."""
+        from functools import lru_cache
+
+        from airflow_provider_binlog.probes import boundary_at
+
+        locate = lru_cache(maxsize=None)(lambda moment: boundary_at(hook, server, moment))
+        cut: dict[str, Window] = {}
+
+        def change(current: PipelineState | None) -> PipelineState:
+            manager.check_source(current, server.server_identity)
+            if current is None:
+                self.log.info(
+                    "pipeline %s is new (cut by %s; source head %s)", self.pipeline, self.cut_by, server.head
                 )
-                new_state = new_state.model_copy(update={"checkpoint": checkpoint})
-        else:
+            state = current or manager.initial(server.server_identity, server.flavor, server.head)
+            if self.cut_by == "interval":
+                new_state, cut["window"], _ = self._cut_interval(state, locate, context)
+                if current is None:  # a new interval pipeline starts at its first window
+                    window = cut["window"]
+                    checkpoint = state.checkpoint.model_copy(
+                        update={"position": window.start, "window": window.seq - 1}
+                    )
+                    new_state = new_state.model_copy(update={"checkpoint": checkpoint})
+                return new_state
             interval_start, interval_end = (
                 context.get("data_interval_start"),
                 context.get("data_interval_end"),
             )
-            new_state, window, reused = cut_window(
+            new_state, cut["window"], _ = cut_window(
                 state,
                 run_id=str(context["run_id"]),
                 head=server.head,
                 data_interval_start=None if interval_start is None else str(interval_start),
                 data_interval_end=None if interval_end is None else str(interval_end),
             )
-        if reused and new_state is state:
-            self.log.info(
-                "run %s already owns window %s (%s); re-using it",
-                context["run_id"],
-                window.seq,
-                window.status,
-            )
-            return state, window
-        return manager.save(new_state, expected_revision=expected), window
+            return new_state
+
+        state = manager.transact(change)
+        window = cut["window"]
+        self.log.info(
+            "run %s owns window %s (%s, %s]: %s",
+            context["run_id"],
+            window.seq,
+            window.start,
+            window.end,
+            window.status,
+        )
+        return state, window
 
     def _cut_interval(
-        self, state: PipelineState, server: Any, hook: BinlogHook, context: Any
+        self, state: PipelineState, locate: Any, context: Any
     ) -> tuple[PipelineState, Window, bool]:
-        from airflow_provider_binlog.probes import boundary_at
-
         start, end = context.get("data_interval_start"), context.get("data_interval_end")
         if start is None or end is None:
             raise BinlogConfigError(
@@ -208,5 +221,5 @@ class BinlogExtractOperator(BaseOperator):
             run_id=str(context["run_id"]),
             interval_start=pendulum.instance(start),
             interval_end=end,
-            locate=lambda moment: boundary_at(hook, server, moment),
+            locate=locate,
         )

@@ -2,12 +2,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
 import pytest
 
 from airflow_provider_binlog.exceptions import PipelineBusyError, StateConflictError, StateError
 from airflow_provider_binlog.positions import BinlogPosition
-from airflow_provider_binlog.state import MERGED_WINDOWS_KEPT, StateManager, variable_key
+from airflow_provider_binlog.state import MERGED_WINDOWS_KEPT, PipelineState, StateManager, variable_key
 from airflow_provider_binlog.windows import cut_window, mark_window
 
 HEAD = BinlogPosition("mariadb-bin.000001", 800, "0-1-10")
@@ -158,3 +159,39 @@ def test_a_recreated_pipeline_orders_after_its_earlier_incarnation(manager: Stat
 def test_pipeline_names_are_checked() -> None:
     with pytest.raises(ValueError, match="must be non-empty letters"):
         StateManager("bad name/with slash", DictStore())
+
+
+class OnceRacingStore(DictStore):
+    """Lets a competing writer overwrite the state right after our first write (a lost compare-and-set)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.competitor: Callable[[str], str] | None = None
+
+    def set(self, key: str, value: str) -> None:
+        super().set(key, value)
+        if self.competitor is not None:
+            compete, self.competitor = self.competitor, None
+            super().set(key, compete(value))
+
+
+def test_transact_retries_a_lost_race_on_fresh_state() -> None:
+    def competitor(text: str) -> str:
+        doc = json.loads(text)
+        doc["writer"], doc["windows"] = "other", []  # their document, without our window
+        return json.dumps(doc)
+
+    store = OnceRacingStore()
+    manager = StateManager("shop", store)
+    manager.save(manager.initial("id", "mariadb", HEAD), expected_revision=None)
+    store.competitor = competitor
+    calls: list[int] = []
+
+    def cut(state: PipelineState | None) -> PipelineState:
+        assert state is not None
+        calls.append(state.revision)
+        return cut_window(state, run_id="ours", head=BinlogPosition(HEAD.file, 900 + len(calls)))[0]
+
+    written = manager.transact(cut)
+    assert len(calls) == 2  # the first attempt lost to the competitor and was re-applied
+    assert written.windows[-1].run_id == "ours"
