@@ -3,6 +3,7 @@ LocalExecutor workers using the Task SDK), where tasks reach Variables through t
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -11,8 +12,10 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import pendulum
 import pymysql
 import pytest
 
@@ -95,13 +98,16 @@ class Standalone:
                 self.process.wait()
 
 
-@pytest.fixture
-def standalone(mariadb: LocalMariaDB, tmp_path: Path) -> Iterator[tuple[Standalone, str, Path]]:
+@contextmanager
+def running_standalone(
+    mariadb: LocalMariaDB, tmp_path: Path, **settings: str
+) -> Iterator[tuple[Standalone, str, Path]]:
+    """Start ``airflow standalone`` over the example DAG with ``BINLOG_CDC_*`` ``settings``; stop it after."""
     home = tmp_path / "airflow"
     (home / "dags").mkdir(parents=True)
     (home / "dags" / "binlog_cdc.py").symlink_to(REPO / "example_dags" / "binlog_cdc.py")
     db = f"sched_{uuid.uuid4().hex[:8]}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BINLOG_CDC"))}
     api_port = free_port()
     env.update(
         {
@@ -122,6 +128,7 @@ def standalone(mariadb: LocalMariaDB, tmp_path: Path) -> Iterator[tuple[Standalo
             "BINLOG_CDC_STAGING": str(tmp_path / "staging"),
             "BINLOG_CDC_TARGET": str(tmp_path / "target"),
             "BINLOG_CDC_SCHEDULE": "none",
+            **{f"BINLOG_CDC_{name.upper()}": value for name, value in settings.items()},
         }
     )
     mariadb.execute(
@@ -137,6 +144,12 @@ def standalone(mariadb: LocalMariaDB, tmp_path: Path) -> Iterator[tuple[Standalo
     finally:
         server.stop()
         mariadb.execute(f"DROP DATABASE IF EXISTS {db}")
+
+
+@pytest.fixture
+def standalone(mariadb: LocalMariaDB, tmp_path: Path) -> Iterator[tuple[Standalone, str, Path]]:
+    with running_standalone(mariadb, tmp_path) as running:
+        yield running
 
 
 def test_example_dag_under_a_real_scheduler(
@@ -155,3 +168,48 @@ def test_example_dag_under_a_real_scheduler(
         result = compare_table(conn, str(target), f"{db}.items")
     assert result.matched, str(result)
     assert result.source_rows == 2
+
+
+@pytest.mark.slow
+def test_cli_backfill_of_interval_windows_runs_backwards_and_tiles(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    from conftest import STEP, sleep_until, staged_commit_times, write_in_intervals
+
+    # paused while the data is written; unpaused after the backfill is created, since the scheduler runs
+    # no task of a paused DAG (its own scheduled runs then take later, empty intervals)
+    with running_standalone(mariadb, tmp_path, cut_by="interval", schedule=f"PT{STEP}S") as (
+        server,
+        db,
+        target,
+    ):
+        server.cli("dags", "pause", "binlog_cdc")
+        base = write_in_intervals(mariadb, f"{db}.items")
+        sleep_until(base.add(seconds=3 * STEP + 6))
+        server.cli(
+            "backfill", "create", "--dag-id", "binlog_cdc", "--run-backwards", "--max-active-runs", "1",
+            "--from-date", base.isoformat(), "--to-date", base.add(seconds=2 * STEP).isoformat(),
+        )  # fmt: skip
+        server.cli("dags", "unpause", "binlog_cdc")
+
+        def backfill_done() -> list[tuple[object, ...]] | None:
+            rows = server.query(
+                "SELECT state FROM dag_run WHERE dag_id = 'binlog_cdc' AND run_type = 'backfill'"
+            )
+            return rows if rows and all(state in ("success", "failed") for (state,) in rows) else None
+
+        states = server.wait_for(backfill_done, 600, "the backfill runs")
+        assert [state for (state,) in states] == ["success"] * 3, server.tail()
+        with pymysql.connect(**mariadb.connection_kwargs()) as conn:
+            result = compare_table(conn, str(target), f"{db}.items")
+        assert result.matched, str(result)
+        state = json.loads(server.cli("variables", "get", f"binlog_state__p_{db}"))
+        windows = sorted(
+            (w for w in state["windows"] if w["run_id"].startswith("backfill")), key=lambda w: w["seq"]
+        )
+    assert len(windows) == 3
+    assert all(a["end"] == b["start"] for a, b in zip(windows, windows[1:], strict=False))
+    assert [w["cut_at"] for w in windows] == sorted((w["cut_at"] for w in windows), reverse=True)
+    for window in windows:
+        start, end = (pendulum.parse(window[f"data_interval_{side}"]) for side in ("start", "end"))
+        assert all(start <= ts < end for ts in staged_commit_times(window["manifest_uri"]))
