@@ -21,6 +21,10 @@ class SourceUnreachableError(BinlogError):
     """The source server cannot be reached or refused the login (retryable unless credentials are wrong)."""
 
 
+class ReplicationConnectionLostError(SourceUnreachableError):
+    """The replication connection broke while a window was read (retryable: the retry re-reads the window)."""
+
+
 class IntervalOpenError(BinlogError):
     """The run's data interval has not closed long enough ago to cut its window (retryable)."""
 

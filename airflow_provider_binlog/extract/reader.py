@@ -2,8 +2,25 @@
 
 Transactions are buffered until their commit event (rolled-back ones are dropped, and so are rows
 undone by a ``ROLLBACK TO`` a savepoint) and spilled to temporary Arrow IPC files past
-:data:`SPILL_ROWS` rows, so memory stays bounded for any transaction size. The stream stops at the first transaction boundary at or after the window end; reaching the
-end of the binlog before it is an error (the window's bytes must exist to be re-read).
+:data:`SPILL_ROWS` rows, so memory stays bounded for any transaction size. The stream stops at the
+first transaction boundary at or after the window end; reaching the end of the binlog before it is an
+error (the window's bytes must exist to be re-read).
+
+A window is read over one replication connection, or not at all. When the connection breaks (the
+source restarts, a ``KILL`` ends the dump thread, the network drops it), the read fails with the
+retryable :class:`ReplicationConnectionLostError` and the task's retry re-reads the same window from its
+start into a cleared staging folder; nothing the failed attempt staged survives.
+
+mysql-replication would instead reconnect on its own (``BinLogStreamReader.fetchone``, on client errors
+2006/2013) and resume at the end of the last event it received, most often inside a transaction; that
+is correct only if the server serves a position inside an event group as is (MariaDB 10.11 does, as
+measured; MariaDB 5.5 was reported to skip to the next group, mysql-binlog-connector-java #53) and if
+the address still leads to the same server (after a failover, the coordinates mean something else).
+When the server is still down, its reconnect fails with a raw ``pymysql`` 2003 instead. Resuming
+inside the attempt would need the checks a retry already makes (same server, window start retained,
+a transaction boundary to resume at), so the reader leaves recovery to the retry:
+:class:`ReplicationConnections` turns the library's reconnect into an error, and raises the dump
+session's ``net_write_timeout`` so a reader that pauses is not disconnected in the first place.
 """
 
 from __future__ import annotations
@@ -19,6 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pymysql
+from pymysql.protocol import MysqlPacket
 from pymysqlreplication.event import (
     GtidEvent,
     MariadbGtidEvent,
@@ -30,7 +49,11 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from airflow_provider_binlog.exceptions import SourceUnreachableError, UnsupportedEventError
+from airflow_provider_binlog.exceptions import (
+    ReplicationConnectionLostError,
+    SourceUnreachableError,
+    UnsupportedEventError,
+)
 from airflow_provider_binlog.extract.batches import ChangeBatchBuilder, with_commit
 from airflow_provider_binlog.extract.columns import ColumnSpec, column_spec, converter
 from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key
@@ -52,6 +75,68 @@ COMPRESSED_EVENT_TYPES = {40: "TRANSACTION_PAYLOAD_EVENT"} | {
 _DML_PREFIXES = ("insert", "update", "delete", "replace", "load data")
 _SAVEPOINT = re.compile(r"SAVEPOINT\s+(.+)", re.IGNORECASE | re.DOTALL)
 _ROLLBACK_TO = re.compile(r"ROLLBACK\s+(?:WORK\s+)?TO\s+(?:SAVEPOINT\s+)?(.+)", re.IGNORECASE | re.DOTALL)
+
+LOST_CONNECTION_ERRORS = frozenset({1053, 1927, 2003, 2006, 2013, 2055})
+"""Error codes meaning the connection to the source is gone: 2003 can't connect, 2006 server has gone
+away, 2013 lost connection during query, 2055 lost connection (system error) (MySQL manual, "Client Error
+Message Reference"); 1053 server shutdown in progress (MySQL manual, "Server Error Message Reference");
+1927 connection was killed (MariaDB KB, "MariaDB Error Code Reference")."""
+REPLICATION_NET_WRITE_TIMEOUT_SECONDS = 3600
+"""How long the source waits for the reader to take more binlog bytes before it drops the stream (seconds)."""
+_CONTROL_DATABASE = "information_schema"
+"""The ``db`` mysql-replication gives its control connection (``BinLogStreamReader.__connect_to_ctl``)."""
+
+
+class _ConnectionLost(Exception):
+    """A lost connection, raised where mysql-replication cannot catch it (it is no ``OperationalError``)."""
+
+
+class ReplicationConnection(pymysql.connections.Connection):
+    """A pymysql connection whose lost-connection errors mysql-replication cannot swallow.
+
+    ``BinLogStreamReader.fetchone`` (mysql-replication 1.0) catches ``OperationalError`` 2006/2013 from the
+    replication connection and reconnects at the last event position it saw; this class re-raises every
+    error of :data:`LOST_CONNECTION_ERRORS` as an exception the library does not catch.
+    """
+
+    def _read_packet(self, packet_type: Any = MysqlPacket) -> Any:
+        try:
+            return super()._read_packet(packet_type)
+        except pymysql.err.OperationalError as err:
+            if err.args and err.args[0] in LOST_CONNECTION_ERRORS:
+                raise _ConnectionLost(str(err)) from err
+            raise
+
+
+class ReplicationConnections:
+    """Open the connections of one ``BinLogStreamReader`` (its ``pymysql_wrapper``); refuse a reconnect.
+
+    The library opens its replication connection and its control connection (``db=information_schema``)
+    once each; a second replication connection is a reconnect, however the library got there, and is
+    refused, so a window is read over one connection whatever the library version does on errors.
+
+    Connections are :class:`ReplicationConnection` s. The replication connection's session gets
+    ``net_write_timeout`` = :data:`REPLICATION_NET_WRITE_TIMEOUT_SECONDS`: the dump thread serving it
+    waits that long for the reader to take more bytes before it drops the connection (MySQL manual,
+    "Server System Variables": ``net_write_timeout``, default 60 s; measured on MariaDB 10.11). The reader
+    takes no bytes while it writes a large committed transaction to staging, and without a reconnect a
+    drop there would fail every retry of the window.
+    """
+
+    def __init__(self) -> None:
+        self.replication_connections = 0
+
+    def __call__(self, **settings: Any) -> ReplicationConnection:
+        """Open a connection with pymysql keyword arguments ``settings``."""
+        if settings.get("db") == _CONTROL_DATABASE:
+            return ReplicationConnection(**settings)
+        self.replication_connections += 1
+        if self.replication_connections > 1:
+            raise _ConnectionLost("mysql-replication tried to reopen the replication connection")
+        conn = ReplicationConnection(**settings)
+        with conn.cursor() as cur:
+            cur.execute(f"SET SESSION net_write_timeout = {REPLICATION_NET_WRITE_TIMEOUT_SECONDS}")
+        return conn
 
 
 @dataclass
@@ -130,12 +215,14 @@ Sink = Callable[[str, pa.RecordBatch, list[ColumnSpec], list[str]], None]
 class WindowReader:
     """Read the committed row changes of selected tables inside one window.
 
-    :param stream: an open mysql-replication ``BinLogStreamReader`` positioned at ``start``.
+    :param stream: an open mysql-replication ``BinLogStreamReader`` positioned at ``start``, whose
+        ``pymysql_wrapper`` is a :class:`ReplicationConnections` (no silent reconnect).
     :param start: window start (a transaction boundary).
     :param end: window end (a transaction boundary at or after ``start``).
     :param tables: selected tables by ``db.table``.
     :param window: window sequence number.
     :param sink: receives committed rows in commit order: ``(table, batch, column specs, primary key)``.
+    :raises ValueError: when ``stream`` opens its connections some other way.
     """
 
     def __init__(
@@ -148,6 +235,11 @@ class WindowReader:
         window: int,
         sink: Sink,
     ) -> None:
+        if not isinstance(getattr(stream, "pymysql_wrapper", None), ReplicationConnections):
+            raise ValueError(
+                "open the window's stream with pymysql_wrapper=ReplicationConnections() (see "
+                "extract.window.stream_options): the library's own connections reconnect silently"
+            )
         self.stream = stream
         self.start = start
         self.end = end
@@ -168,11 +260,42 @@ class WindowReader:
         """Read until the window end; return the counters.
 
         :raises UnsupportedEventError: on compressed transactions, statement-based DML or XA.
+        :raises ReplicationConnectionLostError: when the connection to the source breaks (retryable).
         :raises SourceUnreachableError: when the binlog ends before the window end (retryable).
         """
         started = time.monotonic()
         if self.start.key >= self.end.key:
             return self.stats
+        try:
+            self._read()
+        except _ConnectionLost as err:
+            raise self._lost(err) from err
+        except pymysql.err.OperationalError as err:
+            if err.args and err.args[0] in LOST_CONNECTION_ERRORS:
+                raise self._lost(err) from err
+            raise
+        finally:
+            self.txn.close_spills()
+        for layout in self.layouts.values():
+            self._flush(layout)
+        self.stats.seconds = time.monotonic() - started
+        return self.stats
+
+    def _lost(self, err: Exception) -> ReplicationConnectionLostError:
+        inside = f", inside transaction {self.txn.gtid or '?'}" if self.txn.open else ""
+        return ReplicationConnectionLostError(
+            f"lost the replication connection to the source while reading window {self.window} "
+            f"({self.start}, {self.end}], {self.stats.transactions} transaction(s) into it (last boundary "
+            f"read: {self.position}{inside}): {err}. The source restarted, killed the connection or the "
+            f"network dropped it. The reader does not resume on another connection: the retry clears this "
+            f"window's staging folder and re-reads the same window from its start."
+        )
+
+    def _read(self) -> None:
+        """Dispatch the stream's events until the window end.
+
+        :raises SourceUnreachableError: when the binlog ends before the window end.
+        """
         for event in self.stream:
             if not self.txn.open and self._starts_at_or_after_end(event):
                 break
@@ -191,10 +314,6 @@ class WindowReader:
                     f"the binlog ended at {self.position} before the window end {self.end}; the server may "
                     f"have been restarted or reset. Retry; if it persists, the window's binlogs are gone."
                 )
-        for layout in self.layouts.values():
-            self._flush(layout)
-        self.stats.seconds = time.monotonic() - started
-        return self.stats
 
     def _flush(self, layout: _Layout) -> None:
         """Hand the layout's committed rows to the sink."""

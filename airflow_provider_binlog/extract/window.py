@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from airflow_provider_binlog.extract.columns import ColumnSpec
-from airflow_provider_binlog.extract.reader import TableTarget, WindowReader
+from airflow_provider_binlog.extract.reader import ReplicationConnections, TableTarget, WindowReader
 from airflow_provider_binlog.extract.tablemaps import CACHED_TABLE_MAP_EVENTS, table_map_cache
 from airflow_provider_binlog.extract.writer import TableOutput, TableWriter
 from airflow_provider_binlog.retention import binlog_bytes_between, check_retained
@@ -24,7 +24,12 @@ log = logging.getLogger(__name__)
 
 
 def stream_options(tables: dict[str, TableTarget]) -> dict[str, Any]:
-    """Return BinLogStreamReader options that decode only the selected tables' row events."""
+    """Return BinLogStreamReader options for one window read.
+
+    They decode only the selected tables' row events, and open the stream's connections through a new
+    :class:`~airflow_provider_binlog.extract.reader.ReplicationConnections`, which turns the library's silent
+    reconnect into an error (a window is read over one connection; the task's retry re-reads it).
+    """
     from pymysqlreplication.event import (
         FormatDescriptionEvent,
         GtidEvent,
@@ -54,6 +59,7 @@ def stream_options(tables: dict[str, TableTarget]) -> dict[str, Any]:
             NotImplementedEvent,
         ],
         "filter_non_implemented_events": False,
+        "pymysql_wrapper": ReplicationConnections(),
     }
 
 
@@ -70,7 +76,9 @@ def extract_window(
 
     :raises BinlogPurgedError: when the window start was purged.
     :raises UnsupportedEventError: on events that cannot be decoded without loss.
-    :raises SourceUnreachableError: when the stream breaks or ends early (retryable).
+    :raises SourceUnreachableError: when the stream breaks or ends early (retryable; a broken connection
+        raises :class:`~airflow_provider_binlog.extract.reader.ReplicationConnectionLostError`). The retry
+        re-reads the window: the window folder holds no manifest then, and it is cleared first.
     """
     start, end = window.start.to_position(), window.end.to_position()
     check_retained(server, start, pipeline)
