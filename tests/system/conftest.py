@@ -6,6 +6,9 @@ import json
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +146,121 @@ def staged_commit_times(manifest_uri: str) -> list[pendulum.DateTime]:
         column = pq.read_table(path, columns=["_binlog_ts"])["_binlog_ts"]
         stamps += [pendulum.instance(pc.min(column).as_py()), pendulum.instance(pc.max(column).as_py())]
     return stamps
+
+
+def task_states(run: Any) -> dict[str, str]:
+    return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+
+
+@contextmanager
+def scratch_database(server: Any, prefix: str) -> Iterator[str]:
+    """Create a database with a random name on ``server``; drop it afterwards."""
+    db = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    server.execute(f"CREATE DATABASE {db}")
+    try:
+        yield db
+    finally:
+        server.execute(f"DROP DATABASE IF EXISTS {db}")
+
+
+@pytest.fixture
+def scratch_db(connections: Any, airflow_db: object) -> Iterator[str]:
+    """A fresh database on the private server for one pipeline, dropped afterwards."""
+    with scratch_database(connections, "g") as db:
+        yield db
+
+
+class Pipeline:
+    """The example DAG over every table of one database of the private server, with checks on each run.
+
+    Guarantee tests subclass it for their own views of staging and the target.
+    """
+
+    def __init__(self, server: Any, db: str, dirs: dict[str, str]) -> None:
+        self.server = server
+        self.db = db
+        self.name = f"p_{db}"
+        self.staging = Path(dirs["staging"])
+        self.target = dirs["target"]
+        self.conf = {"pipeline": self.name, "tables": f"{db}.*", **dirs}
+        self.dag = load_example_dag()
+        self.runner = DagRunner(self.dag, self.conf)
+        self.last_run: Any = None
+
+    def connect(self, *, autocommit: bool = True) -> Any:
+        import pymysql
+
+        return pymysql.connect(**self.server.connection_kwargs(database=self.db, autocommit=autocommit))
+
+    def sql(self, *statements: str) -> list[tuple[Any, ...]]:
+        return list(self.server.execute(*statements, database=self.db))
+
+    def transaction(self, *statements: str) -> None:
+        """Run ``statements`` in one explicit transaction and commit it."""
+        self.sql("BEGIN", *statements, "COMMIT")
+
+    def head(self) -> dict[str, Any]:
+        """Return the source's binlog head as the state stores it (file, pos, GTID position there).
+
+        Waits until the head holds still for 0.3 s: after a rotation MariaDB appends a Binlog_checkpoint
+        event to the new file asynchronously, once InnoDB has checkpointed the old one.
+        """
+        seen, deadline = None, time.monotonic() + 10
+        while True:
+            file, pos = self.server.execute("SHOW MASTER STATUS")[0][:2]
+            if (file, pos) == seen or time.monotonic() > deadline:
+                break
+            seen = (file, pos)
+            time.sleep(0.3)
+        gtid = self.server.execute(f"SELECT BINLOG_GTID_POS('{file}', {pos})")[0][0]
+        return {"file": file, "pos": int(pos), "gtid_set": gtid}
+
+    def run_window(self, dates: tuple[pendulum.DateTime, pendulum.DateTime] | None = None) -> dict[str, Any]:
+        """Run the DAG (a new run, or the run of ``dates``): it must succeed and move the checkpoint to the
+        head seen just before the run. Returns the run's window from the ledger."""
+        head = self.head()
+        run = self.last_run = self.runner.run(dates)
+        assert run.state == "success", task_states(run)
+        return self.merged_window(head)
+
+    def merged_window(self, head: dict[str, Any]) -> dict[str, Any]:
+        """Return the newest window, checked merged, ending at ``head`` and tiling with the ones before."""
+        state = stored_state(self.name)
+        assert state is not None
+        windows = state["windows"]
+        window = dict(windows[-1])
+        assert window["status"] == "merged"
+        assert window["end"] == head
+        assert state["checkpoint"]["position"] == head
+        assert state["checkpoint"]["window"] == window["seq"]
+        assert all(a["end"] == b["start"] for a, b in zip(windows, windows[1:], strict=False)), (
+            "gap or overlap"
+        )
+        return window
+
+    def window_dir(self, window: dict[str, Any]) -> Path:
+        return self.staging / self.name / f"window={window['seq']}"
+
+    def manifest(self, window: dict[str, Any]) -> dict[str, Any]:
+        return dict(json.loads((self.window_dir(window) / "manifest.json").read_text()))
+
+    def staged_records(
+        self, window: dict[str, Any], table: str, columns: list[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Return the table's staged change records of the window (chosen columns), in window order."""
+        import pyarrow.parquet as pq
+
+        folder = self.window_dir(window) / f"{self.db}.{table}"
+        if not folder.exists():
+            return []
+        return sorted(pq.read_table(folder, columns=columns).to_pylist(), key=lambda r: r["_binlog_seq"])
+
+    def mismatches(self, *tables: str) -> list[str]:
+        """Compare each table with its target table row by row; return the tables that differ."""
+        import pymysql
+
+        from airflow_provider_binlog.verify import compare_table
+
+        with pymysql.connect(**self.server.connection_kwargs()) as conn:
+            results = [compare_table(conn, self.target, f"{self.db}.{t}") for t in tables]
+        return [str(r) for r in results if not r.matched]

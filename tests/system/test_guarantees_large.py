@@ -22,8 +22,6 @@ import os
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +30,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pymysql
 import pytest
-from conftest import DagRunner, load_example_dag, stored_state
+from conftest import DagRunner, stored_state
+from conftest import Pipeline as BasePipeline
 
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
-from airflow_provider_binlog.verify import compare_table
 
 pytestmark = [pytest.mark.system, pytest.mark.slow]
 
@@ -56,44 +54,8 @@ transaction before its commit, so what matters is that windows are cut and merge
 are), not the wall-clock time; 30 s keeps the file's runtime reasonable."""
 
 
-def task_states(run: Any) -> dict[str, str]:
-    return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
-
-
-class Pipeline:
-    """The example DAG over every table of one database of the private server."""
-
-    def __init__(self, server: LocalMariaDB, db: str, dirs: dict[str, str]) -> None:
-        self.server = server
-        self.db = db
-        self.name = f"p_{db}"
-        self.staging = Path(dirs["staging"])
-        self.target = dirs["target"]
-        self.conf = {"pipeline": self.name, "tables": f"{db}.*", **dirs}
-        self.runner = DagRunner(load_example_dag(), self.conf)
-
-    def connect(self, *, autocommit: bool = True) -> pymysql.Connection:  # type: ignore[type-arg]
-        return pymysql.connect(**self.server.connection_kwargs(database=self.db, autocommit=autocommit))
-
-    def sql(self, *statements: str) -> list[tuple[Any, ...]]:
-        return self.server.execute(*statements, database=self.db)
-
-    def transaction(self, *statements: str) -> None:
-        """Run ``statements`` in one explicit transaction and commit it."""
-        self.sql("BEGIN", *statements, "COMMIT")
-
-    def head(self) -> dict[str, Any]:
-        """Return the source's binlog head as the state stores it (file, pos, GTID position there)."""
-        file, pos = self.server.execute("SHOW MASTER STATUS")[0][:2]
-        gtid = self.server.execute(f"SELECT BINLOG_GTID_POS('{file}', {pos})")[0][0]
-        return {"file": file, "pos": int(pos), "gtid_set": gtid}
-
-    def run_window(self) -> dict[str, Any]:
-        """Run the DAG once in this process; return its window from the ledger (checked merged at the head)."""
-        head = self.head()
-        run = self.runner.run()
-        assert run.state == "success", task_states(run)
-        return self._merged_window(head)
+class Pipeline(BasePipeline):
+    """The shared pipeline harness plus a measured run and table views of staging."""
 
     def run_window_measured(self, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         """Run the DAG once in a child process (``measure_dag_run.py``); return its window and the report.
@@ -124,23 +86,7 @@ class Pipeline:
             measured,
             tail,
         )
-        return self._merged_window(head), measured
-
-    def _merged_window(self, head: dict[str, Any]) -> dict[str, Any]:
-        state = stored_state(self.name)
-        assert state is not None
-        window = state["windows"][-1]
-        assert window["status"] == "merged"
-        assert window["end"] == head
-        assert state["checkpoint"]["position"] == head
-        assert state["checkpoint"]["window"] == window["seq"]
-        return dict(window)
-
-    def window_dir(self, window: dict[str, Any]) -> Path:
-        return self.staging / self.name / f"window={window['seq']}"
-
-    def manifest(self, window: dict[str, Any]) -> dict[str, Any]:
-        return dict(json.loads((self.window_dir(window) / "manifest.json").read_text()))
+        return self.merged_window(head), measured
 
     def staged_rows(self, window: dict[str, Any], table: str) -> int:
         """Return the change records the window's manifest lists for ``table``."""
@@ -157,12 +103,6 @@ class Pipeline:
         """Return ``(op, id, v)`` of the table's staged change records in window order."""
         return [(r["_binlog_op"], r["id"], r["v"]) for r in self.staged(window, table).to_pylist()]
 
-    def mismatches(self, *tables: str) -> list[str]:
-        """Compare each table with its target table row by row; return the tables that differ."""
-        with pymysql.connect(**self.server.connection_kwargs()) as conn:
-            results = [compare_table(conn, self.target, f"{self.db}.{t}") for t in tables]
-        return [str(r) for r in results if not r.matched]
-
     def check_ledger(self, windows: int) -> list[dict[str, Any]]:
         """Check the last ``windows`` windows tile the binlog, are merged and end at the checkpoint."""
         state = stored_state(self.name)
@@ -177,15 +117,8 @@ class Pipeline:
 
 
 @pytest.fixture
-def pipeline(
-    connections: LocalMariaDB, airflow_db: object, pipeline_dirs: dict[str, str]
-) -> Iterator[Pipeline]:
-    db = f"l_{uuid.uuid4().hex[:8]}"
-    connections.execute(f"CREATE DATABASE {db}")
-    try:
-        yield Pipeline(connections, db, pipeline_dirs)
-    finally:
-        connections.execute(f"DROP DATABASE IF EXISTS {db}")
+def pipeline(connections: LocalMariaDB, scratch_db: str, pipeline_dirs: dict[str, str]) -> Pipeline:
+    return Pipeline(connections, scratch_db, pipeline_dirs)
 
 
 def numbers(pipeline: Pipeline, count: int) -> str:

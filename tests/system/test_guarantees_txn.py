@@ -13,19 +13,14 @@ the staged change records are asserted too, so a failure says which scenario wen
 
 from __future__ import annotations
 
-import json
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pymysql
 import pytest
-from conftest import DagRunner, load_example_dag, stored_state
+from conftest import Pipeline as BasePipeline
+from conftest import stored_state, task_states
 
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
-from airflow_provider_binlog.verify import compare_table
 
 pytestmark = pytest.mark.system
 
@@ -33,82 +28,19 @@ TABLE = "(id INT PRIMARY KEY, v VARCHAR(60))"
 KEYED_TABLE = "(id INT PRIMARY KEY, k INT, v VARCHAR(60))"
 
 
-def task_states(run: Any) -> dict[str, str]:
-    return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
-
-
-class Pipeline:
-    """The example DAG over every table of one database of the private server."""
-
-    def __init__(self, server: LocalMariaDB, db: str, dirs: dict[str, str]) -> None:
-        self.server = server
-        self.db = db
-        self.name = f"p_{db}"
-        self.staging = Path(dirs["staging"])
-        self.target = dirs["target"]
-        self.dag = load_example_dag()
-        self.runner = DagRunner(self.dag, {"pipeline": self.name, "tables": f"{db}.*", **dirs})
-
-    def connect(self, *, autocommit: bool = True) -> pymysql.Connection[Any]:
-        return pymysql.connect(**self.server.connection_kwargs(database=self.db, autocommit=autocommit))
-
-    def sql(self, *statements: str) -> None:
-        self.server.execute(*statements, database=self.db)
-
-    def transaction(self, *statements: str) -> None:
-        """Run ``statements`` in one explicit transaction and commit it."""
-        self.sql("BEGIN", *statements, "COMMIT")
-
-    def head(self) -> dict[str, Any]:
-        """Return the source's binlog head as the state stores it (file, pos, GTID position there)."""
-        file, pos = self.server.execute("SHOW MASTER STATUS")[0][:2]
-        gtid = self.server.execute(f"SELECT BINLOG_GTID_POS('{file}', {pos})")[0][0]
-        return {"file": file, "pos": int(pos), "gtid_set": gtid}
-
-    def run_window(self) -> dict[str, Any]:
-        """Run the DAG once: it must succeed and move the checkpoint to the head seen just before the run.
-
-        Returns the run's window from the ledger.
-        """
-        head = self.head()
-        run = self.runner.run()
-        assert run.state == "success", task_states(run)
-        state = stored_state(self.name)
-        assert state is not None
-        window = state["windows"][-1]
-        assert window["status"] == "merged"
-        assert window["end"] == head
-        assert state["checkpoint"]["position"] == head
-        assert state["checkpoint"]["window"] == window["seq"]
-        return dict(window)
-
-    def manifest(self, window: dict[str, Any]) -> dict[str, Any]:
-        path = self.staging / self.name / f"window={window['seq']}" / "manifest.json"
-        return dict(json.loads(path.read_text()))
+class Pipeline(BasePipeline):
+    """The shared pipeline harness plus the views these scenarios assert on."""
 
     def staged(self, window: dict[str, Any], table: str) -> list[tuple[str, int]]:
         """Return ``(op, id)`` of the table's staged change records in window order."""
         return [(r["_binlog_op"], r["id"]) for r in self.staged_records(window, table)]
 
-    def staged_records(self, window: dict[str, Any], table: str) -> list[dict[str, Any]]:
-        folder = self.staging / self.name / f"window={window['seq']}" / f"{self.db}.{table}"
-        if not folder.exists():
-            return []
-        return sorted(pq.read_table(folder).to_pylist(), key=lambda r: r["_binlog_seq"])
-
     def rows(self, table: str) -> dict[int, tuple[Any, ...]]:
         """Return the source rows by id (the scenario's expected outcome is asserted on them)."""
         return {r[0]: tuple(r[1:]) for r in self.server.execute(f"SELECT * FROM `{self.db}`.`{table}`")}
 
-    def mismatches(self, *tables: str) -> list[str]:
-        """Compare each table with its target table row by row; return the tables that differ."""
-        with pymysql.connect(**self.server.connection_kwargs()) as conn:
-            results = [compare_table(conn, self.target, f"{self.db}.{t}") for t in tables]
-        return [str(r) for r in results if not r.matched]
-
     def target_rows(self, table: str, **options: bool) -> list[dict[str, Any]]:
         """Return the target table's rows (live ones unless told otherwise), ordered by id."""
-        # Imported here: importing the target module before Airflow is loaded hits a circular import.
         from airflow_provider_binlog.target import read_table
 
         rows = read_table(self.target, f"{self.db}.{table}", **options).to_pylist()
@@ -116,15 +48,8 @@ class Pipeline:
 
 
 @pytest.fixture
-def pipeline(
-    connections: LocalMariaDB, airflow_db: object, pipeline_dirs: dict[str, str]
-) -> Iterator[Pipeline]:
-    db = f"g_{uuid.uuid4().hex[:8]}"
-    connections.execute(f"CREATE DATABASE {db}")
-    try:
-        yield Pipeline(connections, db, pipeline_dirs)
-    finally:
-        connections.execute(f"DROP DATABASE IF EXISTS {db}")
+def pipeline(connections: LocalMariaDB, scratch_db: str, pipeline_dirs: dict[str, str]) -> Pipeline:
+    return Pipeline(connections, scratch_db, pipeline_dirs)
 
 
 # --------------------------------------------------------------------------------------------------
