@@ -73,7 +73,14 @@ class Standalone:
                 return []
 
     def cli(self, *args: str) -> str:
-        result = subprocess.run([str(BIN / "airflow"), *args], env=self.env, capture_output=True, text=True)
+        """Run an ``airflow`` command; sqlite's "database is locked" (the scheduler writing) is retried."""
+        for _ in range(5):
+            result = subprocess.run(
+                [str(BIN / "airflow"), *args], env=self.env, capture_output=True, text=True
+            )
+            if result.returncode == 0 or "database is locked" not in result.stderr:
+                break
+            time.sleep(2)
         assert result.returncode == 0, result.stderr[-2000:]
         return result.stdout
 
