@@ -230,7 +230,7 @@ def assess_retention(
     from airflow_provider_binlog.probes import file_opened_at
 
     with hook.cursor() as cur:
-        policy = retention_policy(server.variables, _rds_retention_hours(cur))
+        policy = retention_policy(server.variables, rds_retention_hours(cur))
         gtid_list = _oldest_gtid_list(cur, server) if server.flavor == "mariadb" else None
     names = [name for name, _ in server.binlog_files]
     head = server.head or checkpoint
@@ -279,7 +279,7 @@ def _headroom(
     return policy.seconds - (now - last_written).total_seconds()
 
 
-def _rds_retention_hours(cur: pymysql.cursors.Cursor) -> str | None:
+def rds_retention_hours(cur: pymysql.cursors.Cursor) -> str | None:
     """Return RDS's ``binlog retention hours`` (``""`` for NULL), or None when the server is not RDS."""
     import pymysql
 

@@ -76,14 +76,6 @@ class ServerState:
     gtid_executed: str = ""
     gtid_purged: str = ""
 
-    @property
-    def retention_seconds(self) -> int | None:
-        """Return the binlog retention in seconds, or None when binlogs are never expired."""
-        seconds = int(float(self.variables.get("binlog_expire_logs_seconds") or 0))
-        if seconds == 0:
-            seconds = int(float(self.variables.get("expire_logs_days") or 0) * 86400)
-        return seconds or None
-
     def problems(self, *, allow_minimal_row_metadata: bool = False) -> list[str]:
         """Return one line per setting that makes the server unusable as a CDC source, with its fix."""
         v = self.variables
@@ -578,13 +570,20 @@ class BinlogHook(BaseHook):
                 checks.append(
                     SettingCheck(name, value, "ok" if value.upper() in ("ON", "1") else f"note: {note}")
                 )
-        seconds = state.retention_seconds
-        if seconds:
-            note = "note: keep it at least twice the longest outage a pipeline must survive"
-            checks.append(SettingCheck("binlog retention", f"{seconds} s", note))
-        else:
-            checks.append(SettingCheck("binlog retention", "unlimited", "ok (binlogs never expire by age)"))
+        checks.append(self._retention_check(state))
         return checks
+
+    def _retention_check(self, state: ServerState) -> SettingCheck:
+        """Return the verdict on the binlog retention (:func:`~airflow_provider_binlog.retention.retention_policy`)."""
+        from airflow_provider_binlog.retention import rds_retention_hours, retention_policy
+
+        with self.cursor() as cur:
+            policy = retention_policy(state.variables, rds_retention_hours(cur))
+        notes = "".join(f"; note: {note}" for note in policy.notes)
+        if policy.seconds is None:
+            return SettingCheck("binlog retention", "unlimited", f"ok ({policy.setting}){notes}")
+        advice = "note: keep it at least twice the longest outage a pipeline must survive"
+        return SettingCheck("binlog retention", f"{policy.seconds} s by {policy.setting}", advice + notes)
 
     def _server_id_check(self, state: ServerState) -> SettingCheck:
         """Return the verdict of :meth:`check_server_id` on :attr:`server_id`."""
