@@ -7,8 +7,6 @@ The example DAG runs with ``BINLOG_CDC_CUT_BY=interval`` and 10-second data inte
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pendulum
@@ -39,13 +37,9 @@ def interval_dag(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 @pytest.fixture
-def items(connections: LocalMariaDB, airflow_db: object) -> Iterator[str]:
-    db = f"b_{uuid.uuid4().hex[:8]}"
-    connections.execute(
-        f"CREATE DATABASE {db}", f"CREATE TABLE {db}.items (id INT PRIMARY KEY, v VARCHAR(20))"
-    )
-    yield db
-    connections.execute(f"DROP DATABASE {db}")
+def items(connections: LocalMariaDB, scratch_db: str) -> str:
+    connections.execute(f"CREATE TABLE {scratch_db}.items (id INT PRIMARY KEY, v VARCHAR(20))")
+    return scratch_db
 
 
 def test_backfilled_intervals_tile_the_binlog_and_merge_in_any_order(

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import shutil
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +28,12 @@ ROWS = 20_000
 
 
 @pytest.fixture
-def items(connections: LocalMariaDB, airflow_db: object) -> Iterator[str]:
-    db = f"g_{uuid.uuid4().hex[:8]}"
+def items(connections: LocalMariaDB, scratch_db: str) -> str:
     connections.execute(
-        f"CREATE DATABASE {db}",
-        f"CREATE TABLE {db}.items (id INT PRIMARY KEY, v VARCHAR(40), n BIGINT)",
-        f"CREATE TABLE {db}.notes (id INT PRIMARY KEY, body TEXT)",
+        f"CREATE TABLE {scratch_db}.items (id INT PRIMARY KEY, v VARCHAR(40), n BIGINT)",
+        f"CREATE TABLE {scratch_db}.notes (id INT PRIMARY KEY, body TEXT)",
     )
-    yield db
-    connections.execute(f"DROP DATABASE {db}")
+    return scratch_db
 
 
 def write_changes(server: LocalMariaDB, db: str) -> None:
