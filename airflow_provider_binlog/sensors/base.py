@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import datetime as dt
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -54,9 +55,9 @@ class PipelineSensor(BaseSensorOperator):
         self.deferrable = deferrable
         self._last_measurement = "no measurement yet"
 
+    @abc.abstractmethod
     def trigger(self) -> PipelinePollTrigger:
         """Return the trigger that measures this sensor's condition (each subclass builds its own)."""
-        raise NotImplementedError(f"{type(self).__name__} must build its trigger")
 
     def poke(self, context: Any) -> PokeReturnValue:
         """Measure once; done, with the report as XCom, when the condition holds."""
