@@ -73,6 +73,20 @@ COMPRESSED_EVENT_TYPES = {40: "TRANSACTION_PAYLOAD_EVENT"} | {
     code: "MariaDB compressed event" for code in range(165, 172)
 }
 _DML_PREFIXES = ("insert", "update", "delete", "replace", "load data")
+READ_EVENTS: tuple[type, ...] = (
+    RotateEvent,
+    GtidEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    XidEvent,
+    XAPrepareEvent,
+    WriteRowsEvent,
+    UpdateRowsEvent,
+    DeleteRowsEvent,
+    NotImplementedEvent,
+)
+"""The events :class:`WindowReader` acts on; the window's stream must deliver each of them
+(``NotImplementedEvent`` so that compressed transactions are seen and refused)."""
 _SAVEPOINT = re.compile(r"SAVEPOINT\s+(.+)", re.IGNORECASE | re.DOTALL)
 _ROLLBACK_TO = re.compile(r"ROLLBACK\s+(?:WORK\s+)?TO\s+(?:SAVEPOINT\s+)?(.+)", re.IGNORECASE | re.DOTALL)
 

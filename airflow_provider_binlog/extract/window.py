@@ -8,7 +8,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from airflow_provider_binlog.extract.columns import ColumnSpec
-from airflow_provider_binlog.extract.reader import ReplicationConnections, TableTarget, WindowReader
+from airflow_provider_binlog.extract.reader import (
+    READ_EVENTS,
+    ReplicationConnections,
+    TableTarget,
+    WindowReader,
+)
 from airflow_provider_binlog.extract.tablemaps import CACHED_TABLE_MAP_EVENTS, table_map_cache
 from airflow_provider_binlog.extract.writer import TableOutput, TableWriter
 from airflow_provider_binlog.retention import binlog_bytes_between, check_retained
@@ -30,34 +35,11 @@ def stream_options(tables: dict[str, TableTarget]) -> dict[str, Any]:
     :class:`~airflow_provider_binlog.extract.reader.ReplicationConnections`, which turns the library's silent
     reconnect into an error (a window is read over one connection; the task's retry re-reads it).
     """
-    from pymysqlreplication.event import (
-        FormatDescriptionEvent,
-        GtidEvent,
-        MariadbGtidEvent,
-        NotImplementedEvent,
-        QueryEvent,
-        RotateEvent,
-        XAPrepareEvent,
-        XidEvent,
-    )
-    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+    from pymysqlreplication.event import FormatDescriptionEvent
 
     return {
         "only_tables": sorted({name.split(".", 1)[1] for name in tables}),
-        "only_events": [
-            *CACHED_TABLE_MAP_EVENTS,
-            FormatDescriptionEvent,
-            RotateEvent,
-            GtidEvent,
-            MariadbGtidEvent,
-            QueryEvent,
-            XidEvent,
-            XAPrepareEvent,
-            WriteRowsEvent,
-            UpdateRowsEvent,
-            DeleteRowsEvent,
-            NotImplementedEvent,
-        ],
+        "only_events": [*CACHED_TABLE_MAP_EVENTS, FormatDescriptionEvent, *READ_EVENTS],
         "filter_non_implemented_events": False,
         "pymysql_wrapper": ReplicationConnections(),
     }

@@ -32,9 +32,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# MySQL client errors that mean "could not reach / lost the server" (MySQL manual, "Client Error
-# Message Reference"): 2003 can't connect, 2005 unknown host, 2006 gone away, 2013 lost connection.
-TRANSIENT_ERRORS = frozenset({2003, 2005, 2006, 2013})
 ACCESS_DENIED = frozenset({1044, 1045, 1227, 1698})
 ER_PARSE_ERROR = 1064
 MIN_REDACTED_SECRET_LENGTH = 5
