@@ -259,20 +259,20 @@ class RowDecoder:
         return self._decode_updates(body, partial, None)
 
     def _decode_rows(self, body: bytes, event: Any) -> list[list[Any]]:
-        try:
-            rows, pos, zero = self._rows(body, 0, len(body))
-        except (IndexError, ValueError, struct.error) as err:
-            raise _undecodable(event, err) from err
-        _check_end(pos, len(body), event)
-        self.zero_dates += zero
-        return rows
+        return self._checked(lambda: self._rows(body, 0, len(body)), body, event)
 
     def _decode_updates(self, body: bytes, partial: bool, event: Any) -> list[tuple[list[Any], list[Any]]]:
+        if partial:
+            return self._checked(lambda: self._partial_updates(body, event), body, event)
+        return self._checked(lambda: self._updates(body, 0, len(body)), body, event)
+
+    def _checked(self, decode: Callable[[], tuple[Any, int, int]], body: bytes, event: Any) -> Any:
+        """Run ``decode`` (``-> (rows, end position, zero dates)``), check it used all of ``body``, count zero dates.
+
+        :raises UnsupportedEventError: when the body does not decode with this layout.
+        """
         try:
-            if partial:
-                rows, pos, zero = self._partial_updates(body, event)
-            else:
-                rows, pos, zero = self._updates(body, 0, len(body))
+            rows, pos, zero = decode()
         except (IndexError, ValueError, struct.error) as err:
             raise _undecodable(event, err) from err
         _check_end(pos, len(body), event)
