@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,9 +66,5 @@ def connections(mariadb: LocalMariaDB, monkeypatch: pytest.MonkeyPatch) -> Local
 @pytest.fixture
 def source_db(mariadb: LocalMariaDB) -> Iterator[str]:
     """A fresh database on the private server, dropped afterwards."""
-    name = f"t_{uuid.uuid4().hex[:10]}"
-    mariadb.execute(f"CREATE DATABASE `{name}`")
-    try:
+    with mariadb.scratch_database("t") as name:
         yield name
-    finally:
-        mariadb.execute(f"DROP DATABASE IF EXISTS `{name}`")

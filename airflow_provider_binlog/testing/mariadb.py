@@ -14,7 +14,9 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -236,6 +238,16 @@ class LocalMariaDB:
             return rows
         finally:
             conn.close()
+
+    @contextmanager
+    def scratch_database(self, prefix: str) -> Iterator[str]:
+        """Create a database named ``<prefix>_<random hex>``; drop it afterwards."""
+        name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+        self.execute(f"CREATE DATABASE `{name}`")
+        try:
+            yield name
+        finally:
+            self.execute(f"DROP DATABASE IF EXISTS `{name}`")
 
     def purge_binlogs_before_current(self, timeout_seconds: float = 30.0) -> str:
         """Rotate the binlog and purge every older file; return the oldest file left.

@@ -6,9 +6,7 @@ import json
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -152,21 +150,10 @@ def task_states(run: Any) -> dict[str, str]:
     return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
 
 
-@contextmanager
-def scratch_database(server: Any, prefix: str) -> Iterator[str]:
-    """Create a database with a random name on ``server``; drop it afterwards."""
-    db = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    server.execute(f"CREATE DATABASE {db}")
-    try:
-        yield db
-    finally:
-        server.execute(f"DROP DATABASE IF EXISTS {db}")
-
-
 @pytest.fixture
 def scratch_db(connections: Any, airflow_db: object) -> Iterator[str]:
     """A fresh database on the private server for one pipeline, dropped afterwards."""
-    with scratch_database(connections, "g") as db:
+    with connections.scratch_database("g") as db:
         yield db
 
 

@@ -20,20 +20,20 @@ def sensor_dag(dag_id: str) -> DAG:
     )
 
 
-with sensor_dag("purge_guard") as purge_guard:
-    BinlogPurgeRiskSensor(
-        task_id="purge_risk",
-        pipeline="{{ params.pipeline }}",
-        min_headroom_seconds="{{ params.min_headroom }}",
-    )
+def purge_guard_dag(dag_id: str, **sensor_args: object) -> DAG:
+    """A DAG of one purge-risk sensor with the params' pipeline and minimum headroom."""
+    with sensor_dag(dag_id) as dag:
+        BinlogPurgeRiskSensor(
+            task_id="purge_risk",
+            pipeline="{{ params.pipeline }}",
+            min_headroom_seconds="{{ params.min_headroom }}",
+            **sensor_args,  # type: ignore[arg-type]
+        )
+    return dag
 
-with sensor_dag("purge_guard_soft") as purge_guard_soft:
-    BinlogPurgeRiskSensor(
-        task_id="purge_risk",
-        pipeline="{{ params.pipeline }}",
-        min_headroom_seconds="{{ params.min_headroom }}",
-        soft_fail=True,
-    )
+
+purge_guard = purge_guard_dag("purge_guard")
+purge_guard_soft = purge_guard_dag("purge_guard_soft", soft_fail=True)
 
 with sensor_dag("sensors_deferred") as sensors_deferred:
     BinlogPurgeRiskSensor(
