@@ -116,7 +116,7 @@ class BinlogExtractOperator(BaseOperator):
         targets = table_targets(hook.describe_tables(parse_tables(self.tables)), self.keys)
         check_writable(storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline)
         manager = StateManager(self.pipeline)
-        state, window = self._cut(manager, server, hook, context)
+        window = self._cut(manager, server, hook, context)
         window_dir = window_path(self.staging_uri, self.pipeline, window.seq, self.staging_conn_id)
         manifest = read_manifest(window_dir)
         if manifest is not None and manifest.get("run_id") == window.run_id:
@@ -148,9 +148,7 @@ class BinlogExtractOperator(BaseOperator):
             "tables": {name: entry["rows"] for name, entry in manifest["tables"].items()},
         }
 
-    def _cut(
-        self, manager: StateManager, server: Any, hook: BinlogHook, context: Any
-    ) -> tuple[PipelineState, Window]:
+    def _cut(self, manager: StateManager, server: Any, hook: BinlogHook, context: Any) -> Window:
         """Cut (or find) this run's window in a read-modify-write of the state, re-tried on a lost race."""
         from functools import lru_cache
 
@@ -188,7 +186,7 @@ class BinlogExtractOperator(BaseOperator):
             )
             return new_state
 
-        state = manager.transact(change)
+        manager.transact(change)
         window = cut["window"]
         self.log.info(
             "run %s owns window %s (%s, %s]: %s",
@@ -198,7 +196,7 @@ class BinlogExtractOperator(BaseOperator):
             window.end,
             window.status,
         )
-        return state, window
+        return window
 
     def _cut_interval(
         self, state: PipelineState, locate: Any, context: Any
