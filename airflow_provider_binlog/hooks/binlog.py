@@ -24,7 +24,7 @@ from airflow_provider_binlog.get_provider_info import (
     SSL_FIELDS,
     ui_field_behaviour,
 )
-from airflow_provider_binlog.positions import BinlogPosition
+from airflow_provider_binlog.positions import BinlogPosition, read_head
 
 if TYPE_CHECKING:
     import pymysql
@@ -266,6 +266,12 @@ class BinlogHook(BaseHook):
             return f"set by the extra of connection {self.binlog_conn_id!r}"
         return f"derived from pipeline name {self.pipeline!r}"
 
+    def sql_settings(self) -> dict[str, Any]:
+        """Return ``pymysql.connect()`` keyword arguments (``password``, not the stream's ``passwd``)."""
+        settings = self.connection_settings()
+        settings["password"] = settings.pop("passwd")
+        return settings
+
     def get_conn(self) -> pymysql.connections.Connection:
         """Open an autocommit SQL connection to the source.
 
@@ -274,8 +280,7 @@ class BinlogHook(BaseHook):
         """
         import pymysql
 
-        settings = self.connection_settings()
-        settings["password"] = settings.pop("passwd")
+        settings = self.sql_settings()
         where = f"{settings['host']}:{settings['port']}"
         try:
             return pymysql.connect(autocommit=True, **settings)
@@ -312,32 +317,14 @@ class BinlogHook(BaseHook):
         return "mariadb" if "mariadb" in str(cur.fetchone()[0]).lower() else "mysql"
 
     def head_position(self, cur: pymysql.cursors.Cursor, flavor: str) -> BinlogPosition:
-        """Return the position after the last committed transaction (the binlog head).
-
-        MySQL 8.4 answers ``SHOW BINARY LOG STATUS`` (8.2+), older servers ``SHOW MASTER STATUS``
-        (MySQL manual, "SHOW BINARY LOG STATUS Statement"); both return ``Executed_Gtid_Set`` in the
-        same row. On MariaDB the GTID position of those coordinates is ``BINLOG_GTID_POS(file, pos)``
-        (MariaDB KB, "BINLOG_GTID_POS"), which is exact where reading ``@@gtid_binlog_pos`` separately
-        could race with a commit.
+        """Return the position after the last committed transaction (:func:`~airflow_provider_binlog.positions.read_head`).
 
         :raises BinlogConfigError: when binary logging is off (no status row).
         """
-        import pymysql
-
-        try:
-            cur.execute("SHOW BINARY LOG STATUS")
-        except pymysql.err.ProgrammingError:
-            cur.execute("SHOW MASTER STATUS")
-        row = cur.fetchone()
-        if not row:
+        head = read_head(cur, flavor)
+        if head is None:
             raise BinlogConfigError("binary logging is off on the source: start the server with --log-bin")
-        file, pos = str(row[0]), int(row[1])
-        if flavor == "mariadb":
-            cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
-            gtid = (cur.fetchone() or [""])[0] or ""
-        else:
-            gtid = str(row[4]) if len(row) > 4 and row[4] else ""
-        return BinlogPosition(file=file, pos=pos, gtid_set=str(gtid).replace("\n", ""))
+        return head
 
     def binlog_files(self, cur: pymysql.cursors.Cursor) -> list[tuple[str, int]]:
         """Return ``[(file name, size in bytes)]`` of the binlogs the server still has, oldest first."""

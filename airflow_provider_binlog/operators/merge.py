@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import os
-import shutil
-import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-
 from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
+from airflow_provider_binlog.operators.spark import SparkJobOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -25,7 +19,7 @@ MERGE_APPLICATION = Path(__file__).resolve().parent.parent / "spark_jobs" / "mer
 _HISTORY_LIMIT = 100
 
 
-class BinlogMergeOperator(SparkSubmitOperator):
+class BinlogMergeOperator(SparkJobOperator):
     """Merge one staged binlog window into per-table Delta Lake tables by submitting the bundled Spark job.
 
     The Spark connection (``conn_id``) decides where the job runs (local, standalone, YARN, Kubernetes).
@@ -50,7 +44,7 @@ class BinlogMergeOperator(SparkSubmitOperator):
     """
 
     template_fields: Sequence[str] = (
-        *SparkSubmitOperator.template_fields,
+        *SparkJobOperator.template_fields,
         "pipeline",
         "window_uri",
         "target_path",
@@ -102,8 +96,6 @@ class BinlogMergeOperator(SparkSubmitOperator):
             Spark connection does not exist.
         :raises MergeError: if the Spark job fails or the target does not hold the window afterwards.
         """
-        from airflow.exceptions import AirflowException
-
         from airflow_provider_binlog.operators.commit import window_merged
         from airflow_provider_binlog.spark_jobs import merge as job
 
@@ -124,19 +116,12 @@ class BinlogMergeOperator(SparkSubmitOperator):
             return self.verify(window)
         self.conf = {**job.SPARK_SQL_CONF, **(self.conf or {})}
         self.application_args = self._application_args()
-        master, deploy_mode = self._spark_master()
-        env = launcher_environment(master, deploy_mode, env_vars=self.env_vars)
         self.log.info("Merging window %s of %s into %s", window.seq, self.pipeline, self.target_path)
-        if env:
-            self.log.info("Environment for spark-submit: %s", env)
-        with _patched_environ(env):
-            try:
-                super().execute(context)
-            except AirflowException as err:
-                raise MergeError(
-                    f"the Spark merge of window {window.seq} of pipeline {self.pipeline} failed; the "
-                    f"target is unchanged for tables not yet committed, and a retry is safe: {err}"
-                ) from err
+        self.submit(
+            context,
+            failure=f"the Spark merge of window {window.seq} of pipeline {self.pipeline} failed; the "
+            f"target is unchanged for tables not yet committed, and a retry is safe",
+        )
         return self.verify(window)
 
     def _load_window(self) -> StagedWindow:
@@ -170,28 +155,6 @@ class BinlogMergeOperator(SparkSubmitOperator):
         for table, columns in sorted(self.keys.items()):
             args += ["--key", f"{table}={','.join(columns)}"]
         return args
-
-    def _spark_master(self) -> tuple[str, str | None]:
-        """Return the master URL and deploy mode of the Spark connection (as the Spark hook reads them)."""
-        from airflow.exceptions import AirflowNotFoundException
-        from airflow.sdk import BaseHook
-
-        try:
-            conn = BaseHook.get_connection(self._conn_id)
-        except AirflowNotFoundException as err:
-            raise BinlogConfigError(
-                f"Spark connection {self._conn_id!r} does not exist; create it (e.g. AIRFLOW_CONN_"
-                f'{self._conn_id.upper()}=\'{{"conn_type": "spark", "host": "local[2]"}}\')'
-            ) from err
-        host = conn.host or ""
-        if conn.conn_type == "spark" and host and ("://" in host or not conn.port):
-            master = host
-        else:
-            master = f"{conn.conn_type}://{host}"
-        if conn.port:
-            master = f"{master}:{conn.port}"
-        deploy_mode = self._deploy_mode or conn.extra_dejson.get("deploy-mode")
-        return master, deploy_mode
 
     def verify(self, window: StagedWindow) -> dict[str, Any]:
         """Check that every table of the window holds it; return the per-table summary.
@@ -252,66 +215,3 @@ def _commit_numbers(dt: Any, pipeline: str, seq: int) -> dict[str, Any]:
                 "files_removed": commit.get("binlog.files_removed"),
             }
     return {}
-
-
-def pyspark_home() -> str | None:
-    """Return the directory of the installed ``pyspark`` package (a usable ``SPARK_HOME``), if any."""
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    home = Path(next(iter(spec.submodule_search_locations)))
-    return str(home) if (home / "bin" / "spark-class").exists() else None
-
-
-def launcher_environment(
-    master: str,
-    deploy_mode: str | None,
-    *,
-    env_vars: Mapping[str, Any] | None = None,
-    environ: Mapping[str, str] | None = None,
-    spark_binary: str = "spark-submit",
-) -> dict[str, str]:
-    """Return the environment variables ``spark-submit`` needs that are not set yet.
-
-    ``spark-submit`` from a virtualenv fails ("bin/spark-class: No such file") unless ``SPARK_HOME``
-    points at the ``pyspark`` package or the venv is activated. If neither ``environ`` nor ``env_vars``
-    sets ``SPARK_HOME``, it is set to the ``pyspark`` package and its ``bin`` put first on ``PATH``.
-    A local master runs the job's Python with this interpreter; so does a client-mode driver.
-
-    :param master: Spark master URL (``local[2]``, ``yarn``, ``spark://...``, ``k8s://...``).
-    :param deploy_mode: ``client``, ``cluster`` or ``None`` (client).
-    :param env_vars: the operator's ``env_vars``.
-    :param environ: the current environment (default ``os.environ``).
-    :param spark_binary: the submit command looked up on ``PATH``.
-    """
-    current = dict(os.environ if environ is None else environ)
-    given = {**current, **{k: str(v) for k, v in (env_vars or {}).items()}}
-    env: dict[str, str] = {}
-    spark_home = given.get("SPARK_HOME")
-    if not spark_home:
-        spark_home = pyspark_home()
-        if spark_home:
-            env["SPARK_HOME"] = spark_home
-    path = given.get("PATH", os.defpath)
-    if spark_home and ("SPARK_HOME" in env or shutil.which(spark_binary, path=path) is None):
-        env["PATH"] = os.pathsep.join([str(Path(spark_home) / "bin"), path])
-    if master.startswith("local") and not given.get("PYSPARK_PYTHON"):
-        env["PYSPARK_PYTHON"] = sys.executable
-    if deploy_mode != "cluster" and not given.get("PYSPARK_DRIVER_PYTHON"):
-        env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    return env
-
-
-@contextlib.contextmanager
-def _patched_environ(env: Mapping[str, str]) -> Iterator[None]:
-    """Set environment variables for the duration of the block (the task's own process), then restore."""
-    previous = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value

@@ -714,7 +714,7 @@ def test_window_of_another_pipeline_is_refused(spark, staging, target):
 
 
 def test_launcher_environment_points_spark_submit_at_pyspark():
-    from airflow_provider_binlog.operators.merge import launcher_environment, pyspark_home
+    from airflow_provider_binlog.operators.spark import launcher_environment, pyspark_home
 
     env = launcher_environment("local[2]", None, environ={"PATH": "/usr/bin:/bin"})
 
