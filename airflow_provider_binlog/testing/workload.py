@@ -72,11 +72,14 @@ class ShopWorkload:
     :param connect: returns a new pymysql connection (autocommit off is set by the workload).
     :param db: database holding the shop tables.
     :param seed: random seed (the same seed writes the same sequence of statements).
+    :param first_number: number of the first transaction, from which new keys are made: a second
+        workload on the same database needs a range of its own (say ``1_000_000``).
     """
 
     connect: Any
     db: str
     seed: int = 7
+    first_number: int = 0
     counts: Counter[str] = field(default_factory=Counter)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -102,6 +105,10 @@ class ShopWorkload:
         def target() -> None:
             try:
                 conn = self.connect()
+            except BaseException as err:  # surfaced by stop()
+                self.error = err
+                return
+            try:
                 rng = random.Random(self.seed)
                 conn.autocommit(False)
                 for number in range(transactions):
@@ -110,9 +117,10 @@ class ShopWorkload:
                     self._transaction(conn, rng, number)
                     if pause_seconds:
                         time.sleep(pause_seconds)
-                conn.close()
             except BaseException as err:  # surfaced by stop()
                 self.error = err
+            finally:
+                conn.close()  # an open transaction would hold its locks until the server's timeout
 
         self._thread = threading.Thread(target=target, name="shop-workload", daemon=True)
         self._thread.start()
@@ -142,7 +150,7 @@ class ShopWorkload:
         )
         kind = kinds[0] if number < 5 else kinds[1] if number < 10 else rng.choice(kinds)
         with conn.cursor() as cur:
-            getattr(self, f"_{kind}")(cur, rng, number)
+            getattr(self, f"_{kind}")(cur, rng, self.first_number + number)
         conn.commit()
         self.counts[kind] += 1
 
