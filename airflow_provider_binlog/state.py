@@ -28,6 +28,7 @@ MERGED_WINDOWS_KEPT = 200
 """How many merged windows the ledger keeps (unmerged windows are always kept)."""
 
 WindowStatus = Literal["cut", "extracted", "merged"]
+SnapshotStatus = Literal["running", "merged"]
 
 
 def variable_key(pipeline: str) -> str:
@@ -87,6 +88,39 @@ class Window(BaseModel):
     last_commit_ts: str | None = None
 
 
+class Snapshot(BaseModel):
+    """One entry of the snapshot ledger: tables read in key chunks and merged as ``_binlog_op = 'r'`` rows.
+
+    Its rows take the order key ``(seq, n)``. ``seq`` is drawn from the window sequence when the snapshot
+    starts and ``start`` is the source head at that moment, before any chunk is read; every window cut
+    later gets a larger seq, so each change logged after a chunk's low watermark (which is at or after
+    ``start``) outranks the chunk's rows, and the windows still to merge start at or before ``start``
+    (see :mod:`airflow_provider_binlog.snapshot`).
+
+    :param seq: order-key sequence number of the snapshot's rows.
+    :param tables: the ``db.table`` names it reads.
+    :param start: the source head before the first chunk was read (the snapshot's low watermark).
+    :param run_id: the DAG run that started it (a retry of that run resumes it).
+    :param status: ``running`` until its merge is verified in the target, then ``merged``.
+    :param staging_uri: its staging folder ``<staging>/<pipeline>/snapshot=<seq>``.
+    :param rows: rows read (set when merged).
+    :param reason: why it was taken: ``initial`` (new pipeline), ``added`` (table new to the
+        pipeline), ``requested`` (re-snapshot asked for) or ``purged`` (binlogs were purged).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    seq: int = Field(ge=1)
+    tables: list[str]
+    start: Position
+    run_id: str
+    status: SnapshotStatus = "running"
+    started_at: str
+    staging_uri: str
+    rows: int | None = None
+    reason: Literal["initial", "added", "requested", "purged"] = "initial"
+
+
 class Checkpoint(BaseModel):
     """The position up to which changes are durably merged into the target."""
 
@@ -111,6 +145,21 @@ class PipelineState(BaseModel):
     writer: str = ""
     checkpoint: Checkpoint
     windows: list[Window] = Field(default_factory=list)
+    snapshots: list[Snapshot] = Field(default_factory=list)
+
+    @property
+    def next_seq(self) -> int:
+        """Return the sequence number for the next window or snapshot (one above any used so far)."""
+        used = [self.checkpoint.window, *(w.seq for w in self.windows), *(s.seq for s in self.snapshots)]
+        return max(used) + 1
+
+    def snapshot_of_run(self, run_id: str) -> Snapshot | None:
+        """Return the snapshot started by ``run_id``, if any."""
+        return next((s for s in self.snapshots if s.run_id == run_id), None)
+
+    def snapshotted_tables(self) -> set[str]:
+        """Return the tables some snapshot of this pipeline reads or has read."""
+        return {table for snapshot in self.snapshots for table in snapshot.tables}
 
     def window_of_run(self, run_id: str) -> Window | None:
         """Return the window cut by ``run_id``, if any."""

@@ -62,7 +62,7 @@ def cut_window(
             f"into a new pipeline is needed."
         )
     window = Window(
-        seq=(previous.seq if previous is not None else state.checkpoint.window) + 1,
+        seq=state.next_seq,
         start=start,
         end=Position.of(head),
         run_id=run_id,

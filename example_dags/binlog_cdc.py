@@ -12,6 +12,14 @@ parsed; no connection or Variable is touched at parse time):
 * ``BINLOG_CDC_CUT_BY`` ``head`` (default: each run takes everything up to the source head) or
   ``interval`` (each run takes the transactions committed in its data interval; runs and backfills such
   as ``airflow backfill create --dag-id binlog_cdc --from-date ... --to-date ...`` may go in any order)
+* ``BINLOG_CDC_SNAPSHOT_CHUNK_ROWS`` rows per snapshot chunk (default 50000) and
+  ``BINLOG_CDC_SNAPSHOT_CONNECTIONS`` most source connections reading chunks at once (default 2)
+
+A new pipeline starts with a snapshot of the selected tables (``BinlogSnapshotOperator``: chunked,
+lock-free, read by Spark) and continues with binlog windows from the snapshot's start; a table added to
+the selection later is snapshotted by the next run. (Pipelines cutting by interval start at their first
+window instead: snapshots need head windows.) To re-snapshot tables while this DAG keeps running, trigger
+``binlog_resnapshot``.
 
 Connections: ``binlog_default`` (a ``mysql`` or ``mysql_binlog`` connection) and ``spark_default``.
 """
@@ -25,10 +33,17 @@ import pendulum
 from airflow.sdk import DAG, Param
 from airflow.sdk.definitions.timetables.interval import CronDataIntervalTimetable, DeltaDataIntervalTimetable
 
-from airflow_provider_binlog.operators import BinlogCommitOperator, BinlogExtractOperator, BinlogMergeOperator
+from airflow_provider_binlog.operators import (
+    BinlogCommitOperator,
+    BinlogExtractOperator,
+    BinlogMergeOperator,
+    BinlogSnapshotOperator,
+)
 
 _SCHEDULE = os.environ.get("BINLOG_CDC_SCHEDULE", "*/15 * * * *")
 _CUT_BY = os.environ.get("BINLOG_CDC_CUT_BY", "head")
+_SNAPSHOT_CHUNK_ROWS = int(os.environ.get("BINLOG_CDC_SNAPSHOT_CHUNK_ROWS", "50000"))
+_SNAPSHOT_CONNECTIONS = int(os.environ.get("BINLOG_CDC_SNAPSHOT_CONNECTIONS", "2"))
 
 
 def _schedule() -> Any:
@@ -80,4 +95,18 @@ with DAG(
         target_path="{{ params.target }}",
     )
     extract >> merge >> commit
+    if _CUT_BY == "head":
+        snapshot = BinlogSnapshotOperator(
+            task_id="snapshot",
+            pipeline="{{ params.pipeline }}",
+            tables="{{ params.tables }}",
+            staging_uri="{{ params.staging }}",
+            target_path="{{ params.target }}",
+            binlog_conn_id="binlog_default",
+            conn_id="spark_default",
+            chunk_rows=_SNAPSHOT_CHUNK_ROWS,
+            max_connections=_SNAPSHOT_CONNECTIONS,
+            retries=2,
+        )
+        snapshot >> extract
 # [END howto_binlog_cdc]

@@ -1,9 +1,10 @@
-"""Operators of the binlog CDC pipeline: extract a window, merge it with Spark, commit the checkpoint."""
+"""Operators of the binlog CDC pipeline: snapshot tables, extract a window, merge it with Spark, commit."""
 
 from __future__ import annotations
 
 from airflow_provider_binlog.operators.commit import BinlogCommitOperator
 from airflow_provider_binlog.operators.extract import BinlogExtractOperator
 from airflow_provider_binlog.operators.merge import BinlogMergeOperator
+from airflow_provider_binlog.operators.snapshot import BinlogSnapshotOperator
 
-__all__ = ["BinlogCommitOperator", "BinlogExtractOperator", "BinlogMergeOperator"]
+__all__ = ["BinlogCommitOperator", "BinlogExtractOperator", "BinlogMergeOperator", "BinlogSnapshotOperator"]

@@ -84,6 +84,10 @@ MYSQL_TYPE_KEY = "binlog.mysql_type"
 #: Folder under a table where Spark writes new bucket files before the driver moves them into place.
 STAGING_DIR = "_binlog_staging"
 _SOURCE_RANK = "__binlog_source_rank"
+_IN_SNAPSHOT = "__binlog_in_snapshot"
+SNAPSHOT_KIND = "snapshot"
+#: A table's merge is planned again this many times when another writer commits to it in between.
+COMMIT_ATTEMPTS = 5
 _ROW_NUMBER = "__binlog_row_number"
 
 #: Spark SQL settings the merge needs; set on the session by :func:`configure_session`.
@@ -339,6 +343,8 @@ class StagedTable:
     :param rows: number of change rows the manifest announces.
     :param primary_key: primary key columns from the manifest (empty for tables without one).
     :param columns: the manifest's column descriptions (``name``, ``mysql_type``, ``arrow_type``).
+    :param refresh: the rows are a snapshot of the whole table: target rows older than the window whose
+        key is not among them become tombstones (see :func:`apply_window`).
     """
 
     name: str
@@ -346,6 +352,7 @@ class StagedTable:
     rows: int
     primary_key: tuple[str, ...]
     columns: tuple[Mapping[str, Any], ...] = ()
+    refresh: bool = False
 
 
 @dataclass(frozen=True)
@@ -404,6 +411,7 @@ def parse_window(window_uri: str, manifest: Mapping[str, Any]) -> StagedWindow:
     try:
         pipeline = str(manifest["pipeline"])
         seq = int(manifest["window"])
+        refresh = manifest.get("kind") == SNAPSHOT_KIND
         tables_spec = manifest.get("tables") or {}
         tables = tuple(
             StagedTable(
@@ -412,6 +420,7 @@ def parse_window(window_uri: str, manifest: Mapping[str, Any]) -> StagedWindow:
                 rows=int(spec.get("rows") or 0),
                 primary_key=tuple(spec.get("primary_key") or ()),
                 columns=tuple(spec.get("columns") or ()),
+                refresh=refresh,
             )
             for name, spec in tables_spec.items()
         )
@@ -490,11 +499,13 @@ def resolve_keys(
 
 
 def has_changes(table: StagedTable) -> bool:
-    """Return whether a staged table has any change rows to merge.
+    """Return whether a staged table has anything to merge.
+
+    That is change rows, or a snapshot: even an empty one replaces the table's rows.
 
     :param table: staged table.
     """
-    return bool(table.files) and table.rows > 0
+    return bool(table.files) and (table.rows > 0 or table.refresh)
 
 
 def read_staged_schema(table: StagedTable) -> pa.Schema:
@@ -753,25 +764,52 @@ def latest_change_per_key(rows: DataFrame, keys: Sequence[str]) -> DataFrame:
 
 
 def apply_window(
-    current: DataFrame | None, changes: DataFrame, keys: Sequence[str], partitions: int
+    current: DataFrame | None,
+    changes: DataFrame,
+    keys: Sequence[str],
+    partitions: int,
+    *,
+    refresh_seq: int | None = None,
 ) -> DataFrame:
     """Return the new content of the touched buckets: current rows and changes, newest per key.
 
     Rows are hash-partitioned by bucket first so each bucket is computed (and written) by one task;
     the per-key window then needs no second shuffle.
 
+    With ``refresh_seq`` (a snapshot with that sequence number, all buckets touched) a live target row
+    whose order key is below the snapshot's and whose key the snapshot does not hold becomes a tombstone
+    with order key ``(refresh_seq, 0)``: the row was deleted while the binlog was not followed (or
+    before a re-snapshot), and rows written by windows after the snapshot started are kept.
+
     :param current: current rows of the touched buckets (``None`` if they hold no files yet).
     :param changes: conformed changes with ``_binlog_bucket``.
     :param keys: key column names.
     :param partitions: number of shuffle partitions (the number of touched buckets is a good choice).
+    :param refresh_seq: the snapshot's sequence number when ``changes`` is a whole-table snapshot.
     """
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     rows = changes.withColumn(_SOURCE_RANK, F.lit(1))
     if current is not None:
         rows = current.withColumn(_SOURCE_RANK, F.lit(0)).unionByName(rows)
     rows = rows.repartition(max(1, partitions), col(BUCKET_COLUMN))
-    return latest_change_per_key(rows, keys)
+    if refresh_seq is None:
+        return latest_change_per_key(rows, keys)
+    per_key = Window.partitionBy(col(BUCKET_COLUMN), *[col(k) for k in keys])
+    rows = rows.withColumn(_IN_SNAPSHOT, F.max(col(_SOURCE_RANK)).over(per_key))
+    latest = latest_change_per_key(rows, keys)
+    stale = (col(_IN_SNAPSHOT) == 0) & (col(WINDOW_COLUMN) < F.lit(refresh_seq)) & ~col(DELETED_COLUMN)
+    latest = latest.withColumn(_IN_SNAPSHOT, stale)  # evaluated once, before the columns it reads change
+    tombstone = {
+        DELETED_COLUMN: F.lit(True),
+        OP_COLUMN: F.lit("d"),
+        WINDOW_COLUMN: F.lit(refresh_seq).cast("long"),
+        SEQ_COLUMN: F.lit(0).cast("long"),
+    }
+    for name, value in tombstone.items():
+        latest = latest.withColumn(name, F.when(col(_IN_SNAPSHOT), value).otherwise(col(name)))
+    return latest.drop(_IN_SNAPSHOT)
 
 
 @dataclass(frozen=True)
@@ -1118,6 +1156,10 @@ def commit_window(
 ) -> None:
     """Commit remove-old + add-new in one Delta commit that records the window as app transactions.
 
+    The commit must be the version right after the one the files were read from: it is never retried
+    over another writer's commit (a window merge beside a snapshot of the same table), because the new
+    bucket contents were computed without that writer's rows. The caller plans the merge again.
+
     Two app transactions are written: ``airflow-provider-binlog:<pipeline>`` with the highest window seq
     merged so far, and ``airflow-provider-binlog:<pipeline>:window=<seq>`` marking this window (windows
     can be merged out of order, so the high-water mark alone cannot tell whether an older one was).
@@ -1143,6 +1185,7 @@ def commit_window(
     ]
     properties = CommitProperties(
         custom_metadata=dict(custom_metadata),
+        max_commit_retries=0,
         app_transactions=[
             Transaction(pipeline_app_id(pipeline), high_water, now_ms),
             Transaction(window_app_id(pipeline, seq), seq, now_ms),
@@ -1211,6 +1254,55 @@ def merge_table(
     storage_options: Mapping[str, str] | None = None,
 ) -> TableResult:
     """Merge one staged table of a window into its Delta table (one atomic commit).
+
+    When another writer commits to the table between reading it and committing (a snapshot merge beside
+    a window merge), the commit fails and the merge is planned again from the new version, up to
+    :data:`COMMIT_ATTEMPTS` times.
+
+    :raises MergeJobError: if the window cannot be merged into the table, or every attempt lost the race.
+    """
+    from deltalake.exceptions import CommitFailedError
+
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        try:
+            return _merge_table_once(
+                spark,
+                staged,
+                target=target,
+                pipeline=pipeline,
+                seq=seq,
+                keys=keys,
+                buckets=buckets,
+                storage_options=storage_options,
+            )
+        except CommitFailedError as err:
+            log.warning(
+                "%s: another writer committed while window %d was merged (attempt %d of %d): %s",
+                staged.name,
+                seq,
+                attempt,
+                COMMIT_ATTEMPTS,
+                err,
+            )
+            last = err
+    raise MergeJobError(
+        f"{staged.name}: every one of {COMMIT_ATTEMPTS} attempts to commit window {seq} lost to another "
+        f"writer of the same Delta table; retry the merge: {last}"
+    )
+
+
+def _merge_table_once(
+    spark: SparkSession,
+    staged: StagedTable,
+    *,
+    target: str,
+    pipeline: str,
+    seq: int,
+    keys: Sequence[str],
+    buckets: int,
+    storage_options: Mapping[str, str] | None = None,
+) -> TableResult:
+    """Merge one staged table of a window into its Delta table (one attempt, see :func:`merge_table`).
 
     :param spark: the session.
     :param staged: the staged table.
@@ -1292,7 +1384,7 @@ def _rewrite_buckets(
     try:
         try:
             profile = profile_changes(changes, key_names, staged.name)
-            touched = sorted(profile.rows_by_bucket)
+            touched = list(range(buckets)) if staged.refresh else sorted(profile.rows_by_bucket)
             removed = current_files(dt, touched)
             current = None
             if removed:
@@ -1302,7 +1394,9 @@ def _rewrite_buckets(
                     .select(*[col(f.name) for f in data_schema])
                     .withColumn(BUCKET_COLUMN, bucket_of(key_fields, buckets))
                 )
-            merged = apply_window(current, changes, key_names, partitions=len(touched))
+            merged = apply_window(
+                current, changes, key_names, len(touched), refresh_seq=seq if staged.refresh else None
+            )
             merged.write.mode("errorifexists").partitionBy(BUCKET_COLUMN).parquet(stage_uri)
         finally:
             changes.unpersist()

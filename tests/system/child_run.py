@@ -2,7 +2,8 @@
 
 Kill points: ``extract`` (after the first Parquet batch of the window is written), ``before_merge``,
 ``spark`` (the whole process group, Spark included, as soon as the merge job writes its first data
-file into the target), ``before_commit``, or ``none``. The parent test re-runs the same run afterwards.
+file into the target), ``before_commit``, ``snapshot`` (the whole process group once the snapshot's
+Spark tasks have finished 3 chunks), or ``none``. The parent test re-runs the same run afterwards.
 """
 
 from __future__ import annotations
@@ -66,6 +67,18 @@ def kill_during_spark(target: str) -> None:
     BinlogMergeOperator.execute = execute  # type: ignore[method-assign]
 
 
+def kill_during_snapshot(staging: str, chunks: int = 3) -> None:
+    def watch() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if len(list(Path(staging).rglob("chunk-*.json"))) >= chunks:
+                die(group=True)
+            time.sleep(0.02)
+        die(group=True)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def install(kill_at: str, conf: dict[str, Any]) -> None:
     from airflow_provider_binlog.operators import BinlogCommitOperator, BinlogMergeOperator
 
@@ -75,6 +88,8 @@ def install(kill_at: str, conf: dict[str, Any]) -> None:
         kill_at_start(BinlogMergeOperator)
     elif kill_at == "spark":
         kill_during_spark(conf["target"])
+    elif kill_at == "snapshot":
+        kill_during_snapshot(conf["staging"])
     elif kill_at == "before_commit":
         kill_at_start(BinlogCommitOperator)
     elif kill_at != "none":

@@ -33,6 +33,17 @@ def test_example_dags_parse_without_errors_or_io(no_io_at_parse_time: None) -> N
     assert "binlog_cdc" in bag.dags
     dag = bag.dags["binlog_cdc"]
     assert dag.max_active_runs == 1
+    assert [t.task_id for t in dag.topological_sort()] == ["snapshot", "extract", "merge", "commit"]
+    resnapshot = bag.dags["binlog_resnapshot"]
+    assert [t.task_id for t in resnapshot.tasks] == ["snapshot"]
+    assert resnapshot.schedule is None
+
+
+def test_interval_pipelines_start_without_a_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("BINLOG_CDC_CUT_BY", "interval")
+    dag = DagBag(dag_folder=str(EXAMPLES)).dags["binlog_cdc"]
     assert [t.task_id for t in dag.topological_sort()] == ["extract", "merge", "commit"]
 
 

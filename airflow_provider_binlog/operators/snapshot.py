@@ -1,0 +1,321 @@
+"""BinlogSnapshotOperator: a consistent, lock-free, chunked snapshot of tables, read and merged by Spark."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
+from airflow_provider_binlog.hooks.binlog import BinlogHook, TableInfo
+from airflow_provider_binlog.operators.extract import parse_tables
+from airflow_provider_binlog.operators.spark import SparkJobOperator
+from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot
+from airflow_provider_binlog.snapshot.plan import (
+    CHUNK_ROWS,
+    TablePlan,
+    chunk_bounds,
+    estimated_rows,
+    unique_keys,
+)
+from airflow_provider_binlog.state import PipelineState, Snapshot, StateManager
+
+#: The PySpark application submitted by :class:`BinlogSnapshotOperator`.
+SNAPSHOT_APPLICATION = Path(__file__).resolve().parent.parent / "spark_jobs" / "snapshot.py"
+MODES = ("missing", "requested", "purged")
+
+
+class BinlogSnapshotOperator(SparkJobOperator):
+    """Load the rows tables hold now into the target, without locks, while the binlog keeps flowing.
+
+    The snapshot takes a sequence number and the source head in the pipeline's ledger, splits each table
+    into primary-key chunks of ``chunk_rows`` rows, and submits the bundled Spark application, which
+    reads the chunks in at most ``max_connections`` parallel tasks (one source connection each; the
+    binlog head read before each chunk is its low watermark) and merges them as ``_binlog_op = 'r'``
+    rows (DBLog watermark algorithm, see :mod:`airflow_provider_binlog.snapshot`). Windows merged before
+    or after it give the same target. Needs only SELECT on the tables and the privilege to read the
+    binlog status (``BINLOG MONITOR`` on MariaDB, ``REPLICATION CLIENT`` on MySQL).
+
+    A retry of the same run resumes after the chunks already read; a second run while it is running is
+    turned away (:class:`~airflow_provider_binlog.exceptions.PipelineBusyError`). Returns (XCom) a dict
+    with ``pipeline``, ``snapshot`` (seq, or None when nothing needed one), ``tables`` and ``rows``.
+
+    :param pipeline: pipeline name (templated).
+    :param tables: ``db.table`` names or patterns (templated; list or comma-separated).
+    :param staging_uri: staging root (templated); the snapshot goes to ``<staging>/<pipeline>/snapshot=<seq>``.
+    :param target_path: target root of the Delta tables (templated).
+    :param mode: ``missing`` (default: the tables no snapshot of the pipeline has read, so all of them
+        for a new pipeline and a table newly added to the selection), ``requested`` (re-snapshot the
+        tables named) or ``purged`` (the binlogs the pipeline needed were purged: re-snapshot the tables
+        named and move the checkpoint to the snapshot's start, dropping windows not merged yet).
+    :param keys: ``{"db.table": [columns]}`` naming a unique key (a UNIQUE index of NOT NULL columns)
+        for tables without a primary key.
+    :param chunk_rows: rows per chunk.
+    :param max_connections: most source connections (Spark read tasks) at once.
+    :param buckets: hash buckets of target tables the snapshot creates.
+    :param binlog_conn_id: a ``mysql`` or ``mysql_binlog`` connection.
+    :param staging_conn_id: connection of the staging object store, if any.
+    :param conn_id: Spark connection id.
+    :raises ValueError: on an invalid argument.
+    """
+
+    template_fields: Sequence[str] = (
+        *SparkJobOperator.template_fields,
+        "pipeline",
+        "tables",
+        "staging_uri",
+        "target_path",
+        "mode",
+    )
+    ui_color = "#eaf6ea"
+
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        tables: str | Sequence[str],
+        staging_uri: str,
+        target_path: str,
+        mode: str = "missing",
+        keys: dict[str, list[str]] | None = None,
+        chunk_rows: int = CHUNK_ROWS,
+        max_connections: int = 4,
+        buckets: int = 16,
+        binlog_conn_id: str = BinlogHook.default_conn_name,
+        staging_conn_id: str | None = None,
+        conn_id: str = "spark_default",
+        conf: dict[str, Any] | None = None,
+        allow_minimal_row_metadata: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        for forbidden in ("application", "application_args"):
+            if forbidden in kwargs:
+                raise ValueError(f"BinlogSnapshotOperator sets {forbidden} itself; do not pass it")
+        for name, value in (
+            ("chunk_rows", chunk_rows),
+            ("max_connections", max_connections),
+            ("buckets", buckets),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        super().__init__(
+            application=str(SNAPSHOT_APPLICATION),
+            conf=dict(conf or {}),
+            conn_id=conn_id,
+            name=f"binlog-snapshot-{pipeline}",
+            **kwargs,
+        )
+        self.pipeline = pipeline
+        self.tables = tables
+        self.staging_uri = staging_uri
+        self.target_path = target_path
+        self.mode = mode
+        self.keys = dict(keys or {})
+        self.chunk_rows = chunk_rows
+        self.max_connections = max_connections
+        self.buckets = buckets
+        self.binlog_conn_id = binlog_conn_id
+        self.staging_conn_id = staging_conn_id
+        self.allow_minimal_row_metadata = allow_minimal_row_metadata
+
+    def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]
+        """Start or resume this run's snapshot, read and merge it on Spark, record it as merged.
+
+        :raises BinlogConfigError: for a table without a usable key, a bad mode, or an interval pipeline.
+        :raises PipelineBusyError: when another run's snapshot is reading one of the tables.
+        :raises MergeError: when the Spark application fails (a retry resumes) or the target lacks the rows.
+        """
+        from airflow_provider_binlog.spark_jobs import merge as job
+        from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME, SOURCE_ENV, read_json
+        from airflow_provider_binlog.staging import check_writable, storage_path, uri_of
+
+        if self.mode not in MODES:
+            raise BinlogConfigError(f"mode={self.mode!r} must be one of {', '.join(MODES)}")
+        hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
+        server = hook.validate_source(allow_minimal_row_metadata=self.allow_minimal_row_metadata)
+        described = hook.describe_tables(parse_tables(self.tables))
+        root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
+        check_writable(root)
+        snapshot = self._begin(
+            StateManager(self.pipeline),
+            server,
+            sorted(described),
+            run_id=str(context["run_id"]),
+            staging_uri=lambda seq: uri_of(root / f"snapshot={seq}"),
+        )
+        if snapshot is None:
+            self.log.info("every selected table of %s has a snapshot already; nothing to read", self.pipeline)
+            return {"pipeline": self.pipeline, "snapshot": None, "tables": [], "rows": 0}
+        if snapshot.status == "merged":
+            self.log.info("snapshot %s is merged already", snapshot.seq)
+            return self._result(snapshot, snapshot.rows or 0)
+        if self._nothing_to_read(hook, snapshot):
+            StateManager(self.pipeline).update(lambda state: finish_snapshot(state, snapshot.seq, 0))
+            self.log.info(
+                "snapshot %s: every table is empty and has no target table yet; Spark not started",
+                snapshot.seq,
+            )
+            return self._result(snapshot, 0)
+        snapshot_dir = storage_path(snapshot.staging_uri, self.staging_conn_id)
+        if read_json(f"{snapshot.staging_uri}/{PLAN_NAME}") is None:
+            self._write_plan(
+                hook, server.flavor, snapshot, {n: described[n] for n in snapshot.tables}, snapshot_dir
+            )
+        self.conf = {**job.SPARK_SQL_CONF, **(self.conf or {})}
+        self.application_args = [
+            "--snapshot-uri", snapshot.staging_uri, "--target", self.target_path, "--pipeline", self.pipeline,
+            "--max-connections", str(self.max_connections), "--buckets", str(self.buckets),
+        ]  # fmt: skip
+        self.submit(
+            context,
+            failure=f"the Spark snapshot {snapshot.seq} of pipeline {self.pipeline} failed; a retry resumes it after "
+            f"its finished chunks",
+            env={SOURCE_ENV: json.dumps(hook.sql_settings())},
+        )
+        manifest = read_json(f"{snapshot.staging_uri}/{job.MANIFEST_NAME}")
+        if manifest is None:
+            raise StagingError(
+                f"the snapshot application finished but wrote no manifest in {uri_of(snapshot_dir)}"
+            )
+        self._verify(snapshot)
+        rows = int(manifest["stats"]["rows"])
+        StateManager(self.pipeline).update(lambda state: finish_snapshot(state, snapshot.seq, rows))
+        self.log.info(
+            "snapshot %s of %s merged: %s rows of %s in %s chunks, read at %.0f rows/s by %s Spark tasks",
+            snapshot.seq, self.pipeline, rows, ", ".join(snapshot.tables), manifest["stats"]["chunks"],
+            rows / max(float(manifest["stats"]["read_seconds"]), 1e-6), manifest["stats"]["read_tasks"],
+        )  # fmt: skip
+        return self._result(snapshot, rows)
+
+    def _begin(
+        self, manager: StateManager, server: Any, tables: list[str], *, run_id: str, staging_uri: Any
+    ) -> Snapshot | None:
+        """Start (or find) this run's snapshot in a read-modify-write of the state."""
+        started: dict[str, Snapshot | None] = {}
+
+        def change(current: PipelineState | None) -> PipelineState:
+            manager.check_source(current, server.server_identity)
+            state = current or manager.initial(server.server_identity, server.flavor, server.head)
+            new, started["snapshot"] = begin_snapshot(
+                state,
+                run_id=run_id,
+                tables=tables,
+                mode=self.mode,  # type: ignore[arg-type]
+                head=server.head,
+                staging_uri=staging_uri,
+                new_pipeline=current is None,
+            )
+            return current if new is state and current is not None else new
+
+        manager.transact(change)
+        snapshot = started["snapshot"]
+        if snapshot is not None:
+            self.log.info(
+                "snapshot %s of %s (%s): %s from %s", snapshot.seq, self.pipeline, snapshot.reason,
+                ", ".join(snapshot.tables), snapshot.start.to_position(),
+            )  # fmt: skip
+        return snapshot
+
+    def _nothing_to_read(self, hook: BinlogHook, snapshot: Snapshot) -> bool:
+        """Return True when every table is empty now and has no target table (nothing to load or replace).
+
+        An empty read after the snapshot started is a one-chunk snapshot of zero rows: rows committed
+        later are in the binlog after the snapshot's start, so the windows bring them.
+        """
+        from deltalake import DeltaTable
+
+        from airflow_provider_binlog.snapshot.plan import quote_table
+        from airflow_provider_binlog.target import table_uri
+
+        if any(DeltaTable.is_deltatable(table_uri(self.target_path, t)) for t in snapshot.tables):
+            return False
+        with hook.cursor() as cur:
+            for table in snapshot.tables:
+                cur.execute(f"SELECT 1 FROM {quote_table(table)} LIMIT 1")
+                if cur.fetchone() is not None:
+                    return False
+        return True
+
+    def _write_plan(
+        self,
+        hook: BinlogHook,
+        flavor: str,
+        snapshot: Snapshot,
+        tables: dict[str, TableInfo],
+        snapshot_dir: Any,
+    ) -> None:
+        """Plan every table's chunks and write ``plan.json`` (a retry reuses it)."""
+        from airflow_provider_binlog.snapshot.rows import describe_columns
+        from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME, write_json
+
+        plans = []
+        with hook.cursor() as cur:
+            for name, info in tables.items():
+                key = self._key(cur, info)
+                db, table = name.split(".", 1)
+                columns = tuple(c.spec.to_manifest() for c in describe_columns(cur, db, table))
+                chunks = tuple(chunk_bounds(cur, name, key, self.chunk_rows))
+                plans.append(TablePlan(name, tuple(key), chunks, columns, estimated_rows(cur, name)))
+                self.log.info(
+                    "%s: %s chunks of up to %s rows by key %s", name, len(chunks), self.chunk_rows, key
+                )
+        snapshot_dir.mkdir(parents=True, exist_ok=True)
+        write_json(
+            f"{snapshot.staging_uri}/{PLAN_NAME}",
+            {
+                "format_version": 1,
+                "pipeline": self.pipeline,
+                "seq": snapshot.seq,
+                "run_id": snapshot.run_id,
+                "flavor": flavor,
+                "start": snapshot.start.model_dump(),
+                "chunk_rows": self.chunk_rows,
+                "tables": [p.to_json() for p in plans],
+            },
+        )
+
+    def _key(self, cur: Any, info: TableInfo) -> list[str]:
+        """Return the key chunks are cut by: the primary key, else the unique key the user named.
+
+        :raises BinlogConfigError: when the table has no primary key and no usable named key.
+        """
+        named = self.keys.get(info.name)
+        if info.primary_key:
+            if named and [c.lower() for c in named] != [c.lower() for c in info.primary_key]:
+                raise BinlogConfigError(
+                    f"table {info.name} has primary key {info.primary_key}; keys= may only name a key for "
+                    f"tables without one"
+                )
+            return list(info.primary_key)
+        if not named:
+            raise BinlogConfigError(
+                f"table {info.name} has no primary key, so a snapshot cannot split it into key ranges or the "
+                f"merge tell its rows apart. Add a primary key, or name a unique key of NOT NULL columns with "
+                f"keys={{'{info.name}': ['col', ...]}}."
+            )
+        uniques = unique_keys(cur, info.name)
+        if not any({c.lower() for c in u} == {c.lower() for c in named} for u in uniques):
+            raise BinlogConfigError(
+                f"keys names {named} for {info.name}, but the table has no UNIQUE index of exactly those NOT NULL "
+                f"columns (its unique NOT NULL keys: {[list(u) for u in uniques] or 'none'}); add one, or name one "
+                f"of those"
+            )
+        return list(named)
+
+    def _verify(self, snapshot: Snapshot) -> None:
+        """Check that every table of the snapshot records its merge commit.
+
+        :raises MergeError: naming the table that does not.
+        """
+        from airflow_provider_binlog.operators.commit import window_merged
+
+        for table in snapshot.tables:
+            if not window_merged(self.target_path, table, self.pipeline, snapshot.seq):
+                raise MergeError(
+                    f"snapshot {snapshot.seq} of {table} is not in the target {self.target_path} (no merge commit "
+                    f"for it in the table's Delta log); clear the task to resume it"
+                )
+
+    def _result(self, snapshot: Snapshot, rows: int) -> dict[str, Any]:
+        return {"pipeline": self.pipeline, "snapshot": snapshot.seq, "tables": snapshot.tables, "rows": rows}

@@ -1,0 +1,212 @@
+"""Reading one chunk: low watermark, one consistent ``SELECT``, a Parquet file in the snapshot folder.
+
+:func:`read_chunk` runs inside a Spark task with a connection of its own. It is idempotent: a chunk
+whose stats file exists is done and is not read again, which is how an interrupted snapshot resumes
+from its last finished chunks. The Parquet file is written under a temporary name and renamed, then
+the stats file is written the same way, so a chunk is either complete or absent.
+
+Imports nothing from Airflow.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_provider_binlog.extract.batches import META_FIELDS, change_schema
+from airflow_provider_binlog.positions import read_head
+from airflow_provider_binlog.snapshot.plan import Chunk, TablePlan, chunk_query
+from airflow_provider_binlog.snapshot.rows import describe_columns, rows_to_batch
+from airflow_provider_binlog.spark_jobs.merge import filesystem_for, join_uri
+
+FETCH_ROWS = 10_000
+"""Rows fetched from the server per round trip and per Parquet row group."""
+SNAPSHOT_OP = "r"
+
+
+class ChunkError(Exception):
+    """A chunk cannot be read as planned (the table changed shape, binlog off)."""
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """What reading one chunk produced (its stats file, ``<db.table>/chunk-<n>.json``).
+
+    :param table: ``db.table``.
+    :param index: chunk index.
+    :param file: the Parquet file, relative to the snapshot folder.
+    :param rows: rows read.
+    :param zero_dates: zero dates stored as null.
+    :param watermark: the binlog head read just before the chunk's ``SELECT`` (its low watermark).
+    :param read_at: UTC time the chunk was read (ISO-8601).
+    :param seconds: wall time of the read and write, in seconds.
+    """
+
+    table: str
+    index: int
+    file: str
+    rows: int
+    zero_dates: int
+    watermark: dict[str, Any]
+    read_at: str
+    seconds: float
+
+
+def chunk_file(table: str, index: int) -> str:
+    """Return the Parquet file of a chunk, relative to the snapshot folder."""
+    return f"{table}/chunk-{index:06d}.parquet"
+
+
+def stats_file(table: str, index: int) -> str:
+    """Return the stats file of a chunk, relative to the snapshot folder."""
+    return f"{table}/chunk-{index:06d}.json"
+
+
+def finished(snapshot_uri: str, table: str, index: int) -> ChunkResult | None:
+    """Return the result of a chunk already read, or None."""
+    fs, path = filesystem_for(join_uri(snapshot_uri, stats_file(table, index)))
+    try:
+        with fs.open_input_stream(path) as stream:
+            return ChunkResult(**json.loads(stream.read()))
+    except FileNotFoundError:
+        return None
+
+
+def order_seq(index: int, row: int) -> int:
+    """Return the ``_binlog_seq`` of row ``row`` of chunk ``index`` (unique within the snapshot's table)."""
+    return (index << 32) | row
+
+
+def read_chunk(
+    source: dict[str, Any], flavor: str, snapshot_uri: str, seq: int, table: TablePlan, chunk: Chunk
+) -> dict[str, Any]:
+    """Read one chunk into ``<snapshot_uri>/<db.table>/chunk-<n>.parquet`` unless it is done already.
+
+    :param source: pymysql ``connect()`` arguments (host, port, user, password, ssl ...).
+    :param flavor: ``mysql`` or ``mariadb`` (how the watermark is read).
+    :param snapshot_uri: the snapshot's staging folder.
+    :param seq: the snapshot's sequence number (``_binlog_window`` of its rows).
+    :param table: the table's plan.
+    :param chunk: the chunk to read.
+    :returns: the chunk's :class:`ChunkResult` as a dict.
+    :raises ChunkError: when the table's columns differ from the plan (a DDL during the snapshot) or
+        binary logging is off.
+    """
+    done = finished(snapshot_uri, table.name, chunk.index)
+    if done is not None:
+        return asdict(done)
+    import pymysql
+
+    started = time.monotonic()
+    conn = pymysql.connect(**{**source, "autocommit": True, "charset": "utf8mb4"})
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET time_zone = '+00:00'")
+            watermark = read_head(cur, flavor)
+            if watermark is None:
+                raise ChunkError("binary logging is off on the source: a snapshot needs the binlog")
+            db, name = table.name.split(".", 1)
+            columns = describe_columns(cur, db, name)
+        described = tuple(c.spec.to_manifest() for c in columns)
+        if described != table.columns:
+            raise ChunkError(
+                f"the columns of {table.name} changed since the snapshot was planned (a DDL ran): planned "
+                f"{[c['name'] for c in table.columns]}, now {[c['name'] for c in described]}. Start the snapshot again "
+                f"in a new run (a retry of this one keeps the old plan)."
+            )
+        read_at = dt.datetime.now(dt.timezone.utc)
+        sql, params = chunk_query(table.name, [c.select_expr for c in columns], table.key, chunk)
+        rows, zero_dates = _write_rows(
+            conn,
+            sql,
+            params,
+            columns,
+            snapshot_uri,
+            table.name,
+            chunk.index,
+            seq,
+            watermark.to_dict(),
+            read_at,
+        )
+    finally:
+        conn.close()
+    result = ChunkResult(
+        table=table.name,
+        index=chunk.index,
+        file=chunk_file(table.name, chunk.index),
+        rows=rows,
+        zero_dates=zero_dates,
+        watermark=watermark.to_dict(),
+        read_at=read_at.isoformat(),
+        seconds=round(time.monotonic() - started, 3),
+    )
+    _put_atomically(
+        join_uri(snapshot_uri, stats_file(table.name, chunk.index)), json.dumps(asdict(result)).encode()
+    )
+    return asdict(result)
+
+
+def _write_rows(
+    conn: Any,
+    sql: str,
+    params: list[Any],
+    columns: list[Any],
+    snapshot_uri: str,
+    table: str,
+    index: int,
+    seq: int,
+    watermark: dict[str, Any],
+    read_at: dt.datetime,
+) -> tuple[int, int]:
+    """Stream the chunk's rows into its Parquet file (temporary name, then rename); return (rows, zero dates)."""
+    import pymysql.cursors
+
+    schema = change_schema([c.spec for c in columns])
+    final = join_uri(snapshot_uri, chunk_file(table, index))
+    fs, final_path = filesystem_for(final)
+    temporary = f"{final_path}.{uuid.uuid4().hex}.tmp"
+    fs.create_dir(final_path.rsplit("/", 1)[0], recursive=True)
+    rows = zero_dates = 0
+    with conn.cursor(pymysql.cursors.SSCursor) as cur, fs.open_output_stream(temporary) as out:
+        writer = pq.ParquetWriter(out, schema, compression="zstd")
+        cur.execute(sql, params)
+        while batch := cur.fetchmany(FETCH_ROWS):
+            values, zeros = rows_to_batch(columns, batch)
+            meta = _snapshot_meta(len(batch), seq, index, rows, watermark, read_at)
+            writer.write_batch(pa.RecordBatch.from_arrays([*values.columns, *meta], schema=schema))
+            rows += len(batch)
+            zero_dates += zeros
+        writer.close()
+    fs.move(temporary, final_path)
+    return rows, zero_dates
+
+
+def _snapshot_meta(
+    count: int, seq: int, index: int, first: int, watermark: dict[str, Any], read_at: dt.datetime
+) -> list[pa.Array]:
+    """Return the ``_binlog_*`` columns of ``count`` snapshot rows (op ``r``, the chunk's watermark)."""
+    values: dict[str, Any] = {
+        "_binlog_op": pa.array([SNAPSHOT_OP] * count, pa.string()),
+        "_binlog_window": pa.array([seq] * count, pa.int64()),
+        "_binlog_seq": pa.array([order_seq(index, first + i) for i in range(count)], pa.int64()),
+        "_binlog_gtid": pa.nulls(count, pa.string()),
+        "_binlog_file": pa.array([watermark["file"]] * count, pa.string()),
+        "_binlog_pos": pa.array([watermark["pos"]] * count, pa.int64()),
+        "_binlog_ts": pa.array([read_at] * count, pa.timestamp("us", tz="UTC")),
+    }
+    return [values[f.name] for f in META_FIELDS]
+
+
+def _put_atomically(uri: str, body: bytes) -> None:
+    fs, path = filesystem_for(uri)
+    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+    with fs.open_output_stream(temporary) as out:
+        out.write(body)
+    fs.move(temporary, path)

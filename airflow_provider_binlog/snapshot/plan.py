@@ -1,0 +1,251 @@
+"""Chunk plans: a table split into key ranges that are read independently (and in parallel).
+
+A chunk is the half-open key range ``(lower, upper]`` in the order of the table's primary key (or of
+the unique key the user named); the first chunk has no lower bound and the last no upper bound, so
+rows inserted beyond the ends while the snapshot runs are still read (or arrive through the binlog).
+Bounds are found by walking the key index (``ORDER BY key LIMIT 1 OFFSET chunk_rows - 1``), which
+gives chunks of equal row counts however the keys are distributed. Composite keys compare
+lexicographically; the comparisons are written out as ``OR`` of prefix equalities so that MariaDB's
+and MySQL's range optimizers turn them into index ranges (MariaDB KB, "Range Optimizer"; MySQL
+manual, "Range Optimization").
+
+Imports nothing from Airflow: the plan is read inside Spark tasks.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+CHUNK_ROWS = 50_000
+"""Default rows per chunk: one ``SELECT`` of this many rows takes well under a second and ~10-50 MB."""
+
+KeyValues = tuple[Any, ...]
+
+
+def quote(name: str) -> str:
+    """Return ``name`` as a backquoted MySQL identifier (MySQL manual, "Schema Object Names")."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def quote_table(name: str) -> str:
+    """Return ``db.table`` as two backquoted identifiers joined by a dot."""
+    db, table = name.split(".", 1)
+    return f"{quote(db)}.{quote(table)}"
+
+
+def encode_value(value: Any) -> Any:
+    """Return a JSON-safe form of a key value as pymysql returns it (ints and text stay as they are)."""
+    if isinstance(value, bool) or value is None or isinstance(value, int | float | str):
+        return value
+    if isinstance(value, decimal.Decimal):
+        return {"decimal": str(value)}
+    if isinstance(value, bytes | bytearray):
+        return {"bytes": base64.b64encode(bytes(value)).decode()}
+    if isinstance(value, dt.datetime):
+        return {"datetime": value.isoformat()}
+    if isinstance(value, dt.date):
+        return {"date": value.isoformat()}
+    if isinstance(value, dt.timedelta):
+        return {"time_us": value // dt.timedelta(microseconds=1)}
+    raise ValueError(f"key value {value!r} of type {type(value).__name__} cannot bound a chunk")
+
+
+def decode_value(value: Any) -> Any:
+    """Invert :func:`encode_value`."""
+    if not isinstance(value, dict):
+        return value
+    ((kind, text),) = value.items()
+    decoders: dict[str, Callable[[Any], Any]] = {
+        "decimal": decimal.Decimal,
+        "bytes": base64.b64decode,
+        "datetime": dt.datetime.fromisoformat,
+        "date": dt.date.fromisoformat,
+        "time_us": lambda us: dt.timedelta(microseconds=us),
+    }
+    return decoders[kind](text)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One key range ``(lower, upper]`` of a table; ``None`` is unbounded.
+
+    :param index: position of the chunk in key order, from 0.
+    :param lower: key values the chunk starts after (exclusive).
+    :param upper: key values the chunk ends with (inclusive).
+    """
+
+    index: int
+    lower: KeyValues | None
+    upper: KeyValues | None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the plan-file form."""
+        return {
+            "index": self.index,
+            "lower": None if self.lower is None else [encode_value(v) for v in self.lower],
+            "upper": None if self.upper is None else [encode_value(v) for v in self.upper],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Chunk:
+        """Build a chunk from :meth:`to_json` output."""
+
+        def bound(values: list[Any] | None) -> KeyValues | None:
+            return None if values is None else tuple(decode_value(v) for v in values)
+
+        return cls(index=int(data["index"]), lower=bound(data["lower"]), upper=bound(data["upper"]))
+
+
+def greater_than(key: Sequence[str], values: KeyValues) -> tuple[str, list[Any]]:
+    """Return ``(sql, params)`` for ``(key) > (values)`` in lexicographic order.
+
+    ``(a, b) > (x, y)`` is written ``a > x OR (a = x AND b > y)``.
+    """
+    return _lexicographic(key, values, ">", inclusive=False)
+
+
+def at_most(key: Sequence[str], values: KeyValues) -> tuple[str, list[Any]]:
+    """Return ``(sql, params)`` for ``(key) <= (values)`` in lexicographic order."""
+    return _lexicographic(key, values, "<", inclusive=True)
+
+
+def _lexicographic(
+    key: Sequence[str], values: KeyValues, op: str, *, inclusive: bool
+) -> tuple[str, list[Any]]:
+    if len(key) != len(values):
+        raise ValueError(f"key {list(key)} has {len(key)} columns but the bound has {len(values)} values")
+    terms, params = [], []
+    for i, column in enumerate(key):
+        equal = [f"{quote(c)} = %s" for c in key[:i]]
+        terms.append("(" + " AND ".join([*equal, f"{quote(column)} {op} %s"]) + ")")
+        params += [*values[:i], values[i]]
+    if inclusive:
+        terms.append("(" + " AND ".join(f"{quote(c)} = %s" for c in key) + ")")
+        params += list(values)
+    return "(" + " OR ".join(terms) + ")", params
+
+
+def range_condition(key: Sequence[str], chunk: Chunk) -> tuple[str, list[Any]]:
+    """Return ``(sql, params)`` selecting the chunk's key range (``1 = 1`` for a one-chunk table)."""
+    parts, params = [], []
+    for values, build in ((chunk.lower, greater_than), (chunk.upper, at_most)):
+        if values is not None:
+            sql, bound_params = build(key, values)
+            parts.append(sql)
+            params += bound_params
+    return (" AND ".join(parts) or "1 = 1"), params
+
+
+def chunk_query(
+    table: str, select_list: Sequence[str], key: Sequence[str], chunk: Chunk
+) -> tuple[str, list[Any]]:
+    """Return the ``SELECT`` reading one chunk in key order."""
+    where, params = range_condition(key, chunk)
+    order = ", ".join(quote(c) for c in key)
+    return f"SELECT {', '.join(select_list)} FROM {quote_table(table)} WHERE {where} ORDER BY {order}", params
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """How one table is read: its key and its chunks.
+
+    :param name: ``db.table``.
+    :param key: key columns (primary key, or the unique key the user named).
+    :param chunks: chunks in key order; together they cover every key.
+    :param columns: the staged column descriptions at planning time (manifest form).
+    :param estimated_rows: ``information_schema.TABLES.TABLE_ROWS`` (an estimate on InnoDB).
+    """
+
+    name: str
+    key: tuple[str, ...]
+    chunks: tuple[Chunk, ...]
+    columns: tuple[dict[str, str], ...]
+    estimated_rows: int
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the plan-file form."""
+        return {
+            "name": self.name,
+            "key": list(self.key),
+            "chunks": [c.to_json() for c in self.chunks],
+            "columns": list(self.columns),
+            "estimated_rows": self.estimated_rows,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TablePlan:
+        """Build a table plan from :meth:`to_json` output."""
+        return cls(
+            name=str(data["name"]),
+            key=tuple(data["key"]),
+            chunks=tuple(Chunk.from_json(c) for c in data["chunks"]),
+            columns=tuple(data["columns"]),
+            estimated_rows=int(data["estimated_rows"]),
+        )
+
+
+def chunk_bounds(cur: Any, table: str, key: Sequence[str], chunk_rows: int) -> list[Chunk]:
+    """Walk the key index of ``table`` and return its chunks of ``chunk_rows`` rows (the last may be smaller).
+
+    One query per chunk reads ``chunk_rows`` index entries; no rows are locked (plain consistent reads).
+
+    :param cur: a cursor on the source.
+    :param table: ``db.table``.
+    :param key: key columns in index order.
+    :param chunk_rows: rows per chunk (>= 1).
+    :raises ValueError: when ``chunk_rows`` < 1.
+    """
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    columns, order = ", ".join(quote(c) for c in key), ", ".join(quote(c) for c in key)
+    chunks: list[Chunk] = []
+    lower: KeyValues | None = None
+    while True:
+        where, params = greater_than(key, lower) if lower is not None else ("1 = 1", [])
+        cur.execute(
+            f"SELECT {columns} FROM {quote_table(table)} WHERE {where} ORDER BY {order} "
+            f"LIMIT 1 OFFSET {chunk_rows - 1}",
+            params,
+        )
+        row = cur.fetchone()
+        upper = None if row is None else tuple(row)
+        chunks.append(Chunk(index=len(chunks), lower=lower, upper=upper))
+        if upper is None:
+            return chunks
+        lower = upper
+
+
+def estimated_rows(cur: Any, table: str) -> int:
+    """Return the table's row estimate from ``information_schema.TABLES`` (0 when unknown)."""
+    db, name = table.split(".", 1)
+    cur.execute(
+        "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+        (db, name),
+    )
+    row = cur.fetchone()
+    return int(row[0] or 0) if row else 0
+
+
+def unique_keys(cur: Any, table: str) -> list[tuple[str, ...]]:
+    """Return the table's unique indexes whose columns are all NOT NULL, as column tuples in index order.
+
+    Such an index identifies rows as a primary key does (MySQL manual, "Unique Indexes": a UNIQUE index
+    permits multiple NULL values).
+    """
+    db, name = table.split(".", 1)
+    cur.execute(
+        "SELECT s.INDEX_NAME, s.COLUMN_NAME, c.IS_NULLABLE FROM information_schema.STATISTICS s "
+        "JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA = s.TABLE_SCHEMA AND c.TABLE_NAME = s.TABLE_NAME "
+        "AND c.COLUMN_NAME = s.COLUMN_NAME WHERE s.TABLE_SCHEMA = %s AND s.TABLE_NAME = %s AND s.NON_UNIQUE = 0 "
+        "ORDER BY s.INDEX_NAME, s.SEQ_IN_INDEX",
+        (db, name),
+    )
+    indexes: dict[str, list[tuple[str, str]]] = {}
+    for index, column, nullable in cur.fetchall():
+        indexes.setdefault(str(index), []).append((str(column), str(nullable)))
+    return [tuple(c for c, _ in cols) for cols in indexes.values() if all(n == "NO" for _, n in cols)]

@@ -1,0 +1,347 @@
+"""Read a planned snapshot in parallel Spark tasks, stage it, and merge it into the Delta tables (PySpark app).
+
+Run it with ``spark-submit snapshot.py --snapshot-uri <staging>/<pipeline>/snapshot=<seq> --target
+<target> --pipeline <name> [--max-connections 4] [--buckets 16]``; the source's pymysql settings come
+in the environment variable ``BINLOG_SNAPSHOT_SOURCE`` (JSON), so the password is on no command line.
+The plan (``plan.json``, written by
+:class:`~airflow_provider_binlog.operators.snapshot.BinlogSnapshotOperator`) lists every table's key
+chunks. Steps:
+
+1. Chunks not read yet (no stats file) are spread over at most ``--max-connections`` Spark tasks, so at
+   most that many source connections are open at once; each task reads its chunks one by one
+   (:func:`~airflow_provider_binlog.snapshot.chunks.read_chunk`). The driver logs progress (chunks done of
+   total, rows, rows/s) every few seconds from the stats files.
+2. The manifest is written last, in the window manifest format with ``"kind": "snapshot"``.
+3. The staged snapshot is merged like a window (:func:`~airflow_provider_binlog.spark_jobs.merge.merge_window`,
+   which replaces each table's rows, see ``apply_window``'s ``refresh_seq``).
+
+It prints one JSON summary line to stdout and exits non-zero on failure. It needs
+``airflow_provider_binlog`` importable by the driver's and executors' Python (true in local mode, where
+they run the operator's interpreter; on a cluster, install the provider there or ship it with
+``py_files``), but not Airflow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.fs as pafs
+
+from airflow_provider_binlog.snapshot.chunks import ChunkResult, finished, read_chunk
+from airflow_provider_binlog.snapshot.plan import Chunk, TablePlan
+from airflow_provider_binlog.spark_jobs.merge import (
+    MANIFEST_NAME,
+    SNAPSHOT_KIND,
+    MergeJobError,
+    configure_session,
+    filesystem_for,
+    join_uri,
+    merge_window,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("airflow_provider_binlog.spark_jobs.snapshot")
+
+PLAN_NAME = "plan.json"
+SOURCE_ENV = "BINLOG_SNAPSHOT_SOURCE"
+PROGRESS_SECONDS = 5.0
+
+
+def read_json(uri: str) -> dict[str, Any] | None:
+    """Return the JSON object at ``uri``, or None when the file does not exist."""
+    fs, path = filesystem_for(uri)
+    try:
+        with fs.open_input_stream(path) as stream:
+            return dict(json.loads(stream.read()))
+    except FileNotFoundError:
+        return None
+
+
+def write_json(uri: str, document: dict[str, Any]) -> None:
+    """Write ``document`` to ``uri`` under a temporary name, then rename it (readers never see half)."""
+    fs, path = filesystem_for(uri)
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with fs.open_output_stream(temporary) as out:
+        out.write(json.dumps(document, indent=2, sort_keys=True).encode())
+    fs.move(temporary, path)
+
+
+def load_plan(snapshot_uri: str) -> tuple[dict[str, Any], list[TablePlan]]:
+    """Return the plan document and its table plans.
+
+    :raises MergeJobError: when the snapshot folder has no plan.
+    """
+    plan = read_json(join_uri(snapshot_uri, PLAN_NAME))
+    if plan is None:
+        raise MergeJobError(f"{join_uri(snapshot_uri, PLAN_NAME)} does not exist: run the snapshot operator")
+    return plan, [TablePlan.from_json(t) for t in plan["tables"]]
+
+
+def _read_task(
+    source: dict[str, Any], flavor: str, snapshot_uri: str, seq: int
+) -> Any:  # returns the mapPartitions function
+    def read_partition(items: Any) -> Any:
+        for table_json, chunk_json in items:
+            yield read_chunk(
+                source,
+                flavor,
+                snapshot_uri,
+                seq,
+                TablePlan.from_json(table_json),
+                Chunk.from_json(chunk_json),
+            )
+
+    return read_partition
+
+
+class Progress:
+    """Log chunks done of total, rows and rows/s of a snapshot every :data:`PROGRESS_SECONDS` seconds."""
+
+    def __init__(self, snapshot_uri: str, tables: list[TablePlan]) -> None:
+        self.snapshot_uri = snapshot_uri
+        self.total = sum(len(t.chunks) for t in tables)
+        self.tables = tables
+        self.seen: dict[tuple[str, int], int] = {}
+        self.started = time.monotonic()
+        self.rows_at_start = 0
+
+    def scan(self) -> None:
+        """Read the stats files of chunks finished since the last scan."""
+        fs, root = filesystem_for(self.snapshot_uri)
+        selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
+        for info in fs.get_file_info(selector):
+            name = info.base_name
+            if not (name.startswith("chunk-") and name.endswith(".json")):
+                continue
+            table = info.path.rsplit("/", 2)[-2]
+            index = int(name[len("chunk-") : -len(".json")])
+            if (table, index) not in self.seen:
+                done = finished(self.snapshot_uri, table, index)
+                if done is not None:
+                    self.seen[(table, index)] = done.rows
+
+    def log_line(self) -> str:
+        """Scan and return the progress line."""
+        self.scan()
+        rows = sum(self.seen.values())
+        elapsed = max(time.monotonic() - self.started, 1e-6)
+        rate = (rows - self.rows_at_start) / elapsed
+        return f"snapshot progress: {len(self.seen)}/{self.total} chunks, {rows:,} rows, {rate:,.0f} rows/s"
+
+
+def read_chunks(
+    spark: SparkSession,
+    snapshot_uri: str,
+    plan: dict[str, Any],
+    tables: list[TablePlan],
+    source: dict[str, Any],
+    *,
+    max_connections: int,
+) -> tuple[list[ChunkResult], int]:
+    """Read every chunk not read yet, at most ``max_connections`` at a time; return (all results, tasks used).
+
+    :raises MergeJobError: when a chunk is still missing after the Spark job (it failed).
+    """
+    progress = Progress(snapshot_uri, tables)
+    progress.scan()
+    progress.rows_at_start = sum(progress.seen.values())
+    pending = [
+        (t.to_json(), c.to_json()) for t in tables for c in t.chunks if (t.name, c.index) not in progress.seen
+    ]
+    if progress.seen:
+        log.info(
+            "resuming snapshot %s: %d of %d chunks were read before",
+            plan["seq"],
+            len(progress.seen),
+            progress.total,
+        )
+    tasks = min(max_connections, len(pending))
+    if pending:
+        log.info(
+            "reading %d chunks of %d tables in %d Spark tasks (at most %d source connections)",
+            len(pending),
+            len(tables),
+            tasks,
+            max_connections,
+        )
+        rdd = spark.sparkContext.parallelize(pending, tasks)
+        job = rdd.mapPartitions(_read_task(source, plan["flavor"], snapshot_uri, int(plan["seq"])))
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                job.count()
+            except BaseException as err:  # reported on the driver's main thread below
+                failure.append(err)
+
+        worker = threading.Thread(target=run, name="snapshot-read")
+        worker.start()
+        while worker.is_alive():
+            worker.join(PROGRESS_SECONDS)
+            log.info(progress.log_line())
+        if failure:
+            raise MergeJobError(
+                f"reading the snapshot's chunks failed (a retry resumes after the finished ones): {failure[0]}"
+            )
+    log.info(progress.log_line())
+    results = []
+    for table in tables:
+        for chunk in table.chunks:
+            done = finished(snapshot_uri, table.name, chunk.index)
+            if done is None:
+                raise MergeJobError(f"chunk {chunk.index} of {table.name} was not read")
+            results.append(done)
+    return results, tasks
+
+
+def snapshot_manifest(
+    plan: dict[str, Any], tables: list[TablePlan], results: list[ChunkResult], read_seconds: float, tasks: int
+) -> dict[str, Any]:
+    """Return the staged snapshot's manifest (window manifest format, ``"kind": "snapshot"``)."""
+    entries: dict[str, Any] = {}
+    for table in tables:
+        mine = sorted((r for r in results if r.table == table.name), key=lambda r: r.index)
+        rows = sum(r.rows for r in mine)
+        entries[table.name] = {
+            "files": [r.file for r in mine],
+            "rows": rows,
+            "ops": {"r": rows} if rows else {},
+            "primary_key": list(table.key),
+            "columns": list(table.columns),
+            "zero_dates": sum(r.zero_dates for r in mine),
+            "chunks": len(mine),
+        }
+    marks = sorted((tuple(r.watermark.values()) for r in results), key=lambda w: (w[0], w[1]))
+    rows = sum(r.rows for r in results)
+    return {
+        "format_version": 1,
+        "kind": SNAPSHOT_KIND,
+        "pipeline": plan["pipeline"],
+        "window": plan["seq"],
+        "run_id": plan["run_id"],
+        "start": plan["start"],
+        "tables": entries,
+        "ddl": [],
+        "watermarks": {
+            "lowest": list(marks[0]) if marks else None,
+            "highest": list(marks[-1]) if marks else None,
+        },
+        "stats": {
+            "rows": rows,
+            "chunks": len(results),
+            "read_tasks": tasks,
+            "read_seconds": round(read_seconds, 3),
+            "chunk_seconds": round(sum(r.seconds for r in results), 3),
+        },
+    }
+
+
+def run_snapshot(
+    spark: SparkSession,
+    snapshot_uri: str,
+    target: str,
+    *,
+    pipeline: str,
+    source: dict[str, Any],
+    max_connections: int = 4,
+    buckets: int = 16,
+) -> dict[str, Any]:
+    """Read (or finish reading) the planned snapshot, write its manifest, merge it; return the summary.
+
+    :raises MergeJobError: if the plan is missing or belongs to another pipeline, a chunk fails, or the
+        merge fails.
+    """
+    if max_connections < 1:
+        raise MergeJobError(f"max_connections must be >= 1, got {max_connections}")
+    configure_session(spark)
+    plan, tables = load_plan(snapshot_uri)
+    if plan["pipeline"] != pipeline:
+        raise MergeJobError(
+            f"snapshot {snapshot_uri} belongs to pipeline {plan['pipeline']!r}, not {pipeline!r}"
+        )
+    manifest = read_json(join_uri(snapshot_uri, MANIFEST_NAME))
+    if manifest is None:
+        started = time.monotonic()
+        results, tasks = read_chunks(
+            spark, snapshot_uri, plan, tables, source, max_connections=max_connections
+        )
+        manifest = snapshot_manifest(plan, tables, results, time.monotonic() - started, tasks)
+        write_json(join_uri(snapshot_uri, MANIFEST_NAME), manifest)
+    stats = manifest["stats"]
+    log.info(
+        "snapshot %s staged: %s rows in %s chunks, read in %.1f s by %s Spark tasks (%.0f rows/s)",
+        plan["seq"],
+        stats["rows"],
+        stats["chunks"],
+        stats["read_seconds"],
+        stats["read_tasks"],
+        stats["rows"] / max(stats["read_seconds"], 1e-6),
+    )
+    summary = merge_window(spark, snapshot_uri, target, pipeline=pipeline, buckets=buckets)
+    return {**summary, "snapshot": stats}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse the command line of the snapshot application."""
+    parser = argparse.ArgumentParser(
+        description="Read a planned snapshot and merge it into Delta Lake tables."
+    )
+    parser.add_argument(
+        "--snapshot-uri", required=True, help="snapshot folder <staging>/<pipeline>/snapshot=<seq>"
+    )
+    parser.add_argument("--target", required=True, help="target root; table db.t is at <target>/db/t")
+    parser.add_argument("--pipeline", required=True, help="pipeline name (must match the plan)")
+    parser.add_argument(
+        "--max-connections", type=int, default=4, help="source connections (read tasks) at most"
+    )
+    parser.add_argument("--buckets", type=int, default=16, help="bucket count of tables created now")
+    parser.add_argument("--log-level", default="INFO")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the snapshot application; print the JSON summary line; return the exit code."""
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    source_text = os.environ.get(SOURCE_ENV)
+    if not source_text:
+        log.error("the environment variable %s with the source's connection settings is not set", SOURCE_ENV)
+        return 2
+    from pyspark.sql import SparkSession
+
+    builder: Any = SparkSession.builder
+    spark = builder.appName(f"binlog-snapshot-{args.pipeline}").getOrCreate()
+    try:
+        summary = run_snapshot(
+            spark,
+            args.snapshot_uri,
+            args.target,
+            pipeline=args.pipeline,
+            source=json.loads(source_text),
+            max_connections=args.max_connections,
+            buckets=args.buckets,
+        )
+    except MergeJobError as err:
+        log.error("snapshot failed: %s", err)
+        print(json.dumps({"error": str(err)}), flush=True)
+        return 2
+    print(json.dumps(summary, sort_keys=True, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Snapshots in the ledger: sequence numbers, which tables, resume, busy tables, purge recovery."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError
+from airflow_provider_binlog.positions import BinlogPosition
+from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot
+from airflow_provider_binlog.snapshot.plan import Chunk, decode_value, encode_value
+from airflow_provider_binlog.state import PipelineState, StateManager
+from airflow_provider_binlog.windows import cut_window, mark_window
+
+HEAD = BinlogPosition("b.000002", 500, "0-1-10")
+TABLES = ["shop.a", "shop.b"]
+
+
+class _Store:
+    def get(self, key: str) -> str | None:
+        return None
+
+    def set(self, key: str, value: str) -> None:
+        raise AssertionError("not written in these tests")
+
+
+def fresh() -> PipelineState:
+    return StateManager("p", store=_Store()).initial("id", "mariadb", HEAD)
+
+
+def begin(state: PipelineState, run: str, mode: str = "missing", tables: list[str] | None = None, head=HEAD):
+    return begin_snapshot(
+        state,
+        run_id=run,
+        tables=tables or TABLES,
+        mode=mode,  # type: ignore[arg-type]
+        head=head,
+        staging_uri=lambda seq: f"file:///s/p/snapshot={seq}",
+        new_pipeline=not state.windows and not state.snapshots,
+    )
+
+
+def test_a_new_pipeline_snapshots_every_table_and_its_windows_rank_above() -> None:
+    state, snapshot = begin(fresh(), "r1")
+    assert snapshot is not None
+    assert snapshot.tables == TABLES
+    assert snapshot.reason == "initial"
+    assert snapshot.start.to_position() == HEAD
+    assert snapshot.seq == state.checkpoint.window + 1
+    state, window, _ = cut_window(state, run_id="r1", head=BinlogPosition("b.000002", 900))
+    assert window.seq == snapshot.seq + 1
+    assert window.start.to_position() == HEAD  # the first window starts where the snapshot started
+
+
+def test_a_retry_gets_its_snapshot_back_and_covered_tables_are_skipped() -> None:
+    state, snapshot = begin(fresh(), "r1")
+    again_state, again = begin(state, "r1")
+    assert again == snapshot
+    assert again_state is state
+    merged = finish_snapshot(state, snapshot.seq, rows=7)
+    assert merged.snapshots[0].status == "merged"
+    assert merged.snapshots[0].rows == 7
+    unchanged, nothing = begin(merged, "r2")
+    assert nothing is None
+    assert unchanged is merged
+    added_state, added = begin(merged, "r3", tables=[*TABLES, "shop.c"])
+    assert added is not None
+    assert added.tables == ["shop.c"]
+    assert added.reason == "added"
+    assert added.seq == snapshot.seq + 1
+
+
+def test_a_window_cut_while_a_resnapshot_runs_ranks_above_it_and_old_windows_stay_below() -> None:
+    state, snapshot = begin(fresh(), "r0")
+    state = finish_snapshot(state, snapshot.seq, rows=0)
+    state, old, _ = cut_window(state, run_id="w1", head=BinlogPosition("b.000002", 700))
+    state, again = begin(
+        state, "rs", mode="requested", tables=["shop.a"], head=BinlogPosition("b.000002", 800)
+    )
+    assert again is not None
+    assert old.seq < again.seq
+    state = mark_window(state, old.seq, status="merged")
+    state, later, _ = cut_window(state, run_id="w2", head=BinlogPosition("b.000002", 900))
+    assert later.seq > again.seq
+    assert later.start == old.end  # windows keep tiling: the re-snapshot does not move them
+
+
+def test_a_running_snapshot_turns_away_another_of_the_same_table() -> None:
+    state, _ = begin(fresh(), "r1")
+    with pytest.raises(PipelineBusyError, match="still reading shop.a"):
+        begin(state, "r2", mode="requested", tables=["shop.a"])
+    _, other = begin(state, "r3", mode="requested", tables=["shop.z"])
+    assert other is not None
+
+
+def test_purge_recovery_moves_the_checkpoint_to_the_snapshot_start() -> None:
+    state, snapshot = begin(fresh(), "r0")
+    state = finish_snapshot(state, snapshot.seq, rows=0)
+    state, stuck, _ = cut_window(state, run_id="w1", head=BinlogPosition("b.000003", 300))
+    later = BinlogPosition("b.000009", 120, "0-1-99")
+    state, recovery = begin(state, "rp", mode="purged", head=later)
+    assert recovery is not None
+    assert recovery.reason == "purged"
+    assert state.windows == []
+    assert state.checkpoint.position.to_position() == later
+    state, window, _ = cut_window(state, run_id="w2", head=BinlogPosition("b.000009", 400))
+    assert window.start.to_position() == later
+    assert window.seq == recovery.seq + 1 > stuck.seq
+
+
+def test_interval_pipelines_and_unknown_modes_are_refused() -> None:
+    state, window, _ = cut_window(fresh(), run_id="w", head=HEAD)
+    interval = state.model_copy(update={"windows": [window.model_copy(update={"cut_by": "interval"})]})
+    with pytest.raises(BinlogConfigError, match="cuts windows by interval"):
+        begin(interval, "r1")
+    with pytest.raises(BinlogConfigError, match="snapshot mode"):
+        begin(fresh(), "r1", mode="everything")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [7, "käse", None, b"\x00\xff", "2026-01-01", 1.5],
+)
+def test_chunk_bounds_round_trip_through_the_plan_file(value: object) -> None:
+    import datetime as dt
+    import decimal
+
+    values = (value, decimal.Decimal("-12.50"), dt.datetime(2026, 1, 2, 3, 4, 5, 6), dt.date(2026, 2, 3))
+    values += (dt.timedelta(hours=-5, microseconds=7),)
+    chunk = Chunk(index=3, lower=values, upper=None)
+    assert Chunk.from_json(json.loads(json.dumps(chunk.to_json()))) == chunk
+    assert decode_value(encode_value(value)) == value
