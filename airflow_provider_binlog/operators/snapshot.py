@@ -12,13 +12,7 @@ from airflow_provider_binlog.hooks.binlog import BinlogHook, TableInfo
 from airflow_provider_binlog.operators.extract import parse_tables
 from airflow_provider_binlog.operators.spark import SparkJobOperator
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot
-from airflow_provider_binlog.snapshot.plan import (
-    CHUNK_ROWS,
-    TablePlan,
-    chunk_bounds,
-    estimated_rows,
-    unique_keys,
-)
+from airflow_provider_binlog.snapshot.plan import CHUNK_ROWS, plan_snapshot, unique_keys
 from airflow_provider_binlog.state import PipelineState, Snapshot, StateManager
 
 #: The PySpark application submitted by :class:`BinlogSnapshotOperator`.
@@ -246,34 +240,30 @@ class BinlogSnapshotOperator(SparkJobOperator):
         snapshot_dir: Any,
     ) -> None:
         """Plan every table's chunks and write ``plan.json`` (a retry reuses it)."""
-        from airflow_provider_binlog.snapshot.rows import describe_columns
         from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME, write_json
 
-        plans = []
         with hook.cursor() as cur:
-            for name, info in tables.items():
-                key = self._key(cur, info)
-                db, table = name.split(".", 1)
-                columns = tuple(c.spec.to_manifest() for c in describe_columns(cur, db, table))
-                chunks = tuple(chunk_bounds(cur, name, key, self.chunk_rows))
-                plans.append(TablePlan(name, tuple(key), chunks, columns, estimated_rows(cur, name)))
-                self.log.info(
-                    "%s: %s chunks of up to %s rows by key %s", name, len(chunks), self.chunk_rows, key
-                )
+            keys = {name: self._key(cur, info) for name, info in tables.items()}
+            plan = plan_snapshot(
+                cur,
+                pipeline=self.pipeline,
+                seq=snapshot.seq,
+                run_id=snapshot.run_id,
+                flavor=flavor,
+                start=snapshot.start.model_dump(),
+                keys=keys,
+                chunk_rows=self.chunk_rows,
+            )
+        for table in plan["tables"]:
+            self.log.info(
+                "%s: %s chunks of up to %s rows by key %s",
+                table["name"],
+                len(table["chunks"]),
+                self.chunk_rows,
+                table["key"],
+            )
         snapshot_dir.mkdir(parents=True, exist_ok=True)
-        write_json(
-            f"{snapshot.staging_uri}/{PLAN_NAME}",
-            {
-                "format_version": 1,
-                "pipeline": self.pipeline,
-                "seq": snapshot.seq,
-                "run_id": snapshot.run_id,
-                "flavor": flavor,
-                "start": snapshot.start.model_dump(),
-                "chunk_rows": self.chunk_rows,
-                "tables": [p.to_json() for p in plans],
-            },
-        )
+        write_json(f"{snapshot.staging_uri}/{PLAN_NAME}", plan)
 
     def _key(self, cur: Any, info: TableInfo) -> list[str]:
         """Return the key chunks are cut by: the primary key, else the unique key the user named.

@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -249,3 +249,46 @@ def unique_keys(cur: Any, table: str) -> list[tuple[str, ...]]:
     for index, column, nullable in cur.fetchall():
         indexes.setdefault(str(index), []).append((str(column), str(nullable)))
     return [tuple(c for c, _ in cols) for cols in indexes.values() if all(n == "NO" for _, n in cols)]
+
+
+def plan_snapshot(
+    cur: Any,
+    *,
+    pipeline: str,
+    seq: int,
+    run_id: str,
+    flavor: str,
+    start: dict[str, Any],
+    keys: Mapping[str, Sequence[str]],
+    chunk_rows: int = CHUNK_ROWS,
+) -> dict[str, Any]:
+    """Return the plan document (``plan.json``) of a snapshot: each table's columns, key and chunks.
+
+    :param cur: a cursor on the source.
+    :param pipeline: pipeline name.
+    :param seq: the snapshot's sequence number.
+    :param run_id: the run that started it.
+    :param flavor: ``mysql`` or ``mariadb``.
+    :param start: the snapshot's start position (``{"file", "pos", "gtid_set"}``).
+    :param keys: ``{"db.table": key columns}`` of the tables to read.
+    :param chunk_rows: rows per chunk.
+    :raises ValueError: for a column type that cannot be staged, or ``chunk_rows`` < 1.
+    """
+    from airflow_provider_binlog.snapshot.rows import describe_columns
+
+    tables = []
+    for name, key in keys.items():
+        db, table = name.split(".", 1)
+        columns = tuple(c.spec.to_manifest() for c in describe_columns(cur, db, table))
+        chunks = tuple(chunk_bounds(cur, name, key, chunk_rows))
+        tables.append(TablePlan(name, tuple(key), chunks, columns, estimated_rows(cur, name)).to_json())
+    return {
+        "format_version": 1,
+        "pipeline": pipeline,
+        "seq": seq,
+        "run_id": run_id,
+        "flavor": flavor,
+        "start": start,
+        "chunk_rows": chunk_rows,
+        "tables": tables,
+    }
