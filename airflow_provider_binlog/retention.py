@@ -26,9 +26,10 @@ if TYPE_CHECKING:
     from airflow_provider_binlog.hooks.binlog import BinlogHook, ServerState
 
 RESNAPSHOT_REMEDY = (
-    "The changes in between are gone: take a snapshot of the selected tables into the target "
-    "(re-snapshot) and raise the source's binlog retention (binlog_expire_logs_seconds) to at least "
-    "twice the longest expected outage."
+    "The changes in between are gone: re-snapshot every table of the pipeline, which also moves its "
+    'checkpoint past the gap (trigger binlog_resnapshot with {"mode": "purged", "tables": "<the '
+    'pipeline\'s tables>"}, or BinlogSnapshotOperator(mode="purged")), and raise the source\'s binlog '
+    "retention (binlog_expire_logs_seconds) to at least twice the longest expected outage."
 )
 
 

@@ -1,9 +1,10 @@
 """`make demo`: the example CDC DAG end to end on a private MariaDB under a concurrent write workload.
 
-Starts a private MariaDB with binary logging, creates a small shop schema, starts the pipeline at
-the binlog head, writes concurrently while the ``binlog_cdc`` DAG runs several consecutive windows
-(extract -> Spark merge -> commit), then compares every target table with its source row by row and
-prints the result and throughput. Everything it started is stopped at the end.
+Starts a private MariaDB with binary logging, creates a small shop schema and loads rows into it,
+then starts concurrent writes and runs the ``binlog_cdc`` DAG: its first run takes a snapshot of the
+existing rows (key chunks read by Spark while the writes go on) and every run stages and merges one
+binlog window (extract -> Spark merge -> commit). At the end it compares every target table with its
+source row by row and prints the result and throughput. Everything it started is stopped at the end.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--windows", type=int, default=4, help="windows to run while the workload writes")
     parser.add_argument(
         "--transactions", type=int, default=100_000, help="most transactions the workload writes"
+    )
+    parser.add_argument(
+        "--preload", type=int, default=4_000, help="transactions written before the pipeline starts"
     )
     parser.add_argument("--pause", type=float, default=0.01, help="seconds between workload transactions")
     parser.add_argument(
@@ -47,6 +51,7 @@ def prepare_environment(workdir: Path) -> None:
             "BINLOG_CDC_TABLES": "shop.*",
             "BINLOG_CDC_STAGING": str(workdir / "staging"),
             "BINLOG_CDC_TARGET": str(workdir / "target"),
+            "BINLOG_CDC_SNAPSHOT_CHUNK_ROWS": "1000",
             "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
             "TZ": "UTC",
         }
@@ -70,24 +75,30 @@ def load_dag():  # type: ignore[no-untyped-def]
 
 
 def run_window(dag, number: int) -> dict:  # type: ignore[no-untyped-def]
-    """Run the DAG once (one window) and return the extract task's XCom."""
+    """Run the DAG once (one window) and return the extract task's XCom, the snapshot's under ``snapshot``."""
     import pendulum
 
     started = time.monotonic()
     run = dag.test(logical_date=pendulum.datetime(2026, 1, 1, tz="UTC").add(minutes=15 * number))
     if run.state != "success":
         raise SystemExit(f"DAG run {run.run_id} ended {run.state}; see the task logs above")
+    extract = task_result(dag, run, "extract")
+    extract["snapshot"] = task_result(dag, run, "snapshot")
+    extract["seconds"] = time.monotonic() - started
+    return extract
+
+
+def task_result(dag, run, task_id: str) -> dict:  # type: ignore[no-untyped-def]
+    """Return the XCom a task of the run returned (empty when none)."""
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
     with create_session() as session:
         query = XComModel.get_many(
-            run_id=run.run_id, dag_ids=dag.dag_id, task_ids="extract", key="return_value"
+            run_id=run.run_id, dag_ids=dag.dag_id, task_ids=task_id, key="return_value"
         )
         row = session.scalars(query).first()
-        extract = dict(XComModel.deserialize_value(row)) if row is not None else {}
-    extract["seconds"] = time.monotonic() - started
-    return extract
+        return dict(XComModel.deserialize_value(row)) if row is not None else {}
 
 
 def main() -> int:
@@ -110,11 +121,20 @@ def main() -> int:
         print(
             f"demo: MariaDB on 127.0.0.1:{server.port} (binlog ROW/FULL/metadata FULL), schema shop created"
         )
+        preloaded = ShopWorkload(connect=connect, db="shop", seed=1).run(args.preload)
+        existing = {t: int(server.execute(f"SELECT COUNT(*) FROM shop.{t}")[0][0]) for t in SHOP_TABLES}
+        print(f"demo: loaded {sum(preloaded.values())} transactions before the pipeline exists: {existing}")
         dag = load_dag()
-        results = [run_window(dag, 0)]
-        print("demo: run 1 started the pipeline at the binlog head (an empty first window)")
-        workload = ShopWorkload(connect=connect, db="shop")
+        workload = ShopWorkload(connect=connect, db="shop", first_number=1_000_000)
         workload.start(args.transactions, pause_seconds=args.pause)
+        results = [run_window(dag, 0)]
+        snapshot = results[0]["snapshot"]
+        print(
+            f"demo: run 1 took snapshot {snapshot['snapshot']} of {len(snapshot['tables'])} tables "
+            f"({snapshot['rows']} rows in {snapshot['chunks']} key chunks read by {snapshot['read_tasks']} Spark "
+            f"tasks at {snapshot['read_rows_per_second']:.0f} rows/s while the writes went on), then window "
+            f"{results[0]['window']}: {results[0]['rows']} row changes"
+        )
         for number in range(1, args.windows + 1):
             results.append(run_window(dag, number))
             print(

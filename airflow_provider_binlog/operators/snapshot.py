@@ -33,7 +33,8 @@ class BinlogSnapshotOperator(SparkJobOperator):
 
     A retry of the same run resumes after the chunks already read; a second run while it is running is
     turned away (:class:`~airflow_provider_binlog.exceptions.PipelineBusyError`). Returns (XCom) a dict
-    with ``pipeline``, ``snapshot`` (seq, or None when nothing needed one), ``tables`` and ``rows``.
+    with ``pipeline``, ``snapshot`` (seq, or None when nothing needed one), ``tables``, ``rows``,
+    ``chunks``, ``read_tasks`` and ``read_rows_per_second``.
 
     :param pipeline: pipeline name (templated).
     :param tables: ``db.table`` names or patterns (templated; list or comma-separated).
@@ -140,7 +141,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
         )
         if snapshot is None:
             self.log.info("every selected table of %s has a snapshot already; nothing to read", self.pipeline)
-            return {"pipeline": self.pipeline, "snapshot": None, "tables": [], "rows": 0}
+            return {"pipeline": self.pipeline, "snapshot": None, "tables": [], "rows": 0, "chunks": 0}
         if snapshot.status == "merged":
             self.log.info("snapshot %s is merged already", snapshot.seq)
             return self._result(snapshot, snapshot.rows or 0)
@@ -180,7 +181,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
             snapshot.seq, self.pipeline, rows, ", ".join(snapshot.tables), manifest["stats"]["chunks"],
             rows / max(float(manifest["stats"]["read_seconds"]), 1e-6), manifest["stats"]["read_tasks"],
         )  # fmt: skip
-        return self._result(snapshot, rows)
+        return self._result(snapshot, rows, manifest["stats"])
 
     def _begin(
         self, manager: StateManager, server: Any, tables: list[str], *, run_id: str, staging_uri: Any
@@ -268,6 +269,8 @@ class BinlogSnapshotOperator(SparkJobOperator):
     def _key(self, cur: Any, info: TableInfo) -> list[str]:
         """Return the key chunks are cut by: the primary key, else the unique key the user named.
 
+        A named key is returned in the column order of its UNIQUE index.
+
         :raises BinlogConfigError: when the table has no primary key and no usable named key.
         """
         named = self.keys.get(info.name)
@@ -285,13 +288,14 @@ class BinlogSnapshotOperator(SparkJobOperator):
                 f"keys={{'{info.name}': ['col', ...]}}."
             )
         uniques = unique_keys(cur, info.name)
-        if not any({c.lower() for c in u} == {c.lower() for c in named} for u in uniques):
+        matching = next((u for u in uniques if {c.lower() for c in u} == {c.lower() for c in named}), None)
+        if matching is None:
             raise BinlogConfigError(
                 f"keys names {named} for {info.name}, but the table has no UNIQUE index of exactly those NOT NULL "
                 f"columns (its unique NOT NULL keys: {[list(u) for u in uniques] or 'none'}); add one, or name one "
                 f"of those"
             )
-        return list(named)
+        return list(matching)  # in index order, so every chunk is an index range
 
     def _verify(self, snapshot: Snapshot) -> None:
         """Check that every table of the snapshot records its merge commit.
@@ -307,5 +311,14 @@ class BinlogSnapshotOperator(SparkJobOperator):
                     f"for it in the table's Delta log); clear the task to resume it"
                 )
 
-    def _result(self, snapshot: Snapshot, rows: int) -> dict[str, Any]:
-        return {"pipeline": self.pipeline, "snapshot": snapshot.seq, "tables": snapshot.tables, "rows": rows}
+    def _result(self, snapshot: Snapshot, rows: int, stats: dict[str, Any] | None = None) -> dict[str, Any]:
+        stats = stats or {}
+        return {
+            "pipeline": self.pipeline,
+            "snapshot": snapshot.seq,
+            "tables": snapshot.tables,
+            "rows": rows,
+            "chunks": stats.get("chunks", 0),
+            "read_tasks": stats.get("read_tasks", 0),
+            "read_rows_per_second": rows / max(float(stats.get("read_seconds") or 0), 1e-6) if stats else 0.0,
+        }

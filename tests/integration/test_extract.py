@@ -214,7 +214,7 @@ def test_purged_window_start_asks_for_a_snapshot(
     recorder.mark()
     mariadb.execute(f"INSERT INTO `{source_db}`.t VALUES (1)")
     mariadb.purge_binlogs_before_current()
-    with pytest.raises(BinlogPurgedError, match="is no longer on the source .* take a snapshot"):
+    with pytest.raises(BinlogPurgedError, match="is no longer on the source .* re-snapshot every table"):
         recorder.extract({f"{source_db}.t": ["id"]})
 
 

@@ -114,7 +114,7 @@ def test_the_server_purges_when_the_model_says_the_headroom_is_gone(
         f"binlog {checkpoint.file} (needed from position {checkpoint.pos}) is no longer on the source"
         in message
     )
-    assert "take a snapshot of the selected tables into the target (re-snapshot)" in message
+    assert "re-snapshot every table of the pipeline, which also moves its checkpoint past the gap" in message
 
 
 def test_gtid_list_of_the_oldest_file_reveals_purged_transactions(

@@ -157,3 +157,26 @@ def test_resnapshot_of_one_table_while_windows_keep_merging(shop: ShopPipeline) 
 
 def _dirs(shop: ShopPipeline) -> dict[str, str]:
     return {"staging": str(shop.staging), "target": shop.target}
+
+
+def test_after_a_purge_a_purged_mode_resnapshot_puts_the_pipeline_back_on_its_feet(
+    shop: ShopPipeline,
+) -> None:
+    shop.run_window()
+    shop.workload(seed=7).run(300)  # changes the pipeline will never read from the binlog
+    shop.server.purge_binlogs_before_current()
+    stuck = shop.runner.run()
+    assert task_states(stuck)["extract"] == "failed"
+    assert shop.mismatches(*SHOP_TABLES) != []
+    recovery = DagRunner(
+        load_module(REPO / "example_dags" / "binlog_resnapshot.py").dag,
+        {"pipeline": shop.name, "tables": f"{shop.db}.*", "mode": "purged", **_dirs(shop)},
+    )
+    run = recovery.run()
+    assert run.state == "success", task_states(run)
+    shop.workload(seed=8).run(100)
+    shop.run_window()
+    assert shop.mismatches(*SHOP_TABLES) == []
+    snapshot = shop.snapshots()[-1]
+    assert snapshot["reason"] == "purged"
+    assert sorted(snapshot["tables"]) == sorted(f"{shop.db}.{t}" for t in SHOP_TABLES)
