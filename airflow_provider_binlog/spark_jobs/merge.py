@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -33,7 +34,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -1242,6 +1243,39 @@ def already_merged(dt: DeltaTable, pipeline: str, seq: int) -> bool:
     return dt.transaction_version(window_app_id(pipeline, seq)) is not None
 
 
+def _replanned_on_conflict(merge: Callable[..., TableResult]) -> Callable[..., TableResult]:
+    """Run ``merge`` again (it re-reads the table) when its commit loses to another writer of the table.
+
+    Up to :data:`COMMIT_ATTEMPTS` attempts; a snapshot merge and a window merge of the same table may
+    run at once, and :func:`commit_window` accepts a commit only on the version the merge read.
+    """
+
+    @functools.wraps(merge)
+    def attempts(spark: SparkSession, staged: StagedTable, **kwargs: Any) -> TableResult:
+        from deltalake.exceptions import CommitFailedError
+
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                return merge(spark, staged, **kwargs)
+            except CommitFailedError as err:
+                log.warning(
+                    "%s: another writer committed while window %d was merged (attempt %d of %d): %s",
+                    staged.name,
+                    kwargs["seq"],
+                    attempt,
+                    COMMIT_ATTEMPTS,
+                    err,
+                )
+                last = err
+        raise MergeJobError(
+            f"{staged.name}: every one of {COMMIT_ATTEMPTS} attempts to commit window {kwargs['seq']} lost to "
+            f"another writer of the same Delta table; retry the merge: {last}"
+        )
+
+    return attempts
+
+
+@_replanned_on_conflict
 def merge_table(
     spark: SparkSession,
     staged: StagedTable,
@@ -1256,53 +1290,7 @@ def merge_table(
     """Merge one staged table of a window into its Delta table (one atomic commit).
 
     When another writer commits to the table between reading it and committing (a snapshot merge beside
-    a window merge), the commit fails and the merge is planned again from the new version, up to
-    :data:`COMMIT_ATTEMPTS` times.
-
-    :raises MergeJobError: if the window cannot be merged into the table, or every attempt lost the race.
-    """
-    from deltalake.exceptions import CommitFailedError
-
-    for attempt in range(1, COMMIT_ATTEMPTS + 1):
-        try:
-            return _merge_table_once(
-                spark,
-                staged,
-                target=target,
-                pipeline=pipeline,
-                seq=seq,
-                keys=keys,
-                buckets=buckets,
-                storage_options=storage_options,
-            )
-        except CommitFailedError as err:
-            log.warning(
-                "%s: another writer committed while window %d was merged (attempt %d of %d): %s",
-                staged.name,
-                seq,
-                attempt,
-                COMMIT_ATTEMPTS,
-                err,
-            )
-            last = err
-    raise MergeJobError(
-        f"{staged.name}: every one of {COMMIT_ATTEMPTS} attempts to commit window {seq} lost to another "
-        f"writer of the same Delta table; retry the merge: {last}"
-    )
-
-
-def _merge_table_once(
-    spark: SparkSession,
-    staged: StagedTable,
-    *,
-    target: str,
-    pipeline: str,
-    seq: int,
-    keys: Sequence[str],
-    buckets: int,
-    storage_options: Mapping[str, str] | None = None,
-) -> TableResult:
-    """Merge one staged table of a window into its Delta table (one attempt, see :func:`merge_table`).
+    a window merge), the merge is planned again from the new version (:func:`_replanned_on_conflict`).
 
     :param spark: the session.
     :param staged: the staged table.
