@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import logging
 import os
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,3 +70,28 @@ def source_db(mariadb: LocalMariaDB) -> Iterator[str]:
     """A fresh database on the private server, dropped afterwards."""
     with mariadb.scratch_database("t") as name:
         yield name
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """A ``local[2]`` SparkSession with the settings the merge relies on.
+
+    Snapshot chunks are read in Python workers: they must run this interpreter (the virtualenv need
+    not be activated), as the Spark operators arrange for spark-submit with ``PYSPARK_PYTHON``.
+    """
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("test-binlog-integration")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # no "closing connection" logs at interpreter exit

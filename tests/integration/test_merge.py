@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import logging
 import os
 import shutil
 import sys
@@ -38,25 +37,6 @@ T0 = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 # --------------------------------------------------------------------------------------------------
 # Fixtures and helpers
 # --------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def spark():
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("test-binlog-merge")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-    logging.getLogger("py4j").setLevel(logging.WARNING)  # no "closing connection" logs at interpreter exit
 
 
 @pytest.fixture

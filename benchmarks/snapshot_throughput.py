@@ -1,0 +1,294 @@
+"""Snapshot throughput: our chunked snapshot (``run_snapshot`` on local Spark) vs. a plain ``mariadb-dump``.
+
+Both read the same sysbench-like table (``id INT PRIMARY KEY, k INT, c CHAR(120), pad CHAR(60)``) on a
+private MariaDB in one run of this script (the machines are shared and noisy: compare ratios within one
+run). The table is loaded once with the sequence engine, without binlogging; the buffer pool is large
+enough to hold it and the source checksum query warms it before either reader runs.
+
+- **mariadb-dump**: ``--single-transaction --quick --skip-lock-tables --no-create-info`` of the table
+  over TCP into a file (what an operator would run for a one-off copy);
+- **ours**: ``plan_snapshot`` (the key walk that finds chunk bounds), then ``run_snapshot``: chunks
+  read by ``--connections`` Spark tasks into zstd Parquet, then the Delta merge. The read phase is the
+  manifest's ``read_seconds``; end to end is plan + read + merge (the Spark session start is reported
+  apart). The Spark tasks the whole application ran come from ``SparkContext.statusTracker()``.
+
+The target is then checked against the source (row count, distinct ids, sums and a CRC32 of every row);
+the script exits non-zero when they differ.
+
+    .venv/bin/python benchmarks/snapshot_throughput.py [--rows 1000000] [--connections 2] [--write-docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+DB, TABLE = "sbtest", "sbtest1"
+PIPELINE = "bench"
+
+
+def load_table(server: Any, rows: int) -> float:
+    """Create and fill ``sbtest.sbtest1`` with ``rows`` rows; return the seconds it took."""
+    started = time.monotonic()
+    server.execute(
+        "SET SESSION sql_log_bin = 0",
+        f"CREATE DATABASE {DB}",
+        f"CREATE TABLE {DB}.{TABLE} (id INT NOT NULL PRIMARY KEY, k INT NOT NULL, "
+        "c CHAR(120) NOT NULL, pad CHAR(60) NOT NULL) ENGINE=InnoDB",
+        f"INSERT INTO {DB}.{TABLE} SELECT seq, (seq * 2654435761) % 1000000, "
+        "SUBSTRING(REPEAT(MD5(seq), 4), 1, 119), SUBSTRING(REPEAT(SHA1(seq), 2), 1, 59) "
+        f"FROM {DB}.seq_1_to_{rows}",
+        f"ANALYZE TABLE {DB}.{TABLE}",
+    )
+    return time.monotonic() - started
+
+
+def source_checksum(server: Any) -> dict[str, int]:
+    """Return count, distinct ids, sums and ``BIT_XOR(CRC32(id|k|c|pad))`` of the source table."""
+    ((rows, ids, sum_id, sum_k, crc),) = server.execute(
+        "SELECT COUNT(*), COUNT(DISTINCT id), SUM(id), SUM(k), "
+        f"BIT_XOR(CRC32(CONCAT_WS('|', id, k, c, pad))) FROM {DB}.{TABLE}"
+    )
+    return {"rows": int(rows), "ids": int(ids), "sum_id": int(sum_id), "sum_k": int(sum_k), "crc": int(crc)}
+
+
+def target_checksum(target: str) -> dict[str, int]:
+    """Return the same figures as :func:`source_checksum` for the live rows of the target table."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    from airflow_provider_binlog.spark_jobs.merge import DELETED_COLUMN, table_uri
+
+    # deltalake directly: airflow_provider_binlog.target imports Airflow (which would create ~/airflow).
+    data = DeltaTable(table_uri(target, f"{DB}.{TABLE}")).to_pyarrow_table()
+    data = data.filter(pc.invert(pc.fill_null(data[DELETED_COLUMN], False)))
+    crc = 0
+    columns = (data[c].to_pylist() for c in ("id", "k", "c", "pad"))
+    for id_, k, c, pad in zip(*columns, strict=True):
+        crc ^= zlib.crc32(f"{id_}|{k}|{c}|{pad}".encode())
+    return {
+        "rows": data.num_rows,
+        "ids": int(pc.count_distinct(data["id"]).as_py()),
+        "sum_id": int(pc.sum(data["id"]).as_py()),
+        "sum_k": int(pc.sum(data["k"]).as_py()),
+        "crc": crc,
+    }
+
+
+def run_dump(server: Any, out: Path) -> dict[str, Any]:
+    """Dump the table with mariadb-dump over TCP into ``out``; return seconds, rows seen and bytes."""
+    from airflow_provider_binlog.testing.mariadb import find_binary
+
+    command = [
+        find_binary("mariadb-dump", "mysqldump"),
+        "--no-defaults",
+        "--protocol=TCP",
+        "--host=127.0.0.1",
+        f"--port={server.port}",
+        "--user=root",
+        "--single-transaction",
+        "--quick",
+        "--skip-lock-tables",
+        "--no-create-info",
+        f"--result-file={out}",
+        DB,
+        TABLE,
+    ]
+    env = {**os.environ, "MYSQL_PWD": server.root_password}  # no password on the command line
+    started = time.monotonic()
+    subprocess.run(command, check=True, env=env)
+    seconds = time.monotonic() - started
+    body = out.read_bytes()
+    # Extended INSERTs: one "INSERT INTO" per statement, "),(" or "),\n(" between rows (the data has
+    # no parentheses).
+    rows = body.count(b"INSERT INTO") + body.count(b"),(") + body.count(b"),\n(")
+    return {"seconds": seconds, "rows": rows, "bytes": len(body)}
+
+
+def spark_tasks(spark: Any) -> dict[str, int]:
+    """Return the jobs, stages and tasks (completed + failed attempts) the application has run so far."""
+    tracker = spark.sparkContext.statusTracker()
+    jobs = list(tracker.getJobIdsForGroup(None))
+    stages: set[int] = set()
+    for job in jobs:
+        info = tracker.getJobInfo(job)
+        if info is not None:
+            stages.update(info.stageIds)
+    tasks = ran = 0
+    for stage in stages:
+        stage_info = tracker.getStageInfo(stage)
+        if stage_info is not None and stage_info.numCompletedTasks + stage_info.numFailedTasks:
+            ran += 1
+            tasks += stage_info.numCompletedTasks + stage_info.numFailedTasks
+    return {"jobs": len(jobs), "stages": ran, "tasks": tasks}
+
+
+def run_ours(server: Any, workdir: Path, chunk_rows: int, connections: int) -> dict[str, Any]:
+    """Start local Spark, plan and run the snapshot; return timings, manifest stats and Spark counts."""
+    import pymysql
+    from pyspark.sql import SparkSession
+
+    from airflow_provider_binlog.positions import read_head
+    from airflow_provider_binlog.snapshot.plan import plan_snapshot
+    from airflow_provider_binlog.spark_jobs.merge import MANIFEST_NAME, SPARK_SQL_CONF
+    from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME, run_snapshot, write_json
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # Python workers run this interpreter, as the operators do
+    started = time.monotonic()
+    builder: Any = SparkSession.builder.master("local[2]").appName("bench-snapshot")
+    builder = builder.config("spark.ui.enabled", "false")
+    for key, value in SPARK_SQL_CONF.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    session_seconds = time.monotonic() - started
+    try:
+        snapshot_dir = workdir / "staging" / PIPELINE / "snapshot=1"
+        snapshot_dir.mkdir(parents=True)
+        snapshot_uri = f"file://{snapshot_dir}"  # not Path.as_uri(): Spark would not unquote "%3D"
+        target = str(workdir / "target")
+        started = time.monotonic()
+        conn = pymysql.connect(**server.connection_kwargs())
+        try:
+            with conn.cursor() as cur:
+                head = read_head(cur, "mariadb")
+                assert head is not None
+                plan = plan_snapshot(
+                    cur,
+                    pipeline=PIPELINE,
+                    seq=1,
+                    run_id="bench",
+                    flavor="mariadb",
+                    start=head.to_dict(),
+                    keys={f"{DB}.{TABLE}": ["id"]},
+                    chunk_rows=chunk_rows,
+                )
+        finally:
+            conn.close()
+        write_json(f"{snapshot_uri}/{PLAN_NAME}", plan)
+        plan_seconds = time.monotonic() - started
+        before = spark_tasks(spark)
+        started = time.monotonic()
+        summary = run_snapshot(
+            spark,
+            snapshot_uri,
+            target,
+            pipeline=PIPELINE,
+            source=server.connection_kwargs(),
+            max_connections=connections,
+        )
+        run_seconds = time.monotonic() - started
+        after = spark_tasks(spark)
+    finally:
+        spark.stop()
+    manifest = json.loads((snapshot_dir / MANIFEST_NAME).read_text())
+    return {
+        "session_seconds": session_seconds,
+        "plan_seconds": plan_seconds,
+        "run_seconds": run_seconds,
+        "stats": manifest["stats"],
+        "spark": {name: after[name] - before[name] for name in after},
+        "summary": summary,
+        "target": target,
+    }
+
+
+def render(
+    rows: int, chunk_rows: int, connections: int, version: str, dump: dict[str, Any], ours: dict[str, Any]
+) -> str:
+    stats, spark = ours["stats"], ours["spark"]
+    dump_rate = dump["rows"] / dump["seconds"]
+    read_rate = stats["rows"] / stats["read_seconds"]
+    end_to_end = ours["plan_seconds"] + ours["run_seconds"]
+    e2e_rate = stats["rows"] / end_to_end
+    merge_seconds = ours["run_seconds"] - stats["read_seconds"]
+    lines = [
+        "| reader | rows | seconds | rows/s | vs. mariadb-dump |",
+        "|---|---:|---:|---:|---:|",
+        f"| mariadb-dump (one connection, {dump['bytes'] / 2**20:,.0f} MiB SQL file) | {dump['rows']} | "
+        f"{dump['seconds']:.1f} | {dump_rate:,.0f} | 1.00x |",
+        f"| ours: read phase ({stats['chunks']} chunks, {stats['read_tasks']} Spark tasks) | {stats['rows']} | "
+        f"{stats['read_seconds']:.1f} | {read_rate:,.0f} | {read_rate / dump_rate:.2f}x |",
+        f"| ours: end to end (plan {ours['plan_seconds']:.1f} s + read + merge {merge_seconds:.1f} s) | "
+        f"{stats['rows']} | {end_to_end:.1f} | {e2e_rate:,.0f} | {e2e_rate / dump_rate:.2f}x |",
+    ]
+    header = (
+        f"sysbench-like table, {rows} rows, chunk_rows {chunk_rows}, {connections} connections, "
+        f"MariaDB {version}, local[2] Spark, one run on {os.cpu_count()} cores ({time.strftime('%Y-%m-%d')})\n\n"
+    )
+    footer = (
+        f"\n\nSpark: session start {ours['session_seconds']:.1f} s (not in the times above); the snapshot ran "
+        f"{spark['tasks']} Spark tasks in {spark['stages']} stages of {spark['jobs']} jobs "
+        f"({stats['read_tasks']} of them read the chunks). Target checked: {stats['rows']} rows, "
+        "distinct ids, sums and CRC32 equal to the source."
+    )
+    return header + "\n".join(lines) + footer
+
+
+def write_docs(table: str) -> None:
+    path = REPO / "docs" / "benchmarks.md"
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    marker_start, marker_end = "<!-- snapshot_throughput:start -->", "<!-- snapshot_throughput:end -->"
+    block = f"{marker_start}\n{table}\n{marker_end}"
+    if marker_start in text:
+        before, rest = text.split(marker_start, 1)
+        text = before + block + rest.split(marker_end, 1)[1]
+    else:
+        text += f"\n## Snapshot throughput (`benchmarks/snapshot_throughput.py`)\n\n{block}\n"
+    path.write_text(text)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=1_000_000, help="rows in the table")
+    parser.add_argument("--connections", type=int, default=2, help="max_connections (Spark read tasks)")
+    parser.add_argument("--chunk-rows", type=int, default=50_000, help="rows per chunk")
+    parser.add_argument("--write-docs", action="store_true", help="put the results into docs/benchmarks.md")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+    from airflow_provider_binlog.testing.mariadb import CDC_SETTINGS, LocalMariaDB
+
+    workdir = Path(tempfile.mkdtemp(prefix="binlog-bench-snapshot-"))
+    # A buffer pool that holds the whole table: both readers read from memory, not from the disk.
+    options = {**CDC_SETTINGS, "innodb-buffer-pool-size": "1G"}
+    try:
+        with LocalMariaDB(options=options, base_dir=workdir / "mariadb") as server:
+            version = str(server.execute("SELECT VERSION()")[0][0]).split("-")[0]
+            print(f"loaded {args.rows:,} rows in {load_table(server, args.rows):.1f} s", flush=True)
+            expected = source_checksum(server)
+            if expected["rows"] != args.rows:
+                raise SystemExit(f"the source has {expected['rows']} rows, not {args.rows}")
+            dump = run_dump(server, workdir / "dump.sql")
+            print(f"mariadb-dump: {dump}", flush=True)
+            if dump["rows"] != args.rows:
+                raise SystemExit(f"mariadb-dump wrote {dump['rows']} rows, not {args.rows}")
+            ours = run_ours(server, workdir, args.chunk_rows, args.connections)
+            print(f"ours: {json.dumps({k: v for k, v in ours.items() if k != 'summary'}, default=str)}")
+        got = target_checksum(ours["target"])
+        if got != expected:
+            raise SystemExit(f"the target differs from the source: target {got}, source {expected}")
+        print(f"target matches the source: {got}")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    table = render(args.rows, args.chunk_rows, args.connections, version, dump, ours)
+    print(table)
+    if args.write_docs:
+        write_docs(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
