@@ -61,9 +61,16 @@ class StagedTableSpec:
 
 
 def stage_window(
-    staging: Path, seq: int, tables: dict[str, StagedTableSpec], pipeline: str = PIPELINE
+    staging: Path,
+    seq: int,
+    tables: dict[str, StagedTableSpec],
+    pipeline: str = PIPELINE,
+    kind: str | None = None,
 ) -> str:
-    """Write a staged window in the contract format; return its directory. Seqs are 1, 2, ... in order."""
+    """Write a staged window in the contract format; return its directory. Seqs are 1, 2, ... in order.
+
+    ``kind="snapshot"`` stages a snapshot (its rows replace the table's rows older than ``seq``).
+    """
     window_dir = staging / pipeline / f"window={seq}"
     window_dir.mkdir(parents=True)
     manifest_tables: dict[str, Any] = {}
@@ -117,6 +124,7 @@ def stage_window(
         "end": {"file": "mysql-bin.000001", "pos": 4 + 100 * seq_in_window, "gtid_set": f"0-1-{seq * 1001}"},
         "tables": manifest_tables,
         "ddl": [],
+        **({"kind": kind} if kind else {}),
     }
     (window_dir / "manifest.json").write_text(json.dumps(manifest))
     return str(window_dir)
@@ -204,6 +212,85 @@ def test_inserts_updates_deletes_across_three_windows(spark, staging, target):
         {"id": 3, "_binlog_op": "d", "_binlog_window": 3, "_binlog_seq": 1, "_binlog_deleted": True},
         {"id": 4, "_binlog_op": "u", "_binlog_window": 3, "_binlog_seq": 2, "_binlog_deleted": False},
     ]
+
+
+def test_a_snapshot_replaces_the_rows_older_than_it_and_keeps_newer_changes(spark, staging, target):
+    run_merge(
+        spark,
+        stage_window(staging, 1, orders([("c", order(i, "new", f"{i}.00")) for i in (1, 2, 3)])),
+        target,
+    )
+    run_merge(spark, stage_window(staging, 3, orders([("u", order(2, "paid", "2.50"))])), target)
+    snapshot = orders([("r", order(1, "shipped", "1.00")), ("r", order(4, "new", "4.00"))])
+    run_merge(spark, stage_window(staging, 2, snapshot, kind="snapshot"), target)
+
+    meta = read_table(target, "shop.orders", with_metadata=True, include_tombstones=True)
+    assert rows(
+        meta.select(["id", "status", "_binlog_op", "_binlog_window", "_binlog_seq", "_binlog_deleted"])
+    ) == [
+        {
+            "id": 1,
+            "status": "shipped",
+            "_binlog_op": "r",
+            "_binlog_window": 2,
+            "_binlog_seq": 1,
+            "_binlog_deleted": False,
+        },
+        # changed after the snapshot started (window 3): kept although the snapshot did not read it
+        {
+            "id": 2,
+            "status": "paid",
+            "_binlog_op": "u",
+            "_binlog_window": 3,
+            "_binlog_seq": 1,
+            "_binlog_deleted": False,
+        },
+        # older than the snapshot and not in it: deleted while nobody read the binlog
+        {
+            "id": 3,
+            "status": "new",
+            "_binlog_op": "d",
+            "_binlog_window": 2,
+            "_binlog_seq": 0,
+            "_binlog_deleted": True,
+        },
+        {
+            "id": 4,
+            "status": "new",
+            "_binlog_op": "r",
+            "_binlog_window": 2,
+            "_binlog_seq": 2,
+            "_binlog_deleted": False,
+        },
+    ]
+    version = delta_version(target, "shop.orders")
+    run_merge(spark, str(staging / PIPELINE / "window=2"), target)
+    assert delta_version(target, "shop.orders") == version  # merging the snapshot again changes nothing
+
+
+def test_a_commit_that_loses_to_another_writer_is_planned_again(spark, staging, target, monkeypatch):
+    run_merge(
+        spark,
+        stage_window(staging, 1, orders([("c", order(i, "new", f"{i}.00")) for i in range(1, 40)])),
+        target,
+    )
+    late = stage_window(staging, 3, orders([("u", order(i, "paid", f"{i}.00")) for i in range(1, 40)]))
+    early = stage_window(staging, 2, orders([("u", order(i, "packed", f"{i}.00")) for i in range(1, 40)]))
+    original = merge.commit_window
+    calls: list[int] = []
+
+    def commit_after_a_rival(dt, removed, added, *, seq, **kwargs):
+        calls.append(seq)
+        if len(calls) == 1:  # another writer commits to the same table between our read and our commit
+            run_merge(spark, early, target)
+        return original(dt, removed, added, seq=seq, **kwargs)
+
+    monkeypatch.setattr(merge, "commit_window", commit_after_a_rival)
+    run_merge(spark, late, target)
+    assert calls == [3, 2, 3]  # the rival's commit won the race; the late window was planned again
+    live = read_table(target, "shop.orders", with_metadata=True)
+    assert set(live.column("status").to_pylist()) == {"paid"}
+    assert set(live.column("_binlog_window").to_pylist()) == {3}
 
 
 def test_delete_keeps_tombstone_with_before_image(spark, staging, target):
