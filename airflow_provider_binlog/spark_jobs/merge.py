@@ -1535,17 +1535,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     :param argv: command line arguments without the program name.
     """
     args = parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    from pyspark.sql import SparkSession
-
-    builder: Any = SparkSession.builder
-    spark = builder.appName(f"binlog-merge-{args.pipeline}").getOrCreate()
-    try:
-        summary = merge_window(
+    return run_application(
+        f"binlog-merge-{args.pipeline}",
+        args.log_level,
+        lambda spark: merge_window(
             spark,
             args.window_uri,
             args.target,
@@ -1553,12 +1546,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             key_overrides=parse_key_overrides(args.key),
             buckets=args.buckets,
             storage_options=_parse_storage_options(args.storage_option),
-        )
+        ),
+    )
+
+
+def run_application(name: str, log_level: str, job: Callable[[SparkSession], dict[str, Any]]) -> int:
+    """Run a bundled Spark application: log to stderr, start the session, print one JSON summary line.
+
+    :param name: Spark application name.
+    :param log_level: Python logging level name.
+    :param job: does the work on the session and returns the summary.
+    :returns: the exit code: 0, or 2 after printing ``{"error": ...}`` for a :class:`MergeJobError`.
+    """
+    logging.basicConfig(
+        level=log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from pyspark.sql import SparkSession
+
+    builder: Any = SparkSession.builder
+    spark = builder.appName(name).getOrCreate()
+    try:
+        summary = job(spark)
     except MergeJobError as err:
-        log.error("merge failed: %s", err)
+        log.error("%s failed: %s", name, err)
         print(json.dumps({"error": str(err)}), flush=True)
         return 2
-    print(json.dumps(summary, sort_keys=True), flush=True)
+    print(json.dumps(summary, sort_keys=True, default=str), flush=True)
     return 0
 
 

@@ -45,6 +45,7 @@ from airflow_provider_binlog.spark_jobs.merge import (
     filesystem_for,
     join_uri,
     merge_window,
+    run_application,
 )
 
 if TYPE_CHECKING:
@@ -312,21 +313,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the snapshot application; print the JSON summary line; return the exit code."""
     args = parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    source_text = os.environ.get(SOURCE_ENV)
-    if not source_text:
-        log.error("the environment variable %s with the source's connection settings is not set", SOURCE_ENV)
-        return 2
-    from pyspark.sql import SparkSession
 
-    builder: Any = SparkSession.builder
-    spark = builder.appName(f"binlog-snapshot-{args.pipeline}").getOrCreate()
-    try:
-        summary = run_snapshot(
+    def job(spark: SparkSession) -> dict[str, Any]:
+        source_text = os.environ.get(SOURCE_ENV)
+        if not source_text:
+            raise MergeJobError(
+                f"the environment variable {SOURCE_ENV} with the source's connection settings is not set"
+            )
+        return run_snapshot(
             spark,
             args.snapshot_uri,
             args.target,
@@ -335,12 +329,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_connections=args.max_connections,
             buckets=args.buckets,
         )
-    except MergeJobError as err:
-        log.error("snapshot failed: %s", err)
-        print(json.dumps({"error": str(err)}), flush=True)
-        return 2
-    print(json.dumps(summary, sort_keys=True, default=str), flush=True)
-    return 0
+
+    return run_application(f"binlog-snapshot-{args.pipeline}", args.log_level, job)
 
 
 if __name__ == "__main__":
