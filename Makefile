@@ -20,7 +20,7 @@ lint: setup
 	$(VENV)/bin/mypy
 
 test: lint
-	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadfile tests
+	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadfile --durations=25 tests
 
 unit: setup
 	$(PY) -m pytest -p no:cacheprovider tests/unit

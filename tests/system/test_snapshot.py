@@ -136,7 +136,7 @@ def test_resnapshot_of_one_table_while_windows_keep_merging(shop: ShopPipeline) 
     child = resnapshot.start_in_child(resnapshot.next_dates())
     runs = 0
     try:
-        while runs < 2 or (child.poll() is None and runs < 8):
+        while runs < 2 or (child.poll() is None and runs < 4):
             run = shop.runner.run()
             assert run.state == "success", task_states(run)
             runs += 1
