@@ -64,13 +64,9 @@ class BinlogMergeOperator(SparkJobOperator):
         name: str | None = None,
         **kwargs: Any,
     ) -> None:
-        for forbidden in ("application", "application_args"):
-            if forbidden in kwargs:
-                raise ValueError(f"BinlogMergeOperator sets {forbidden} itself; do not pass it")
+        self.check_arguments(kwargs, buckets=buckets)
         if not pipeline or not isinstance(pipeline, str):
             raise ValueError(f"pipeline must be a non-empty string, got {pipeline!r}")
-        if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets < 1:
-            raise ValueError(f"buckets must be a positive integer, got {buckets!r}")
         self.keys = _validate_keys(keys)
         super().__init__(
             application=str(MERGE_APPLICATION),
@@ -114,11 +110,10 @@ class BinlogMergeOperator(SparkJobOperator):
                 else "no row changes, nothing to merge",
             )
             return self.verify(window)
-        self.conf = {**job.SPARK_SQL_CONF, **(self.conf or {})}
-        self.application_args = self._application_args()
         self.log.info("Merging window %s of %s into %s", window.seq, self.pipeline, self.target_path)
         self.submit(
             context,
+            self._application_args(),
             failure=f"the Spark merge of window {window.seq} of pipeline {self.pipeline} failed; the "
             f"target is unchanged for tables not yet committed, and a retry is safe",
         )

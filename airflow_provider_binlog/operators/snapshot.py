@@ -5,19 +5,19 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
 from airflow_provider_binlog.hooks.binlog import BinlogHook, TableInfo
 from airflow_provider_binlog.operators.extract import parse_tables
 from airflow_provider_binlog.operators.spark import SparkJobOperator
-from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot
+from airflow_provider_binlog.snapshot.ledger import SnapshotMode, begin_snapshot, finish_snapshot
 from airflow_provider_binlog.snapshot.plan import CHUNK_ROWS, plan_snapshot, unique_keys
 from airflow_provider_binlog.state import PipelineState, Snapshot, StateManager
 
 #: The PySpark application submitted by :class:`BinlogSnapshotOperator`.
 SNAPSHOT_APPLICATION = Path(__file__).resolve().parent.parent / "spark_jobs" / "snapshot.py"
-MODES = ("missing", "requested", "purged")
+MODES = get_args(SnapshotMode)
 
 
 class BinlogSnapshotOperator(SparkJobOperator):
@@ -84,16 +84,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
         allow_minimal_row_metadata: bool = False,
         **kwargs: Any,
     ) -> None:
-        for forbidden in ("application", "application_args"):
-            if forbidden in kwargs:
-                raise ValueError(f"BinlogSnapshotOperator sets {forbidden} itself; do not pass it")
-        for name, value in (
-            ("chunk_rows", chunk_rows),
-            ("max_connections", max_connections),
-            ("buckets", buckets),
-        ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.check_arguments(kwargs, chunk_rows=chunk_rows, max_connections=max_connections, buckets=buckets)
         super().__init__(
             application=str(SNAPSHOT_APPLICATION),
             conf=dict(conf or {}),
@@ -121,8 +112,9 @@ class BinlogSnapshotOperator(SparkJobOperator):
         :raises PipelineBusyError: when another run's snapshot is reading one of the tables.
         :raises MergeError: when the Spark application fails (a retry resumes) or the target lacks the rows.
         """
+        from airflow_provider_binlog.snapshot.chunks import read_json
         from airflow_provider_binlog.spark_jobs import merge as job
-        from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME, SOURCE_ENV, read_json
+        from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME, SOURCE_ENV
         from airflow_provider_binlog.staging import check_writable, storage_path, uri_of
 
         if self.mode not in MODES:
@@ -152,18 +144,22 @@ class BinlogSnapshotOperator(SparkJobOperator):
                 snapshot.seq,
             )
             return self._result(snapshot, 0)
-        snapshot_dir = storage_path(snapshot.staging_uri, self.staging_conn_id)
         if read_json(f"{snapshot.staging_uri}/{PLAN_NAME}") is None:
-            self._write_plan(
-                hook, server.flavor, snapshot, {n: described[n] for n in snapshot.tables}, snapshot_dir
-            )
-        self.conf = {**job.SPARK_SQL_CONF, **(self.conf or {})}
-        self.application_args = [
-            "--snapshot-uri", snapshot.staging_uri, "--target", self.target_path, "--pipeline", self.pipeline,
-            "--max-connections", str(self.max_connections), "--buckets", str(self.buckets),
-        ]  # fmt: skip
+            self._write_plan(hook, server.flavor, snapshot, {n: described[n] for n in snapshot.tables})
         self.submit(
             context,
+            [
+                "--snapshot-uri",
+                snapshot.staging_uri,
+                "--target",
+                self.target_path,
+                "--pipeline",
+                self.pipeline,
+                "--max-connections",
+                str(self.max_connections),
+                "--buckets",
+                str(self.buckets),
+            ],  # fmt: skip
             failure=f"the Spark snapshot {snapshot.seq} of pipeline {self.pipeline} failed; a retry resumes it after "
             f"its finished chunks",
             env={SOURCE_ENV: json.dumps(hook.sql_settings())},
@@ -171,17 +167,18 @@ class BinlogSnapshotOperator(SparkJobOperator):
         manifest = read_json(f"{snapshot.staging_uri}/{job.MANIFEST_NAME}")
         if manifest is None:
             raise StagingError(
-                f"the snapshot application finished but wrote no manifest in {uri_of(snapshot_dir)}"
+                f"the snapshot application finished but wrote no manifest in {snapshot.staging_uri}"
             )
         self._verify(snapshot)
         rows = int(manifest["stats"]["rows"])
         StateManager(self.pipeline).update(lambda state: finish_snapshot(state, snapshot.seq, rows))
+        result = self._result(snapshot, rows, manifest["stats"])
         self.log.info(
             "snapshot %s of %s merged: %s rows of %s in %s chunks, read at %.0f rows/s by %s Spark tasks",
-            snapshot.seq, self.pipeline, rows, ", ".join(snapshot.tables), manifest["stats"]["chunks"],
-            rows / max(float(manifest["stats"]["read_seconds"]), 1e-6), manifest["stats"]["read_tasks"],
+            snapshot.seq, self.pipeline, rows, ", ".join(snapshot.tables), result["chunks"],
+            result["read_rows_per_second"], result["read_tasks"],
         )  # fmt: skip
-        return self._result(snapshot, rows, manifest["stats"])
+        return result
 
     def _begin(
         self, manager: StateManager, server: Any, tables: list[str], *, run_id: str, staging_uri: Any
@@ -201,7 +198,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
                 staging_uri=staging_uri,
                 new_pipeline=current is None,
             )
-            return current if new is state and current is not None else new
+            return new  # the state it was given when nothing needs a snapshot: transact writes nothing
 
         manager.transact(change)
         snapshot = started["snapshot"]
@@ -238,10 +235,10 @@ class BinlogSnapshotOperator(SparkJobOperator):
         flavor: str,
         snapshot: Snapshot,
         tables: dict[str, TableInfo],
-        snapshot_dir: Any,
     ) -> None:
         """Plan every table's chunks and write ``plan.json`` (a retry reuses it)."""
-        from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME, write_json
+        from airflow_provider_binlog.snapshot.chunks import write_json
+        from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME
 
         with hook.cursor() as cur:
             keys = {name: self._key(cur, info) for name, info in tables.items()}
@@ -263,7 +260,6 @@ class BinlogSnapshotOperator(SparkJobOperator):
                 self.chunk_rows,
                 table["key"],
             )
-        snapshot_dir.mkdir(parents=True, exist_ok=True)
         write_json(f"{snapshot.staging_uri}/{PLAN_NAME}", plan)
 
     def _key(self, cur: Any, info: TableInfo) -> list[str]:

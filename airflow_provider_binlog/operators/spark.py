@@ -24,10 +24,32 @@ class SparkJobOperator(SparkSubmitOperator):
     has, and for a local master the job's Python is this interpreter (:func:`launcher_environment`).
     """
 
-    def submit(self, context: Any, *, failure: str, env: Mapping[str, str] | None = None) -> None:
-        """Run ``spark-submit`` with the launcher environment plus ``env`` (not logged).
+    @classmethod
+    def check_arguments(cls, kwargs: Mapping[str, Any], **positive: int) -> None:
+        """Refuse arguments the operator sets itself, and non-positive counts.
+
+        :param kwargs: the extra arguments given to the subclass (``application`` and
+            ``application_args`` are refused).
+        :param positive: ``name=value`` arguments that must be positive integers.
+        :raises ValueError: naming the argument.
+        """
+        for owned in ("application", "application_args"):
+            if owned in kwargs:
+                raise ValueError(f"{cls.__name__} sets {owned} itself; do not pass it")
+        for name, value in positive.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+    def submit(
+        self, context: Any, args: list[str], *, failure: str, env: Mapping[str, str] | None = None
+    ) -> None:
+        """Run ``spark-submit`` with ``args`` and the launcher environment plus ``env`` (not logged).
+
+        The Spark SQL settings the bundled jobs rely on (UTC session time zone, microsecond Parquet
+        timestamps) are added to the operator's ``conf``; a setting the user passed wins.
 
         :param context: the task context.
+        :param args: the application's arguments.
         :param failure: what failed, for the :class:`MergeError` message.
         :param env: extra environment variables for the submit process only (secrets go here).
         :raises MergeError: when the Spark application fails.
@@ -35,6 +57,10 @@ class SparkJobOperator(SparkSubmitOperator):
         """
         from airflow.exceptions import AirflowException
 
+        from airflow_provider_binlog.spark_jobs.merge import SPARK_SQL_CONF
+
+        self.conf = {**SPARK_SQL_CONF, **(self.conf or {})}
+        self.application_args = args
         master, deploy_mode = self._spark_master()
         launcher = launcher_environment(master, deploy_mode, env_vars=self.env_vars)
         if launcher:

@@ -10,10 +10,12 @@ Imports nothing from Airflow.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -69,14 +71,40 @@ def stats_file(table: str, index: int) -> str:
     return f"{table}/chunk-{index:06d}.json"
 
 
-def finished(snapshot_uri: str, table: str, index: int) -> ChunkResult | None:
-    """Return the result of a chunk already read, or None."""
-    fs, path = filesystem_for(join_uri(snapshot_uri, stats_file(table, index)))
+@contextlib.contextmanager
+def atomic_output(uri: str) -> Iterator[Any]:
+    """Yield an output stream for ``uri`` that is written under a temporary name and renamed on success.
+
+    Readers never see half a file; a failure leaves only the temporary file, never ``uri``.
+    """
+    fs, path = filesystem_for(uri)
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+    with fs.open_output_stream(temporary) as out:
+        yield out
+    fs.move(temporary, path)
+
+
+def read_json(uri: str) -> dict[str, Any] | None:
+    """Return the JSON object at ``uri``, or None when the file does not exist."""
+    fs, path = filesystem_for(uri)
     try:
         with fs.open_input_stream(path) as stream:
-            return ChunkResult(**json.loads(stream.read()))
+            return dict(json.loads(stream.read()))
     except FileNotFoundError:
         return None
+
+
+def write_json(uri: str, document: dict[str, Any]) -> None:
+    """Write ``document`` to ``uri`` atomically (:func:`atomic_output`)."""
+    with atomic_output(uri) as out:
+        out.write(json.dumps(document, indent=2, sort_keys=True).encode())
+
+
+def finished(snapshot_uri: str, table: str, index: int) -> ChunkResult | None:
+    """Return the result of a chunk already read, or None."""
+    stats = read_json(join_uri(snapshot_uri, stats_file(table, index)))
+    return None if stats is None else ChunkResult(**stats)
 
 
 def order_seq(index: int, row: int) -> int:
@@ -147,9 +175,7 @@ def read_chunk(
         read_at=read_at.isoformat(),
         seconds=round(time.monotonic() - started, 3),
     )
-    _put_atomically(
-        join_uri(snapshot_uri, stats_file(table.name, chunk.index)), json.dumps(asdict(result)).encode()
-    )
+    write_json(join_uri(snapshot_uri, stats_file(table.name, chunk.index)), asdict(result))
     return asdict(result)
 
 
@@ -169,12 +195,11 @@ def _write_rows(
     import pymysql.cursors
 
     schema = change_schema([c.spec for c in columns])
-    final = join_uri(snapshot_uri, chunk_file(table, index))
-    fs, final_path = filesystem_for(final)
-    temporary = f"{final_path}.{uuid.uuid4().hex}.tmp"
-    fs.create_dir(final_path.rsplit("/", 1)[0], recursive=True)
     rows = zero_dates = 0
-    with conn.cursor(pymysql.cursors.SSCursor) as cur, fs.open_output_stream(temporary) as out:
+    with (
+        conn.cursor(pymysql.cursors.SSCursor) as cur,
+        atomic_output(join_uri(snapshot_uri, chunk_file(table, index))) as out,
+    ):
         writer = pq.ParquetWriter(out, schema, compression="zstd")
         cur.execute(sql, params)
         while batch := cur.fetchmany(FETCH_ROWS):
@@ -184,7 +209,6 @@ def _write_rows(
             rows += len(batch)
             zero_dates += zeros
         writer.close()
-    fs.move(temporary, final_path)
     return rows, zero_dates
 
 
@@ -202,11 +226,3 @@ def _snapshot_meta(
         "_binlog_ts": pa.array([read_at] * count, pa.timestamp("us", tz="UTC")),
     }
     return [values[f.name] for f in META_FIELDS]
-
-
-def _put_atomically(uri: str, body: bytes) -> None:
-    fs, path = filesystem_for(uri)
-    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
-    with fs.open_output_stream(temporary) as out:
-        out.write(body)
-    fs.move(temporary, path)

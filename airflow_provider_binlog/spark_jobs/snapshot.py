@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
-from airflow_provider_binlog.snapshot.chunks import ChunkResult, finished, read_chunk
+from airflow_provider_binlog.snapshot.chunks import ChunkResult, finished, read_chunk, read_json, write_json
 from airflow_provider_binlog.snapshot.plan import Chunk, TablePlan
 from airflow_provider_binlog.spark_jobs.merge import (
     MANIFEST_NAME,
@@ -56,25 +56,6 @@ log = logging.getLogger("airflow_provider_binlog.spark_jobs.snapshot")
 PLAN_NAME = "plan.json"
 SOURCE_ENV = "BINLOG_SNAPSHOT_SOURCE"
 PROGRESS_SECONDS = 5.0
-
-
-def read_json(uri: str) -> dict[str, Any] | None:
-    """Return the JSON object at ``uri``, or None when the file does not exist."""
-    fs, path = filesystem_for(uri)
-    try:
-        with fs.open_input_stream(path) as stream:
-            return dict(json.loads(stream.read()))
-    except FileNotFoundError:
-        return None
-
-
-def write_json(uri: str, document: dict[str, Any]) -> None:
-    """Write ``document`` to ``uri`` under a temporary name, then rename it (readers never see half)."""
-    fs, path = filesystem_for(uri)
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with fs.open_output_stream(temporary) as out:
-        out.write(json.dumps(document, indent=2, sort_keys=True).encode())
-    fs.move(temporary, path)
 
 
 def load_plan(snapshot_uri: str) -> tuple[dict[str, Any], list[TablePlan]]:
@@ -111,10 +92,14 @@ class Progress:
     def __init__(self, snapshot_uri: str, tables: list[TablePlan]) -> None:
         self.snapshot_uri = snapshot_uri
         self.total = sum(len(t.chunks) for t in tables)
-        self.tables = tables
-        self.seen: dict[tuple[str, int], int] = {}
+        self.seen: dict[tuple[str, int], ChunkResult] = {}
         self.started = time.monotonic()
         self.rows_at_start = 0
+
+    @property
+    def rows(self) -> int:
+        """Return the rows of the chunks finished so far."""
+        return sum(r.rows for r in self.seen.values())
 
     def scan(self) -> None:
         """Read the stats files of chunks finished since the last scan."""
@@ -129,12 +114,12 @@ class Progress:
             if (table, index) not in self.seen:
                 done = finished(self.snapshot_uri, table, index)
                 if done is not None:
-                    self.seen[(table, index)] = done.rows
+                    self.seen[(table, index)] = done
 
     def log_line(self) -> str:
         """Scan and return the progress line."""
         self.scan()
-        rows = sum(self.seen.values())
+        rows = self.rows
         elapsed = max(time.monotonic() - self.started, 1e-6)
         rate = (rows - self.rows_at_start) / elapsed
         return f"snapshot progress: {len(self.seen)}/{self.total} chunks, {rows:,} rows, {rate:,.0f} rows/s"
@@ -155,7 +140,7 @@ def read_chunks(
     """
     progress = Progress(snapshot_uri, tables)
     progress.scan()
-    progress.rows_at_start = sum(progress.seen.values())
+    progress.rows_at_start = progress.rows
     pending = [
         (t.to_json(), c.to_json()) for t in tables for c in t.chunks if (t.name, c.index) not in progress.seen
     ]
@@ -198,7 +183,7 @@ def read_chunks(
     results = []
     for table in tables:
         for chunk in table.chunks:
-            done = finished(snapshot_uri, table.name, chunk.index)
+            done = progress.seen.get((table.name, chunk.index))
             if done is None:
                 raise MergeJobError(f"chunk {chunk.index} of {table.name} was not read")
             results.append(done)
