@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_doc import write_block
+
 REPO = Path(__file__).resolve().parent.parent
 TABLES = 4
 
@@ -197,16 +199,7 @@ def render(results: dict[str, tuple[dict, float, int]], events: int) -> str:
 
 
 def write_docs(table: str) -> None:
-    path = REPO / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    marker_start, marker_end = "<!-- extract_throughput:start -->", "<!-- extract_throughput:end -->"
-    block = f"{marker_start}\n{table}\n{marker_end}"
-    if marker_start in text:
-        before, rest = text.split(marker_start, 1)
-        text = before + block + rest.split(marker_end, 1)[1]
-    else:
-        text += f"\n## Extract throughput (`benchmarks/extract_throughput.py`)\n\n{block}\n"
-    path.write_text(text)
+    write_block("extract_throughput", "Extract throughput (`benchmarks/extract_throughput.py`)", table)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from results_doc import write_block
+
 REPO = Path(__file__).resolve().parent.parent
 DB, TABLE = "sbtest", "sbtest1"
 PIPELINE = "bench"
@@ -237,16 +239,7 @@ def render(
 
 
 def write_docs(table: str) -> None:
-    path = REPO / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    marker_start, marker_end = "<!-- snapshot_throughput:start -->", "<!-- snapshot_throughput:end -->"
-    block = f"{marker_start}\n{table}\n{marker_end}"
-    if marker_start in text:
-        before, rest = text.split(marker_start, 1)
-        text = before + block + rest.split(marker_end, 1)[1]
-    else:
-        text += f"\n## Snapshot throughput (`benchmarks/snapshot_throughput.py`)\n\n{block}\n"
-    path.write_text(text)
+    write_block("snapshot_throughput", "Snapshot throughput (`benchmarks/snapshot_throughput.py`)", table)
 
 
 def main() -> int:
