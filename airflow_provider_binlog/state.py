@@ -88,6 +88,17 @@ class Window(BaseModel):
     last_commit_ts: str | None = None
 
 
+class Handover(BaseModel):
+    """A snapshot taken over by another run because the run holding it had finished without merging it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    from_run: str
+    to_run: str
+    at: str
+    holder_state: str = Field(description="the Airflow state of the holder run when it was taken over")
+
+
 class Snapshot(BaseModel):
     """One entry of the snapshot ledger: tables read in key chunks and merged as ``_binlog_op = 'r'`` rows.
 
@@ -100,7 +111,9 @@ class Snapshot(BaseModel):
     :param seq: order-key sequence number of the snapshot's rows.
     :param tables: the ``db.table`` names it reads.
     :param start: the source head before the first chunk was read (the snapshot's low watermark).
-    :param run_id: the DAG run that started it (a retry of that run resumes it).
+    :param run_id: the DAG run holding it (a retry of that run resumes it): the run that started it, or
+        the run that took it over (see ``handovers``).
+    :param dag_id: the DAG of ``run_id`` (None in ledgers written before it was recorded).
     :param status: ``running`` until its merge is verified in the target, then ``merged``.
     :param staging_uri: its staging folder ``<staging>/<pipeline>/snapshot=<seq>``.
     :param rows: rows read (set when merged).
@@ -119,6 +132,8 @@ class Snapshot(BaseModel):
     staging_uri: str
     rows: int | None = None
     reason: Literal["initial", "added", "requested", "purged"] = "initial"
+    dag_id: str | None = None
+    handovers: list[Handover] = Field(default_factory=list)
 
 
 class Checkpoint(BaseModel):
@@ -158,8 +173,14 @@ class PipelineState(BaseModel):
         return next((s for s in self.snapshots if s.run_id == run_id), None)
 
     def snapshotted_tables(self) -> set[str]:
-        """Return the tables some snapshot of this pipeline reads or has read."""
-        return {table for snapshot in self.snapshots for table in snapshot.tables}
+        """Return the tables a snapshot of this pipeline has read and merged into the target.
+
+        A snapshot still ``running`` does not count: until its merge is verified, its tables may lack
+        the rows it was started to load.
+        """
+        return {
+            table for snapshot in self.snapshots if snapshot.status == "merged" for table in snapshot.tables
+        }
 
     def window_of_run(self, run_id: str) -> Window | None:
         """Return the window cut by ``run_id``, if any."""

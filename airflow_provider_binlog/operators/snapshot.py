@@ -128,7 +128,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
             StateManager(self.pipeline),
             server,
             sorted(described),
-            run_id=str(context["run_id"]),
+            context=context,
             staging_uri=lambda seq: uri_of(root / f"snapshot={seq}"),
         )
         if snapshot is None:
@@ -181,9 +181,12 @@ class BinlogSnapshotOperator(SparkJobOperator):
         return result
 
     def _begin(
-        self, manager: StateManager, server: Any, tables: list[str], *, run_id: str, staging_uri: Any
+        self, manager: StateManager, server: Any, tables: list[str], *, context: Any, staging_uri: Any
     ) -> Snapshot | None:
-        """Start (or find) this run's snapshot in a read-modify-write of the state."""
+        """Start, find or take over this run's snapshot in a read-modify-write of the state."""
+        from airflow_provider_binlog.runs import run_state
+
+        run_id = str(context["run_id"])
         started: dict[str, Snapshot | None] = {}
 
         def change(current: PipelineState | None) -> PipelineState:
@@ -197,15 +200,25 @@ class BinlogSnapshotOperator(SparkJobOperator):
                 head=server.head,
                 staging_uri=staging_uri,
                 new_pipeline=current is None,
+                dag_id=getattr(context.get("dag"), "dag_id", None),
+                holder_state=lambda held: run_state(context, held.dag_id, held.run_id),
             )
             return new  # the state it was given when nothing needs a snapshot: transact writes nothing
 
         manager.transact(change)
         snapshot = started["snapshot"]
-        if snapshot is not None:
-            self.log.info(
-                "snapshot %s of %s (%s): %s from %s", snapshot.seq, self.pipeline, snapshot.reason,
-                ", ".join(snapshot.tables), snapshot.start.to_position(),
+        if snapshot is None:
+            return None
+        self.log.info(
+            "snapshot %s of %s (%s): %s from %s", snapshot.seq, self.pipeline, snapshot.reason,
+            ", ".join(snapshot.tables), snapshot.start.to_position(),
+        )  # fmt: skip
+        handover = snapshot.handovers[-1] if snapshot.handovers else None
+        if handover is not None and handover.to_run == run_id and snapshot.status == "running":
+            self.log.warning(
+                "snapshot %s was held by run %r, which ended (%s) before merging it; this run took it over and "
+                "resumes it after its finished chunks. Tables this run selected beyond it are snapshotted by "
+                "the next run.", snapshot.seq, handover.from_run, handover.holder_state,
             )  # fmt: skip
         return snapshot
 

@@ -11,12 +11,20 @@ from typing import Literal
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError
 from airflow_provider_binlog.positions import BinlogPosition
-from airflow_provider_binlog.state import Checkpoint, PipelineState, Position, Snapshot, now_iso
+from airflow_provider_binlog.state import Checkpoint, Handover, PipelineState, Position, Snapshot, now_iso
 
 SnapshotMode = Literal["missing", "requested", "purged"]
 """Which tables a snapshot reads: ``missing`` those no snapshot of the pipeline has read (all of them for
 a new pipeline), ``requested`` the tables named, ``purged`` the tables named after the binlogs the
 pipeline still needed were purged (the checkpoint then jumps to the snapshot's start)."""
+
+
+HolderState = Callable[[Snapshot], str]
+"""``snapshot -> the Airflow state of the DAG run holding it``: ``queued``, ``running``, ``success``,
+``failed``, ``missing`` (no such run) or ``unknown`` (it cannot be asked): see
+:func:`airflow_provider_binlog.runs.run_state`."""
+ACTIVE_RUN_STATES = frozenset({"queued", "running", "unknown"})
+"""Holder states that keep a snapshot with its holder (``unknown`` too: never take over on a guess)."""
 
 
 def begin_snapshot(
@@ -28,10 +36,18 @@ def begin_snapshot(
     head: BinlogPosition,
     staging_uri: Callable[[int], str],
     new_pipeline: bool = False,
+    dag_id: str | None = None,
+    holder_state: HolderState = lambda snapshot: "unknown",
 ) -> tuple[PipelineState, Snapshot | None]:
     """Return ``(new state, the run's snapshot)``; the snapshot is None when no table needs one.
 
-    A run that already started a snapshot gets it back unchanged (its retry resumes it, chunk by chunk).
+    A run that already holds a snapshot gets it back unchanged (its retry resumes it, chunk by chunk).
+    Otherwise a snapshot still ``running`` whose holder run has finished without merging it (its retries
+    ran out, it was killed, marked failed or deleted) is **taken over** first, whatever this run asked
+    for: it keeps its seq, start, plan and finished chunks, and the ledger records the hand-over. Such a
+    snapshot is never skipped: until it is merged, its tables may lack rows (a new pipeline's initial
+    load), and a ``purged`` snapshot has already moved the checkpoint past changes only it brings back.
+    The tables this run wanted beyond it are left to the next run.
 
     :param state: the pipeline state (a new pipeline's initial state, with ``new_pipeline=True``).
     :param run_id: the DAG run starting it.
@@ -39,13 +55,20 @@ def begin_snapshot(
     :param mode: see :data:`SnapshotMode`.
     :param head: the source head now: the snapshot's start, before any chunk is read.
     :param staging_uri: ``seq -> staging folder`` of the snapshot.
+    :param dag_id: the DAG of ``run_id``, recorded so another run can ask whether this one is active.
+    :param holder_state: tells the state of the run holding a snapshot; by default ``unknown``, so every
+        holder counts as active and nothing is taken over.
     :raises BinlogConfigError: for a pipeline that cuts windows by interval (their sequence numbers are
         times, so a snapshot cannot be ordered between them), or an unknown mode.
-    :raises PipelineBusyError: when a running snapshot of another run reads one of the tables.
+    :raises PipelineBusyError: when a running snapshot of another, active run reads one of the tables.
     """
     existing = state.snapshot_of_run(run_id)
     if existing is not None:
         return state, existing
+    abandoned = _abandoned(state, holder_state)
+    if abandoned is not None:
+        snapshot, ended = abandoned
+        return _take_over(state, snapshot, run_id=run_id, dag_id=dag_id, holder_state=ended)
     interval = next((w for w in state.windows if w.cut_by == "interval"), None)
     if interval is not None:
         raise BinlogConfigError(
@@ -62,6 +85,7 @@ def begin_snapshot(
         tables=chosen,
         start=Position.of(head),
         run_id=run_id,
+        dag_id=dag_id,
         started_at=now_iso(),
         staging_uri=staging_uri(seq),
         reason=_REASONS["initial" if new_pipeline else mode],
@@ -75,6 +99,27 @@ def begin_snapshot(
             position=Position.of(head), window=seq - 1, commit_ts=None, updated_at=now_iso()
         )
     return state.model_copy(update=update), snapshot
+
+
+def _abandoned(state: PipelineState, holder_state: HolderState) -> tuple[Snapshot, str] | None:
+    """Return the oldest running snapshot whose holder run has ended, with the holder's state."""
+    for snapshot in state.snapshots:
+        if snapshot.status == "running":
+            ended = holder_state(snapshot)
+            if ended not in ACTIVE_RUN_STATES:
+                return snapshot, ended
+    return None
+
+
+def _take_over(
+    state: PipelineState, snapshot: Snapshot, *, run_id: str, dag_id: str | None, holder_state: str
+) -> tuple[PipelineState, Snapshot]:
+    handover = Handover(from_run=snapshot.run_id, to_run=run_id, at=now_iso(), holder_state=holder_state)
+    taken = snapshot.model_copy(
+        update={"run_id": run_id, "dag_id": dag_id, "handovers": [*snapshot.handovers, handover]}
+    )
+    snapshots = [taken if s.seq == snapshot.seq else s for s in state.snapshots]
+    return state.model_copy(update={"snapshots": snapshots}), taken
 
 
 _REASONS: dict[str, Literal["initial", "added", "requested", "purged"]] = {
@@ -100,8 +145,9 @@ def _check_not_running(state: PipelineState, tables: Sequence[str]) -> None:
         if other.status == "running" and shared:
             raise PipelineBusyError(
                 f"snapshot {other.seq} of pipeline {state.pipeline!r} (run {other.run_id!r}) is still reading "
-                f"{', '.join(shared)}. Let it finish (or clear its failed task: a retry resumes it from its last "
-                f"finished chunk); this run started nothing."
+                f"{', '.join(shared)}, and that run is still active. Let it finish: once that run has ended (merged, "
+                f"failed or deleted), the next snapshot task of the pipeline takes the snapshot over and resumes it "
+                f"from its last finished chunk. This run started nothing."
             )
 
 

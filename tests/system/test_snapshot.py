@@ -117,6 +117,40 @@ def test_an_interrupted_snapshot_resumes_after_its_finished_chunks(shop: ShopPip
     assert shop.mismatches(*SHOP_TABLES) == []
 
 
+def _mark_run(dag_id: str, run_id: str, state: str) -> None:
+    """Set a DAG run's state as the scheduler does for a run whose worker died (or a user marking it)."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        session.query(DagRun).filter_by(dag_id=dag_id, run_id=run_id).one().state = state
+
+
+def test_a_snapshot_whose_run_died_is_taken_over_by_the_next_run_never_skipped(shop: ShopPipeline) -> None:
+    assert shop.runner.run_in_child(shop.runner.next_dates(), kill_at="snapshot") == -9
+    (dead,) = shop.snapshots()
+    assert dead["status"] == "running"
+    assert dead["dag_id"] == "binlog_cdc"
+    # While Airflow still shows the holder as running, the next run waits: its snapshot task fails busy.
+    waiting = shop.runner.run()
+    assert task_states(waiting)["snapshot"] == "failed"
+    assert task_states(waiting).get("extract") != "success"
+    assert shop.snapshots() == [dead]
+    # Once the holder run has ended (the scheduler fails a run whose worker was killed), the next run
+    # takes the snapshot over: same seq, finished chunks kept, rows loaded.
+    _mark_run("binlog_cdc", dead["run_id"], "failed")
+    shop.workload(seed=9).run(200)
+    run = shop.runner.run()
+    assert run.state == "success", task_states(run)
+    (taken,) = shop.snapshots()
+    assert taken["seq"] == dead["seq"]
+    assert taken["status"] == "merged"
+    assert [(h["from_run"], h["holder_state"]) for h in taken["handovers"]] == [(dead["run_id"], "failed")]
+    assert taken["run_id"] == run.run_id
+    shop.run_window()
+    assert shop.mismatches(*SHOP_TABLES) == []
+
+
 def test_resnapshot_of_one_table_while_windows_keep_merging(shop: ShopPipeline) -> None:
     shop.run_window()
     # changes the binlog never delivers to this pipeline: written with binary logging off for the session

@@ -29,7 +29,14 @@ def fresh() -> PipelineState:
     return StateManager("p", store=_Store()).initial("id", "mariadb", HEAD)
 
 
-def begin(state: PipelineState, run: str, mode: str = "missing", tables: list[str] | None = None, head=HEAD):
+def begin(
+    state: PipelineState,
+    run: str,
+    mode: str = "missing",
+    tables: list[str] | None = None,
+    head=HEAD,
+    holders: dict[str, str] | None = None,
+):
     return begin_snapshot(
         state,
         run_id=run,
@@ -38,6 +45,8 @@ def begin(state: PipelineState, run: str, mode: str = "missing", tables: list[st
         head=head,
         staging_uri=lambda seq: f"file:///s/p/snapshot={seq}",
         new_pipeline=not state.windows and not state.snapshots,
+        dag_id="binlog_cdc",
+        holder_state=lambda snapshot: (holders or {}).get(snapshot.run_id, "running"),
     )
 
 
@@ -92,6 +101,44 @@ def test_a_running_snapshot_turns_away_another_of_the_same_table() -> None:
         begin(state, "r2", mode="requested", tables=["shop.a"])
     _, other = begin(state, "r3", mode="requested", tables=["shop.z"])
     assert other is not None
+
+
+@pytest.mark.parametrize("holder", ["queued", "running", "unknown"])
+def test_an_unmerged_snapshot_of_an_active_run_is_never_skipped(holder: str) -> None:
+    state, first = begin(fresh(), "r1")
+    assert first is not None
+    with pytest.raises(PipelineBusyError, match="still reading shop.a, shop.b, and that run is still active"):
+        begin(state, "r2", holders={"r1": holder})
+
+
+@pytest.mark.parametrize("holder", ["failed", "success", "missing"])
+def test_an_unmerged_snapshot_whose_run_ended_is_taken_over_with_its_seq_and_staging(holder: str) -> None:
+    state, first = begin(fresh(), "r1")
+    assert first is not None
+    taken_state, taken = begin(state, "r2", holders={"r1": holder})
+    assert taken is not None
+    assert (taken.seq, taken.tables, taken.start, taken.staging_uri) == (
+        first.seq, first.tables, first.start, first.staging_uri,
+    )  # fmt: skip
+    assert taken.run_id == "r2"
+    assert taken.status == "running"
+    assert [(h.from_run, h.to_run, h.holder_state) for h in taken.handovers] == [("r1", "r2", holder)]
+    assert taken_state.snapshots == [taken]
+    assert taken_state.next_seq == state.next_seq  # no new seq: the same snapshot goes on
+    again_state, again = begin(taken_state, "r2", holders={"r1": holder})
+    assert again == taken  # a retry of the run that took it over resumes it
+    assert again_state is taken_state
+
+
+def test_a_purged_snapshot_whose_run_ended_is_taken_over_even_when_nothing_is_missing() -> None:
+    state, initial = begin(fresh(), "r0")
+    assert initial is not None
+    state = finish_snapshot(state, initial.seq, rows=0)
+    state, recovery = begin(state, "rp", mode="purged", head=BinlogPosition("b.000009", 120, "0-1-99"))
+    assert recovery is not None
+    state, taken = begin(state, "r5", holders={"rp": "failed"})  # binlog_cdc's snapshot task, mode missing
+    assert taken is not None
+    assert (taken.seq, taken.reason, taken.run_id) == (recovery.seq, "purged", "r5")
 
 
 def test_purge_recovery_moves_the_checkpoint_to_the_snapshot_start() -> None:

@@ -1,0 +1,39 @@
+"""Ask Airflow about another DAG run of the pipeline, such as the run holding a snapshot.
+
+Airflow 3 tasks reach the metadata database only through the Task SDK's execution API; the running task
+instance (``context["ti"]``) can count and read the state of any DAG run (``RuntimeTaskInstance.get_dr_count``
+and ``get_dagrun_state``, Airflow 3.1+, ``airflow/sdk/execution_time/task_runner.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def run_state(context: Any, dag_id: str | None, run_id: str) -> str:
+    """Return the Airflow state of DAG run ``run_id`` of ``dag_id``.
+
+    :param context: the asking task's context (its ``ti`` is the Task SDK's runtime task instance).
+    :param dag_id: the DAG of the run; None (a ledger written before DAG ids were recorded) asks the
+        asking task's own DAG.
+    :param run_id: the run.
+    :returns: the run's state (``queued``, ``running``, ``success``, ``failed``), ``missing`` when the
+        DAG has no such run (deleted), or ``unknown`` when Airflow cannot be asked (no Task SDK task
+        instance, an older Airflow, an API error): callers must then treat the run as active.
+    """
+    ti = context.get("ti")
+    dag = dag_id or getattr(ti, "dag_id", None)
+    count, state = getattr(ti, "get_dr_count", None), getattr(ti, "get_dagrun_state", None)
+    if dag is None or count is None or state is None:
+        return "unknown"
+    try:
+        if count(dag_id=dag, run_ids=[run_id]) == 0:
+            return "missing"
+        found = state(dag_id=dag, run_id=run_id)
+    except Exception as err:  # any failure to ask means "cannot tell": the caller keeps the run active
+        log.warning("cannot read the state of run %r of DAG %r: %s", run_id, dag, err)
+        return "unknown"
+    return str(getattr(found, "value", found))  # a DagRunState enum, or its text
