@@ -75,21 +75,29 @@ def read_manifest(window_dir: ObjectStoragePath) -> dict[str, Any] | None:
 
 
 def write_manifest(window_dir: ObjectStoragePath, manifest: dict[str, Any]) -> ObjectStoragePath:
-    """Write the manifest last and atomically (temporary name, then rename; object stores put whole).
+    """Write the manifest last and atomically (see :func:`write_atomically`).
 
     :returns: the manifest's path.
     """
     final = window_dir / MANIFEST_NAME
-    body = json.dumps(manifest, indent=2, sort_keys=True).encode()
+    write_atomically(final, json.dumps(manifest, indent=2, sort_keys=True).encode())
+    return final
+
+
+def write_atomically(final: ObjectStoragePath, body: bytes) -> None:
+    """Write ``body`` to ``final`` so that readers see the whole file or none, creating missing folders.
+
+    Local files are written under a temporary name and renamed; object stores put whole objects.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
     if final.protocol in ("file", "local", ""):
-        temporary = window_dir / f".{MANIFEST_NAME}.{uuid.uuid4().hex}.tmp"
+        temporary = final.parent / f".{final.name}.{uuid.uuid4().hex}.tmp"
         with temporary.open("wb") as handle:
             handle.write(body)
         os.replace(temporary.path, final.path)
     else:
         with final.open("wb") as handle:
             handle.write(body)
-    return final
 
 
 def clear_window(window_dir: ObjectStoragePath) -> None:

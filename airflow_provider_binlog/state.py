@@ -13,6 +13,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any, Literal, Protocol
 
 import pendulum
@@ -161,11 +162,25 @@ class PipelineState(BaseModel):
     checkpoint: Checkpoint
     windows: list[Window] = Field(default_factory=list)
     snapshots: list[Snapshot] = Field(default_factory=list)
+    seq_floor: int = Field(
+        default=0,
+        ge=0,
+        description="highest sequence number used by any earlier revision (set when one is restored)",
+    )
 
     @property
     def next_seq(self) -> int:
-        """Return the sequence number for the next window or snapshot (one above any used so far)."""
-        used = [self.checkpoint.window, *(w.seq for w in self.windows), *(s.seq for s in self.snapshots)]
+        """Return the sequence number for the next window or snapshot (one above any used so far).
+
+        ``seq_floor`` keeps it above the sequence numbers of revisions a restored document replaced:
+        their windows' staging folders and Delta app-transaction markers must never be reused.
+        """
+        used = [
+            self.seq_floor,
+            self.checkpoint.window,
+            *(w.seq for w in self.windows),
+            *(s.seq for s in self.snapshots),
+        ]
         return max(used) + 1
 
     def snapshot_of_run(self, run_id: str) -> Snapshot | None:
@@ -201,11 +216,90 @@ class PipelineState(BaseModel):
         """Return the newest window of the ledger."""
         return self.windows[-1] if self.windows else None
 
+    def inconsistencies(self) -> list[str]:
+        """Return what contradicts the ledger's rules in this document (empty when consistent).
+
+        The rules (``docs/guarantees.md``, "The state document is checked on every read"): sequence
+        numbers are unique; every window ends at or after its start; head windows tile the binlog in seq
+        order (each starts where the one before it ended) and only the newest may be unmerged; interval
+        windows do not overlap; the checkpoint is the end of the window it names when the ledger holds
+        it, no merged head window lies beyond it, no merged window starts at it unconsumed, and the
+        first head window after it starts at it.
+        """
+        problems = _duplicate_seqs(self)
+        for window in self.windows:
+            if _key(window.end) < _key(window.start):
+                problems.append(
+                    f"window {window.seq} ends at {_text(window.end)} before its start {_text(window.start)}"
+                )
+        heads = sorted((w for w in self.windows if w.cut_by == "head"), key=lambda w: w.seq)
+        for before, after in pairwise(heads):
+            if after.start != before.end:
+                problems.append(
+                    f"window {after.seq} starts at {_text(after.start)}, not where window {before.seq} ended "
+                    f"({_text(before.end)}): the ledger no longer tiles the binlog"
+                )
+            if before.status != "merged":
+                problems.append(
+                    f"window {before.seq} is {before.status} but a later window {after.seq} was cut"
+                )
+        intervals = sorted((w for w in self.windows if w.cut_by == "interval"), key=lambda w: _key(w.start))
+        for before, after in pairwise(intervals):
+            if _key(after.start) < _key(before.end):
+                problems.append(f"interval windows {before.seq} and {after.seq} overlap")
+        return problems + _checkpoint_problems(self, heads)
+
     def pruned(self) -> PipelineState:
         """Return a copy keeping every unmerged window and the newest merged ones."""
         merged = [w for w in self.windows if w.status == "merged"][-MERGED_WINDOWS_KEPT:]
         keep = {w.seq for w in merged} | {w.seq for w in self.windows if w.status != "merged"}
         return self.model_copy(update={"windows": [w for w in self.windows if w.seq in keep]})
+
+
+def _key(position: Position) -> tuple[int, int]:
+    return position.to_position().key
+
+
+def _text(position: Position) -> str:
+    return f"{position.file}:{position.pos}"
+
+
+def _duplicate_seqs(state: PipelineState) -> list[str]:
+    seqs = [w.seq for w in state.windows] + [s.seq for s in state.snapshots]
+    return [
+        f"sequence number {seq} is used more than once"
+        for seq in sorted({q for q in seqs if seqs.count(q) > 1})
+    ]
+
+
+def _checkpoint_problems(state: PipelineState, heads: list[Window]) -> list[str]:
+    checkpoint = state.checkpoint
+    at = _text(checkpoint.position)
+    named = next((w for w in state.windows if w.seq == checkpoint.window), None)
+    problems = []
+    if named is not None and (named.status != "merged" or named.end != checkpoint.position):
+        problems.append(
+            f"the checkpoint {at} names window {named.seq} as the last merged one, but that window is "
+            f"{named.status} and ends at {_text(named.end)}"
+        )
+    for window in state.windows:
+        if window.status != "merged" or window.seq <= checkpoint.window:
+            continue
+        if window.cut_by == "head":
+            problems.append(
+                f"window {window.seq} is merged but the checkpoint {at} (window {checkpoint.window}) is behind it"
+            )
+        elif window.start == checkpoint.position:
+            problems.append(
+                f"merged window {window.seq} starts at the checkpoint {at}, which did not move past it"
+            )
+    following = next((w for w in heads if w.seq > checkpoint.window), None)
+    if following is not None and following.start != checkpoint.position:
+        problems.append(
+            f"window {following.seq}, the first after the checkpoint, starts at {_text(following.start)}, "
+            f"not at the checkpoint {at}"
+        )
+    return problems
 
 
 class VariableStore(Protocol):
@@ -240,19 +334,30 @@ def now_iso() -> str:
     return pendulum.now("UTC").isoformat()
 
 
+class StateHistory(Protocol):
+    """Where copies of the last revisions of a state document are kept (see :mod:`~airflow_provider_binlog.state_history`)."""
+
+    def keep(self, state: PipelineState) -> None:
+        """Keep a copy of ``state`` as written (never raises: a lost copy must not fail the write)."""
+
+
 class StateManager:
     """Read and write one pipeline's state with a revision check.
 
     :param pipeline: pipeline name (letters, digits, ``_`` and ``-``).
     :param store: Variable backend; Airflow Variables by default.
+    :param history: where each written revision is also copied (the pipeline's staging), if anywhere.
     """
 
-    def __init__(self, pipeline: str, store: VariableStore | None = None) -> None:
+    def __init__(
+        self, pipeline: str, store: VariableStore | None = None, history: StateHistory | None = None
+    ) -> None:
         if not pipeline or not all(c.isalnum() or c in "_-" for c in pipeline):
             raise ValueError(f"pipeline name {pipeline!r} must be non-empty letters, digits, '_' or '-'")
         self.pipeline = pipeline
         self.key = variable_key(pipeline)
         self.store = store or AirflowVariableStore()
+        self.history = history
 
     def load(self) -> PipelineState | None:
         """Return the stored state, or None when the pipeline has none yet.
@@ -273,7 +378,19 @@ class StateManager:
             ) from err
         if state.pipeline != self.pipeline:
             raise StateError(f"the state Variable {self.key!r} belongs to pipeline {state.pipeline!r}")
+        self._check_consistent(state, "holds an inconsistent state document; it was left untouched")
         return state
+
+    def _check_consistent(self, state: PipelineState, what: str) -> None:
+        """Raise :class:`StateError` naming every inconsistency of ``state`` (see ``inconsistencies``)."""
+        problems = state.inconsistencies()
+        if problems:
+            raise StateError(
+                f"the state Variable {self.key!r} of pipeline {self.pipeline!r} (revision {state.revision}) {what}: "
+                f"{'; '.join(problems)}. Nothing was read or merged on it. Was it edited by hand? Restore an "
+                f"earlier revision: `python -m airflow_provider_binlog.state_admin history --pipeline "
+                f"{self.pipeline}` lists the kept ones (docs/operating.md, 'Pipeline state')."
+            )
 
     def load_for_source(self, source_identity: str) -> PipelineState | None:
         """Return the state, refusing one written for another server.
@@ -325,12 +442,28 @@ class StateManager:
         :raises StateConflictError: when another run changed the state in between.
         """
         self._check_revision(expected_revision)
+        return self._write(new, (expected_revision or 0) + 1)
+
+    def replace(self, new: PipelineState, *, revision: int) -> PipelineState:
+        """Write ``new`` as ``revision`` whatever is stored now (an administrator's restore, pipeline paused).
+
+        :raises StateError: when ``new`` is inconsistent.
+        :raises StateConflictError: when another writer overwrote it right after.
+        """
+        return self._write(new, revision)
+
+    def _write(self, new: PipelineState, revision: int) -> PipelineState:
+        self._check_consistent(
+            new, "would become inconsistent (a bug: please report it); nothing was written"
+        )
         token = uuid.uuid4().hex
-        written = new.pruned().model_copy(update={"revision": (expected_revision or 0) + 1, "writer": token})
+        written = new.pruned().model_copy(update={"revision": revision, "writer": token})
         self.store.set(self.key, written.model_dump_json())
         stored = self.load()
         if stored is None or stored.writer != token:
             raise self._conflict("another writer overwrote it right after our write")
+        if self.history is not None:
+            self.history.keep(written)
         return written
 
     def transact(self, change: Callable[[PipelineState | None], PipelineState]) -> PipelineState:

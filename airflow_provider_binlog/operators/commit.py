@@ -87,7 +87,8 @@ class BinlogCommitOperator(BaseOperator):
             raise StateError(
                 f"window {window.seq} was never staged (status {window.status}); run the extract first"
             )
-        manifest = read_manifest(storage_path(window.manifest_uri))
+        window_dir = storage_path(window.manifest_uri)
+        manifest = read_manifest(window_dir)
         if manifest is None:
             raise StateError(f"the manifest of window {window.seq} is missing at {window.manifest_uri}")
         self._verify_merged(manifest, window.seq)
@@ -99,6 +100,9 @@ class BinlogCommitOperator(BaseOperator):
                 update={"checkpoint": advance_checkpoint(marked, marked.window(window.seq))}
             )
 
+        from airflow_provider_binlog.state_history import StagedStateHistory
+
+        manager.history = StagedStateHistory(window_dir.parent)
         written = manager.update(advance)
         self._report(window, manifest, written.checkpoint.position.to_position())
         return state_summary(written)

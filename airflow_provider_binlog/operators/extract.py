@@ -114,8 +114,11 @@ class BinlogExtractOperator(BaseOperator):
         hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
         server = hook.validate_source(allow_minimal_row_metadata=self.allow_minimal_row_metadata)
         targets = table_targets(hook.describe_tables(parse_tables(self.tables)), self.keys)
-        check_writable(storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline)
-        manager = StateManager(self.pipeline)
+        from airflow_provider_binlog.state_history import StagedStateHistory
+
+        root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
+        check_writable(root)
+        manager = StateManager(self.pipeline, history=StagedStateHistory(root))
         window = self._cut(manager, server, hook, context)
         window_dir = window_path(self.staging_uri, self.pipeline, window.seq, self.staging_conn_id)
         manifest = read_manifest(window_dir)

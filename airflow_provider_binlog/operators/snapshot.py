@@ -122,10 +122,13 @@ class BinlogSnapshotOperator(SparkJobOperator):
         hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
         server = hook.validate_source(allow_minimal_row_metadata=self.allow_minimal_row_metadata)
         described = hook.describe_tables(parse_tables(self.tables))
+        from airflow_provider_binlog.state_history import StagedStateHistory
+
         root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
         check_writable(root)
+        manager = StateManager(self.pipeline, history=StagedStateHistory(root))
         snapshot = self._begin(
-            StateManager(self.pipeline),
+            manager,
             server,
             sorted(described),
             context=context,
@@ -138,7 +141,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
             self.log.info("snapshot %s is merged already", snapshot.seq)
             return self._result(snapshot, snapshot.rows or 0)
         if self._nothing_to_read(hook, snapshot):
-            StateManager(self.pipeline).update(lambda state: finish_snapshot(state, snapshot.seq, 0))
+            manager.update(lambda state: finish_snapshot(state, snapshot.seq, 0))
             self.log.info(
                 "snapshot %s: every table is empty and has no target table yet; Spark not started",
                 snapshot.seq,
@@ -171,7 +174,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
             )
         self._verify(snapshot)
         rows = int(manifest["stats"]["rows"])
-        StateManager(self.pipeline).update(lambda state: finish_snapshot(state, snapshot.seq, rows))
+        manager.update(lambda state: finish_snapshot(state, snapshot.seq, rows))
         result = self._result(snapshot, rows, manifest["stats"])
         self.log.info(
             "snapshot %s of %s merged: %s rows of %s in %s chunks, read at %.0f rows/s by %s Spark tasks",

@@ -195,3 +195,104 @@ def test_transact_retries_a_lost_race_on_fresh_state() -> None:
     written = manager.transact(cut)
     assert len(calls) == 2  # the first attempt lost to the competitor and was re-applied
     assert written.windows[-1].run_id == "ours"
+
+
+def _merged_pipeline(manager: StateManager, windows: int = 3) -> PipelineState:
+    state = manager.initial("id", "mariadb", HEAD)
+    for n in range(windows):
+        end = BinlogPosition(HEAD.file, HEAD.pos + 100 * (n + 1), f"0-1-{11 + n}")
+        state, window, _ = cut_window(state, run_id=f"r{n}", head=end)
+        state = mark_window(state, window.seq, status="merged")
+        checkpoint = state.checkpoint.model_copy(update={"position": window.end, "window": window.seq})
+        state = state.model_copy(update={"checkpoint": checkpoint})
+    return state
+
+
+def test_a_hand_edited_checkpoint_is_refused_on_read_and_left_untouched(manager: StateManager) -> None:
+    written = manager.save(_merged_pipeline(manager), expected_revision=None)
+    document = json.loads(manager.store.get(variable_key("shop")))
+    document["checkpoint"]["position"]["pos"] = 5400
+    edited = json.dumps(document)
+    manager.store.set(variable_key("shop"), edited)
+    last = written.windows[-1]
+    with pytest.raises(StateError) as raised:
+        manager.load()
+    message = str(raised.value)
+    assert f"the checkpoint mariadb-bin.000001:5400 names window {last.seq} as the last merged one" in message
+    assert f"ends at mariadb-bin.000001:{last.end.pos}" in message
+    assert "state_admin history --pipeline shop" in message
+    assert manager.store.get(variable_key("shop")) == edited
+
+
+def test_a_ledger_that_no_longer_tiles_or_runs_ahead_of_the_checkpoint_is_inconsistent(
+    manager: StateManager,
+) -> None:
+    state = _merged_pipeline(manager)
+    first, second, third = state.windows
+    gap = second.model_copy(update={"start": second.start.model_copy(update={"pos": second.start.pos + 1})})
+    assert any(
+        "no longer tiles" in p
+        for p in state.model_copy(update={"windows": [first, gap, third]}).inconsistencies()
+    )
+    behind = state.checkpoint.model_copy(update={"position": second.end, "window": second.seq})
+    problems = state.model_copy(update={"checkpoint": behind}).inconsistencies()
+    assert problems == [
+        f"window {third.seq} is merged but the checkpoint mariadb-bin.000001:{second.end.pos} (window {second.seq}) is behind it"
+    ]
+    unmerged = second.model_copy(update={"status": "extracted"})
+    assert any(
+        "was cut" in p
+        for p in state.model_copy(update={"windows": [first, unmerged, third]}).inconsistencies()
+    )
+    twice = state.model_copy(
+        update={"windows": [first, second, third.model_copy(update={"seq": second.seq})]}
+    )
+    assert f"sequence number {second.seq} is used more than once" in twice.inconsistencies()
+    assert state.inconsistencies() == []
+
+
+def test_an_inconsistent_state_is_never_written(manager: StateManager) -> None:
+    state = _merged_pipeline(manager)
+    wrong = state.checkpoint.model_copy(update={"position": state.windows[0].end})
+    with pytest.raises(StateError, match="would become inconsistent"):
+        manager.save(state.model_copy(update={"checkpoint": wrong}), expected_revision=None)
+    assert manager.store.get(variable_key("shop")) is None
+
+
+def test_kept_revisions_restore_with_a_seq_floor_above_every_replaced_one(tmp_path) -> None:
+    from airflow_provider_binlog.staging import storage_path
+    from airflow_provider_binlog.state_admin import restore
+    from airflow_provider_binlog.state_history import KEPT_REVISIONS, StagedStateHistory
+
+    history = StagedStateHistory(storage_path(str(tmp_path)) / "shop")
+    manager = StateManager("shop", DictStore(), history=history)
+    state = manager.save(_merged_pipeline(manager, windows=1), expected_revision=None)
+    good = state.revision
+    for n in range(KEPT_REVISIONS + 3):
+        end = BinlogPosition(HEAD.file, 5000 + n, f"0-1-{50 + n}")
+        state, window, _ = cut_window(state, run_id=f"later{n}", head=end)
+        state = manager.save(state, expected_revision=state.revision)
+        state = manager.save(
+            mark_window(state, window.seq, status="merged").model_copy(
+                update={
+                    "checkpoint": state.checkpoint.model_copy(
+                        update={"position": window.end, "window": window.seq}
+                    )
+                }
+            ),
+            expected_revision=state.revision,
+        )
+    kept = history.revisions()
+    assert len(kept) == KEPT_REVISIONS
+    assert kept[-1] == state.revision
+    assert good not in kept  # pruned: the oldest go first
+    staged_beyond = history.pipeline_root / f"window={state.next_seq + 40}"  # a seq no revision lists
+    staged_beyond.mkdir(parents=True)
+    chosen = kept[0]
+    chosen_windows = history.read(chosen).windows
+    restored = restore("shop", chosen, history, manager.store)
+    assert restored.revision == state.revision + 1
+    assert restored.windows == chosen_windows
+    assert restored.next_seq == state.next_seq + 41  # above the ledger it replaced and the staged folders
+    assert manager.load() == restored
+    assert history.revisions()[-1] == restored.revision

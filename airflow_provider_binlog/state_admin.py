@@ -1,0 +1,129 @@
+"""Show, validate and restore a pipeline's state: ``python -m airflow_provider_binlog.state_admin``.
+
+Run it where ``airflow variables`` works (it reads and writes the state Variable through the metadata
+database), with the pipeline's CDC DAG paused::
+
+    python -m airflow_provider_binlog.state_admin show     --pipeline shop
+    python -m airflow_provider_binlog.state_admin validate --pipeline shop
+    python -m airflow_provider_binlog.state_admin history  --pipeline shop --staging /data/staging
+    python -m airflow_provider_binlog.state_admin restore  --pipeline shop --staging /data/staging --revision 41
+
+``restore`` puts a kept revision (:mod:`~airflow_provider_binlog.state_history`) back as the newest
+revision. Its ``seq_floor`` is raised above every sequence number the replaced revisions and the
+staging used, so windows cut after the restore never reuse a staging folder or a Delta app-transaction
+marker. Windows the restored revision does not list as merged are read again from its checkpoint:
+their changes are re-applied with newer order keys, which leaves the target as the source had it
+once the pipeline has caught up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from airflow_provider_binlog.state import PipelineState, StateManager, state_summary, variable_key
+
+
+class MetadataVariableStore:
+    """Airflow Variables through the metadata database (``airflow.models.Variable``), for use outside tasks."""
+
+    def get(self, key: str) -> str | None:
+        """Return the Variable's text, or None when it does not exist."""
+        from airflow.models.variable import Variable
+
+        value = Variable.get(key, default_var=None)
+        return None if value is None else str(value)
+
+    def set(self, key: str, value: str) -> None:
+        """Write the Variable."""
+        from airflow.models.variable import Variable
+
+        Variable.set(key, value, description="airflow-provider-binlog pipeline state (do not edit by hand)")
+
+
+def stored_document(pipeline: str, store: Any) -> tuple[PipelineState | None, str]:
+    """Return ``(the parsed state or None, a verdict)`` of the stored Variable, without raising."""
+    text = store.get(variable_key(pipeline))
+    if text is None:
+        return None, f"no state Variable {variable_key(pipeline)!r}"
+    try:
+        state = PipelineState.model_validate(json.loads(text))
+    except (json.JSONDecodeError, ValidationError, ValueError) as err:
+        return None, f"not a valid state document: {err}"
+    problems = state.inconsistencies()
+    return state, ("consistent" if not problems else "inconsistent: " + "; ".join(problems))
+
+
+def restore(pipeline: str, revision: int, history: Any, store: Any) -> PipelineState:
+    """Write kept revision ``revision`` back as the pipeline's newest state; return what was written.
+
+    :raises ValueError: when the kept copy is itself inconsistent or belongs to another pipeline.
+    """
+    chosen = history.read(revision)
+    if chosen.pipeline != pipeline:
+        raise ValueError(f"revision {revision} in {history.folder} belongs to pipeline {chosen.pipeline!r}")
+    problems = chosen.inconsistencies()
+    if problems:
+        raise ValueError(f"kept revision {revision} is inconsistent too: {'; '.join(problems)}")
+    current, _ = stored_document(pipeline, store)
+    kept = [history.read(r) for r in history.revisions()]
+    replaced = [s for s in (current, *kept) if s is not None]
+    floor = max([history.highest_staged_seq(), *(s.next_seq - 1 for s in replaced)])
+    newest = max([s.revision for s in replaced], default=0)
+    manager = StateManager(pipeline, store=store, history=history)
+    return manager.replace(chosen.model_copy(update={"seq_floor": floor}), revision=newest + 1)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code (0 ok, 1 inconsistent or failed)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_provider_binlog.state_admin", description=__doc__
+    )
+    parser.add_argument("command", choices=["show", "validate", "history", "restore"])
+    parser.add_argument("--pipeline", required=True)
+    parser.add_argument("--staging", help="staging root (BINLOG_CDC_STAGING); needed by history and restore")
+    parser.add_argument("--staging-conn-id", default=None)
+    parser.add_argument("--revision", type=int, help="kept revision to restore")
+    args = parser.parse_args(argv)
+    store = MetadataVariableStore()
+    state, verdict = stored_document(args.pipeline, store)
+    if args.command in ("show", "validate"):
+        if args.command == "show" and state is not None:
+            print(json.dumps(state_summary(state) | {"revision": state.revision}, indent=2))
+        print(f"state of {args.pipeline}: {verdict}")
+        return 0 if verdict == "consistent" else 1
+    if not args.staging:
+        parser.error(f"{args.command} needs --staging")
+    from airflow_provider_binlog.staging import storage_path
+    from airflow_provider_binlog.state_history import StagedStateHistory
+
+    history = StagedStateHistory(storage_path(args.staging, args.staging_conn_id) / args.pipeline)
+    if args.command == "history":
+        for revision in history.revisions():
+            kept = history.read(revision)
+            problems = kept.inconsistencies()
+            position = kept.checkpoint.position
+            print(
+                f"revision {revision}: checkpoint {position.file}:{position.pos} (window {kept.checkpoint.window}), "
+                f"{len(kept.windows)} windows, {'consistent' if not problems else 'INCONSISTENT'}"
+            )
+        print(f"stored now: {verdict}")
+        return 0
+    if args.revision is None:
+        parser.error("restore needs --revision (see the history command)")
+    try:
+        written = restore(args.pipeline, args.revision, history, store)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"nothing restored: {err}", file=sys.stderr)
+        return 1
+    print(f"restored revision {args.revision} of {args.pipeline} as revision {written.revision}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
