@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import pairwise
 from typing import Any, Literal, Protocol
 
@@ -162,6 +162,12 @@ class PipelineState(BaseModel):
     checkpoint: Checkpoint
     windows: list[Window] = Field(default_factory=list)
     snapshots: list[Snapshot] = Field(default_factory=list)
+    target: str | None = Field(
+        default=None, description="root of the pipeline's Delta tables, recorded by its first merge"
+    )
+    target_tables: list[str] = Field(
+        default_factory=list, description="the db.table names a window or snapshot has merged into the target"
+    )
     seq_floor: int = Field(
         default=0,
         ge=0,
@@ -182,6 +188,11 @@ class PipelineState(BaseModel):
             *(s.seq for s in self.snapshots),
         ]
         return max(used) + 1
+
+    def with_target(self, root: str, tables: Iterable[str]) -> PipelineState:
+        """Return a copy recording ``root`` as the target and ``tables`` among the tables merged into it."""
+        merged = sorted({*self.target_tables, *tables})
+        return self.model_copy(update={"target": root, "target_tables": merged})
 
     def snapshot_of_run(self, run_id: str) -> Snapshot | None:
         """Return the snapshot started by ``run_id``, if any."""

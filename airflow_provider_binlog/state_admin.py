@@ -7,6 +7,8 @@ database), with the pipeline's CDC DAG paused::
     python -m airflow_provider_binlog.state_admin validate --pipeline shop
     python -m airflow_provider_binlog.state_admin history  --pipeline shop --staging /data/staging
     python -m airflow_provider_binlog.state_admin restore  --pipeline shop --staging /data/staging --revision 41
+    python -m airflow_provider_binlog.state_admin set-target --pipeline shop --target /data/lake2
+    python -m airflow_provider_binlog.state_admin hand-over --target /data/lake --table shop.customers --to shop2
 
 ``restore`` puts a kept revision (:mod:`~airflow_provider_binlog.state_history`) back as the newest
 revision. Its ``seq_floor`` is raised above every sequence number the replaced revisions and the
@@ -14,6 +16,11 @@ staging used, so windows cut after the restore never reuse a staging folder or a
 marker. Windows the restored revision does not list as merged are read again from its checkpoint:
 their changes are re-applied with newer order keys, which leaves the target as the source had it
 once the pipeline has caught up.
+
+``set-target`` records a new target root after the table folders were copied there (it checks that
+each table the pipeline has merged is there). ``hand-over`` gives one target table to another pipeline
+(:func:`~airflow_provider_binlog.target.hand_over`: its rows are removed, then the receiving pipeline
+re-snapshots it).
 """
 
 from __future__ import annotations
@@ -79,18 +86,70 @@ def restore(pipeline: str, revision: int, history: Any, store: Any) -> PipelineS
     return manager.replace(chosen.model_copy(update={"seq_floor": floor}), revision=newest + 1)
 
 
+def set_target(pipeline: str, target_path: str, store: Any) -> PipelineState:
+    """Record ``target_path`` as the pipeline's target root; return the state written.
+
+    :raises ValueError: when a table the pipeline has merged has no Delta table under the new root.
+    """
+    from deltalake import DeltaTable
+
+    from airflow_provider_binlog.target import table_uri, target_root
+
+    root = target_root(target_path)
+
+    def change(state: PipelineState) -> PipelineState:
+        missing = [t for t in state.target_tables if not DeltaTable.is_deltatable(table_uri(root, t))]
+        if missing:
+            raise ValueError(
+                f"{', '.join(missing)} merged by {pipeline} have no Delta table under {root}; copy them first"
+            )
+        return state.model_copy(update={"target": root})
+
+    return StateManager(pipeline, store=store).update(change)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (0 ok, 1 inconsistent or failed)."""
     parser = argparse.ArgumentParser(
         prog="python -m airflow_provider_binlog.state_admin", description=__doc__
     )
-    parser.add_argument("command", choices=["show", "validate", "history", "restore"])
-    parser.add_argument("--pipeline", required=True)
+    parser.add_argument(
+        "command", choices=["show", "validate", "history", "restore", "set-target", "hand-over"]
+    )
+    parser.add_argument("--pipeline", help="the pipeline (every command but hand-over)")
+    parser.add_argument(
+        "--target", help="target root (set-target: the new one; hand-over: where the table is)"
+    )
+    parser.add_argument("--table", help="hand-over: the db.table to give away")
+    parser.add_argument("--to", help="hand-over: the pipeline receiving the table")
     parser.add_argument("--staging", help="staging root (BINLOG_CDC_STAGING); needed by history and restore")
     parser.add_argument("--staging-conn-id", default=None)
     parser.add_argument("--revision", type=int, help="kept revision to restore")
     args = parser.parse_args(argv)
+    if args.command == "hand-over":
+        if not (args.target and args.table and args.to):
+            parser.error("hand-over needs --target, --table and --to")
+        from airflow_provider_binlog.target import hand_over
+
+        writers = hand_over(args.target, args.table, args.to)
+        print(
+            f"{args.table} under {args.target} now belongs to {args.to} (written before by {', '.join(writers) or 'nobody'}) "
+            f"and holds no rows: re-snapshot it in {args.to} (binlog_resnapshot, mode requested)"
+        )
+        return 0
+    if not args.pipeline:
+        parser.error(f"{args.command} needs --pipeline")
     store = MetadataVariableStore()
+    if args.command == "set-target":
+        if not args.target:
+            parser.error("set-target needs --target")
+        try:
+            written = set_target(args.pipeline, args.target, store)
+        except ValueError as err:
+            print(f"target not changed: {err}", file=sys.stderr)
+            return 1
+        print(f"pipeline {args.pipeline} now merges into {written.target}")
+        return 0
     state, verdict = stored_document(args.pipeline, store)
     if args.command in ("show", "validate"):
         if args.command == "show" and state is not None:

@@ -21,8 +21,12 @@ from typing import TYPE_CHECKING
 from airflow_provider_binlog.exceptions import BinlogConfigError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     import pyarrow as pa
     from deltalake import DeltaTable
+
+    from airflow_provider_binlog.state import PipelineState
 
 #: SQL predicate selecting live rows (not tombstones) of a target table.
 LIVE_ROWS_PREDICATE = "NOT _binlog_deleted"
@@ -41,6 +45,94 @@ def table_uri(target_path: str, table: str) -> str:
         return merge.table_uri(target_path, table)
     except merge.MergeJobError as err:
         raise BinlogConfigError(str(err)) from err
+
+
+def target_root(target_path: str) -> str:
+    """Return the target root as recorded in a pipeline's state: an absolute path or URI, no trailing ``/``."""
+    from airflow_provider_binlog.spark_jobs import merge
+
+    return merge.join_uri(target_path)
+
+
+def check_target(
+    pipeline: str,
+    state: PipelineState | None,
+    target_path: str,
+    tables: Iterable[str],
+    *,
+    recreate: bool = False,
+    storage_options: dict[str, str] | None = None,
+) -> None:
+    """Refuse to write ``tables`` of a pipeline under ``target_path`` when that would start a wrong table.
+
+    Three mistakes are refused before anything is written (``docs/guarantees.md``, "A target table
+    belongs to one pipeline"): a target root other than the one the pipeline's state records (a typo in
+    the path would otherwise start new, partial tables there); a table another pipeline owns
+    (:func:`~airflow_provider_binlog.spark_jobs.merge.check_owner`); and, unless ``recreate``, a table the
+    pipeline has merged into before but that is gone (deleted or moved: the next window alone would
+    create it anew with only its own rows).
+
+    :param pipeline: the pipeline about to write.
+    :param state: its state (None for a new pipeline).
+    :param target_path: the target root the task was given.
+    :param tables: the ``db.table`` names about to be written.
+    :param recreate: True for a snapshot, which loads a table whole and may create it again.
+    :param storage_options: deltalake storage options.
+    :raises BinlogConfigError: naming the mistake and the remedy.
+    """
+    from airflow_provider_binlog.spark_jobs import merge
+
+    root = target_root(target_path)
+    if state is not None and state.target is not None and state.target != root:
+        raise BinlogConfigError(
+            f"pipeline {state.pipeline!r} keeps its target tables under {state.target}, but this task was given "
+            f"{root}. Nothing was written. If the path is a typo, fix BINLOG_CDC_TARGET / target_path. To move the "
+            f"target deliberately, copy the table folders under {state.target} to {root}, then run "
+            f"python -m airflow_provider_binlog.state_admin set-target --pipeline {state.pipeline} --target {root}"
+        )
+    for table in tables:
+        dt = merge.open_table(table_uri(target_path, table), storage_options)
+        if dt is not None:
+            try:
+                merge.check_owner(dt, pipeline, table)
+            except merge.MergeJobError as err:
+                raise BinlogConfigError(str(err)) from err
+        elif state is not None and table in state.target_tables and not recreate:
+            raise BinlogConfigError(
+                f"pipeline {state.pipeline!r} has merged changes of {table} into {table_uri(target_path, table)}, "
+                f"but there is no Delta table there any more (deleted or moved). Nothing was written: a window "
+                f"alone would create it anew with only its own rows. To load it again deliberately, re-snapshot it: "
+                f'trigger binlog_resnapshot with {{"pipeline": "{state.pipeline}", "tables": "{table}", '
+                f'"mode": "requested"}}.'
+            )
+
+
+def hand_over(
+    target_path: str, table: str, to_pipeline: str, *, storage_options: dict[str, str] | None = None
+) -> list[str]:
+    """Give the Delta table of ``table`` to ``to_pipeline``: remove every row, then record the new owner.
+
+    The rows go because the new owner's order keys are unrelated to the old owner's: only a snapshot the
+    new owner takes afterwards makes the table exact again (readers see it empty until then). Two
+    commits, rows first: a crash in between leaves an empty table still owned by the old pipeline, and
+    running the hand-over again completes it.
+
+    :param target_path: target root.
+    :param table: ``db.table``.
+    :param to_pipeline: the new owner.
+    :param storage_options: deltalake storage options.
+    :returns: the pipelines that had written the table.
+    :raises BinlogConfigError: when there is no such table.
+    """
+    from deltalake import CommitProperties
+
+    from airflow_provider_binlog.spark_jobs import merge
+
+    dt = open_table(target_path, table, storage_options=storage_options)
+    writers = merge.table_writers(dt)
+    dt.delete(commit_properties=CommitProperties(custom_metadata={"binlog.handed_over_to": to_pipeline}))
+    dt.alter.set_table_properties({merge.OWNER_PROPERTY: to_pipeline}, raise_if_not_exists=False)
+    return writers
 
 
 def open_table(target_path: str, table: str, *, storage_options: dict[str, str] | None = None) -> DeltaTable:

@@ -70,6 +70,7 @@ class BinlogCommitOperator(BaseOperator):
         order is recorded and the checkpoint waits for the gap before it.
         """
         from airflow_provider_binlog.staging import read_manifest, storage_path
+        from airflow_provider_binlog.target import check_target, target_root
         from airflow_provider_binlog.windows import advance_checkpoint, mark_window
 
         manager = StateManager(self.pipeline)
@@ -83,6 +84,7 @@ class BinlogCommitOperator(BaseOperator):
         if window.status == "merged":
             self.log.info("window %s is already committed", window.seq)
             return state_summary(state)
+        check_target(self.pipeline, state, self.target_path, [])
         if window.manifest_uri is None:
             raise StateError(
                 f"window {window.seq} was never staged (status {window.status}); run the extract first"
@@ -92,13 +94,14 @@ class BinlogCommitOperator(BaseOperator):
         if manifest is None:
             raise StateError(f"the manifest of window {window.seq} is missing at {window.manifest_uri}")
         self._verify_merged(manifest, window.seq)
+        changed = [table for table, entry in manifest["tables"].items() if entry["rows"]]
 
         def advance(current: PipelineState) -> PipelineState:
             last_commit_ts = manifest["stats"].get("last_commit_ts")
             marked = mark_window(current, window.seq, status="merged", last_commit_ts=last_commit_ts)
             return marked.model_copy(
                 update={"checkpoint": advance_checkpoint(marked, marked.window(window.seq))}
-            )
+            ).with_target(target_root(self.target_path), changed)
 
         from airflow_provider_binlog.state_history import StagedStateHistory
 

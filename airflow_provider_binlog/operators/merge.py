@@ -94,6 +94,8 @@ class BinlogMergeOperator(SparkJobOperator):
         """
         from airflow_provider_binlog.operators.commit import window_merged
         from airflow_provider_binlog.spark_jobs import merge as job
+        from airflow_provider_binlog.state import StateManager
+        from airflow_provider_binlog.target import check_target
 
         window = self._load_window()
         changed = [table.name for table in window.tables if job.has_changes(table)]
@@ -110,6 +112,7 @@ class BinlogMergeOperator(SparkJobOperator):
                 else "no row changes, nothing to merge",
             )
             return self.verify(window)
+        check_target(self.pipeline, StateManager(self.pipeline).load(), self.target_path, pending)
         self.log.info("Merging window %s of %s into %s", window.seq, self.pipeline, self.target_path)
         self.submit(
             context,

@@ -116,6 +116,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
         from airflow_provider_binlog.spark_jobs import merge as job
         from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME, SOURCE_ENV
         from airflow_provider_binlog.staging import check_writable, storage_path, uri_of
+        from airflow_provider_binlog.target import check_target, target_root
 
         if self.mode not in MODES:
             raise BinlogConfigError(f"mode={self.mode!r} must be one of {', '.join(MODES)}")
@@ -127,6 +128,9 @@ class BinlogSnapshotOperator(SparkJobOperator):
         root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
         check_writable(root)
         manager = StateManager(self.pipeline, history=StagedStateHistory(root))
+        state = manager.load()
+        new_to_target = sorted(t for t in described if state is None or t not in state.target_tables)
+        check_target(self.pipeline, state, self.target_path, new_to_target, recreate=True)
         snapshot = self._begin(
             manager,
             server,
@@ -140,8 +144,9 @@ class BinlogSnapshotOperator(SparkJobOperator):
         if snapshot.status == "merged":
             self.log.info("snapshot %s is merged already", snapshot.seq)
             return self._result(snapshot, snapshot.rows or 0)
+        target = target_root(self.target_path)
         if self._nothing_to_read(hook, snapshot):
-            manager.update(lambda state: finish_snapshot(state, snapshot.seq, 0))
+            manager.update(lambda state: finish_snapshot(state, snapshot.seq, 0, target))
             self.log.info(
                 "snapshot %s: every table is empty and has no target table yet; Spark not started",
                 snapshot.seq,
@@ -174,7 +179,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
             )
         self._verify(snapshot)
         rows = int(manifest["stats"]["rows"])
-        manager.update(lambda state: finish_snapshot(state, snapshot.seq, rows))
+        manager.update(lambda state: finish_snapshot(state, snapshot.seq, rows, target))
         result = self._result(snapshot, rows, manifest["stats"])
         self.log.info(
             "snapshot %s of %s merged: %s rows of %s in %s chunks, read at %.0f rows/s by %s Spark tasks",

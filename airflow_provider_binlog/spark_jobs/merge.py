@@ -78,6 +78,10 @@ VALID_OPS = ("c", "u", "d", "r")
 #: Delta table configuration keys written when the merge creates a table.
 BUCKETS_PROPERTY = "binlog.buckets"
 PRIMARY_KEY_PROPERTY = "binlog.primary_key"
+OWNER_PROPERTY = "binlog.pipeline"
+"""Table configuration key naming the one pipeline that may merge into the table (set when it is created)."""
+OWNER_HISTORY_LIMIT = 1000
+"""Commits read to find the writers of a table created before owners were recorded."""
 #: Delta column metadata keys: the Arrow type the column was staged with, and its MySQL type.
 ARROW_TYPE_KEY = "binlog.arrow_type"
 MYSQL_TYPE_KEY = "binlog.mysql_type"
@@ -904,32 +908,82 @@ def create_table(
     table: str,
     keys: Sequence[str],
     buckets: int,
+    pipeline: str,
     storage_options: Mapping[str, str] | None = None,
 ) -> DeltaTable:
     """Create the empty Delta table for a source table, partitioned by ``_binlog_bucket``.
 
-    The bucket count and key go into the table configuration; later merges use them.
+    The bucket count, the key and the owning pipeline go into the table configuration; later merges use
+    them (:func:`check_owner`).
 
     :param uri: table location.
     :param schema: table schema from :func:`target_schema`.
     :param table: source table name ``db.table`` (the Delta table's name).
     :param keys: key columns.
     :param buckets: bucket count.
+    :param pipeline: the pipeline creating it, its owner.
     :param storage_options: deltalake storage options.
     """
     from deltalake import DeltaTable
 
-    log.info("creating Delta table %s for %s with %d buckets, key %s", uri, table, buckets, list(keys))
+    log.info(
+        "creating Delta table %s for %s (pipeline %s) with %d buckets, key %s",
+        uri,
+        table,
+        pipeline,
+        buckets,
+        list(keys),
+    )
     return DeltaTable.create(
         uri,
         schema,
         mode="ignore",
         partition_by=[BUCKET_COLUMN],
         name=table,
-        configuration={BUCKETS_PROPERTY: str(buckets), PRIMARY_KEY_PROPERTY: json.dumps(list(keys))},
+        configuration={
+            BUCKETS_PROPERTY: str(buckets),
+            PRIMARY_KEY_PROPERTY: json.dumps(list(keys)),
+            OWNER_PROPERTY: pipeline,
+        },
         storage_options=dict(storage_options or {}),
         raise_if_key_not_exists=False,
     )
+
+
+def table_writers(dt: DeltaTable) -> list[str]:
+    """Return the pipelines that may have written the table: its owner, else every pipeline in its history.
+
+    Tables created before owners were recorded name their writers only in the commit info of each merge
+    (``binlog.pipeline``, see :func:`_commit_info`).
+
+    :param dt: the table.
+    """
+    owner = dt.metadata().configuration.get(OWNER_PROPERTY)
+    if owner:
+        return [owner]
+    return sorted({c["binlog.pipeline"] for c in dt.history(OWNER_HISTORY_LIMIT) if c.get("binlog.pipeline")})
+
+
+def check_owner(dt: DeltaTable, pipeline: str, table: str) -> None:
+    """Refuse a pipeline that does not own the table.
+
+    Two pipelines merging into one table order their changes by unrelated sequence numbers, so one's
+    rows overwrite the other's newer ones for good.
+
+    :param dt: the table.
+    :param pipeline: the pipeline about to merge.
+    :param table: source table name for messages.
+    :raises MergeJobError: naming the owner and the remedy.
+    """
+    foreign = [p for p in table_writers(dt) if p != pipeline]
+    if foreign:
+        raise MergeJobError(
+            f"the Delta table {dt.table_uri} of {table} belongs to pipeline {foreign[0]!r}; pipeline {pipeline!r} may "
+            f"not merge into it (two pipelines order their changes by unrelated sequence numbers and overwrite each "
+            f"other's rows). Point {pipeline!r} at another target root, or hand the table over deliberately: "
+            f"python -m airflow_provider_binlog.state_admin hand-over --target <target root> --table {table} "
+            f"--to {pipeline}, then re-snapshot {table} in {pipeline!r}"
+        )
 
 
 def table_buckets(dt: DeltaTable) -> int:
@@ -1322,9 +1376,16 @@ def merge_table(
     wanted = target_schema(staged_schema, staged.columns)
     if dt is None:
         dt = create_table(
-            uri, wanted, table=staged.name, keys=keys, buckets=buckets, storage_options=storage_options
+            uri,
+            wanted,
+            table=staged.name,
+            keys=keys,
+            buckets=buckets,
+            pipeline=pipeline,
+            storage_options=storage_options,
         )
     else:
+        check_owner(dt, pipeline, staged.name)
         keys = check_table_key(dt, keys, staged.name)
         high_water = dt.transaction_version(pipeline_app_id(pipeline))
         newest = high_water is None or seq > high_water

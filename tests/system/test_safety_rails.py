@@ -4,14 +4,18 @@ once with a clear error, and the documented remedy puts the pipeline back on its
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Pipeline, stored_state, task_states
+from conftest import REPO, DagRunner, Pipeline, load_module, stored_state, task_states
 
+from airflow_provider_binlog.exceptions import BinlogConfigError
 from airflow_provider_binlog.state import variable_key
 from airflow_provider_binlog.state_admin import MetadataVariableStore
 from airflow_provider_binlog.state_admin import main as state_admin
+from airflow_provider_binlog.target import check_target
 
 pytestmark = pytest.mark.system
 
@@ -62,3 +66,58 @@ def test_a_hand_edited_checkpoint_fails_the_next_run_and_a_kept_revision_restore
     window = items.run_window()
     assert window["seq"] > max(w["seq"] for w in good["windows"])
     assert items.mismatches("items") == []
+
+
+def test_a_typo_in_the_target_path_writes_nothing_and_the_right_path_carries_on(
+    items: Pipeline, tmp_path: Path
+) -> None:
+    typo = str(tmp_path / "targt")
+    items.sql("UPDATE items SET v = 'typo-window' WHERE id = 3")
+    dates = items.runner.next_dates()
+    wrong = DagRunner(items.dag, {**items.conf, "target": typo}).run(dates)
+    assert task_states(wrong)["snapshot"] == "failed"  # the first task given the target refuses it
+    assert task_states(wrong)["extract"] == "upstream_failed"
+    assert not Path(typo).exists() or not any(Path(typo).rglob("_delta_log"))
+    items.runner.run(dates)  # the same run again with the right path merges the same window
+    assert items.mismatches("items") == []
+
+
+def test_a_deleted_target_table_is_not_started_anew_until_it_is_re_snapshotted(items: Pipeline) -> None:
+    shutil.rmtree(Path(items.target) / items.db / "items")
+    items.sql("INSERT INTO items VALUES (4, 'd')")
+    dates = items.runner.next_dates()
+    run = items.runner.run(dates)
+    assert task_states(run)["merge"] == "failed"
+    assert not (Path(items.target) / items.db / "items").exists()
+    resnapshot = DagRunner(
+        load_module(REPO / "example_dags" / "binlog_resnapshot.py").dag,
+        {"pipeline": items.name, "tables": f"{items.db}.items", "mode": "requested",
+         "staging": str(items.staging), "target": items.target},
+    )  # fmt: skip
+    assert resnapshot.run().state == "success"
+    items.runner.run(dates)  # the held window merges now
+    assert items.mismatches("items") == []
+
+
+def test_a_second_pipeline_cannot_write_a_table_another_owns_until_it_is_handed_over(
+    items: Pipeline, pipeline_dirs: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other_conf = {**items.conf, "pipeline": f"{items.name}_b", "staging": str(tmp_path / "staging_b")}
+    other = DagRunner(items.dag, other_conf)
+    refused = other.run()
+    assert task_states(refused)["snapshot"] == "failed"
+    with pytest.raises(BinlogConfigError, match=f"belongs to pipeline '{items.name}'"):
+        check_target(other_conf["pipeline"], None, items.target, [f"{items.db}.items"])
+    items.sql("UPDATE items SET v = 'still-a' WHERE id = 1")
+    items.run_window()  # the owner carries on untouched
+    assert items.mismatches("items") == []
+
+    assert state_admin(["hand-over", "--target", items.target, "--table", f"{items.db}.items",
+                        "--to", other_conf["pipeline"]]) == 0  # fmt: skip
+    assert f"now belongs to {other_conf['pipeline']}" in capsys.readouterr().out
+    taken = other.run()  # takes over its own unfinished initial snapshot and loads the table
+    assert taken.state == "success", task_states(taken)
+    items.sql("UPDATE items SET v = 'by-b' WHERE id = 1")
+    assert other.run().state == "success"
+    assert items.mismatches("items") == []
+    assert task_states(items.runner.run())["merge"] == "failed"  # the old owner is refused now
