@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
+from pymysqlreplication.constants import CHARSET
 from pymysqlreplication.constants.BINLOG import TABLE_MAP_EVENT
 from pymysqlreplication.event import BinLogEvent
 from pymysqlreplication.packet import BinLogPacketWrapper
@@ -25,6 +26,10 @@ from pymysqlreplication.row_event import TableMapEvent
 
 MAX_CACHED_DEFINITIONS = 4096
 _PER_EVENT_FIELDS = frozenset({"packet", "table_map", "timestamp", "_ctl_connection"})
+UCA1400_CHARSETS = ("utf8mb3", "utf8mb4", "ucs2", "utf16", "utf32")
+"""Character sets of MariaDB 10.10+'s UCA 14.0.0 collations, whose ids are ``2048 + 256 * index + n``
+(MariaDB ``strings/ctype-uca1400.h``; ``utf8mb3_uca1400_ai_ci`` is 2048, ``utf8mb4_...`` 2304, ``ucs2_...``
+2560, ``utf16_...`` 2816, ``utf32_...`` 3072); mysql-replication does not know them."""
 
 
 class CachedTableMapEvent(TableMapEvent):
@@ -44,6 +49,7 @@ class CachedTableMapEvent(TableMapEvent):
             return
         super().__init__(from_packet, event_size, table_map, ctl_connection, **kwargs)
         if self._processed:
+            attach_charsets(self)
             if len(self._cache) >= MAX_CACHED_DEFINITIONS:
                 self._cache.clear()
             self._cache[body] = {k: v for k, v in self.__dict__.items() if k not in _PER_EVENT_FIELDS}
@@ -73,3 +79,34 @@ def table_map_cache() -> Iterator[None]:
         yield
     finally:
         event_map[TABLE_MAP_EVENT] = previous
+
+
+def collation_charset(collation_id: int, dbms: str) -> str:
+    """Return the character set name of a collation id of a table map, or ``collation <id>`` when unknown.
+
+    :param collation_id: the collation id (MySQL internals, "TABLE_MAP_EVENT" optional metadata
+        ``DEFAULT_CHARSET`` / ``COLUMN_CHARSET``).
+    :param dbms: ``mysql`` or ``mariadb`` (their ids above 245 differ).
+    """
+    if 2048 <= collation_id < 2048 + 256 * len(UCA1400_CHARSETS):
+        return UCA1400_CHARSETS[(collation_id - 2048) // 256]
+    charset = CHARSET.charset_by_id(collation_id, dbms)
+    return str(charset.name) if charset is not None else f"collation {collation_id}"
+
+
+def attach_charsets(event: TableMapEvent) -> None:
+    """Set ``mysql_charset`` (the server's character set name) on each character column of a table map.
+
+    mysql-replication keeps only a codec name per column (``character_set_name``: ``utf8`` for both
+    utf8mb3 and utf8mb4, ``cp1252`` for latin1) and turns a collation id it does not know into ``utf8``;
+    the column's collation id is in the event's optional metadata, in character-column order (MySQL
+    internals, "TABLE_MAP_EVENT"; mysql-replication ``TableMapEvent._sync_column_info``).
+    """
+    metadata = getattr(event, "optional_metadata", None)
+    ids = list(getattr(metadata, "charset_collation_list", None) or [])
+    dbms = getattr(event, "dbms", None) or "mysql"
+    character = [c for c in event.columns if event._is_character_column(c.type, dbms=dbms)]
+    if len(ids) != len(character):
+        return
+    for column, collation_id in zip(character, ids, strict=True):
+        column.mysql_charset = collation_charset(int(collation_id), dbms)
