@@ -17,6 +17,7 @@ from airflow_provider_binlog.extract.reader import TableTarget
 from airflow_provider_binlog.extract.window import extract_window
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.positions import BinlogPosition
+from airflow_provider_binlog.snapshot.plan import quote
 from airflow_provider_binlog.snapshot.rows import describe_columns, rows_to_batch
 from airflow_provider_binlog.staging import window_path
 from airflow_provider_binlog.state import Position, Window, now_iso
@@ -37,7 +38,7 @@ class Recorder:
         self.start = self.hook.server_state().head
 
     def extract(self, tables: dict[str, list[str]]) -> tuple[dict[str, Any], dict[str, pa.Table]]:
-        """Return the manifest and each table's staged rows."""
+        """Return the manifest and each table's staged rows (tables without changes have none)."""
         state = self.hook.server_state()
         assert self.start is not None
         assert state.head is not None
@@ -52,7 +53,8 @@ class Recorder:
             window_dir=window_path(str(self.staging), "test", 1),
             server=state,
         )
-        staged = {name: pq.read_table(self.staging / "test" / "window=1" / name) for name in tables}
+        window = self.staging / "test" / "window=1"
+        staged = {name: pq.read_table(window / name) for name in tables if (window / name).exists()}
         return manifest, staged
 
 
@@ -270,15 +272,20 @@ def insert(row: dict[str, str], db: str) -> str:
     return f"INSERT INTO `{db}`.snap ({', '.join(row)}) VALUES ({', '.join(row.values())})"
 
 
-def read_snapshot(server: LocalMariaDB, db: str, table: str) -> tuple[list[dict[str, str]], pa.Table, int]:
-    """Read ``db.table`` as a snapshot chunk does: return (column specs, source columns, zero dates)."""
+def read_snapshot(
+    server: LocalMariaDB, db: str, table: str, order: str = "ORDER BY id"
+) -> tuple[list[dict[str, str]], pa.Table, int]:
+    """Read ``db.table`` as a snapshot chunk does: return (column specs, source columns, zero dates).
+
+    :param order: the ``ORDER BY`` clause of the ``SELECT`` (empty for tables without an ``id``).
+    """
     conn = pymysql.connect(**server.connection_kwargs(charset="utf8mb4"))
     try:
         with conn.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")
             columns = describe_columns(cur, db, table)
             cur.execute(
-                f"SELECT {', '.join(c.select_expr for c in columns)} FROM `{db}`.`{table}` ORDER BY id"
+                f"SELECT {', '.join(c.select_expr for c in columns)} FROM {quote(db)}.{quote(table)} {order}"
             )
             batch, zero_dates = rows_to_batch(columns, cur.fetchall())
     finally:

@@ -343,6 +343,13 @@ class Staged:
 
 
 @pytest.fixture(scope="module")
+def mariadb() -> Iterator[LocalMariaDB]:
+    """A private server for this module, shared by its cases (overrides the session's ``mariadb``)."""
+    with LocalMariaDB() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
 def staged(mariadb: LocalMariaDB, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Staged]]:
     """Write every case's rows in one window, extract it once, snapshot every table once."""
     with pytest.MonkeyPatch.context() as patch, mariadb.scratch_database("types") as db:
