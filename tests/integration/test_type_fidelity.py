@@ -340,6 +340,10 @@ class Staged:
     snapshot_types: list[pa.DataType]
     binlog_zero_dates: int
     snapshot_zero_dates: int
+    name: str
+    """``db.table``."""
+    window_uri: str
+    """The staged window holding the table's changes (all cases share it)."""
 
 
 @pytest.fixture(scope="module")
@@ -395,6 +399,8 @@ def staged(mariadb: LocalMariaDB, tmp_path_factory: pytest.TempPathFactory) -> I
                 snapshot_types=[snapshot.schema.field(n).type for n in names],
                 binlog_zero_dates=entry["zero_dates"],
                 snapshot_zero_dates=zero,
+                name=name,
+                window_uri=str(recorder.staging / "test" / "window=1"),
             )
             assert entry["columns"] == specs
         yield out
@@ -484,3 +490,23 @@ def test_charsets_without_an_exact_codec_are_refused(
         ValueError, match=rf"column 'v' of `{source_db}`.`r`: character set '{charset}' cannot be decoded"
     ):
         read_snapshot(connections, source_db, "r")
+
+
+# --- through the merge into Delta --------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_merged_target_reads_back_the_expected_values(
+    staged: dict[str, Staged], spark: Any, tmp_path: Path
+) -> None:
+    from airflow_provider_binlog.spark_jobs.merge import merge_window
+    from airflow_provider_binlog.target import read_table
+
+    some = next(iter(staged.values()))
+    merge_window(spark, some.window_uri, str(tmp_path / "target"), pipeline="test")
+    for case in CASES:
+        got = staged[case.table]
+        table = read_table(str(tmp_path / "target"), got.name).sort_by("id")
+        assert [f.type for f in table.schema] == [pa.int32(), *case.arrow], case.table
+        rows = [list(r.values()) for r in table.to_pylist()]
+        assert exact(rows) == exact(case.expected), case.table
