@@ -225,10 +225,15 @@ def converter(column: Any) -> Converter:
     the conversion) for a value it cannot stage exactly; the caller names the column and event.
 
     :raises ValueError: when the column's character set cannot be decoded exactly
-        (:class:`~airflow_provider_binlog.extract.charsets.UnsupportedCharsetError`).
+        (:class:`~airflow_provider_binlog.extract.charsets.UnsupportedCharsetError`), or its ENUM/SET
+        member names could not be read (``members_problem``, see
+        :func:`~airflow_provider_binlog.extract.tablemaps.redecode_members`).
     """
     code = column.type
     spec = column_spec(column)
+    problem = getattr(column, "members_problem", None)
+    if problem:
+        raise ValueError(problem)
     if code == FIELD_TYPE.LONGLONG and getattr(column, "unsigned", False):
         return _none_safe(lambda v: decimal.Decimal(int(v)))
     if code == FIELD_TYPE.NEWDECIMAL and pa.types.is_string(spec.arrow_type):

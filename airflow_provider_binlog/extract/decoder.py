@@ -133,6 +133,8 @@ def _column_problem(column: Any) -> str | None:
             return (
                 f"character set {getattr(column, 'character_set_name', None)!r} is not decoded by RowDecoder"
             )
+    if getattr(column, "members_problem", None):
+        return str(column.members_problem)
     if code == FIELD_TYPE.ENUM and not getattr(column, "enum_values", None):
         return "ENUM values unknown (binlog_row_metadata is not FULL)"
     if code == FIELD_TYPE.SET and not getattr(column, "set_values", None):
@@ -158,6 +160,7 @@ _KEY_ATTRIBUTES = (
     "size",
     "character_set_name",
     "mysql_charset",
+    "members_problem",
 )
 
 

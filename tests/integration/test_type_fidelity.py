@@ -320,6 +320,18 @@ def _charset_case() -> Case:
 CASES.append(_charset_case())
 CASES.append(
     Case(
+        "charset_members",
+        "e1 ENUM('é', 'ü', 'a') CHARACTER SET latin1, s1 SET('€', 'b') CHARACTER SET latin1,"
+        " e16 ENUM('é', '😀') CHARACTER SET utf16, s51 SET('ж', 'b') CHARACTER SET cp1251,"
+        " e32 ENUM('é', 'x') CHARACTER SET utf32, esj ENUM('日本', 'b') CHARACTER SET sjis,"
+        " e0 ENUM('', 'ÿ') CHARACTER SET latin1",
+        ["(1, 'é', '€,b', '😀', 'ж', 'é', '日本', 'ÿ')", "(2, 'a', '', 'é', 'b', 'x', 'b', '')"],
+        [[1, "é", "€,b", "😀", "ж", "é", "日本", "ÿ"], [2, "a", "", "é", "b", "x", "b", ""]],
+        [pa.string()] * 7,
+    )
+)
+CASES.append(
+    Case(
         "charset_kinds",
         "u16c CHAR(4) CHARACTER SET utf16, u2c CHAR(4) CHARACTER SET ucs2, u32t TEXT CHARACTER SET utf32,"
         " l1c CHAR(4) CHARACTER SET latin1, sjt MEDIUMTEXT CHARACTER SET sjis, bn BINARY(3)",
