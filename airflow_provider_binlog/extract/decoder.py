@@ -259,10 +259,12 @@ class RowDecoder:
 
     def _decode_updates(self, body: bytes, partial: bool, event: Any) -> list[tuple[list[Any], list[Any]]]:
         if partial:
-            return self._checked(lambda: self._partial_updates(body, event), body, event)
+            return self._checked(lambda: self._partial_updates(body, event), body, event, partial=True)
         return self._checked(lambda: self._updates(body, 0, len(body)), body, event)
 
-    def _checked(self, decode: Callable[[], tuple[Any, int, int]], body: bytes, event: Any) -> Any:
+    def _checked(
+        self, decode: Callable[[], tuple[Any, int, int]], body: bytes, event: Any, partial: bool = False
+    ) -> Any:
         """Run ``decode`` (``-> (rows, end position, zero dates)``), check it used all of ``body``, count zero dates.
 
         :raises UnsupportedEventError: when the body does not decode with this layout.
@@ -275,12 +277,12 @@ class RowDecoder:
         except UnsupportedEventError:
             raise
         except Exception as err:  # a value that cannot be staged: name its column
-            raise self._value_error(body, event, err) from err
+            raise self._value_error(body, event, err, partial) from err
         _check_end(pos, len(body), event)
         self.zero_dates += zero
         return rows
 
-    def _value_error(self, body: bytes, event: Any, err: Exception) -> Exception:
+    def _value_error(self, body: bytes, event: Any, err: Exception, partial: bool) -> Exception:
         """Return the error of a value the generated decoder could not stage, naming its column.
 
         Decodes ``body`` again, image by image, with a slower function that records the column it is
@@ -293,7 +295,7 @@ class RowDecoder:
         pos, end = 0, len(body)
         try:
             while pos < end:
-                if getattr(event, "event_type", None) == PARTIAL_UPDATE_ROWS_EVENT and pos:
+                if partial and pos:  # after images start with value options: only the first image is traced
                     break
                 _, pos, _ = trace(body, pos, where)
         except Exception:  # the same failure, now with its column index in ``where``

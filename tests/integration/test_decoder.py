@@ -23,7 +23,7 @@ from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_provider_binlog.exceptions import UnsupportedEventError
-from airflow_provider_binlog.extract.columns import converter
+from airflow_provider_binlog.extract.columns import ValueConversionError, converter
 from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
@@ -626,3 +626,20 @@ def test_mysql_replication_type_cases(case: dict[str, Any], mariadb: LocalMariaD
     columns = next(iter(stream_events(mariadb, start, source_db))).columns
     for expectation in case["expected"] or []:
         _check_expectation(expectation, columns, events[0][2][0])
+
+
+def test_value_error_names_its_column_in_any_image() -> None:
+    columns = [
+        Column(type=FIELD_TYPE.LONG, name="id", unsigned=False),
+        Column(type=FIELD_TYPE.VARCHAR, name="a", max_length=10, character_set_name="utf8"),
+        Column(type=FIELD_TYPE.VARCHAR, name="v", max_length=10, character_set_name="cp1250"),
+    ]
+    decoder = RowDecoder(columns)
+
+    def image(key: int, text: bytes) -> bytes:
+        return b"\x00" + struct.pack("<i", key) + b"\x01x" + bytes([len(text)]) + text
+
+    good = image(1, b"\xb3\xf3d\x9f")  # cp1250 "łódź"
+    assert decoder.decode_updates_bytes(good + good) == [([1, "x", "łódź"], [1, "x", "łódź"])]
+    with pytest.raises(ValueConversionError, match=r"\?\.\?\.v \(varchar\(10\).*character set cp1250.*0x81"):
+        decoder.decode_updates_bytes(good + good + good + image(2, b"a\x81"))

@@ -87,3 +87,18 @@ def test_unknown_and_refused_charsets_are_errors() -> None:
     assert text_decoder("latin1")(b"\x80\x81") == "€\x81"
     with pytest.raises(UnicodeDecodeError):
         text_decoder("cp932")(b"\xa0")  # the server has no character for it; cp932 gives U+F8F0
+
+
+def test_library_text_of_a_charset_it_decodes_wrongly_is_refused() -> None:
+    from pymysqlreplication.column import Column
+    from pymysqlreplication.constants import FIELD_TYPE
+
+    from airflow_provider_binlog.extract.columns import converter
+
+    utf16 = Column(type=FIELD_TYPE.VARCHAR, name="v", max_length=40, character_set_name="utf16")
+    convert = converter(utf16)
+    assert convert(b"\x00\xe9\xd8\x3d\xde\x00", None) == "é😀"  # bytes: decoded big-endian, as the server
+    with pytest.raises(ValueError, match="not the server's"):
+        convert("\ue900", None)  # the library's little-endian text
+    latin1 = Column(type=FIELD_TYPE.VARCHAR, name="l", max_length=40, character_set_name="cp1252")
+    assert converter(latin1)("é", None) == "é"
