@@ -37,6 +37,15 @@ class UnsupportedEventError(BinlogError, AirflowFailException):
     """The binlog holds an event the extractor cannot decode without losing rows."""
 
 
+class UndecodableValueError(UnsupportedEventError):
+    """A column value in the binlog cannot be converted to its staged type exactly.
+
+    Raised at once, without retries: the same bytes fail the same way on every attempt. The message
+    names the pipeline, ``db.table.column``, the column's MySQL type and metadata, the event's binlog
+    coordinates and GTID, and what to do.
+    """
+
+
 class StateError(BinlogError, AirflowFailException):
     """The pipeline state Variable is corrupt, hand-edited or belongs to another server."""
 

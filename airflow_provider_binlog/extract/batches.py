@@ -12,7 +12,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_binlog.extract.columns import ColumnSpec, Converter, is_zero_date
+from airflow_provider_binlog.extract.columns import (
+    ColumnSpec,
+    Converter,
+    ValueConversionError,
+    is_zero_date,
+)
 
 META_FIELDS: tuple[pa.Field, ...] = (
     pa.field("_binlog_op", pa.string(), nullable=False),
@@ -41,10 +46,19 @@ class ChangeBatchBuilder:
     :param columns: staged column specs in table order.
     :param converters: one value converter per column (see :func:`columns.converter`).
     :param window: window sequence number written to ``_binlog_window``.
+    :param labels: per column, how errors name it (``db.table.column (type, metadata)``, see
+        :func:`columns.describe_column`); the spec's name and type when omitted.
     """
 
-    def __init__(self, columns: Sequence[ColumnSpec], converters: Sequence[Converter], window: int) -> None:
+    def __init__(
+        self,
+        columns: Sequence[ColumnSpec],
+        converters: Sequence[Converter],
+        window: int,
+        labels: Sequence[str] | None = None,
+    ) -> None:
         self.columns = list(columns)
+        self.labels = list(labels) if labels is not None else [f"{c.name} ({c.mysql_type})" for c in columns]
         self.names = [c.name for c in columns]
         self.converters = list(converters)
         self.window = window
@@ -60,14 +74,21 @@ class ChangeBatchBuilder:
     def add(
         self, op: str, seq: int, file: str, pos: int, row: dict[str, Any], none_sources: dict[str, str]
     ) -> None:
-        """Append one row image decoded by mysql-replication (converted to staged values here)."""
+        """Append one row image decoded by mysql-replication (converted to staged values here).
+
+        :raises ValueConversionError: when a value cannot be converted exactly (names the column).
+        """
         values = []
-        for name, convert in zip(self.names, self.converters, strict=True):
+        for index, (name, convert) in enumerate(zip(self.names, self.converters, strict=True)):
             value = row.get(name)
             reason = none_sources.get(name) if value is None else None
-            if reason is not None and is_zero_date(value, reason):
+            try:
+                staged = convert(value, reason)
+            except Exception as err:  # any failure of a conversion is a value that cannot be staged
+                raise ValueConversionError(self.labels[index], err, file=file, pos=pos) from err
+            if staged is None and is_zero_date(value, reason, staged):
                 self.zero_dates += 1
-            values.append(convert(value, reason))
+            values.append(staged)
         self.add_values(op, seq, file, pos, values)
 
     def add_values(self, op: str, seq: int, file: str, pos: int, values: Sequence[Any]) -> None:
@@ -114,11 +135,13 @@ class ChangeBatchBuilder:
         return self._take(self.committed, len(self))
 
     def _take(self, low: int, high: int) -> pa.RecordBatch:
+        """Return rows ``[low, high)`` as a record batch and drop them.
+
+        :raises ValueConversionError: when a value does not fit its column's Arrow type (names the
+            column and the first such row's event and GTID).
+        """
         meta = self.meta
-        arrays = [
-            pa.array(values[low:high], type=spec.arrow_type)
-            for values, spec in zip(self.values, self.columns, strict=True)
-        ]
+        arrays = [self._array(index, low, high) for index in range(len(self.columns))]
         arrays += [
             pa.array(meta["op"][low:high], pa.string()),
             pa.array([self.window] * (high - low), pa.int64()),
@@ -134,6 +157,23 @@ class ChangeBatchBuilder:
             del values[low:high]
         self.committed -= min(self.committed, high) - min(self.committed, low)
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _array(self, index: int, low: int, high: int) -> pa.Array:
+        values, arrow_type = self.values[index][low:high], self.columns[index].arrow_type
+        try:
+            return pa.array(values, type=arrow_type)
+        except Exception as err:  # find the first row that does not fit, to say where it is
+            row = low
+            for offset, value in enumerate(values):
+                try:
+                    pa.array([value], type=arrow_type)
+                except Exception:
+                    row = low + offset
+                    break
+            meta = self.meta
+            raise ValueConversionError(
+                self.labels[index], err, file=meta["file"][row], pos=meta["pos"][row], gtid=meta["gtid"][row]
+            ) from err
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)

@@ -10,8 +10,12 @@ decoding defects (measured against MariaDB 10.11, see ``docs/types.md``):
 * YEAR ``0000`` decodes as 1900 (1900 is outside YEAR's range 1901..2155, so it can only mean 0);
 * the empty SET decodes as None like NULL (the library records why in ``none_sources``);
 * ``BINARY(n)`` loses its trailing ``0x00`` padding, and empty binary strings come back as ``''``;
-* zero dates come back as None (counted, stored as null);
-* BIT comes back as a ``'0101'`` string, SET as a Python set.
+* zero dates come back as None (counted, stored as null); the zero TIMESTAMP (stored as 0 seconds)
+  comes back as the epoch and is turned into a counted null here, like the zero DATE/DATETIME;
+* BIT comes back as a ``'0101'`` string, SET as a Python set;
+* text of a character set other than utf8/utf8mb3/utf8mb4, ascii and latin1 is decoded by the library
+  with a codec that is not the server's (``utf16`` as little-endian): only bytes are accepted for those
+  (:func:`converter` raises on the library's text), decoded by :func:`~.charsets.text_decoder`.
 """
 
 from __future__ import annotations
@@ -26,13 +30,22 @@ from typing import Any
 import pyarrow as pa
 from pymysqlreplication.constants import FIELD_TYPE
 
+from airflow_provider_binlog.extract.charsets import text_decoder
+
 UTC = dt.timezone.utc
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 ZERO_DATE_SOURCES = frozenset({"out of date range", "out of datetime range", "out of datetime2 range"})
 
 _STRING_TYPES = {FIELD_TYPE.VARCHAR, FIELD_TYPE.VAR_STRING, FIELD_TYPE.STRING}
 _BLOB_TYPES = {FIELD_TYPE.TINY_BLOB, FIELD_TYPE.MEDIUM_BLOB, FIELD_TYPE.LONG_BLOB, FIELD_TYPE.BLOB}
 MAX_ARROW_DECIMAL_PRECISION = 38
 """DECIMAL(p>38) does not fit decimal128 (nor Spark/Delta decimals): such columns are staged as text."""
+MAX_INT64_BITS = 63
+"""BIT(n) with n <= 63 fits int64; BIT(64) is staged as decimal128(20,0), like BIGINT UNSIGNED."""
+_LIBRARY_CHARSETS = {"utf8": "utf8mb4", "cp1252": "latin1", "koi8_r": "koi8r", "koi8_u": "koi8u"}
+"""mysql-replication's codec name (``character_set_name``) -> server character set, where they differ."""
+_LIBRARY_EXACT = frozenset({"utf8mb4", "utf8mb3", "utf8", "ascii", "latin1"})
+"""Character sets whose text, when mysql-replication decodes it without error, is the server's text."""
 
 
 @dataclass(frozen=True)
@@ -53,9 +66,34 @@ class ColumnSpec:
         return {"name": self.name, "mysql_type": self.mysql_type, "arrow_type": str(self.arrow_type)}
 
 
+def charset_of(column: Any) -> str | None:
+    """Return the server character set of a string/blob column of a table map, None when not known.
+
+    The extractor's table maps carry it as ``mysql_charset`` (see
+    :func:`~airflow_provider_binlog.extract.tablemaps.attach_charsets`); otherwise it is derived from
+    mysql-replication's codec name, which is None without ``binlog_row_metadata=FULL``.
+    """
+    charset = getattr(column, "mysql_charset", None)
+    if isinstance(charset, str):
+        return charset.lower()
+    name = getattr(column, "character_set_name", None)
+    if not isinstance(name, str):
+        return None
+    return _LIBRARY_CHARSETS.get(name.lower(), name.lower())
+
+
 def is_binary(column: Any) -> bool:
     """Return True when a string/blob column holds bytes (charset ``binary``), not text."""
-    return (getattr(column, "character_set_name", None) or "").lower() == "binary"
+    return charset_of(column) == "binary"
+
+
+def bit_arrow_type(bits: int) -> pa.DataType:
+    """Return the staged Arrow type of BIT(``bits``): int64 up to 63 bits, decimal128(20,0) for 64.
+
+    BIT(n) holds unsigned values 0 .. 2**n - 1 (MySQL manual, "Bit-Value Type - BIT"); 2**63 and above
+    do not fit int64.
+    """
+    return pa.int64() if bits <= MAX_INT64_BITS else pa.decimal128(20, 0)
 
 
 def column_spec(column: Any) -> ColumnSpec:
@@ -89,7 +127,7 @@ def column_spec(column: Any) -> ColumnSpec:
         FIELD_TYPE.DATETIME: ("datetime", pa.timestamp("us")),
         FIELD_TYPE.TIMESTAMP: ("timestamp", pa.timestamp("us", tz="UTC")),
         FIELD_TYPE.TIME: ("time", pa.duration("us")),
-        FIELD_TYPE.BIT: (f"bit({getattr(column, 'bits', 64)})", pa.int64()),
+        FIELD_TYPE.BIT: (f"bit({_bits(column)})", bit_arrow_type(_bits(column))),
         FIELD_TYPE.JSON: ("json", pa.string()),
         FIELD_TYPE.GEOMETRY: ("geometry", pa.binary()),
         FIELD_TYPE.ENUM: ("enum", pa.string()),
@@ -118,17 +156,84 @@ def column_spec(column: Any) -> ColumnSpec:
     raise ValueError(f"column {name!r} has binlog type code {code}, which the extractor cannot stage")
 
 
+def _bits(column: Any) -> int:
+    return int(getattr(column, "bits", 64) or 64)
+
+
 Converter = Callable[[Any, str | None], Any]
+
+
+class ValueConversionError(ValueError):
+    """A column value could not be converted to its staged type exactly.
+
+    Raised by the decoder, the converters and the batch builder with what they know; the window
+    reader adds the pipeline, the event's coordinates and GTID and raises
+    :class:`~airflow_provider_binlog.exceptions.UndecodableValueError`.
+
+    :param column: ``db.table.column (type and metadata)``, see :func:`describe_column`.
+    :param cause: the error of the conversion.
+    :param file: binlog file of the row's event, when known.
+    :param pos: end position of the row's event, when known.
+    :param gtid: GTID of the row's transaction, when known.
+    """
+
+    def __init__(
+        self,
+        column: str,
+        cause: BaseException,
+        *,
+        file: str | None = None,
+        pos: int | None = None,
+        gtid: str | None = None,
+    ) -> None:
+        super().__init__(f"{column}: {type(cause).__name__}: {cause}")
+        self.column = column
+        self.cause = cause
+        self.file = file
+        self.pos = pos
+        self.gtid = gtid
+
+
+def describe_column(table: str, column: Any) -> str:
+    """Return ``db.table.column (mysql type, metadata)`` of a table-map column, for error messages.
+
+    The metadata are those of the table map that decide the decoding: character set and maximum
+    length in bytes of strings, bits of BIT, precision/scale of DECIMAL, fractional digits of
+    temporal types, signedness, and the binlog type code.
+    """
+    try:
+        label = column_spec(column).mysql_type
+    except ValueError:
+        label = "unknown type"
+    details = [label, f"binlog type code {getattr(column, 'type', '?')}"]
+    if getattr(column, "type", None) in _STRING_TYPES | _BLOB_TYPES:
+        details.append(f"character set {charset_of(column) or 'unknown'}")
+        if getattr(column, "max_length", None):
+            details.append(f"at most {column.max_length} bytes")
+    for attribute in ("precision", "decimals", "fsp", "bits"):
+        value = getattr(column, attribute, None)
+        if value:
+            details.append(f"{attribute} {value}")
+    return f"{table}.{getattr(column, 'name', '?')} ({', '.join(details)})"
 
 
 def converter(column: Any) -> Converter:
     """Return ``convert(value, none_source) -> staged value`` for one column.
 
     ``none_source`` is mysql-replication's reason for a None value (``null``, ``empty set``, ``out of
-    date range``, ...); None otherwise.
+    date range``, ...); None otherwise. The converter raises :class:`ValueError` (or another error of
+    the conversion) for a value it cannot stage exactly; the caller names the column and event.
+
+    :raises ValueError: when the column's character set cannot be decoded exactly
+        (:class:`~airflow_provider_binlog.extract.charsets.UnsupportedCharsetError`), or its ENUM/SET
+        member names could not be read (``members_problem``, see
+        :func:`~airflow_provider_binlog.extract.tablemaps.redecode_members`).
     """
     code = column.type
     spec = column_spec(column)
+    problem = getattr(column, "members_problem", None)
+    if problem:
+        raise ValueError(problem)
     if code == FIELD_TYPE.LONGLONG and getattr(column, "unsigned", False):
         return _none_safe(lambda v: decimal.Decimal(int(v)))
     if code == FIELD_TYPE.NEWDECIMAL and pa.types.is_string(spec.arrow_type):
@@ -138,12 +243,14 @@ def converter(column: Any) -> Converter:
     if code in (FIELD_TYPE.TIME, FIELD_TYPE.TIME2):
         return _none_safe(fix_negative_time if code == FIELD_TYPE.TIME2 else (lambda v: v))
     if code in (FIELD_TYPE.TIMESTAMP, FIELD_TYPE.TIMESTAMP2):
-        return _none_safe(lambda v: v.replace(tzinfo=UTC))
+        return _none_safe(_timestamp)
     if code == FIELD_TYPE.SET:
         order = list(getattr(column, "set_values", None) or [])
         return _set_converter(order)
     if code == FIELD_TYPE.BIT:
-        return _none_safe(lambda v: int(v, 2) if isinstance(v, str) else int(v))
+        if _bits(column) > MAX_INT64_BITS:
+            return _none_safe(lambda v: decimal.Decimal(_bit_int(v)))
+        return _none_safe(_bit_int)
     if code == FIELD_TYPE.JSON:
         return _none_safe(
             lambda v: v if isinstance(v, str) else json.dumps(_json_text(v), ensure_ascii=False)
@@ -152,8 +259,44 @@ def converter(column: Any) -> Converter:
         width = column.max_length if code == FIELD_TYPE.STRING else 0
         return _none_safe(lambda v: _to_bytes(v).ljust(width, b"\0"))
     if pa.types.is_string(spec.arrow_type):
-        return _none_safe(lambda v: v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else v)
+        return _none_safe(_text_converter(charset_of(column)))
     return _none_safe(lambda v: v)
+
+
+def _text_converter(charset: str | None) -> Callable[[Any], str]:
+    """Return the conversion of one text value: bytes decoded as the server does, library text checked.
+
+    :raises ValueError: when ``charset`` cannot be decoded exactly.
+    """
+    decode = text_decoder(charset or "utf8mb4")
+    library_exact = charset is None or charset in _LIBRARY_EXACT
+
+    def convert(value: Any) -> str:
+        if isinstance(value, bytes):
+            return decode(value)
+        if library_exact:
+            return str(value)
+        raise ValueError(
+            f"mysql-replication decoded this {charset} text with a codec that is not the server's; only "
+            f"the stored bytes can be staged exactly"
+        )
+
+    return convert
+
+
+def _bit_int(value: Any) -> int:
+    """Return a BIT value (the library's ``'0101'`` text, or an int) as an int."""
+    return int(value, 2) if isinstance(value, str) else int(value)
+
+
+def _timestamp(value: dt.datetime) -> dt.datetime | None:
+    """Return a TIMESTAMP as UTC, None for the zero TIMESTAMP (stored as 0 seconds since the epoch).
+
+    TIMESTAMP's range starts at ``1970-01-01 00:00:01`` UTC, so a stored 0 is always the zero value
+    ``0000-00-00 00:00:00`` (MySQL manual, "The DATE, DATETIME, and TIMESTAMP Types").
+    """
+    value = value.replace(tzinfo=UTC)
+    return None if value == _EPOCH else value
 
 
 def _none_safe(convert: Callable[[Any], Any]) -> Converter:
@@ -203,6 +346,14 @@ def fix_negative_time(value: dt.timedelta) -> dt.timedelta:
     return -(whole + (dt.timedelta(seconds=1) - wrong_fraction))
 
 
-def is_zero_date(value: Any, none_source: str | None) -> bool:
-    """Return True when a None value stands for a zero date (``0000-00-00``) rather than NULL."""
-    return value is None and none_source in ZERO_DATE_SOURCES
+def is_zero_date(value: Any, none_source: str | None, staged: Any) -> bool:
+    """Return True when a value staged as None stands for a zero date rather than NULL.
+
+    :param value: the value mysql-replication decoded.
+    :param none_source: the library's reason when ``value`` is None.
+    :param staged: what the converter made of it (the zero TIMESTAMP is decoded as the epoch and
+        staged as None).
+    """
+    if value is None:
+        return none_source in ZERO_DATE_SOURCES
+    return staged is None

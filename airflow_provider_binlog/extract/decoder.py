@@ -14,20 +14,24 @@ writes the same formats (it adopted the MySQL 5.6 temporal formats, ``sql/compat
 The values produced are the staged values of :func:`columns.converter` for the library's output,
 with these intended differences (the library is wrong or fails there):
 
-* latin1 text is decoded as the server does (MySQL/MariaDB ``latin1`` is cp1252 whose five unused
-  bytes 0x81, 0x8D, 0x8F, 0x90, 0x9D map to the C1 controls U+0081...); the library's cp1252 codec
-  raises on those five bytes;
+* text of every character set is decoded as the server converts it (:mod:`.charsets`: latin1 is
+  cp1252 whose five unused bytes map to the C1 controls U+0081..., utf16 is big-endian, ...); the
+  library's cp1252 codec raises on those five bytes and it decodes utf16 as little-endian;
 * a DATE that is not a calendar date (``2015-02-30`` under ``ALLOW_INVALID_DATES``) becomes None and
   is counted as a zero date; the library raises;
 * TIMESTAMP seconds are read unsigned (MariaDB 11.5+ stores up to 2106); the library reads them signed.
 
 Like the converter path, DECIMAL(p>38) becomes ``str(Decimal)`` (a zero of scale 30 is ``'0E-30'``),
-the zero TIMESTAMP (stored as 0) the epoch, and MySQL's binary JSON the converter's JSON text.
+the zero TIMESTAMP (stored as 0) None counted as a zero date, BIT(64) a ``Decimal``, and MySQL's binary
+JSON the converter's JSON text.
+
+A value that cannot be staged exactly (bytes its character set has no character for, ...) raises
+:class:`~airflow_provider_binlog.extract.columns.ValueConversionError` naming the column; the window
+reader adds the event's coordinates and GTID.
 """
 
 from __future__ import annotations
 
-import codecs
 import datetime as dt
 import decimal
 import struct
@@ -38,7 +42,15 @@ from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.json_binary import parse_json
 
 from airflow_provider_binlog.exceptions import UnsupportedEventError
-from airflow_provider_binlog.extract.columns import MAX_ARROW_DECIMAL_PRECISION, converter
+from airflow_provider_binlog.extract.charsets import UTF8, text_decoder
+from airflow_provider_binlog.extract.columns import (
+    MAX_ARROW_DECIMAL_PRECISION,
+    MAX_INT64_BITS,
+    ValueConversionError,
+    charset_of,
+    converter,
+    describe_column,
+)
 
 UTC = dt.timezone.utc
 PARTIAL_UPDATE_ROWS_EVENT = 39
@@ -85,42 +97,22 @@ _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 """Bytes of a partial group of n decimal digits (``strings/decimal.cc``, ``dig2bytes``)."""
 
 
-def _server_latin1_table() -> str:
-    """Return the decoding table of the server's ``latin1``: cp1252 with C1 controls in its holes.
-
-    MySQL manual, "West European Character Sets": latin1 is cp1252; the bytes cp1252 leaves undefined
-    map to the code points of the same value (``strings/ctype-latin1.c``, ``cs_to_uni``).
-    """
-    chars = []
-    for code in range(256):
-        try:
-            chars.append(bytes([code]).decode("cp1252"))
-        except UnicodeDecodeError:
-            chars.append(chr(code))
-    return "".join(chars)
-
-
-LATIN1_TABLE = _server_latin1_table()
-_TEXT_CODECS = {
-    "utf8": "utf-8",
-    "utf8mb3": "utf-8",
-    "utf8mb4": "utf-8",
-    "cp1252": "latin1",
-    "latin1": "latin1",
-    "ascii": "ascii",
-    "binary": "binary",
-}
-"""mysql-replication's ``character_set_name`` (a codec name: latin1 appears as ``cp1252``) -> text kind."""
-
-
 def text_kind(column: Any) -> str | None:
-    """Return how a string/blob column's bytes become a value: ``utf-8``, ``latin1``, ``ascii``, ``binary``.
+    """Return how a string/blob column's bytes become a value: ``binary``, ``utf-8`` or its charset name.
 
-    None when the charset is unknown or not one of those (the table metadata is then incomplete, or
-    the charset is one the decoder leaves to the library).
+    None when the character set is unknown (``binlog_row_metadata`` is not FULL) or no codec decodes it
+    exactly (:data:`.charsets.REFUSED`).
     """
-    name = getattr(column, "character_set_name", None)
-    return _TEXT_CODECS.get(name.lower()) if isinstance(name, str) else None
+    charset = charset_of(column)
+    if charset is None:
+        return None
+    if charset in ("binary", *UTF8):
+        return "binary" if charset == "binary" else "utf-8"
+    try:
+        text_decoder(charset)
+    except ValueError:
+        return None
+    return charset
 
 
 def unsupported_reason(columns: Sequence[Any]) -> str | None:
@@ -141,6 +133,8 @@ def _column_problem(column: Any) -> str | None:
             return (
                 f"character set {getattr(column, 'character_set_name', None)!r} is not decoded by RowDecoder"
             )
+    if getattr(column, "members_problem", None):
+        return str(column.members_problem)
     if code == FIELD_TYPE.ENUM and not getattr(column, "enum_values", None):
         return "ENUM values unknown (binlog_row_metadata is not FULL)"
     if code == FIELD_TYPE.SET and not getattr(column, "set_values", None):
@@ -165,6 +159,8 @@ _KEY_ATTRIBUTES = (
     "bytes",
     "size",
     "character_set_name",
+    "mysql_charset",
+    "members_problem",
 )
 
 
@@ -263,21 +259,49 @@ class RowDecoder:
 
     def _decode_updates(self, body: bytes, partial: bool, event: Any) -> list[tuple[list[Any], list[Any]]]:
         if partial:
-            return self._checked(lambda: self._partial_updates(body, event), body, event)
+            return self._checked(lambda: self._partial_updates(body, event), body, event, partial=True)
         return self._checked(lambda: self._updates(body, 0, len(body)), body, event)
 
-    def _checked(self, decode: Callable[[], tuple[Any, int, int]], body: bytes, event: Any) -> Any:
+    def _checked(
+        self, decode: Callable[[], tuple[Any, int, int]], body: bytes, event: Any, partial: bool = False
+    ) -> Any:
         """Run ``decode`` (``-> (rows, end position, zero dates)``), check it used all of ``body``, count zero dates.
 
         :raises UnsupportedEventError: when the body does not decode with this layout.
+        :raises ValueConversionError: when a value cannot be staged exactly (names its column).
         """
         try:
             rows, pos, zero = decode()
-        except (IndexError, ValueError, struct.error) as err:
+        except (IndexError, struct.error) as err:
             raise _undecodable(event, err) from err
+        except UnsupportedEventError:
+            raise
+        except Exception as err:  # a value that cannot be staged: name its column
+            raise self._value_error(body, event, err, partial) from err
         _check_end(pos, len(body), event)
         self.zero_dates += zero
         return rows
+
+    def _value_error(self, body: bytes, event: Any, err: Exception, partial: bool) -> Exception:
+        """Return the error of a value the generated decoder could not stage, naming its column.
+
+        Decodes ``body`` again, image by image, with a slower function that records the column it is
+        at (built only on this path, so the generated decoder carries no bookkeeping).
+        """
+        source, namespace = _generate(self.columns, trace=True)
+        exec(compile(source, "<RowDecoder trace>", "exec"), namespace)
+        trace: Callable[[bytes, int, list[int]], tuple[list[Any], int, int]] = namespace["image"]
+        where = [0]
+        pos, end = 0, len(body)
+        try:
+            while pos < end:
+                if partial and pos:  # after images start with value options: only the first image is traced
+                    break
+                _, pos, _ = trace(body, pos, where)
+        except Exception:  # the same failure, now with its column index in ``where``
+            table = f"{getattr(event, 'schema', '?')}.{getattr(event, 'table', '?')}"
+            return ValueConversionError(describe_column(table, self.columns[where[0]]), err)
+        return _undecodable(event, err)
 
     def _partial_updates(self, body: bytes, event: Any) -> tuple[list[tuple[list[Any], list[Any]]], int, int]:
         """Decode a PARTIAL_UPDATE_ROWS_EVENT body whose after images carry whole values only.
@@ -375,8 +399,6 @@ class _Namespace:
             "FROMTS": dt.datetime.fromtimestamp,
             "EPOCH": dt.datetime(1970, 1, 1, tzinfo=UTC),
             "UTC": UTC,
-            "CHARMAP": codecs.charmap_decode,
-            "LATIN1": LATIN1_TABLE,
             "PJ": parse_json,
         }
 
@@ -528,16 +550,26 @@ def _emit_datetime2(v: str, column: Any, ns: _Namespace) -> list[str]:
 
 
 def _emit_timestamp2(v: str, column: Any, ns: _Namespace) -> list[str]:
-    """TIMESTAMP2 is 4 bytes big-endian seconds since the epoch (UTC) + fraction; 0 is the zero timestamp."""
+    """TIMESTAMP2 is 4 bytes big-endian seconds since the epoch (UTC) + fraction.
+
+    0 is the zero TIMESTAMP ``0000-00-00 00:00:00`` (the range starts at 1 s; MySQL manual, "The DATE,
+    DATETIME, and TIMESTAMP Types"): None, counted as a zero date.
+    """
     width, micro = _fraction(getattr(column, "fsp", 0) or 0)
     shift = 8 * width
     seconds = f"x >> {shift}" if shift else "x"
-    lines = [f"x = FB(buf[pos:pos + {4 + width}], 'big')", f"pos += {4 + width}"]
+    lines = [
+        f"x = FB(buf[pos:pos + {4 + width}], 'big')",
+        f"pos += {4 + width}",
+        "if not x:",
+        f"    {v} = None",
+        "    zero += 1",
+    ]
     if not width:
-        return [*lines, f"{v} = FROMTS(x, UTC)"]
+        return [*lines, "else:", f"    {v} = FROMTS(x, UTC)"]
     return [
         *lines,
-        f"if x & {(1 << shift) - 1}:",
+        f"elif x & {(1 << shift) - 1}:",
         f"    {v} = EPOCH + TD(0, {seconds}, {micro})",
         "else:",
         f"    {v} = FROMTS({seconds}, UTC)",
@@ -574,11 +606,9 @@ def _text_value(v: str, column: Any, ns: _Namespace, start: str) -> str:
     if kind == "binary":
         width = column.max_length if column.type == FIELD_TYPE.STRING else 0
         return f"{raw}.ljust({width}, b'\\x00')" if width else raw
-    if kind == "latin1":
-        return f"CHARMAP({raw}, None, LATIN1)[0]"
-    if kind == "ascii":
-        return f"{raw}.decode('ascii')"
-    return f"{raw}.decode()"
+    if kind == "utf-8" or kind is None:
+        return f"{raw}.decode()"
+    return f"{ns.add(f'TEXT_{v}', text_decoder(kind))}({raw})"
 
 
 def _emit_string(v: str, column: Any, ns: _Namespace) -> list[str]:
@@ -668,11 +698,13 @@ def _emit_set(v: str, column: Any, ns: _Namespace) -> list[str]:
 
 
 def _emit_bit(v: str, column: Any, ns: _Namespace) -> list[str]:
-    """BIT(n) is ``(n + 7) // 8`` bytes, big-endian."""
+    """BIT(n) is ``(n + 7) // 8`` bytes, big-endian; BIT(64) becomes a ``Decimal`` (see ``columns.bit_arrow_type``)."""
     bits = int(getattr(column, "bits", 64) or 64)
     width = (bits + 7) // 8
     mask = (1 << bits) - 1
     value = "buf[pos]" if width == 1 else f"FB(buf[pos:pos + {width}], 'big')"
+    if bits > MAX_INT64_BITS:  # staged as decimal128(20,0): 2**63 and above do not fit int64
+        return [f"{v} = D({value} & {mask})", f"pos += {width}"]
     return [f"{v} = {value} & {mask}", f"pos += {width}"]
 
 
@@ -741,10 +773,15 @@ def _no_null_body(columns: Sequence[Any], ns: _Namespace) -> list[str]:
     return lines
 
 
-def _null_aware_body(columns: Sequence[Any], ns: _Namespace) -> list[str]:
-    """Return statements decoding every column, each guarded by its NULL bit."""
+def _null_aware_body(columns: Sequence[Any], ns: _Namespace, trace: bool = False) -> list[str]:
+    """Return statements decoding every column, each guarded by its NULL bit.
+
+    :param trace: also store each column's index in ``where[0]`` before decoding it.
+    """
     lines: list[str] = []
     for index, column in enumerate(columns):
+        if trace:
+            lines.append(f"where[0] = {index}")
         lines += [f"if nulls & {1 << index}:", f"    v{index} = None", "else:"]
         lines += _indent(_EMITTERS[column.type](f"v{index}", column, ns), 1)
     return lines
@@ -768,10 +805,26 @@ def _image_body(columns: Sequence[Any], ns: _Namespace) -> list[str]:
     ]
 
 
-def _generate(columns: Sequence[Any]) -> tuple[str, dict[str, Any]]:
-    """Return the source of the layout's ``rows``, ``updates`` and ``image`` functions and their globals."""
+def _generate(columns: Sequence[Any], trace: bool = False) -> tuple[str, dict[str, Any]]:
+    """Return the source of the layout's ``rows``, ``updates`` and ``image`` functions and their globals.
+
+    :param trace: generate only ``image(buf, pos, where)``, which records in ``where[0]`` the index of
+        the column it is decoding (to name the column of a value that fails).
+    """
     ns = _Namespace()
     ns.unpacker("I")
+    if trace:
+        width = (len(columns) + 7) // 8
+        lines = [f"nulls = FB(buf[pos:pos + {width}], 'little')", f"pos += {width}"]
+        lines += _null_aware_body(columns, ns, trace=True)
+        values = "[" + ", ".join(f"v{i}" for i in range(len(columns))) + "]"
+        source = [
+            "def image(buf, pos, where):",
+            "    zero = 0",
+            *_indent(lines, 1),
+            f"    return {values}, pos, zero",
+        ]
+        return "\n".join(source), ns.names
     body = _image_body(columns, ns)
     values = "[" + ", ".join(f"v{i}" for i in range(len(columns))) + "]"
     source = [

@@ -52,10 +52,17 @@ from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, UpdateRowsE
 from airflow_provider_binlog.exceptions import (
     ReplicationConnectionLostError,
     SourceUnreachableError,
+    UndecodableValueError,
     UnsupportedEventError,
 )
 from airflow_provider_binlog.extract.batches import ChangeBatchBuilder, with_commit
-from airflow_provider_binlog.extract.columns import ColumnSpec, column_spec, converter
+from airflow_provider_binlog.extract.columns import (
+    ColumnSpec,
+    ValueConversionError,
+    column_spec,
+    converter,
+    describe_column,
+)
 from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key
 from airflow_provider_binlog.positions import BinlogPosition
 
@@ -188,8 +195,15 @@ class _Layout:
     def __init__(self, table: str, columns: list[Any], window: int) -> None:
         self.table = table
         self.columns = columns
+        labels = [describe_column(table, c) for c in columns]
+        converters = []
+        for column, label in zip(columns, labels, strict=True):
+            try:
+                converters.append(converter(column))
+            except ValueError as err:  # a type or character set the extractor cannot stage exactly
+                raise ValueConversionError(label, err) from err
         self.specs: list[ColumnSpec] = [column_spec(c) for c in columns]
-        self.builder = ChangeBatchBuilder(self.specs, [converter(c) for c in columns], window)
+        self.builder = ChangeBatchBuilder(self.specs, converters, window, labels)
         self.decoder = RowDecoder(columns) if RowDecoder.supports(columns) else None
 
     def take_zero_dates(self) -> int:
@@ -236,6 +250,7 @@ class WindowReader:
     :param tables: selected tables by ``db.table``.
     :param window: window sequence number.
     :param sink: receives committed rows in commit order: ``(table, batch, column specs, primary key)``.
+    :param pipeline: the pipeline's name, for error messages.
     :raises ValueError: when ``stream`` opens its connections some other way.
     """
 
@@ -248,6 +263,7 @@ class WindowReader:
         tables: dict[str, TableTarget],
         window: int,
         sink: Sink,
+        pipeline: str = "?",
     ) -> None:
         if not isinstance(getattr(stream, "pymysql_wrapper", None), ReplicationConnections):
             raise ValueError(
@@ -261,6 +277,7 @@ class WindowReader:
         self.schemas = {name.split(".", 1)[0] for name in tables}
         self.window = window
         self.sink = sink
+        self.pipeline = pipeline
         self.seq = 0
         self.stats = ExtractStats()
         self.txn = _Transaction()
@@ -274,6 +291,7 @@ class WindowReader:
         """Read until the window end; return the counters.
 
         :raises UnsupportedEventError: on compressed transactions, statement-based DML or XA.
+        :raises UndecodableValueError: on a value that cannot be staged exactly.
         :raises ReplicationConnectionLostError: when the connection to the source breaks (retryable).
         :raises SourceUnreachableError: when the binlog ends before the window end (retryable).
         """
@@ -291,7 +309,10 @@ class WindowReader:
         finally:
             self.txn.close_spills()
         for layout in self.layouts.values():
-            self._flush(layout)
+            try:
+                self._flush(layout)
+            except ValueConversionError as err:
+                raise self._undecodable(err, None) from err
         self.stats.seconds = time.monotonic() - started
         return self.stats
 
@@ -305,6 +326,21 @@ class WindowReader:
             f"window's staging folder and re-reads the same window from its start."
         )
 
+    def _undecodable(self, err: ValueConversionError, event: Any) -> UndecodableValueError:
+        """Return the task-failing error of a value that cannot be staged, with where it is and what to do."""
+        file = err.file or (self.stream.log_file if event is not None else None)
+        pos = err.pos or (event.packet.log_pos if event is not None else None)
+        gtid = err.gtid or self.txn.gtid
+        return UndecodableValueError(
+            f"pipeline {self.pipeline!r}, window {self.window}: cannot stage a value of column {err.column} "
+            f"from the row event ending at {file or '?'}:{pos or '?'} (GTID {gtid or 'unknown'}): "
+            f"{type(err.cause).__name__}: {err.cause}. The extractor stages every value exactly or not at all, "
+            f"and a retry reads the same bytes and fails the same way. To go on: fix the value (or change the "
+            f"column to a type and character set docs/types.md lists as staged) at the source, remove the table "
+            f"from the pipeline's tables for one run, then add it back (a table added to the selection is "
+            f'snapshotted by the next run). See docs/types.md, "What is refused".'
+        )
+
     def _read(self) -> None:
         """Dispatch the stream's events until the window end.
 
@@ -316,7 +352,10 @@ class WindowReader:
             self.stats.events += 1
             if isinstance(event, NotImplementedEvent):
                 self._check_unhandled(event)
-            self._dispatch(event)
+            try:
+                self._dispatch(event)
+            except ValueConversionError as err:
+                raise self._undecodable(err, event) from err
             if self._reached_end():
                 break
         else:

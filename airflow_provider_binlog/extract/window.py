@@ -76,7 +76,9 @@ def extract_window(
 
     stream = hook.stream_reader(start, schemas=[n.split(".", 1)[0] for n in tables], **stream_options(tables))
     try:
-        reader = WindowReader(stream, start=start, end=end, tables=tables, window=window.seq, sink=sink)
+        reader = WindowReader(
+            stream, start=start, end=end, tables=tables, window=window.seq, sink=sink, pipeline=pipeline
+        )
         with table_map_cache():
             stats = reader.run()
     finally:

@@ -4,10 +4,12 @@ A snapshot chunk is read with one ``SELECT`` over a pymysql connection with the 
 cursor. The session must use the character set ``utf8mb4`` (pymysql ``charset="utf8mb4"``) and have
 run ``SET time_zone = '+00:00'``:
 
-* with ``utf8mb4`` the server converts every text column to UTF-8 on the way out
+* with ``utf8mb4`` the server converts utf8mb3/utf8mb4 text columns to UTF-8 on the way out
   (``character_set_results``; MySQL manual, "Connection Character Sets and Collations"), so text
-  arrives as ``str`` whatever the column's charset (MySQL/MariaDB ``latin1`` is cp1252 with the five
-  undefined bytes mapped to U+0081..., which is also how the binlog path decodes it);
+  arrives as ``str``. Text of any other character set is selected as ``CAST(col AS BINARY)`` (its
+  stored bytes) and decoded by :func:`~airflow_provider_binlog.extract.charsets.text_decoder`, the
+  decoding of the binlog path, which is the server's own conversion: the server would send ``?`` for
+  bytes it has no character for, where both paths refuse the value;
 * with ``time_zone = '+00:00'`` TIMESTAMP values, stored as seconds since the epoch, are converted to
   UTC on retrieval (MySQL manual, "MySQL Server Time Zone Support"), which is what the binlog carries.
 
@@ -27,10 +29,11 @@ Row"). Where that string is not the exact stored value, the ``SELECT`` expressio
   the single-precision value the binlog carries. It is selected as ``col + 0e0``: a DOUBLE holding
   exactly the stored value, formatted to round-trip (MySQL manual, "Floating-Point Types"), which
   the Arrow float32 cast turns back into the stored bits;
-* MariaDB's INET6 and UUID are sent as text (``::1``, ``123e4567-...``), while the binlog carries
-  their 16 stored bytes and the binlog path stages those as ``binary(16)``. They are selected as
-  ``CAST(col AS BINARY(16))``, which returns the same bytes (MariaDB KB, "INET6", "UUID Data Type";
-  measured on MariaDB 10.11 for v1, v4 and nil UUIDs and for IPv4-mapped addresses).
+* MariaDB's INET4, INET6 and UUID are sent as text (``1.2.3.4``, ``::1``, ``123e4567-...``), while the
+  binlog carries their 4 or 16 stored bytes (a ``BINARY(4)``/``BINARY(16)`` column in the table map)
+  and the binlog path stages those as ``binary(4)``/``binary(16)``. They are selected as
+  ``CAST(col AS BINARY(n))``, which returns the same bytes (MariaDB KB, "INET4", "INET6", "UUID Data
+  Type"; measured on MariaDB 10.11 for v1, v4 and nil UUIDs, IPv4-mapped addresses and INET4).
 
 The session's ``sql_mode`` must not contain ``PAD_CHAR_TO_FULL_LENGTH`` (CHAR values would come back
 padded with spaces; the binlog carries them without, as a ``SELECT`` normally returns them: MySQL
@@ -49,12 +52,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_binlog.extract.columns import MAX_ARROW_DECIMAL_PRECISION, ColumnSpec
+from airflow_provider_binlog.extract.charsets import UTF8, text_decoder
+from airflow_provider_binlog.extract.columns import (
+    MAX_ARROW_DECIMAL_PRECISION,
+    ColumnSpec,
+    bit_arrow_type,
+)
 from airflow_provider_binlog.snapshot.plan import quote
 
 UTC = dt.timezone.utc
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
-"""The staged value of the zero TIMESTAMP (stored as 0 seconds since the epoch), as in the binlog path."""
 
 _COLUMN_FIELDS = (
     "COLUMN_NAME",
@@ -113,8 +119,8 @@ _GEOMETRIES = frozenset(
     }
 )
 """Spatial types: one GEOMETRY code in the binlog, the value is the stored SRID + WKB bytes."""
-_FIXED_BINARY_16 = frozenset({"inet6", "uuid"})
-"""MariaDB types the binlog carries as their 16 stored bytes, labelled ``binary(16)`` there."""
+_FIXED_BINARY = {"inet4": 4, "inet6": 16, "uuid": 16}
+"""MariaDB types the binlog carries as their stored bytes, labelled ``binary(n)`` there."""
 
 
 @dataclass(frozen=True)
@@ -125,25 +131,31 @@ class SourceColumn:
     :param spec: the staged spec; the same name, ``mysql_type`` and ``arrow_type`` the binlog path
         gives this column (:func:`~airflow_provider_binlog.extract.columns.column_spec`).
     :param select_expr: the SQL expression to put in the ``SELECT`` list: the backquoted name, or a
-        cast where the text protocol would not return the exact stored value (FLOAT, INET6, UUID).
+        cast where the text protocol would not return the exact stored value (FLOAT, INET4, INET6, UUID,
+        text of a character set other than utf8mb3/utf8mb4).
+    :param charset: the character set of a text column selected as its stored bytes, decoded here.
+    :raises ValueError: when ``charset`` cannot be decoded exactly.
     """
 
     name: str
     spec: ColumnSpec
     select_expr: str
+    charset: str | None = None
     _convert: Callable[[Any], Any] | None = field(init=False, repr=False, compare=False)
     _zero_dates: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         convert, zero_dates = _value_converter(self.spec)
+        if self.charset is not None:
+            convert = _stored_text(self.charset)
         object.__setattr__(self, "_convert", convert)
         object.__setattr__(self, "_zero_dates", zero_dates)
 
     def convert(self, value: Any) -> Any:
         """Return the staged value of one value pymysql returned for this column (None stays None).
 
-        A DATE/DATETIME that is not a calendar date (``0000-00-00``, ``2024-00-10``, ``2015-02-30``),
-        which pymysql returns as ``str``, becomes None; the zero TIMESTAMP becomes the epoch.
+        A DATE/DATETIME that is not a calendar date (``0000-00-00``, ``2024-00-10``, ``2015-02-30``) and
+        the zero TIMESTAMP, which pymysql return as ``str``, become None (counted as zero dates).
         """
         if value is None or self._convert is None:
             return value
@@ -181,11 +193,11 @@ def rows_to_batch(
     :param rows: tuples as pymysql returns them for ``SELECT <select_expr, ...>`` (one value per
         column, in column order) on a session with ``charset utf8mb4`` and ``time_zone '+00:00'``.
     :returns: ``(batch, zero_dates)``: a batch of ``len(rows)`` rows with one field per column, named
-        after it and typed ``spec.arrow_type`` (no ``_binlog_*`` columns), and how many DATE/DATETIME
-        values were zero dates stored as null (the binlog path's ``zero_dates`` count).
-    :raises ValueError: when a row's width differs from ``len(columns)``, or a value does not fit its
-        Arrow type (e.g. a BIT(64) value of 2**63 or more does not fit int64); the message names the
-        column.
+        after it and typed ``spec.arrow_type`` (no ``_binlog_*`` columns), and how many DATE/DATETIME/
+        TIMESTAMP values were zero dates stored as null (the binlog path's ``zero_dates`` count).
+    :raises ValueError: when a row's width differs from ``len(columns)``, or a value cannot be staged
+        exactly (text bytes its character set has no character for, a value that does not fit its Arrow
+        type); the message names the column.
     """
     width = len(columns)
     for row in rows:
@@ -198,14 +210,15 @@ def rows_to_batch(
         if column._zero_dates:
             zero_dates += sum(1 for value in values if isinstance(value, str))
         convert = column._convert
-        if convert is not None:
-            values = [None if value is None else convert(value) for value in values]
         try:
+            if convert is not None:
+                values = [None if value is None else convert(value) for value in values]
             arrays.append(pa.array(values, type=column.spec.arrow_type))
-        except (pa.ArrowException, OverflowError, TypeError) as err:
+        except Exception as err:  # any failure of a conversion is a value that cannot be staged
             raise ValueError(
-                f"column {column.name!r} ({column.spec.mysql_type}): a value does not fit "
-                f"{column.spec.arrow_type}: {err}"
+                f"column {column.name!r} ({column.spec.mysql_type}"
+                f"{f', character set {column.charset}' if column.charset else ''}): a value cannot be staged "
+                f"as {column.spec.arrow_type}: {type(err).__name__}: {err}"
             ) from err
     schema = pa.schema([pa.field(c.name, c.spec.arrow_type) for c in columns])
     return pa.RecordBatch.from_arrays(arrays, schema=schema), zero_dates
@@ -237,6 +250,16 @@ def _source_column(db: str, table: str, row: tuple[Any, ...]) -> SourceColumn:
     def spec(label: str, arrow: pa.DataType, select: str = expr) -> SourceColumn:
         return SourceColumn(name, ColumnSpec(name, label, arrow), select)
 
+    def text(label: str) -> SourceColumn:
+        """Return a text column: as sent when utf8mb3/utf8mb4, else its stored bytes decoded here."""
+        cs = _text(charset).lower()
+        if cs in UTF8:
+            return spec(label, pa.string())
+        try:
+            return SourceColumn(name, ColumnSpec(name, label, pa.string()), f"CAST({expr} AS BINARY)", cs)
+        except ValueError as err:
+            raise ValueError(f"column {name!r} of `{db}`.`{table}`: {err}") from err
+
     if data_type in _INTEGERS:
         unsigned = "unsigned" in column_type.split()
         signed_type, unsigned_type = _INTEGERS[data_type]
@@ -254,21 +277,22 @@ def _source_column(db: str, table: str, row: tuple[Any, ...]) -> SourceColumn:
         digits = int(fsp or 0)
         return spec(f"{data_type}({digits})" if digits else data_type, _TEMPORAL[data_type])
     if data_type == "bit":
-        return spec(f"bit({int(precision)})", pa.int64())
+        return spec(f"bit({int(precision)})", bit_arrow_type(int(precision)))
     binary = _text(charset).lower() == "binary"
     if data_type in ("char", "varchar", "binary", "varbinary"):
         binary = binary or data_type in ("binary", "varbinary")
         fixed = data_type in ("char", "binary")
         label = ("binary" if binary else "char") if fixed else ("varbinary" if binary else "varchar")
-        return spec(f"{label}({int(octets)})", pa.binary() if binary else pa.string())
+        return spec(f"{label}({int(octets)})", pa.binary()) if binary else text(f"{label}({int(octets)})")
     if data_type in _TEXTS:
-        return spec("blob", pa.binary()) if binary else spec("text", pa.string())
+        return spec("blob", pa.binary()) if binary else text("text")
     if data_type in _BLOBS:
         return spec("blob", pa.binary())
     if data_type in _GEOMETRIES:
         return spec("geometry", pa.binary())
-    if data_type in _FIXED_BINARY_16:
-        return spec("binary(16)", pa.binary(), f"CAST({expr} AS BINARY(16))")
+    if data_type in _FIXED_BINARY:
+        width = _FIXED_BINARY[data_type]
+        return spec(f"binary({width})", pa.binary(), f"CAST({expr} AS BINARY({width}))")
     raise ValueError(
         f"column {name!r} of `{db}`.`{table}` has type {column_type or data_type!r}, which the extractor "
         f"cannot stage"
@@ -295,11 +319,11 @@ def _value_converter(spec: ColumnSpec) -> tuple[Callable[[Any], Any] | None, boo
     if base == "decimal" and pa.types.is_string(arrow):
         return _decimal_text, False
     if base == "timestamp":
-        return _timestamp, False
+        return _timestamp, True
     if base in ("date", "datetime"):
         return _calendar_date, True
     if base == "bit":
-        return _bit, False
+        return (_bit if pa.types.is_integer(arrow) else _bit_decimal), False
     return None, False
 
 
@@ -313,20 +337,35 @@ def _decimal_text(value: Any) -> str:
     return str(value if isinstance(value, decimal.Decimal) else decimal.Decimal(value))
 
 
-def _timestamp(value: Any) -> dt.datetime:
-    """Return a TIMESTAMP read in a ``+00:00`` session as UTC, the zero TIMESTAMP (a ``str``) as the epoch.
+def _timestamp(value: Any) -> dt.datetime | None:
+    """Return a TIMESTAMP read in a ``+00:00`` session as UTC, the zero TIMESTAMP (a ``str``) as None.
 
     The binlog stores a TIMESTAMP as seconds since the epoch, the zero one as 0 (MySQL internals,
-    "Date and Time Data Type Representation"), and the binlog path stages that as the epoch.
+    "Date and Time Data Type Representation"), and the binlog path stages that as None, counted as a
+    zero date like the zero DATE/DATETIME.
     """
     if isinstance(value, str):
-        return EPOCH
+        return None
     return value.replace(tzinfo=UTC) if isinstance(value, dt.datetime) else value
 
 
 def _calendar_date(value: Any) -> Any:
     """Return None for a DATE/DATETIME that is no calendar date (pymysql returns it as ``str``)."""
     return None if isinstance(value, str) else value
+
+
+def _bit_decimal(value: Any) -> decimal.Decimal:
+    """Return BIT(64) as ``Decimal``: it is staged as decimal128(20,0) (int64 stops at 2**63-1)."""
+    return decimal.Decimal(_bit(value))
+
+
+def _stored_text(charset: str) -> Callable[[Any], str]:
+    """Return the decoding of a text column's stored bytes (``CAST(col AS BINARY)``), as the binlog path's.
+
+    :raises ValueError: when ``charset`` cannot be decoded exactly.
+    """
+    decode = text_decoder(charset)
+    return lambda value: decode(bytes(value))
 
 
 def _bit(value: Any) -> int:

@@ -23,7 +23,7 @@ from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_provider_binlog.exceptions import UnsupportedEventError
-from airflow_provider_binlog.extract.columns import converter
+from airflow_provider_binlog.extract.columns import ValueConversionError, converter
 from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
@@ -213,7 +213,6 @@ TIME_ROWS = [
     " '-00:00:00.000001')",
     "(5" + ", NULL" * 19 + ")",
 ]
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 MAX_TIME = TD(hours=838, minutes=59, seconds=59)
 TIME_EXPECTED = [
     [1, dt.date(1000, 1, 1), dt.datetime(1000, 1, 1), dt.datetime(2024, 2, 29, 23, 59, 59, 900000),
@@ -233,8 +232,8 @@ TIME_EXPECTED = [
      MAX_TIME, TD(hours=838, minutes=59, seconds=59, microseconds=900000), TD(microseconds=10000),
      TD(seconds=1, microseconds=1000), TD(hours=12, minutes=34, seconds=56, microseconds=789100),
      TD(microseconds=10), TD(hours=838, minutes=59, seconds=58, microseconds=999999)],
-    # The zero TIMESTAMP is stored as 0 seconds: the epoch, as the library decodes it (not counted).
-    [3, None, None, None, None, None, None, None, None, EPOCH, EPOCH, EPOCH, EPOCH] + [TD(0)] * 7,
+    # The zero TIMESTAMP is stored as 0 seconds: a null counted as a zero date, like DATE/DATETIME.
+    [3, None, None, None, None, None, None, None, None, None, None, None, None] + [TD(0)] * 7,
     [4, None, None, None, None, None, None, None, None, None, None, None, None, TD(0), TD(0),
      -TD(microseconds=990000), -TD(microseconds=999000), None, None, -TD(microseconds=1)],
     [5] + [None] * 19,
@@ -252,7 +251,7 @@ def test_temporal_values_decode_exactly(mariadb: LocalMariaDB, source_db: str) -
     )
     events, zero_dates = decoded(mariadb, start, source_db)
     assert exact(only_rows(events)) == exact(TIME_EXPECTED)
-    assert zero_dates == 8 + 4  # row 3: DATE + 7 DATETIMEs; row 4: DATE + 3 DATETIMEs
+    assert zero_dates == 12 + 4  # row 3: DATE + 7 DATETIMEs + 4 TIMESTAMPs; row 4: DATE + 3 DATETIMEs
     assert exact(only_rows(through_library(mariadb, start, source_db))) == exact(TIME_EXPECTED)
 
 
@@ -294,9 +293,9 @@ STRING_ROWS = [
 STRING_EXPECTED = [
     [1, "héllo 😀", "é" * 300, "ab", "€Šÿ", "àé", "abc", "ñ", b"a\x00\x00\x00", b"\x00\xff\x00", b"\x00",
      b"\x01\x02", b"\xff", b"b" * 70000, "é", "t" * 65535, "mt", "💾", '{"k": [1, "é"]}', "c", "m299", "x,z",
-     "a,i", 1, 513, 2**64 - 1, POINT_1_1, b"\x00" * 16, b"\x00" * 16],
+     "a,i", 1, 513, D(2**64 - 1), POINT_1_1, b"\x00" * 16, b"\x00" * 16],
     [2, "", "", "", "", "", "", "", b"\x00" * 4, b"", b"", b"", b"", b"", "", "", "", "", '""', "", "m0", "",
-     "a,b,c,d,e,f,g,h,i", 0, 0, 0, POINT_1_1, b"\x00" * 15 + b"\x01",
+     "a,b,c,d,e,f,g,h,i", 0, 0, D(0), POINT_1_1, b"\x00" * 15 + b"\x01",
      b"\x12\x3e\x45\x67\xe8\x9b\x12\xd3\xa4\x56\x42\x66\x14\x17\x40\x00"],
     [3] + [None] * 28,
 ]  # fmt: skip
@@ -394,7 +393,7 @@ def test_minimal_row_image_is_refused(mariadb: LocalMariaDB, source_db: str) -> 
 
 def test_unsupported_layouts_are_reported(mariadb: LocalMariaDB, source_db: str) -> None:
     mariadb.execute(
-        "CREATE TABLE x (id INT PRIMARY KEY, s VARCHAR(5) CHARACTER SET utf16)", database=source_db
+        "CREATE TABLE x (id INT PRIMARY KEY, s VARCHAR(5) CHARACTER SET swe7)", database=source_db
     )
     start = head(mariadb)
     mariadb.execute("INSERT INTO x VALUES (1, 'a')", database=source_db)
@@ -627,3 +626,20 @@ def test_mysql_replication_type_cases(case: dict[str, Any], mariadb: LocalMariaD
     columns = next(iter(stream_events(mariadb, start, source_db))).columns
     for expectation in case["expected"] or []:
         _check_expectation(expectation, columns, events[0][2][0])
+
+
+def test_value_error_names_its_column_in_any_image() -> None:
+    columns = [
+        Column(type=FIELD_TYPE.LONG, name="id", unsigned=False),
+        Column(type=FIELD_TYPE.VARCHAR, name="a", max_length=10, character_set_name="utf8"),
+        Column(type=FIELD_TYPE.VARCHAR, name="v", max_length=10, character_set_name="cp1250"),
+    ]
+    decoder = RowDecoder(columns)
+
+    def image(key: int, text: bytes) -> bytes:
+        return b"\x00" + struct.pack("<i", key) + b"\x01x" + bytes([len(text)]) + text
+
+    good = image(1, b"\xb3\xf3d\x9f")  # cp1250 "łódź"
+    assert decoder.decode_updates_bytes(good + good) == [([1, "x", "łódź"], [1, "x", "łódź"])]
+    with pytest.raises(ValueConversionError, match=r"\?\.\?\.v \(varchar\(10\).*character set cp1250.*0x81"):
+        decoder.decode_updates_bytes(good + good + good + image(2, b"a\x81"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from airflow_provider_binlog.extract.reader import TableTarget
 from airflow_provider_binlog.extract.window import extract_window
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.positions import BinlogPosition
+from airflow_provider_binlog.snapshot.plan import quote
 from airflow_provider_binlog.snapshot.rows import describe_columns, rows_to_batch
 from airflow_provider_binlog.staging import window_path
 from airflow_provider_binlog.state import Position, Window, now_iso
@@ -36,7 +38,7 @@ class Recorder:
         self.start = self.hook.server_state().head
 
     def extract(self, tables: dict[str, list[str]]) -> tuple[dict[str, Any], dict[str, pa.Table]]:
-        """Return the manifest and each table's staged rows."""
+        """Return the manifest and each table's staged rows (tables without changes have none)."""
         state = self.hook.server_state()
         assert self.start is not None
         assert state.head is not None
@@ -51,7 +53,8 @@ class Recorder:
             window_dir=window_path(str(self.staging), "test", 1),
             server=state,
         )
-        staged = {name: pq.read_table(self.staging / "test" / "window=1" / name) for name in tables}
+        window = self.staging / "test" / "window=1"
+        staged = {name: pq.read_table(window / name) for name in tables if (window / name).exists()}
         return manifest, staged
 
 
@@ -269,15 +272,20 @@ def insert(row: dict[str, str], db: str) -> str:
     return f"INSERT INTO `{db}`.snap ({', '.join(row)}) VALUES ({', '.join(row.values())})"
 
 
-def read_snapshot(server: LocalMariaDB, db: str, table: str) -> tuple[list[dict[str, str]], pa.Table, int]:
-    """Read ``db.table`` as a snapshot chunk does: return (column specs, source columns, zero dates)."""
+def read_snapshot(
+    server: LocalMariaDB, db: str, table: str, order: str = "ORDER BY id"
+) -> tuple[list[dict[str, str]], pa.Table, int]:
+    """Read ``db.table`` as a snapshot chunk does: return (column specs, source columns, zero dates).
+
+    :param order: the ``ORDER BY`` clause of the ``SELECT`` (empty for tables without an ``id``).
+    """
     conn = pymysql.connect(**server.connection_kwargs(charset="utf8mb4"))
     try:
         with conn.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")
             columns = describe_columns(cur, db, table)
             cur.execute(
-                f"SELECT {', '.join(c.select_expr for c in columns)} FROM `{db}`.`{table}` ORDER BY id"
+                f"SELECT {', '.join(c.select_expr for c in columns)} FROM {quote(db)}.{quote(table)} {order}"
             )
             batch, zero_dates = rows_to_batch(columns, cur.fetchall())
     finally:
@@ -315,7 +323,7 @@ def test_snapshot_rows_equal_binlog_staged_rows(
     }
     assert mismatches == {}
     assert snapshot.equals(binlog.replace_schema_metadata(None))
-    assert zero_dates == entry["zero_dates"] == 4
+    assert zero_dates == entry["zero_dates"] == 6  # da, dt0, dt3, dt6 and the zero TIMESTAMPs ts0, ts3
     # The rows really hold what the edge cases are about (equality alone would pass on two wrong paths).
     nulls, zero, _, first = snapshot.to_pylist()
     assert set(nulls.values()) == {1, None}
@@ -328,26 +336,32 @@ def test_snapshot_rows_equal_binlog_staged_rows(
     assert first["f"] != 1.23457  # what the text protocol sends for FLOAT
     assert (zero["st"], zero["bn"], zero["lb"]) == ("", b"\x00" * 4, b"")
     assert [zero[c] for c in ("da", "dt0", "dt3", "dt6")] == [None] * 4
-    assert zero["ts0"].timestamp() == 0
+    assert (zero["ts0"], zero["ts3"]) == (None, None)
 
 
-def test_bit64_value_beyond_int64_is_a_clear_error(mariadb: LocalMariaDB, source_db: str) -> None:
+def test_bit64_values_beyond_int64_are_staged_as_decimals(mariadb: LocalMariaDB, source_db: str) -> None:
     mariadb.execute(
         f"CREATE TABLE `{source_db}`.b (id INT PRIMARY KEY, b BIT(64))",
-        f"INSERT INTO `{source_db}`.b VALUES (1, b'{'1' * 64}')",
+        f"INSERT INTO `{source_db}`.b VALUES (1, b'{'1' * 64}'), (2, b'1{'0' * 63}'), (3, 0)",
     )
     conn = pymysql.connect(**mariadb.connection_kwargs())
     try:
         with conn.cursor() as cur:
             columns = describe_columns(cur, source_db, "b")
-            cur.execute(f"SELECT {', '.join(c.select_expr for c in columns)} FROM `{source_db}`.b")
+            cur.execute(
+                f"SELECT {', '.join(c.select_expr for c in columns)} FROM `{source_db}`.b ORDER BY id"
+            )
             rows = cur.fetchall()
     finally:
         conn.close()
     assert [c.spec.to_manifest() for c in columns][1] == {
         "name": "b",
         "mysql_type": "bit(64)",
-        "arrow_type": "int64",
+        "arrow_type": "decimal128(20, 0)",
     }
-    with pytest.raises(ValueError, match=r"column 'b' \(bit\(64\)\): a value does not fit int64"):
-        rows_to_batch(columns, rows)
+    batch, _ = rows_to_batch(columns, rows)
+    assert batch.column(1).to_pylist() == [
+        decimal.Decimal("18446744073709551615"),
+        decimal.Decimal("9223372036854775808"),
+        decimal.Decimal("0"),
+    ]

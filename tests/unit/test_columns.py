@@ -2,9 +2,13 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pyarrow as pa
 import pytest
 
-from airflow_provider_binlog.extract.columns import fix_negative_time
+from airflow_provider_binlog.extract.batches import ChangeBatchBuilder
+from airflow_provider_binlog.extract.charsets import UnsupportedCharsetError, text_decoder
+from airflow_provider_binlog.extract.columns import ColumnSpec, ValueConversionError, fix_negative_time
+from airflow_provider_binlog.extract.tablemaps import collation_charset
 from airflow_provider_binlog.positions import BinlogPosition, file_index
 
 
@@ -37,3 +41,64 @@ def test_positions_order_across_files() -> None:
 def test_binlog_file_name_without_index_is_rejected() -> None:
     with pytest.raises(ValueError, match="not a binlog file name"):
         file_index("mysql-bin")
+
+
+def test_batch_value_that_does_not_fit_names_column_and_event() -> None:
+    spec = ColumnSpec("n", "bigint", pa.int64())
+    builder = ChangeBatchBuilder([spec], [lambda v, _: v], window=3, labels=["db.t.n (bigint)"])
+    builder.add_values("c", 1, "bin.000001", 100, [5])
+    builder.add_values("c", 2, "bin.000002", 200, [2**64])
+    builder.commit("0-1-7", dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
+    with pytest.raises(ValueConversionError) as raised:
+        builder.take_committed()
+    err = raised.value
+    assert (err.column, err.file, err.pos, err.gtid) == ("db.t.n (bigint)", "bin.000002", 200, "0-1-7")
+    assert isinstance(err.cause, OverflowError | pa.ArrowException)
+
+
+def test_converter_failure_names_column_and_event() -> None:
+    def refuse(value: object, _: str | None) -> object:
+        raise UnicodeDecodeError("cp1250", b"\x81", 0, 1, "undefined")
+
+    builder = ChangeBatchBuilder(
+        [ColumnSpec("v", "varchar(5)", pa.string())], [refuse], 1, ["db.t.v (varchar)"]
+    )
+    with pytest.raises(ValueConversionError, match=r"db\.t\.v \(varchar\): UnicodeDecodeError") as raised:
+        builder.add("c", 1, "bin.000003", 300, {"v": b"\x81"}, {})
+    assert (raised.value.file, raised.value.pos) == ("bin.000003", 300)
+
+
+@pytest.mark.parametrize(
+    ("collation_id", "dbms", "charset"),
+    [(8, "mariadb", "latin1"), (54, "mysql", "utf16"), (255, "mysql", "utf8mb4"), (2048, "mariadb", "utf8mb3"),
+     (2304, "mariadb", "utf8mb4"), (2560, "mariadb", "ucs2"), (2816 + 5, "mariadb", "utf16"),
+     (3072, "mariadb", "utf32"), (3400, "mariadb", "collation 3400")],
+)  # fmt: skip
+def test_collation_ids_name_their_charset(collation_id: int, dbms: str, charset: str) -> None:
+    assert collation_charset(collation_id, dbms) == charset
+
+
+def test_unknown_and_refused_charsets_are_errors() -> None:
+    with pytest.raises(UnsupportedCharsetError, match="'collation 3400'.*not a character set"):
+        text_decoder("collation 3400")
+    with pytest.raises(UnsupportedCharsetError, match="'swe7'.*no swe7 codec"):
+        text_decoder("swe7")
+    assert text_decoder("utf16")(b"\xfe\xff\x00A") == "\ufeffA"  # big-endian, a leading U+FEFF is text
+    assert text_decoder("latin1")(b"\x80\x81") == "€\x81"
+    with pytest.raises(UnicodeDecodeError):
+        text_decoder("cp932")(b"\xa0")  # the server has no character for it; cp932 gives U+F8F0
+
+
+def test_library_text_of_a_charset_it_decodes_wrongly_is_refused() -> None:
+    from pymysqlreplication.column import Column
+    from pymysqlreplication.constants import FIELD_TYPE
+
+    from airflow_provider_binlog.extract.columns import converter
+
+    utf16 = Column(type=FIELD_TYPE.VARCHAR, name="v", max_length=40, character_set_name="utf16")
+    convert = converter(utf16)
+    assert convert(b"\x00\xe9\xd8\x3d\xde\x00", None) == "é😀"  # bytes: decoded big-endian, as the server
+    with pytest.raises(ValueError, match="not the server's"):
+        convert("\ue900", None)  # the library's little-endian text
+    latin1 = Column(type=FIELD_TYPE.VARCHAR, name="l", max_length=40, character_set_name="cp1252")
+    assert converter(latin1)("é", None) == "é"
