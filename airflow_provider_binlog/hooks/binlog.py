@@ -16,6 +16,8 @@ from airflow_provider_binlog.exceptions import BinlogConfigError, SourceUnreacha
 from airflow_provider_binlog.get_provider_info import (
     CONN_TYPE,
     CONNECT_TIMEOUT_MAX_SECONDS,
+    DEFAULT_CONNECT_TIMEOUT_SECONDS,
+    DEFAULT_READ_TIMEOUT_SECONDS,
     HOOK_NAME,
     SERVER_ID_BASE,
     SERVER_ID_MAX,
@@ -202,7 +204,8 @@ class BinlogHook(BaseHook):
                 "user": conn.login or "",
                 "passwd": conn.password or "",
                 "charset": str(self._extras.get("charset", "utf8mb4")),
-                "connect_timeout": self._int_extra("connect_timeout", 1, CONNECT_TIMEOUT_MAX_SECONDS) or 10,
+                "connect_timeout": self._int_extra("connect_timeout", 1, CONNECT_TIMEOUT_MAX_SECONDS)
+                or DEFAULT_CONNECT_TIMEOUT_SECONDS,
             }
             ssl = self._ssl_options()
             if ssl:
@@ -267,23 +270,41 @@ class BinlogHook(BaseHook):
         return f"derived from pipeline name {self.pipeline!r}"
 
     def sql_settings(self) -> dict[str, Any]:
-        """Return ``pymysql.connect()`` keyword arguments (``password``, not the stream's ``passwd``)."""
+        """Return ``pymysql.connect()`` keyword arguments of SQL connections.
+
+        They hold ``password`` (not the stream's ``passwd``) and, unlike the replication stream's settings,
+        ``read_timeout`` and ``write_timeout``: the extra ``read_timeout`` (seconds, default
+        :data:`~airflow_provider_binlog.get_provider_info.DEFAULT_READ_TIMEOUT_SECONDS`) for both.
+
+        :raises BinlogConfigError: when the connection extras are malformed.
+        """
         settings = self.connection_settings()
         settings["password"] = settings.pop("passwd")
+        timeout = (
+            self._int_extra("read_timeout", 1, CONNECT_TIMEOUT_MAX_SECONDS) or DEFAULT_READ_TIMEOUT_SECONDS
+        )
+        settings["read_timeout"] = settings["write_timeout"] = timeout
         return settings
 
     def get_conn(self) -> pymysql.connections.Connection:
-        """Open an autocommit SQL connection to the source.
+        """Open an autocommit SQL connection to the source, its login bounded by ``connect_timeout``.
+
+        The connection is a :class:`~airflow_provider_binlog.connect.LoginTimeoutConnection`: the TCP
+        connect and every read and write of the login wait at most ``connect_timeout`` seconds, later reads
+        and writes at most ``read_timeout`` seconds.
 
         :raises BinlogConfigError: when the login is refused (wrong user/password or missing grant).
-        :raises SourceUnreachableError: when the server cannot be reached.
+        :raises SourceUnreachableError: when the server cannot be reached or does not complete the login
+            within ``connect_timeout`` (retryable).
         """
         import pymysql
+
+        from airflow_provider_binlog.connect import LoginTimeoutConnection
 
         settings = self.sql_settings()
         where = f"{settings['host']}:{settings['port']}"
         try:
-            return pymysql.connect(autocommit=True, **settings)
+            return LoginTimeoutConnection(autocommit=True, **settings)
         except pymysql.err.OperationalError as err:
             code = err.args[0] if err.args else None
             if code in ACCESS_DENIED:
@@ -292,16 +313,35 @@ class BinlogHook(BaseHook):
                     f"Check the login and password of connection {self.binlog_conn_id!r}."
                 ) from err
             raise SourceUnreachableError(
-                f"cannot reach the source {where} (connection {self.binlog_conn_id!r}): {err}"
+                f"cannot reach the source {where} (connection {self.binlog_conn_id!r}) with "
+                f"connect_timeout={settings['connect_timeout']} s: {err}. The task retries; if the server is "
+                f"up but slow to log in, raise the extra connect_timeout."
             ) from err
 
     @contextmanager
     def cursor(self) -> Iterator[pymysql.cursors.Cursor]:
-        """Yield a cursor on a fresh connection and close both afterwards."""
+        """Yield a cursor on a fresh connection and close both afterwards.
+
+        :raises SourceUnreachableError: when the connection is lost or a read or write waits longer than
+            ``read_timeout`` (retryable).
+        """
+        import pymysql
+
+        from airflow_provider_binlog.connect import LOST_CONNECTION_ERRORS
+
         conn = self.get_conn()
         try:
             with conn.cursor() as cur:
                 yield cur
+        except pymysql.err.OperationalError as err:
+            if err.args and err.args[0] in LOST_CONNECTION_ERRORS:
+                settings = self.sql_settings()
+                raise SourceUnreachableError(
+                    f"lost the SQL connection to the source {settings['host']}:{settings['port']} (connection "
+                    f"{self.binlog_conn_id!r}; read_timeout={settings['read_timeout']} s): {err}. The task "
+                    f"retries; raise the extra read_timeout if the server answers slower than that."
+                ) from err
+            raise
         finally:
             conn.close()
 
@@ -675,10 +715,16 @@ class BinlogHook(BaseHook):
         """Open a non-blocking stream from ``start`` by coordinates with ``server_id``, unchecked.
 
         For short reads under an id of their own (:mod:`airflow_provider_binlog.probes`); pipelines use
-        :meth:`stream_reader`. ``kwargs`` go to ``BinLogStreamReader`` (``only_events``, ...).
+        :meth:`stream_reader`. ``kwargs`` go to ``BinLogStreamReader`` (``only_events``, ...). Its
+        connections log in within ``connect_timeout`` (``pymysql_wrapper`` defaults to
+        :class:`~airflow_provider_binlog.connect.LoginTimeoutConnection`); reads of the stream after the
+        login have no timeout here.
         """
         from pymysqlreplication import BinLogStreamReader
 
+        from airflow_provider_binlog.connect import LoginTimeoutConnection
+
+        kwargs.setdefault("pymysql_wrapper", LoginTimeoutConnection)
         return BinLogStreamReader(
             connection_settings=self.connection_settings(),
             server_id=server_id,
