@@ -112,8 +112,11 @@ class BinlogExtractOperator(BaseOperator):
         )
 
         hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
-        server = hook.validate_source(allow_minimal_row_metadata=self.allow_minimal_row_metadata)
-        targets = table_targets(hook.describe_tables(parse_tables(self.tables)), self.keys)
+        selection = parse_tables(self.tables)
+        server = hook.validate_source(
+            allow_minimal_row_metadata=self.allow_minimal_row_metadata, tables=selection
+        )
+        targets = table_targets(hook.describe_tables(selection), self.keys)
         check_writable(storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline)
         manager = StateManager(self.pipeline)
         window = self._cut(manager, server, hook, context)

@@ -120,8 +120,11 @@ class BinlogSnapshotOperator(SparkJobOperator):
         if self.mode not in MODES:
             raise BinlogConfigError(f"mode={self.mode!r} must be one of {', '.join(MODES)}")
         hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
-        server = hook.validate_source(allow_minimal_row_metadata=self.allow_minimal_row_metadata)
-        described = hook.describe_tables(parse_tables(self.tables))
+        selection = parse_tables(self.tables)
+        server = hook.validate_source(
+            allow_minimal_row_metadata=self.allow_minimal_row_metadata, tables=selection
+        )
+        described = hook.describe_tables(selection)
         root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
         check_writable(root)
         snapshot = self._begin(

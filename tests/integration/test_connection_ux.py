@@ -159,9 +159,10 @@ def test_test_connection_lists_every_setting_with_its_verdict(connections: Local
         f"server_id={derive_server_id('shop')} (derived from pipeline name 'shop'; the source's is "
         f"{source_server_id(connections)}): ok, no registered replica uses it (registered: none)"
     )
+    assert lines[10:12] == ["privilege=REPLICATION SLAVE ON *.*: ok", "privilege=BINLOG MONITOR ON *.*: ok"]
     file, pos = connections.execute("SHOW MASTER STATUS")[0][:2]
-    assert lines[10].startswith(f"head={file}:{pos} gtid=")
-    assert len(lines) == 11
+    assert lines[12].startswith(f"head={file}:{pos} gtid=")
+    assert len(lines) == 13
     assert connections.root_password not in message
 
 
