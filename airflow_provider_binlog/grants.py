@@ -42,6 +42,7 @@ count and the advice names ``SET DEFAULT ROLE`` for them.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import re
 from collections.abc import Iterable, Sequence
@@ -344,13 +345,6 @@ MARIADB = Flavor(
     list_replicas="REPLICATION MASTER ADMIN",
     default_role_statement="SET DEFAULT ROLE {role} FOR {account};",
 )
-MARIADB_BEFORE_10_5_2 = Flavor(
-    name="mariadb",
-    binlog_stream=("REPLICATION SLAVE",),
-    binlog_monitor=("REPLICATION CLIENT", "SUPER"),
-    list_replicas="REPLICATION SLAVE",
-    default_role_statement="SET DEFAULT ROLE {role} FOR {account};",
-)
 MYSQL = Flavor(
     name="mysql",
     binlog_stream=("REPLICATION SLAVE",),
@@ -358,6 +352,10 @@ MYSQL = Flavor(
     list_replicas="REPLICATION SLAVE",
     default_role_statement="SET DEFAULT ROLE {role} TO {account};",
 )
+MARIADB_BEFORE_10_5_2 = dataclasses.replace(
+    MYSQL, name="mariadb", default_role_statement=MARIADB.default_role_statement
+)
+"""MariaDB before 10.5.2 had MySQL's replication privileges (no BINLOG MONITOR yet)."""
 
 
 def flavor_of(flavor: str, version: str) -> Flavor:
@@ -496,6 +494,10 @@ class Grants:
     def inactive_roles(self) -> list[str]:
         """Return roles granted to the account that a new session does not enable."""
         return [role for role in self.roles if role not in self.active_roles]
+
+    def list_replicas_fix(self) -> str:
+        """Return the statement that lets the account list registered replicas (the server_id check)."""
+        return f"GRANT {self.flavor.list_replicas} ON *.* TO {self.account};"
 
     def default_role_fix(self, role: str) -> str:
         """Return the statement that enables ``role`` in the account's new sessions."""

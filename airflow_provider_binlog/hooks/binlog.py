@@ -692,7 +692,7 @@ class BinlogHook(BaseHook):
             report = self.check_privileges()
             try:
                 state = self.server_state()
-                checks = [*self._setting_checks(state), self._server_id_check(state)]
+                checks = [*self._setting_checks(state), self._server_id_check(state, report.grants)]
             except SourcePrivilegeError:
                 if not report.missing:
                     raise
@@ -785,8 +785,8 @@ class BinlogHook(BaseHook):
         advice = "note: keep it at least twice the longest outage a pipeline must survive"
         return SettingCheck("binlog retention", f"{policy.seconds} s by {policy.setting}", advice + notes)
 
-    def _server_id_check(self, state: ServerState) -> SettingCheck:
-        """Return the verdict of :meth:`check_server_id` on :attr:`server_id`."""
+    def _server_id_check(self, state: ServerState, grants: Grants) -> SettingCheck:
+        """Return the verdict of :meth:`check_server_id` on :attr:`server_id` (``grants``: for the advice)."""
         server_id: int | str = self._extras.get("server_id", "?")
         try:
             server_id = self.server_id
@@ -800,7 +800,7 @@ class BinlogHook(BaseHook):
                 "server_id",
                 value,
                 "not checked against replicas: the user may not list them; grant REPLICATION MASTER ADMIN "
-                "(MariaDB 10.5.2+) or REPLICATION SLAVE (MySQL) to check",
+                f"(MariaDB 10.5.2+) or REPLICATION SLAVE (MySQL) to check: {grants.list_replicas_fix().rstrip(';')}",
             )
         ids = ", ".join(str(r.server_id) for r in replicas) or "none"
         return SettingCheck("server_id", value, f"ok, no registered replica uses it (registered: {ids})")

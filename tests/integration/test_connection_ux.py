@@ -208,6 +208,7 @@ def test_a_user_that_may_not_list_replicas_still_passes(
     assert f"at 127.0.0.1:{connections.port}: usable as a CDC source" in lines_of(message)[0]
     (line,) = [line for line in lines_of(message) if line.startswith("server_id=")]
     assert "not checked against replicas: the user may not list them; grant REPLICATION MASTER ADMIN" in line
+    assert line.endswith(f"to check: GRANT REPLICATION MASTER ADMIN ON *.* TO '{user}'@'127.0.0.1'")
     assert password not in message
 
 

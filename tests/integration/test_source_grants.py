@@ -100,31 +100,29 @@ def test_a_user_with_only_select_fails_the_test_and_validation(
     assert ok, message
 
 
-def test_a_user_without_replication_slave(user: User, shop: str) -> None:
-    hook = user("GRANT BINLOG MONITOR ON *.* TO {user}", f"GRANT SELECT ON `{shop}`.* TO {{user}}")
+@pytest.mark.parametrize(
+    ("granted", "missing", "fix"),
+    [
+        ("BINLOG MONITOR", "REPLICATION SLAVE", SLAVE_FIX),
+        ("REPLICATION SLAVE", "BINLOG MONITOR", MONITOR_FIX),
+    ],
+)
+def test_a_user_without_one_replication_privilege(
+    user: User, shop: str, granted: str, missing: str, fix: str
+) -> None:
+    hook = user(f"GRANT {granted} ON *.* TO {{user}}", f"GRANT SELECT ON `{shop}`.* TO {{user}}")
     ok, message = hook.test_connection()
     assert not ok
     verdicts = privilege_lines(message)
-    assert verdicts["REPLICATION SLAVE ON *.*"].endswith(f"run {SLAVE_FIX[:-1]}")
-    assert verdicts["BINLOG MONITOR ON *.*"] == "ok"
-    assert "binlog_format=ROW: ok" in message.split(";\n")  # the settings could still be read
+    assert verdicts[f"{missing} ON *.*"].startswith("WRONG: missing: the pipeline ")
+    assert verdicts[f"{missing} ON *.*"].endswith(f"run {fix[:-1]}")
+    assert verdicts[f"{granted} ON *.*"] == "ok"
+    # Without BINLOG MONITOR the server does not show the settings; with it they are checked.
+    assert ("binlog_format=ROW: ok" in message.split(";\n")) is (granted == "BINLOG MONITOR")
     with pytest.raises(SourcePrivilegeError) as caught:
         hook.validate_source(tables=[f"{shop}.orders"])
-    assert SLAVE_FIX in str(caught.value)
-    assert "BINLOG MONITOR" not in str(caught.value)
-
-
-def test_a_user_without_binlog_monitor(user: User, shop: str) -> None:
-    hook = user("GRANT REPLICATION SLAVE ON *.* TO {user}", f"GRANT SELECT ON `{shop}`.* TO {{user}}")
-    ok, message = hook.test_connection()
-    assert not ok
-    verdicts = privilege_lines(message)
-    assert verdicts["BINLOG MONITOR ON *.*"].endswith(f"run {MONITOR_FIX[:-1]}")
-    assert verdicts["REPLICATION SLAVE ON *.*"] == "ok"
-    with pytest.raises(
-        SourcePrivilegeError, match="GRANT BINLOG MONITOR ON \\*\\.\\* TO 'cdc_user'@'127.0.0.1';"
-    ):
-        hook.validate_source(tables=[f"{shop}.*"])
+    assert fix in str(caught.value)
+    assert f"GRANT {granted}" not in str(caught.value)
 
 
 def test_grants_through_the_default_role_count(user: User, shop: str) -> None:
