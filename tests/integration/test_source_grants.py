@@ -256,3 +256,28 @@ def test_a_grant_revoked_after_validation_fails_the_stream_at_once(
     assert f"  {SLAVE_FIX}" in message
     with pytest.raises(SourcePrivilegeError, match="GRANT REPLICATION SLAVE ON"):
         file_opened_at(hook, start.file)  # the sensors' probes
+
+
+def test_a_sensor_fails_without_retry_in_poke_and_deferred_mode(
+    user: User, shop: str, mariadb: LocalMariaDB
+) -> None:
+    import asyncio
+
+    from airflow_provider_binlog.sensors import BinlogConsumerLagSensor
+
+    user("GRANT REPLICATION SLAVE ON *.* TO {user}")
+    sensor = BinlogConsumerLagSensor(task_id="lag", pipeline="grants", max_lag_seconds=60)
+    with pytest.raises(SourcePrivilegeError, match=MONITOR_FIX.replace("*", "\\*").replace(".", "\\.")):
+        sensor.poke({})
+
+    async def first_event() -> dict[str, object]:
+        async for event in sensor.trigger().run():
+            return dict(event.payload)
+        raise AssertionError("the trigger ended without an event")
+
+    payload = asyncio.run(first_event())
+    assert payload["error_class"] == "SourcePrivilegeError"
+    with pytest.raises(SourcePrivilegeError) as caught:
+        sensor.execute_complete({}, payload)
+    assert isinstance(caught.value, AirflowFailException)
+    assert MONITOR_FIX in str(caught.value)
