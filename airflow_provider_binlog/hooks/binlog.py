@@ -682,10 +682,10 @@ class BinlogHook(BaseHook):
 
         :returns: ``(ok, message)``: a header line, one ``name=value: verdict`` line per setting checked
             (see :class:`SettingCheck`), one ``privilege=...`` line per privilege the pipeline needs
-            (:meth:`check_privileges`; without a missing one's ``GRANT`` the settings may be unreadable, then a
-            ``settings=?: not checked`` line stands for them) and the binlog head, separated by a semicolon and a newline (readable
-            whether the UI keeps line breaks or not); ``ok`` is False when any setting is WRONG or the
-            server cannot be reached. Secrets never appear in it.
+            (:meth:`check_privileges`; when a missing one keeps the server from showing the settings, a
+            ``settings=?: not checked`` line stands for them) and the binlog head, separated by a semicolon
+            and a newline (readable whether the UI keeps line breaks or not); ``ok`` is False when any line
+            is WRONG or the server cannot be reached. Secrets never appear in it.
         """
         state: ServerState | None = None
         try:
