@@ -17,6 +17,10 @@ class BinlogConfigError(BinlogError, AirflowFailException):
     """The source server, the connection or an argument is configured wrongly; fix it, then retry."""
 
 
+class SourcePrivilegeError(BinlogConfigError):
+    """The pipeline's user lacks a privilege on the source; the message holds the GRANT that fixes it."""
+
+
 class SourceUnreachableError(BinlogError):
     """The source server cannot be reached or refused the login (retryable unless credentials are wrong)."""
 

@@ -31,7 +31,13 @@ SERVER_ID_SPAN = (1 << 30) - 1
 above the small ids DBAs usually give real servers."""
 
 CONNECT_TIMEOUT_MAX_SECONDS = 31_536_000
-"""pymysql accepts ``connect_timeout`` in ``(0, 31536000]`` seconds."""
+"""pymysql accepts ``connect_timeout`` in ``(0, 31536000]`` seconds (the provider uses the same bound for
+``read_timeout``)."""
+DEFAULT_CONNECT_TIMEOUT_SECONDS = 10
+"""Seconds the TCP connect and, separately, the login may take (pymysql's own default for the connect)."""
+DEFAULT_READ_TIMEOUT_SECONDS = 60
+"""Seconds a read or write of an SQL connection may wait after the login (the replication stream's reads
+are not bounded by it)."""
 
 CONN_FIELDS: dict[str, dict[str, Any]] = {
     "server_id": {
@@ -76,12 +82,28 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
     },
     "connect_timeout": {
         "label": "Connect timeout (seconds)",
-        "description": "Seconds to wait for the TCP connection and login before giving up.",
+        "description": (
+            "Seconds to wait for the TCP connection, and again for the login (the server's handshake and "
+            "the authentication), before giving up. Applies to SQL and replication connections."
+        ),
         "schema": {
             "type": ["integer", "null"],
             "minimum": 1,
             "maximum": CONNECT_TIMEOUT_MAX_SECONDS,
-            "default": 10,
+            "default": DEFAULT_CONNECT_TIMEOUT_SECONDS,
+        },
+    },
+    "read_timeout": {
+        "label": "Read timeout (seconds)",
+        "description": (
+            "Seconds an SQL query may wait for the server's answer (each read and write of the socket) "
+            "before the task fails and retries. Does not apply to the binlog stream."
+        ),
+        "schema": {
+            "type": ["integer", "null"],
+            "minimum": 1,
+            "maximum": CONNECT_TIMEOUT_MAX_SECONDS,
+            "default": DEFAULT_READ_TIMEOUT_SECONDS,
         },
     },
 }

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pendulum
 
-from airflow_provider_binlog.exceptions import BinlogConfigError, BinlogPurgedError, SourceUnreachableError
+from airflow_provider_binlog.exceptions import BinlogPurgedError, SourceUnreachableError
 from airflow_provider_binlog.hooks.binlog import ACCESS_DENIED, derive_server_id
 from airflow_provider_binlog.positions import BinlogPosition
 
@@ -52,10 +52,7 @@ def _probe_stream(hook: BinlogHook, file: str, pos: int, events: list[type]) -> 
 def _translate(err: Any, hook: BinlogHook, file: str, pos: int) -> Exception:
     code = err.args[0] if err.args else None
     if code in ACCESS_DENIED:
-        return BinlogConfigError(
-            f"connection {hook.binlog_conn_id!r} may not read the binlog ({err.args[1]}): grant the user "
-            f"REPLICATION SLAVE (and on MariaDB 10.5+ BINLOG MONITOR)."
-        )
+        return hook.privilege_error(err, f"read binlog {file} from position {pos}")
     if code == _FATAL_READING_BINLOG:
         return BinlogPurgedError(f"the source cannot serve binlog {file} from position {pos}: {err.args[1]}")
     return SourceUnreachableError(f"binlog probe of {file}:{pos} via {hook.binlog_conn_id!r} failed: {err}")

@@ -22,10 +22,87 @@ MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT_VERSION = 1
 
 
+LOCAL_SCHEMES = frozenset({"", "file", "local"})
+
+FILESYSTEM_EXTRAS = {"s3fs": "s3", "gcsfs": "gcs", "adlfs": "azure"}
+"""The provider's pip extra that installs each fsspec filesystem package (see ``pyproject.toml``)."""
+
+FILESYSTEM_PROVIDERS = {
+    "s3fs": "apache-airflow-providers-amazon",
+    "gcsfs": "apache-airflow-providers-google",
+    "adlfs": "apache-airflow-providers-microsoft-azure",
+}
+"""The Airflow provider that registers each package's schemes with ObjectStoragePath (its ``filesystems``
+entry in ``provider.yaml``: ``airflow.providers.amazon.aws.fs.s3``, ``...google.cloud.fs.gcs``,
+``...microsoft.azure.fs.adls``)."""
+
+
+def require_filesystem(uri: str) -> None:
+    """Check that this worker can open ``uri`` through ObjectStoragePath, before anything is read or written.
+
+    Two things must be installed for an object-store scheme: the fsspec implementation package (fsspec's
+    ``known_implementations`` names its class and the error fsspec raises without it, e.g. ``s3fs`` for
+    ``s3``), and an Airflow provider that registers the scheme with ObjectStoragePath
+    (``airflow.sdk.io.fs.has_fs``; the Amazon provider for ``s3``). Without the package the first write
+    raised a bare ``ImportError``, which Airflow retries; this check fails at once instead.
+
+    :raises BinlogConfigError: naming the scheme, the missing package or provider and the pip extra that
+        installs them.
+    """
+    import importlib.util
+
+    from fsspec.registry import known_implementations
+
+    from airflow_provider_binlog.exceptions import BinlogConfigError
+
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    if scheme in LOCAL_SCHEMES:
+        return
+    known = known_implementations.get(scheme)
+    package = str(known["class"]).split(".", 1)[0] if known else None
+    if package and importlib.util.find_spec(package) is None:
+        extra = FILESYSTEM_EXTRAS.get(package)
+        install = (
+            f"pip install 'airflow-provider-binlog[{extra}]' (installs {package} and "
+            f"{FILESYSTEM_PROVIDERS[package]})"
+            if extra
+            else f"pip install {package}"
+        )
+        raise BinlogConfigError(
+            f"the location {uri} uses the scheme {scheme}://, which needs the Python package {package} "
+            f"(fsspec: {known.get('err', 'not installed') if known else ''}), not installed on this worker. "
+            f"Install it where the tasks run: {install}."
+        )
+    from airflow.sdk.io.fs import has_fs
+
+    try:
+        registered = has_fs(scheme)
+    except ImportError as err:  # a provider's filesystem module whose own package is missing
+        raise BinlogConfigError(
+            f"the location {uri} uses the scheme {scheme}://, but loading Airflow's filesystems failed: {err}"
+        ) from err
+    if not registered:
+        provider = FILESYSTEM_PROVIDERS.get(package or "")
+        hint = (
+            f"install {provider} (pip install 'airflow-provider-binlog[{FILESYSTEM_EXTRAS[package or '']}]')"
+            if provider
+            else "install the Airflow provider that registers it, or use a local path"
+        )
+        raise BinlogConfigError(
+            f"the location {uri} uses the scheme {scheme}://, which no installed Airflow provider registers "
+            f"with ObjectStoragePath: {hint}."
+        )
+
+
 def storage_path(uri: str, conn_id: str | None = None) -> ObjectStoragePath:
-    """Return an :class:`ObjectStoragePath` for a URI or a local path (made absolute)."""
+    """Return an :class:`ObjectStoragePath` for a URI or a local path (made absolute).
+
+    :raises BinlogConfigError: when the URI's scheme needs a package or provider this worker lacks
+        (:func:`require_filesystem`).
+    """
     if "://" not in uri:
         uri = "file://" + os.path.abspath(uri)
+    require_filesystem(uri)
     return ObjectStoragePath(uri, conn_id=conn_id) if conn_id else ObjectStoragePath(uri)
 
 

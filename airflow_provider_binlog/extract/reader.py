@@ -49,6 +49,7 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from airflow_provider_binlog.connect import LOST_CONNECTION_ERRORS, LoginTimeoutConnection
 from airflow_provider_binlog.exceptions import (
     ReplicationConnectionLostError,
     SourceUnreachableError,
@@ -97,11 +98,6 @@ READ_EVENTS: tuple[type, ...] = (
 _SAVEPOINT = re.compile(r"SAVEPOINT\s+(.+)", re.IGNORECASE | re.DOTALL)
 _ROLLBACK_TO = re.compile(r"ROLLBACK\s+(?:WORK\s+)?TO\s+(?:SAVEPOINT\s+)?(.+)", re.IGNORECASE | re.DOTALL)
 
-LOST_CONNECTION_ERRORS = frozenset({1053, 1927, 2003, 2006, 2013, 2055})
-"""Error codes meaning the connection to the source is gone: 2003 can't connect, 2006 server has gone
-away, 2013 lost connection during query, 2055 lost connection (system error) (MySQL manual, "Client Error
-Message Reference"); 1053 server shutdown in progress (MySQL manual, "Server Error Message Reference");
-1927 connection was killed (MariaDB KB, "MariaDB Error Code Reference")."""
 REPLICATION_NET_WRITE_TIMEOUT_SECONDS = 3600
 """How long the source waits for the reader to take more binlog bytes before it drops the stream (seconds)."""
 _CONTROL_DATABASE = "information_schema"
@@ -112,8 +108,11 @@ class _ConnectionLost(Exception):
     """A lost connection, raised where mysql-replication cannot catch it (it is no ``OperationalError``)."""
 
 
-class ReplicationConnection(pymysql.connections.Connection):
+class ReplicationConnection(LoginTimeoutConnection):
     """A pymysql connection whose lost-connection errors mysql-replication cannot swallow.
+
+    Its login is bounded by ``connect_timeout`` (:class:`~airflow_provider_binlog.connect.LoginTimeoutConnection`);
+    reads after the login keep the stream's own timeout settings.
 
     ``BinLogStreamReader.fetchone`` (mysql-replication 1.0) catches ``OperationalError`` 2006/2013 from the
     replication connection and reconnects at the last event position it saw; this class re-raises every

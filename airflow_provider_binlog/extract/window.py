@@ -6,6 +6,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pymysql
 
 from airflow_provider_binlog.extract.columns import ColumnSpec
 from airflow_provider_binlog.extract.reader import (
@@ -16,6 +17,7 @@ from airflow_provider_binlog.extract.reader import (
 )
 from airflow_provider_binlog.extract.tablemaps import CACHED_TABLE_MAP_EVENTS, table_map_cache
 from airflow_provider_binlog.extract.writer import TableOutput, TableWriter
+from airflow_provider_binlog.grants import ACCESS_DENIED_ERRORS
 from airflow_provider_binlog.retention import binlog_bytes_between, check_retained
 from airflow_provider_binlog.staging import MANIFEST_FORMAT_VERSION, clear_window, uri_of, write_manifest
 from airflow_provider_binlog.state import Window, now_iso
@@ -58,6 +60,8 @@ def extract_window(
 
     :raises BinlogPurgedError: when the window start was purged.
     :raises UnsupportedEventError: on events that cannot be decoded without loss.
+    :raises SourcePrivilegeError: when the source refuses the stream for a missing privilege (no retry;
+        the message holds the GRANT statements).
     :raises SourceUnreachableError: when the stream breaks or ends early (retryable; a broken connection
         raises :class:`~airflow_provider_binlog.extract.reader.ReplicationConnectionLostError`). The retry
         re-reads the window: the window folder holds no manifest then, and it is cleared first.
@@ -81,6 +85,10 @@ def extract_window(
         )
         with table_map_cache():
             stats = reader.run()
+    except pymysql.err.MySQLError as err:
+        if err.args and err.args[0] in ACCESS_DENIED_ERRORS:
+            raise hook.privilege_error(err, f"stream the binlog of window {window.seq} from {start}") from err
+        raise
     finally:
         stream.close()
     outputs = {name: writer.close() for name, writer in writers.items()}

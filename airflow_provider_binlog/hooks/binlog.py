@@ -12,10 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_binlog.exceptions import BinlogConfigError, SourceUnreachableError
+from airflow_provider_binlog.exceptions import (
+    BinlogConfigError,
+    SourcePrivilegeError,
+    SourceUnreachableError,
+)
 from airflow_provider_binlog.get_provider_info import (
     CONN_TYPE,
     CONNECT_TIMEOUT_MAX_SECONDS,
+    DEFAULT_CONNECT_TIMEOUT_SECONDS,
+    DEFAULT_READ_TIMEOUT_SECONDS,
     HOOK_NAME,
     SERVER_ID_BASE,
     SERVER_ID_MAX,
@@ -24,15 +30,18 @@ from airflow_provider_binlog.get_provider_info import (
     SSL_FIELDS,
     ui_field_behaviour,
 )
+from airflow_provider_binlog.grants import ACCESS_DENIED_ERRORS
 from airflow_provider_binlog.positions import BinlogPosition, read_head
 
 if TYPE_CHECKING:
     import pymysql
     from pymysqlreplication import BinLogStreamReader
 
+    from airflow_provider_binlog.grants import Grants, PrivilegeReport
+
 log = logging.getLogger(__name__)
 
-ACCESS_DENIED = frozenset({1044, 1045, 1227, 1698})
+ACCESS_DENIED = ACCESS_DENIED_ERRORS
 ER_PARSE_ERROR = 1064
 MIN_REDACTED_SECRET_LENGTH = 5
 """Secrets shorter than this are not redacted from messages (they would garble them; Airflow's secrets
@@ -202,7 +211,8 @@ class BinlogHook(BaseHook):
                 "user": conn.login or "",
                 "passwd": conn.password or "",
                 "charset": str(self._extras.get("charset", "utf8mb4")),
-                "connect_timeout": self._int_extra("connect_timeout", 1, CONNECT_TIMEOUT_MAX_SECONDS) or 10,
+                "connect_timeout": self._int_extra("connect_timeout", 1, CONNECT_TIMEOUT_MAX_SECONDS)
+                or DEFAULT_CONNECT_TIMEOUT_SECONDS,
             }
             ssl = self._ssl_options()
             if ssl:
@@ -267,23 +277,41 @@ class BinlogHook(BaseHook):
         return f"derived from pipeline name {self.pipeline!r}"
 
     def sql_settings(self) -> dict[str, Any]:
-        """Return ``pymysql.connect()`` keyword arguments (``password``, not the stream's ``passwd``)."""
+        """Return ``pymysql.connect()`` keyword arguments of SQL connections.
+
+        They hold ``password`` (not the stream's ``passwd``) and, unlike the replication stream's settings,
+        ``read_timeout`` and ``write_timeout``: the extra ``read_timeout`` (seconds, default
+        :data:`~airflow_provider_binlog.get_provider_info.DEFAULT_READ_TIMEOUT_SECONDS`) for both.
+
+        :raises BinlogConfigError: when the connection extras are malformed.
+        """
         settings = self.connection_settings()
         settings["password"] = settings.pop("passwd")
+        timeout = (
+            self._int_extra("read_timeout", 1, CONNECT_TIMEOUT_MAX_SECONDS) or DEFAULT_READ_TIMEOUT_SECONDS
+        )
+        settings["read_timeout"] = settings["write_timeout"] = timeout
         return settings
 
     def get_conn(self) -> pymysql.connections.Connection:
-        """Open an autocommit SQL connection to the source.
+        """Open an autocommit SQL connection to the source, its login bounded by ``connect_timeout``.
+
+        The connection is a :class:`~airflow_provider_binlog.connect.LoginTimeoutConnection`: the TCP
+        connect and every read and write of the login wait at most ``connect_timeout`` seconds, later reads
+        and writes at most ``read_timeout`` seconds.
 
         :raises BinlogConfigError: when the login is refused (wrong user/password or missing grant).
-        :raises SourceUnreachableError: when the server cannot be reached.
+        :raises SourceUnreachableError: when the server cannot be reached or does not complete the login
+            within ``connect_timeout`` (retryable).
         """
         import pymysql
+
+        from airflow_provider_binlog.connect import LoginTimeoutConnection
 
         settings = self.sql_settings()
         where = f"{settings['host']}:{settings['port']}"
         try:
-            return pymysql.connect(autocommit=True, **settings)
+            return LoginTimeoutConnection(autocommit=True, **settings)
         except pymysql.err.OperationalError as err:
             code = err.args[0] if err.args else None
             if code in ACCESS_DENIED:
@@ -292,18 +320,141 @@ class BinlogHook(BaseHook):
                     f"Check the login and password of connection {self.binlog_conn_id!r}."
                 ) from err
             raise SourceUnreachableError(
-                f"cannot reach the source {where} (connection {self.binlog_conn_id!r}): {err}"
+                f"cannot reach the source {where} (connection {self.binlog_conn_id!r}) with "
+                f"connect_timeout={settings['connect_timeout']} s: {err}. The task retries; if the server is "
+                f"up but slow to log in, raise the extra connect_timeout."
             ) from err
 
     @contextmanager
     def cursor(self) -> Iterator[pymysql.cursors.Cursor]:
-        """Yield a cursor on a fresh connection and close both afterwards."""
+        """Yield a cursor on a fresh connection and close both afterwards.
+
+        :raises SourcePrivilegeError: when the server denies a statement for a missing privilege (no
+            retry; the message holds the GRANT statements, see :meth:`privilege_error`).
+        :raises SourceUnreachableError: when the connection is lost or a read or write waits longer than
+            ``read_timeout`` (retryable).
+        """
+        import pymysql
+
+        from airflow_provider_binlog.connect import LOST_CONNECTION_ERRORS
+
         conn = self.get_conn()
+        cur = conn.cursor()
         try:
-            with conn.cursor() as cur:
-                yield cur
+            yield cur
+        except pymysql.err.MySQLError as err:
+            code = err.args[0] if err.args else None
+            if code in ACCESS_DENIED:
+                statement = str(getattr(cur, "_executed", None) or "SQL")
+                shown = statement if len(statement) <= 60 else statement[:57] + "..."
+                raise self.privilege_error(err, f"run {shown}") from err
+            if code in LOST_CONNECTION_ERRORS:
+                settings = self.sql_settings()
+                raise SourceUnreachableError(
+                    f"lost the SQL connection to the source {settings['host']}:{settings['port']} (connection "
+                    f"{self.binlog_conn_id!r}; read_timeout={settings['read_timeout']} s): {err}. The task "
+                    f"retries; raise the extra read_timeout if the server answers slower than that."
+                ) from err
+            raise
         finally:
+            cur.close()
             conn.close()
+
+    def read_grants(self, cur: pymysql.cursors.Cursor) -> tuple[str, str, Grants]:
+        """Return ``(flavor, version, grants)``: the grants active in a new session of the connection's user.
+
+        Reads ``CURRENT_USER()`` (the account the server matched, whose host part a ``GRANT`` must name),
+        the enabled roles (``CURRENT_ROLE()``: MariaDB's default role; MySQL's active roles, absent before
+        8.0) and ``SHOW GRANTS``, which needs no privilege for one's own account. MariaDB lists the
+        privileges of the enabled role (and of the roles granted to it) under plain ``SHOW GRANTS``
+        (measured on 10.11); MySQL lists them with ``SHOW GRANTS FOR CURRENT_USER() USING <roles>``
+        (MySQL manual, "SHOW GRANTS Statement").
+
+        Lines of unknown shape are kept in ``Grants.unparsed``.
+        """
+        import pymysql
+
+        from airflow_provider_binlog.grants import Grants, flavor_of, parse_role_list
+
+        flavor = self.flavor(cur)
+        cur.execute("SELECT VERSION(), CURRENT_USER()")
+        version, current_user = (str(value) for value in cur.fetchone())
+        try:
+            cur.execute("SELECT CURRENT_ROLE()")
+            enabled = str((cur.fetchone() or [None])[0] or "")
+        except pymysql.err.MySQLError:  # MySQL 5.7: no roles
+            enabled = ""
+        roles = parse_role_list(enabled)
+        if flavor == "mysql" and roles:
+            cur.execute(f"SHOW GRANTS FOR CURRENT_USER() USING {enabled}")
+        else:
+            cur.execute("SHOW GRANTS")
+        lines = [str(row[0]) for row in cur.fetchall()]
+        return flavor, version, Grants.parse(current_user, lines, flavor_of(flavor, version), roles)
+
+    def check_privileges(self, tables: Iterable[str] | None = None) -> PrivilegeReport:
+        """Check every privilege the pipeline needs: binlog stream, binlog status, SELECT on ``tables``.
+
+        See :mod:`airflow_provider_binlog.grants` for the privileges of each flavor and the sources.
+
+        :param tables: the table selection (``db.table`` names or patterns); None checks only the global
+            privileges (the connection test knows no tables).
+        :returns: the report; its ``missing`` verdicts carry the ``GRANT`` statement that fixes each.
+        :raises BinlogConfigError: on a refused login.
+        :raises SourceUnreachableError: when the server cannot be reached.
+        """
+        from airflow_provider_binlog.grants import PrivilegeReport, table_levels
+
+        selection = [t.strip() for t in tables or [] if t and t.strip()]
+        with self.cursor() as cur:
+            flavor, version, grants = self.read_grants(cur)
+            databases: list[str] = []
+            if any(any(c in t.split(".", 1)[0] for c in "*?[") for t in selection):
+                cur.execute("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA")
+                databases = [str(row[0]) for row in cur.fetchall()]
+        requirements = grants.flavor.requirements(table_levels(selection, databases))
+        return PrivilegeReport(flavor, version, grants, grants.check(requirements))
+
+    def privilege_error(self, err: Exception, action: str) -> SourcePrivilegeError:
+        """Return the error for an access-denied answer of the source, with the GRANTs that fix it.
+
+        The source answered ``action`` with one of :data:`~airflow_provider_binlog.grants.ACCESS_DENIED_ERRORS`
+        (the privilege was revoked after validation, or is not checked by it). The error lists the
+        statements for every privilege the pipeline needs and lacks (read again from ``SHOW GRANTS`` on a
+        new connection) and the one the server's message names. A retry cannot succeed before an
+        administrator runs them, so the error fails the task at once.
+        """
+        from airflow_provider_binlog.grants import fix_from_error, quote_string
+
+        settings = self.connection_settings()
+        where = f"{settings['host']}:{settings['port']}"
+        account = f"{quote_string(settings['user'])}@'%'"
+        fixes: list[str] = []
+        try:
+            conn = self.get_conn()
+            try:
+                with conn.cursor() as cur:
+                    _, _, grants = self.read_grants(cur)
+            finally:
+                conn.close()
+            account = grants.account
+            fixes = [v.fix for v in grants.check(grants.flavor.requirements()) if v.missing]
+        except Exception as reread:  # the advice is best effort; the denial is the error to report
+            log.warning("could not read the grants of connection %r again: %s", self.binlog_conn_id, reread)
+        named = fix_from_error(str(err.args[1] if len(err.args) > 1 else err), account, fixes)
+        if named:
+            fixes.append(named)
+        advice = (
+            "Run as an administrator of the source:\n" + "\n".join(f"  {fix}" for fix in fixes)
+            if fixes
+            else f"Grant {account} the privilege the message names."
+        )
+        return SourcePrivilegeError(
+            self._redacted(
+                f"the source {where} refused to let {account} {action} (connection {self.binlog_conn_id!r}): "
+                f"{err}. {advice}\nA retry cannot succeed before that, so the task fails without retrying."
+            )
+        )
 
     def flavor(self, cur: pymysql.cursors.Cursor) -> str:
         """Return ``mariadb`` or ``mysql`` (from the connection extra, else ``SELECT VERSION()``)."""
@@ -399,22 +550,47 @@ class BinlogHook(BaseHook):
             return variables["server_uuid"]
         return f"mariadb:{variables.get('server_id')}@{variables.get('hostname')}:{variables.get('port')}"
 
-    def validate_source(self, *, allow_minimal_row_metadata: bool = False) -> ServerState:
-        """Check that the server can be a CDC source and return its state.
+    def validate_source(
+        self, *, allow_minimal_row_metadata: bool = False, tables: Iterable[str] | None = None
+    ) -> ServerState:
+        """Check that the server can be a CDC source for the user and return its state.
+
+        Checks the user's privileges (:meth:`check_privileges`) before the settings, so a missing grant
+        fails here instead of in a later run.
 
         :param allow_minimal_row_metadata: accept ``binlog_row_metadata=MINIMAL`` and describe tables
             from information_schema instead (today's schema, not the schema at each event).
+        :param tables: the table selection, whose tables need SELECT; None skips that check.
+        :raises SourcePrivilegeError: listing every missing privilege with its ``GRANT`` statement, and
+            every wrong setting when they could be read.
         :raises BinlogConfigError: listing every wrong setting and its fix in one message.
         """
-        state = self.server_state()
+        report = self.check_privileges(tables)
+        try:
+            state = self.server_state()
+        except SourcePrivilegeError:
+            if not report.missing:
+                raise
+            raise SourcePrivilegeError(self._privileges_message(report)) from None
         problems = state.problems(allow_minimal_row_metadata=allow_minimal_row_metadata)
+        listing = "\n".join(f"  - {p}" for p in problems)
+        if report.missing:
+            settings = f"\nIts settings are wrong too:\n{listing}" if problems else ""
+            raise SourcePrivilegeError(self._privileges_message(report) + settings)
         if problems:
-            listing = "\n".join(f"  - {p}" for p in problems)
             raise BinlogConfigError(
                 f"the source {state.flavor} {state.version} (connection {self.binlog_conn_id!r}) cannot be "
                 f"used for CDC:\n{listing}"
             )
         return state
+
+    def _privileges_message(self, report: PrivilegeReport) -> str:
+        """Return the error text for the missing privileges of ``report``, one GRANT per line."""
+        return (
+            f"the user {report.grants.account} of connection {self.binlog_conn_id!r} lacks privileges the "
+            f"pipeline needs on the source {report.flavor} {report.version}:\n{report.describe_missing()}\n"
+            "Run the statements as an administrator of the source, then run the task again."
+        )
 
     def registered_replicas(self, cur: pymysql.cursors.Cursor) -> list[ReplicaHost]:
         """Return the replicas registered with the source.
@@ -502,27 +678,67 @@ class BinlogHook(BaseHook):
         )
 
     def test_connection(self) -> tuple[bool, str]:
-        """Log in, check every binlog setting and the ``server_id`` (the Airflow UI's Test button).
+        """Log in, check every binlog setting, the ``server_id`` and the user's privileges (the Test button).
 
         :returns: ``(ok, message)``: a header line, one ``name=value: verdict`` line per setting checked
-            (see :class:`SettingCheck`) and the binlog head, separated by a semicolon and a newline (readable
-            whether the UI keeps line breaks or not); ``ok`` is False when any setting is WRONG or the
-            server cannot be reached. Secrets never appear in it.
+            (see :class:`SettingCheck`), one ``privilege=...`` line per privilege the pipeline needs
+            (:meth:`check_privileges`; when a missing one keeps the server from showing the settings, a
+            ``settings=?: not checked`` line stands for them) and the binlog head, separated by a semicolon
+            and a newline (readable whether the UI keeps line breaks or not); ``ok`` is False when any line
+            is WRONG or the server cannot be reached. Secrets never appear in it.
         """
+        state: ServerState | None = None
         try:
-            state = self.server_state()
-            checks = [*self._setting_checks(state), self._server_id_check(state)]
+            report = self.check_privileges()
+            try:
+                state = self.server_state()
+                checks = [*self._setting_checks(state), self._server_id_check(state, report.grants)]
+            except SourcePrivilegeError:
+                if not report.missing:
+                    raise
+                checks = [
+                    SettingCheck(
+                        "settings", "?", "not checked: reading them needs the privileges marked WRONG"
+                    )
+                ]
         except Exception as err:
             return False, self._redacted(str(err))
+        checks += self._privilege_checks(report)
         ok = not any(check.wrong for check in checks)
         settings = self.connection_settings()
         verdict = (
             "usable as a CDC source" if ok else "NOT usable as a CDC source; fix the settings marked WRONG"
         )
-        header = f"{state.flavor} {state.version} at {settings['host']}:{settings['port']}: {verdict}"
-        head = state.head
+        header = f"{report.flavor} {report.version} at {settings['host']}:{settings['port']}: {verdict}"
+        head = state.head if state else None
         footer = f"head={head.file}:{head.pos} gtid={head.gtid_set or 'none'}" if head else "head=none"
         return ok, self._redacted(";\n".join([header, *map(str, checks), footer]))
+
+    @staticmethod
+    def _privilege_checks(report: PrivilegeReport) -> list[SettingCheck]:
+        """Return one ``privilege=...`` line per privilege checked and a note per role not enabled."""
+        checks = []
+        for verdict in report.verdicts:
+            requirement = verdict.requirement
+            if verdict.missing:
+                text = f"missing: the pipeline {requirement.purpose}; run {verdict.fix.rstrip(';')}"
+            elif verdict.granted_to == f"{report.grants.user}@{report.grants.host}":
+                text = "ok"
+            else:
+                text = f"ok (through role {verdict.granted_to})"
+            checks.append(SettingCheck("privilege", str(requirement), text, wrong=verdict.missing))
+        for line in report.grants.unparsed:
+            checks.append(SettingCheck("grant", line, "note: not understood, counted as granting nothing"))
+        for role in report.grants.inactive_roles():
+            checks.append(
+                SettingCheck(
+                    "role",
+                    role,
+                    "note: granted but not enabled in new sessions, so its privileges do not count; "
+                    f"run {report.grants.default_role_fix(role).rstrip(';')} to use them",
+                )
+            )
+        return checks
 
     _REQUIRED_SETTINGS = (
         "log_bin",
@@ -569,8 +785,8 @@ class BinlogHook(BaseHook):
         advice = "note: keep it at least twice the longest outage a pipeline must survive"
         return SettingCheck("binlog retention", f"{policy.seconds} s by {policy.setting}", advice + notes)
 
-    def _server_id_check(self, state: ServerState) -> SettingCheck:
-        """Return the verdict of :meth:`check_server_id` on :attr:`server_id`."""
+    def _server_id_check(self, state: ServerState, grants: Grants) -> SettingCheck:
+        """Return the verdict of :meth:`check_server_id` on :attr:`server_id` (``grants``: for the advice)."""
         server_id: int | str = self._extras.get("server_id", "?")
         try:
             server_id = self.server_id
@@ -584,7 +800,7 @@ class BinlogHook(BaseHook):
                 "server_id",
                 value,
                 "not checked against replicas: the user may not list them; grant REPLICATION MASTER ADMIN "
-                "(MariaDB 10.5.2+) or REPLICATION SLAVE (MySQL) to check",
+                f"(MariaDB 10.5.2+) or REPLICATION SLAVE (MySQL) to check: {grants.list_replicas_fix().rstrip(';')}",
             )
         ids = ", ".join(str(r.server_id) for r in replicas) or "none"
         return SettingCheck("server_id", value, f"ok, no registered replica uses it (registered: {ids})")
@@ -675,10 +891,16 @@ class BinlogHook(BaseHook):
         """Open a non-blocking stream from ``start`` by coordinates with ``server_id``, unchecked.
 
         For short reads under an id of their own (:mod:`airflow_provider_binlog.probes`); pipelines use
-        :meth:`stream_reader`. ``kwargs`` go to ``BinLogStreamReader`` (``only_events``, ...).
+        :meth:`stream_reader`. ``kwargs`` go to ``BinLogStreamReader`` (``only_events``, ...). Its
+        connections log in within ``connect_timeout`` (``pymysql_wrapper`` defaults to
+        :class:`~airflow_provider_binlog.connect.LoginTimeoutConnection`); reads of the stream after the
+        login have no timeout here.
         """
         from pymysqlreplication import BinLogStreamReader
 
+        from airflow_provider_binlog.connect import LoginTimeoutConnection
+
+        kwargs.setdefault("pymysql_wrapper", LoginTimeoutConnection)
         return BinLogStreamReader(
             connection_settings=self.connection_settings(),
             server_id=server_id,

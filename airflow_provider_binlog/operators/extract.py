@@ -110,12 +110,14 @@ class BinlogExtractOperator(BaseOperator):
             uri_of,
             window_path,
         )
-
-        hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
-        server = hook.validate_source(allow_minimal_row_metadata=self.allow_minimal_row_metadata)
-        targets = table_targets(hook.describe_tables(parse_tables(self.tables)), self.keys)
         from airflow_provider_binlog.state_history import StagedStateHistory
 
+        hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
+        selection = parse_tables(self.tables)
+        server = hook.validate_source(
+            allow_minimal_row_metadata=self.allow_minimal_row_metadata, tables=selection
+        )
+        targets = table_targets(hook.describe_tables(selection), self.keys)
         root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
         check_writable(root)
         manager = StateManager(self.pipeline, history=StagedStateHistory(root))

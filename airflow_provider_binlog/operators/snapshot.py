@@ -116,15 +116,17 @@ class BinlogSnapshotOperator(SparkJobOperator):
         from airflow_provider_binlog.spark_jobs import merge as job
         from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME, SOURCE_ENV
         from airflow_provider_binlog.staging import check_writable, storage_path, uri_of
+        from airflow_provider_binlog.state_history import StagedStateHistory
         from airflow_provider_binlog.target import check_target, target_root
 
         if self.mode not in MODES:
             raise BinlogConfigError(f"mode={self.mode!r} must be one of {', '.join(MODES)}")
         hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
-        server = hook.validate_source(allow_minimal_row_metadata=self.allow_minimal_row_metadata)
-        described = hook.describe_tables(parse_tables(self.tables))
-        from airflow_provider_binlog.state_history import StagedStateHistory
-
+        selection = parse_tables(self.tables)
+        server = hook.validate_source(
+            allow_minimal_row_metadata=self.allow_minimal_row_metadata, tables=selection
+        )
+        described = hook.describe_tables(selection)
         root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
         check_writable(root)
         manager = StateManager(self.pipeline, history=StagedStateHistory(root))

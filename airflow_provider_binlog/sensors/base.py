@@ -18,6 +18,7 @@ _ERRORS: dict[str, type[exceptions.BinlogError]] = {
     cls.__name__: cls
     for cls in (
         exceptions.BinlogConfigError,
+        exceptions.SourcePrivilegeError,
         exceptions.SourceUnreachableError,
         exceptions.BinlogPurgedError,
         exceptions.StateError,

@@ -130,10 +130,10 @@ def read_chunk(
     done = finished(snapshot_uri, table.name, chunk.index)
     if done is not None:
         return asdict(done)
-    import pymysql
+    from airflow_provider_binlog.connect import LoginTimeoutConnection
 
     started = time.monotonic()
-    conn = pymysql.connect(**{**source, "autocommit": True, "charset": "utf8mb4"})
+    conn = LoginTimeoutConnection(**{**source, "autocommit": True, "charset": "utf8mb4"})
     try:
         with conn.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")

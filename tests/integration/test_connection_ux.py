@@ -159,9 +159,10 @@ def test_test_connection_lists_every_setting_with_its_verdict(connections: Local
         f"server_id={derive_server_id('shop')} (derived from pipeline name 'shop'; the source's is "
         f"{source_server_id(connections)}): ok, no registered replica uses it (registered: none)"
     )
+    assert lines[10:12] == ["privilege=REPLICATION SLAVE ON *.*: ok", "privilege=BINLOG MONITOR ON *.*: ok"]
     file, pos = connections.execute("SHOW MASTER STATUS")[0][:2]
-    assert lines[10].startswith(f"head={file}:{pos} gtid=")
-    assert len(lines) == 11
+    assert lines[12].startswith(f"head={file}:{pos} gtid=")
+    assert len(lines) == 13
     assert connections.root_password not in message
 
 
@@ -207,6 +208,7 @@ def test_a_user_that_may_not_list_replicas_still_passes(
     assert f"at 127.0.0.1:{connections.port}: usable as a CDC source" in lines_of(message)[0]
     (line,) = [line for line in lines_of(message) if line.startswith("server_id=")]
     assert "not checked against replicas: the user may not list them; grant REPLICATION MASTER ADMIN" in line
+    assert line.endswith(f"to check: GRANT REPLICATION MASTER ADMIN ON *.* TO '{user}'@'127.0.0.1'")
     assert password not in message
 
 

@@ -73,6 +73,7 @@ def test_conn_fields_declare_every_extra_the_hook_reads() -> None:
             "ssl_key_password",
             "charset",
             "connect_timeout",
+            "read_timeout",
         ]
     )
     server_id = fields["server_id"]["schema"]
@@ -81,6 +82,7 @@ def test_conn_fields_declare_every_extra_the_hook_reads() -> None:
     assert "[1073741824, 2147483647)" in fields["server_id"]["description"]
     assert fields["flavor"]["schema"]["enum"] == [None, "mysql", "mariadb"]
     assert fields["connect_timeout"]["schema"]["default"] == 10
+    assert fields["read_timeout"]["schema"]["default"] == 60
     assert fields["charset"]["schema"]["default"] == "utf8mb4"
 
 
