@@ -148,7 +148,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
             return self._result(snapshot, snapshot.rows or 0)
         target = target_root(self.target_path)
         if self._nothing_to_read(hook, snapshot):
-            manager.update(lambda state: finish_snapshot(state, snapshot.seq, 0, target))
+            manager.update(lambda state: finish_snapshot(state, snapshot.seq, 0, target, written=[]))
             self.log.info(
                 "snapshot %s: every table is empty and has no target table yet; Spark not started",
                 snapshot.seq,
@@ -181,7 +181,9 @@ class BinlogSnapshotOperator(SparkJobOperator):
             )
         self._verify(snapshot)
         rows = int(manifest["stats"]["rows"])
-        manager.update(lambda state: finish_snapshot(state, snapshot.seq, rows, target))
+        manager.update(
+            lambda state: finish_snapshot(state, snapshot.seq, rows, target, written=snapshot.tables)
+        )
         result = self._result(snapshot, rows, manifest["stats"])
         self.log.info(
             "snapshot %s of %s merged: %s rows of %s in %s chunks, read at %.0f rows/s by %s Spark tasks",

@@ -151,15 +151,18 @@ def _check_not_running(state: PipelineState, tables: Sequence[str]) -> None:
             )
 
 
-def finish_snapshot(state: PipelineState, seq: int, rows: int, target: str) -> PipelineState:
+def finish_snapshot(
+    state: PipelineState, seq: int, rows: int, target: str, written: Sequence[str]
+) -> PipelineState:
     """Return ``state`` with snapshot ``seq`` marked ``merged`` (its rows are verified in the target).
 
-    :param target: the target root it was merged into (recorded with its tables, see
+    :param target: the target root it was merged into.
+    :param written: the tables whose Delta tables hold its merge (none when every table was empty and
+        no target table existed), recorded with the root (see
         :meth:`~airflow_provider_binlog.state.PipelineState.with_target`).
     """
-    finished = next(s for s in state.snapshots if s.seq == seq)
     snapshots = [
         s.model_copy(update={"status": "merged", "rows": rows}) if s.seq == seq else s
         for s in state.snapshots
     ]
-    return state.model_copy(update={"snapshots": snapshots}).with_target(target, finished.tables)
+    return state.model_copy(update={"snapshots": snapshots}).with_target(target, written)

@@ -67,7 +67,7 @@ def test_a_retry_gets_its_snapshot_back_and_covered_tables_are_skipped() -> None
     again_state, again = begin(state, "r1")
     assert again == snapshot
     assert again_state is state
-    merged = finish_snapshot(state, snapshot.seq, rows=7, target="/t")
+    merged = finish_snapshot(state, snapshot.seq, rows=7, target="/t", written=TABLES)
     assert merged.snapshots[0].status == "merged"
     assert merged.snapshots[0].rows == 7
     unchanged, nothing = begin(merged, "r2")
@@ -82,7 +82,7 @@ def test_a_retry_gets_its_snapshot_back_and_covered_tables_are_skipped() -> None
 
 def test_a_window_cut_while_a_resnapshot_runs_ranks_above_it_and_old_windows_stay_below() -> None:
     state, snapshot = begin(fresh(), "r0")
-    state = finish_snapshot(state, snapshot.seq, rows=0, target="/t")
+    state = finish_snapshot(state, snapshot.seq, rows=0, target="/t", written=TABLES)
     state, old, _ = cut_window(state, run_id="w1", head=BinlogPosition("b.000002", 700))
     state, again = begin(
         state, "rs", mode="requested", tables=["shop.a"], head=BinlogPosition("b.000002", 800)
@@ -133,7 +133,7 @@ def test_an_unmerged_snapshot_whose_run_ended_is_taken_over_with_its_seq_and_sta
 def test_a_purged_snapshot_whose_run_ended_is_taken_over_even_when_nothing_is_missing() -> None:
     state, initial = begin(fresh(), "r0")
     assert initial is not None
-    state = finish_snapshot(state, initial.seq, rows=0, target="/t")
+    state = finish_snapshot(state, initial.seq, rows=0, target="/t", written=TABLES)
     state, recovery = begin(state, "rp", mode="purged", head=BinlogPosition("b.000009", 120, "0-1-99"))
     assert recovery is not None
     state, taken = begin(state, "r5", holders={"rp": "failed"})  # binlog_cdc's snapshot task, mode missing
@@ -143,7 +143,7 @@ def test_a_purged_snapshot_whose_run_ended_is_taken_over_even_when_nothing_is_mi
 
 def test_purge_recovery_moves_the_checkpoint_to_the_snapshot_start() -> None:
     state, snapshot = begin(fresh(), "r0")
-    state = finish_snapshot(state, snapshot.seq, rows=0, target="/t")
+    state = finish_snapshot(state, snapshot.seq, rows=0, target="/t", written=TABLES)
     state, stuck, _ = cut_window(state, run_id="w1", head=BinlogPosition("b.000003", 300))
     later = BinlogPosition("b.000009", 120, "0-1-99")
     state, recovery = begin(state, "rp", mode="purged", head=later)
@@ -178,3 +178,12 @@ def test_chunk_bounds_round_trip_through_the_plan_file(value: object) -> None:
     chunk = Chunk(index=3, lower=values, upper=None)
     assert Chunk.from_json(json.loads(json.dumps(chunk.to_json()))) == chunk
     assert decode_value(encode_value(value)) == value
+
+
+def test_a_finished_snapshot_records_only_the_tables_it_wrote_into_the_target() -> None:
+    state, snapshot = begin(fresh(), "r1")
+    assert snapshot is not None
+    nothing = finish_snapshot(state, snapshot.seq, rows=0, target="/t", written=[])
+    assert (nothing.target, nothing.target_tables) == ("/t", [])
+    loaded = finish_snapshot(state, snapshot.seq, rows=9, target="/t", written=TABLES)
+    assert loaded.target_tables == TABLES
