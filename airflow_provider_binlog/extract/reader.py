@@ -39,6 +39,7 @@ import pyarrow as pa
 import pymysql
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication.event import (
+    ExecuteLoadQueryEvent,
     GtidEvent,
     MariadbGtidEvent,
     NotImplementedEvent,
@@ -87,6 +88,7 @@ READ_EVENTS: tuple[type, ...] = (
     GtidEvent,
     MariadbGtidEvent,
     QueryEvent,
+    ExecuteLoadQueryEvent,
     XidEvent,
     XAPrepareEvent,
     WriteRowsEvent,
@@ -428,6 +430,8 @@ class WindowReader:
             self._commit(event, file, end_pos)
         elif isinstance(event, QueryEvent):
             self._query(event, file, end_pos)
+        elif isinstance(event, ExecuteLoadQueryEvent):
+            self._load_query(event, file, end_pos)
         elif isinstance(event, XAPrepareEvent):
             self._xa_prepare(file, end_pos)
         if end_pos and not self.txn.open:
@@ -496,6 +500,21 @@ class WindowReader:
                 {"gtid": self.txn.gtid, "schema": schema, "query": text, "file": file, "pos": end_pos}
             )
         self._rollback()  # DDL commits implicitly and carries no rows: a transaction boundary
+
+    def _load_query(self, event: Any, file: str, end_pos: int) -> None:
+        """Act on a statement-based ``LOAD DATA`` (an Execute_load_query event) like on any DML statement.
+
+        mysql-replication reads only the event's fixed fields (``ExecuteLoadQueryEvent``); the rest of its
+        body is laid out as a query event's: status variables, the default database and a NUL, then the
+        statement up to the checksum (MySQL source ``log_event.h``, ``Execute_load_query_log_event``).
+        """
+        packet = event.packet
+        packet.read(event.status_vars_length)
+        schema = packet.read(event.schema_length).decode("utf-8", "replace")
+        packet.advance(1)
+        checksum = 4 if getattr(self.stream, "_BinLogStreamReader__use_checksum", True) else 0
+        text = packet.read(max(packet.bytes_to_read() - checksum, 0)).decode("utf-8", "replace").strip()
+        self._statement(text, schema, file, end_pos)
 
     def _statement(self, text: str, schema: str, file: str, end_pos: int) -> None:
         """Act on a statement-based DML statement (logged as SQL text, its rows are not in the binlog).

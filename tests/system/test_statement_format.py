@@ -7,6 +7,9 @@
    (``binlog_resnapshot`` with ``mode: requested``, then the same CDC run again) re-reads the same window,
    skips the statement and ends with the target equal to the source, including a row the window inserted
    and the statement deleted.
+3. ``LOAD DATA`` in statement format is an Execute_load_query event, which mysql-replication does not decode:
+   its statement is read from the event body, so one into an unselected table is ignored and one into a
+   selected table refused (it used to be dropped without a word).
 """
 
 from __future__ import annotations
@@ -142,3 +145,30 @@ def test_a_statement_on_a_selected_table_is_refused_until_a_resnapshot_covers_it
     assert [r["id"] for r in pipeline.staged_records(again, "u", ["id", "_binlog_seq"])] == [2]
     pipeline.run_window()
     assert pipeline.mismatches("t", "u") == []
+
+
+def test_a_statement_based_load_data_is_read_from_its_event(pipeline: Pipeline, tmp_path: Path) -> None:
+    failures: list[BaseException] = []
+    pipeline.dag.task_dict["extract"].on_failure_callback = [lambda ctx: failures.append(ctx["exception"])]
+    pipeline.conf["tables"] = f"{pipeline.db}.u"
+    pipeline.run_window()
+    rows = tmp_path / "rows.tsv"
+    rows.write_text("10\t10\n11\t11\n")
+    conn = pymysql.connect(**pipeline.server.connection_kwargs(database=pipeline.db, local_infile=True))
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION binlog_format = 'STATEMENT'")
+        cur.execute(f"LOAD DATA LOCAL INFILE '{rows}' INTO TABLE t")  # an Execute_load_query event
+    conn.commit()
+    conn.close()
+    merged = pipeline.run_window()
+    assert pipeline.manifest(merged)["stats"]["statements_ignored"] == 1
+    conn = pymysql.connect(**pipeline.server.connection_kwargs(database=pipeline.db, local_infile=True))
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION binlog_format = 'STATEMENT'")
+        cur.execute(f"LOAD DATA LOCAL INFILE '{rows}' INTO TABLE u")
+    conn.commit()
+    conn.close()
+    run = pipeline.runner.run()
+    assert task_states(run)["extract"] == "failed"
+    assert type(failures[0]).__name__ == "UnsupportedEventError"
+    assert f"writes the selected table(s) {pipeline.db}.u," in str(failures[0])
