@@ -311,7 +311,8 @@ class WindowReader:
     def run(self) -> ExtractStats:
         """Read until the window end; return the counters.
 
-        :raises UnsupportedEventError: on compressed transactions, statement-based DML or XA.
+        :raises UnsupportedEventError: on compressed transactions, XA, or statement-based DML writing a
+            selected table that no snapshot covers (see :meth:`_statement`).
         :raises UndecodableValueError: on a value that cannot be staged exactly.
         :raises ReplicationConnectionLostError: when the connection to the source breaks (retryable).
         :raises SourceUnreachableError: when the binlog ends before the window end (retryable).

@@ -84,7 +84,13 @@ def test_a_statement_on_a_selected_table_is_refused_until_a_resnapshot_covers_it
     pipeline.dag.task_dict["extract"].on_failure_callback = [lambda ctx: failures.append(ctx["exception"])]
     pipeline.run_window()
     db = pipeline.db
-    pipeline.sql("INSERT INTO t VALUES (7, 70)", "UPDATE t SET v = 11 WHERE id = 1")
+    pipeline.sql(
+        "INSERT INTO t VALUES (7, 70)",
+        "UPDATE t SET v = 11 WHERE id = 1",
+        # more rows than the reader keeps before writing a Parquet file (BATCH_ROWS): staged before the
+        # statement is met, so the file must be deleted when the table turns out covered
+        "INSERT INTO t (id, v) SELECT seq, seq FROM seq_100_to_9000",
+    )
     conn = _session(pipeline.server, "STATEMENT", database=db)
     with conn.cursor() as cur:
         cur.execute("DELETE FROM t WHERE id = 7")  # deletes a row the same window inserted
