@@ -58,6 +58,7 @@ def _logged_as_statement(server: LocalMariaDB, text: str) -> bool:
     )
 
 
+@pytest.mark.slow  # two DAG runs with Spark merges: about a minute on 2 cores
 def test_a_statement_writing_only_unselected_tables_is_ignored(pipeline: Pipeline) -> None:
     pipeline.conf["tables"] = f"{pipeline.db}.u"  # the runner reads this dict
     pipeline.run_window()
@@ -153,6 +154,7 @@ def test_a_statement_on_a_selected_table_is_refused_until_a_resnapshot_covers_it
     assert pipeline.mismatches("t", "u") == []
 
 
+@pytest.mark.slow  # three DAG runs with Spark merges: about a minute on 2 cores
 def test_a_statement_based_load_data_is_read_from_its_event(pipeline: Pipeline, tmp_path: Path) -> None:
     failures: list[BaseException] = []
     pipeline.dag.task_dict["extract"].on_failure_callback = [lambda ctx: failures.append(ctx["exception"])]
