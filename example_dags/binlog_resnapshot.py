@@ -5,7 +5,9 @@ Trigger it with a config (Airflow UI "Trigger DAG w/ config", or ``airflow dags 
 
 * ``pipeline`` the CDC pipeline (default ``BINLOG_CDC_PIPELINE`` or ``binlog_cdc``);
 * ``tables`` the ``db.table`` names or patterns to read again;
-* ``mode`` ``requested`` (default: after a DDL the pipeline could not follow, or to repair a table) or
+* ``mode`` ``requested`` (default: after a DDL the pipeline could not follow, to repair a table, or after a
+  statement-based write stopped ``binlog_cdc`` with ``UnsupportedEventError``: once this snapshot has started,
+  clear the failed extract, which re-reads the same window and skips the statement) or
   ``purged`` (the binlogs the pipeline still needed were purged, as ``BinlogPurgedError`` and the purge-risk
   sensor report: name every table of the pipeline; its checkpoint moves to the snapshot's start).
 

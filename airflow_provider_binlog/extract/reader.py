@@ -39,6 +39,7 @@ import pyarrow as pa
 import pymysql
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication.event import (
+    ExecuteLoadQueryEvent,
     GtidEvent,
     MariadbGtidEvent,
     NotImplementedEvent,
@@ -65,6 +66,7 @@ from airflow_provider_binlog.extract.columns import (
     describe_column,
 )
 from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key
+from airflow_provider_binlog.extract.statements import written_tables
 from airflow_provider_binlog.positions import BinlogPosition
 
 log = logging.getLogger(__name__)
@@ -86,6 +88,7 @@ READ_EVENTS: tuple[type, ...] = (
     GtidEvent,
     MariadbGtidEvent,
     QueryEvent,
+    ExecuteLoadQueryEvent,
     XidEvent,
     XAPrepareEvent,
     WriteRowsEvent,
@@ -167,6 +170,18 @@ class TableTarget:
     primary_key: list[str]
 
 
+@dataclass(frozen=True)
+class SnapshotCover:
+    """The newest snapshot (merged or running) of a selected table, as the pipeline's ledger records it.
+
+    :param seq: the snapshot's sequence number (the order key of its rows).
+    :param start: the source head before its first chunk was read.
+    """
+
+    seq: int
+    start: BinlogPosition
+
+
 @dataclass
 class ExtractStats:
     """Counters of one window read (for the manifest and the task log)."""
@@ -179,6 +194,9 @@ class ExtractStats:
     seconds: float = 0.0
     ddl: list[dict[str, Any]] = field(default_factory=list)
     last_commit_ts: str | None = None
+    statements_ignored: int = 0
+    skipped_statements: list[dict[str, Any]] = field(default_factory=list)
+    covered_tables: dict[str, int] = field(default_factory=dict)
 
 
 LayoutKey = tuple[str, tuple[Any, ...]]
@@ -250,6 +268,8 @@ class WindowReader:
     :param window: window sequence number.
     :param sink: receives committed rows in commit order: ``(table, batch, column specs, primary key)``.
     :param pipeline: the pipeline's name, for error messages.
+    :param covers: per selected table, its newest snapshot in the ledger (merged or running): a
+        statement-based write to the table is skipped when that snapshot covers it (see :meth:`_statement`).
     :raises ValueError: when ``stream`` opens its connections some other way.
     """
 
@@ -263,6 +283,7 @@ class WindowReader:
         window: int,
         sink: Sink,
         pipeline: str = "?",
+        covers: dict[str, SnapshotCover] | None = None,
     ) -> None:
         if not isinstance(getattr(stream, "pymysql_wrapper", None), ReplicationConnections):
             raise ValueError(
@@ -277,6 +298,7 @@ class WindowReader:
         self.window = window
         self.sink = sink
         self.pipeline = pipeline
+        self.covers = dict(covers or {})
         self.seq = 0
         self.stats = ExtractStats()
         self.txn = _Transaction()
@@ -289,7 +311,8 @@ class WindowReader:
     def run(self) -> ExtractStats:
         """Read until the window end; return the counters.
 
-        :raises UnsupportedEventError: on compressed transactions, statement-based DML or XA.
+        :raises UnsupportedEventError: on compressed transactions, XA, or statement-based DML writing a
+            selected table that no snapshot covers (see :meth:`_statement`).
         :raises UndecodableValueError: on a value that cannot be staged exactly.
         :raises ReplicationConnectionLostError: when the connection to the source breaks (retryable).
         :raises SourceUnreachableError: when the binlog ends before the window end (retryable).
@@ -368,9 +391,11 @@ class WindowReader:
                 )
 
     def _flush(self, layout: _Layout) -> None:
-        """Hand the layout's committed rows to the sink."""
+        """Hand the layout's committed rows to the sink (those of a covered table are dropped)."""
         self.zero_dates[layout.table] += layout.take_zero_dates()
-        if layout.builder.committed:
+        if layout.table in self.stats.covered_tables:
+            layout.builder.take_committed()
+        elif layout.builder.committed:
             self.sink(
                 layout.table,
                 layout.builder.take_committed(),
@@ -406,6 +431,8 @@ class WindowReader:
             self._commit(event, file, end_pos)
         elif isinstance(event, QueryEvent):
             self._query(event, file, end_pos)
+        elif isinstance(event, ExecuteLoadQueryEvent):
+            self._load_query(event, file, end_pos)
         elif isinstance(event, XAPrepareEvent):
             self._xa_prepare(file, end_pos)
         if end_pos and not self.txn.open:
@@ -466,17 +493,107 @@ class WindowReader:
             self._rollback()  # a group of its own that holds no rows
             return
         schema = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema or "")
-        if upper.lower().startswith(_DML_PREFIXES) and (not schema or schema in self.schemas):
-            raise UnsupportedEventError(
-                f"statement-based DML at {file}:{end_pos} ({text[:80]!r}): its rows are not in the binlog. "
-                f"Some session ran with binlog_format=STATEMENT/MIXED; set binlog_format=ROW globally and "
-                f"re-snapshot the affected tables."
-            )
+        if upper.lower().startswith(_DML_PREFIXES):
+            self._statement(text, schema, file, end_pos)
+            return  # a statement inside a transaction: the transaction goes on (no implicit commit)
         if schema in self.schemas or any(f"`{s}`" in text or f"{s}." in text for s in self.schemas):
             self.stats.ddl.append(
                 {"gtid": self.txn.gtid, "schema": schema, "query": text, "file": file, "pos": end_pos}
             )
         self._rollback()  # DDL commits implicitly and carries no rows: a transaction boundary
+
+    def _load_query(self, event: Any, file: str, end_pos: int) -> None:
+        """Act on a statement-based ``LOAD DATA`` (an Execute_load_query event) like on any DML statement.
+
+        mysql-replication reads only the event's fixed fields (``ExecuteLoadQueryEvent``); the rest of its
+        body is laid out as a query event's: status variables, the default database and a NUL, then the
+        statement up to the checksum (MySQL source ``log_event.h``, ``Execute_load_query_log_event``).
+        """
+        packet = event.packet
+        packet.read(event.status_vars_length)
+        schema = packet.read(event.schema_length).decode("utf-8", "replace")
+        packet.advance(1)
+        checksum = 4 if getattr(self.stream, "_BinLogStreamReader__use_checksum", True) else 0
+        text = packet.read(max(packet.bytes_to_read() - checksum, 0)).decode("utf-8", "replace").strip()
+        self._statement(text, schema, file, end_pos)
+
+    def _statement(self, text: str, schema: str, file: str, end_pos: int) -> None:
+        """Act on a statement-based DML statement (logged as SQL text, its rows are not in the binlog).
+
+        A statement that writes no selected table is ignored (counted). One that writes selected tables
+        is skipped when every one of them is **covered**: the table's newest snapshot in the ledger has a
+        sequence number above this window's and started after the statement. Such a snapshot was started
+        after this window was cut, so it read the table after the window's end: its rows carry the
+        statement's effect and every other change of the window to the table, and they outrank the
+        window's rows of the table. The window then stages no row of a covered table at all: a row the
+        window inserted and the statement deleted has no row in the snapshot to outrank it (and no
+        tombstone, when the target never held it), so staging it would bring back a deleted row when the
+        window is merged after the snapshot. Skipped statements and covered tables go to the manifest.
+
+        :raises UnsupportedEventError: when a selected table it writes is not covered (or, for a
+            statement sqlglot cannot parse, a selected table of its default database, or of any database
+            when it has none): the message names the remedy.
+        """
+        found = written_tables(text, schema)
+        if found.parsed:
+            wanted = {name.lower() for name in found.tables}
+            written = sorted(t for t in self.tables if t.lower() in wanted)
+        else:
+            written = sorted(t for t in self.tables if not schema or t.split(".", 1)[0] == schema)
+        if not written:
+            self.stats.statements_ignored += 1
+            return
+        at = BinlogPosition(file, end_pos)
+        uncovered = [
+            t
+            for t in written
+            if (cover := self.covers.get(t)) is None or cover.seq <= self.window or cover.start.key <= at.key
+        ]
+        if uncovered:
+            raise self._statement_error(text, schema, at, written, found)
+        covering = {t: self.covers[t].seq for t in written}
+        self.stats.skipped_statements.append(
+            {
+                "file": file,
+                "pos": end_pos,
+                "gtid": self.txn.gtid,
+                "query": text[:200],
+                "tables": written,
+                "snapshots": covering,
+            }
+        )
+        self.stats.covered_tables.update(covering)
+        log.warning(
+            "window %s of %s: skipped the statement-based write at %s (GTID %s) to %s, covered by snapshot(s) %s; "
+            "the window stages no rows of those tables",
+            self.window, self.pipeline, at, self.txn.gtid, ", ".join(written), covering,
+        )  # fmt: skip
+
+    def _statement_error(
+        self, text: str, schema: str, at: BinlogPosition, written: list[str], found: Any
+    ) -> UnsupportedEventError:
+        """Return the error of a statement-based write to selected tables that no snapshot covers."""
+        tables = ",".join(written)
+        if found.parsed:
+            what = f"it writes the selected table(s) {', '.join(written)}"
+        else:
+            scope = (
+                f"default database {schema!r}"
+                if schema
+                else "the pipeline (it ran without a default database)"
+            )
+            what = (
+                f"it could not be parsed ({found.error}), so it is taken to write every selected table of the "
+                f"{scope}: {', '.join(written)}"
+            )
+        return UnsupportedEventError(
+            f"pipeline {self.pipeline!r}, window {self.window}: statement-based DML {text[:80]!r} at {at} "
+            f"(GTID {self.txn.gtid or 'unknown'}): {what}, and its rows are not in the binlog (the session ran with "
+            f"binlog_format=STATEMENT or MIXED). To go on: set binlog_format=ROW globally, then trigger "
+            f'binlog_resnapshot with {{"pipeline": "{self.pipeline}", "tables": "{tables}", "mode": "requested"}}; '
+            f"once that snapshot has started, clear the failed extract: it re-reads the same window and skips the "
+            f"statement."
+        )
 
     def _savepoint(self, name: str) -> None:
         """Record where the open transaction stands at ``SAVEPOINT name`` (a name set again moves)."""
@@ -532,7 +649,7 @@ class WindowReader:
     def _rows(self, event: Any, file: str, end_pos: int) -> None:
         name = f"{event.schema}.{event.table}"
         target = self.tables.get(name)
-        if target is None:
+        if target is None or name in self.stats.covered_tables:
             return
         self.txn.open = True
         layout = self._layout(name, event.columns)
@@ -618,6 +735,9 @@ class WindowReader:
     def _commit(self, event: Any, file: str, end_pos: int) -> None:
         commit_ts = dt.datetime.fromtimestamp(event.timestamp, dt.timezone.utc)
         for key, layout in self.txn.touched.items():
+            if layout.table in self.stats.covered_tables:
+                layout.builder.rollback()
+                continue
             for spill_file in self.txn.spilled.get(key, []):
                 spill_file.seek(0)
                 for batch in pa.ipc.open_stream(spill_file):

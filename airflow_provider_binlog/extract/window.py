@@ -12,6 +12,7 @@ from airflow_provider_binlog.extract.columns import ColumnSpec
 from airflow_provider_binlog.extract.reader import (
     READ_EVENTS,
     ReplicationConnections,
+    SnapshotCover,
     TableTarget,
     WindowReader,
 )
@@ -55,8 +56,18 @@ def extract_window(
     tables: dict[str, TableTarget],
     window_dir: ObjectStoragePath,
     server: ServerState,
+    covers: dict[str, SnapshotCover] | None = None,
 ) -> dict[str, Any]:
     """Stream ``window`` into ``window_dir`` and return the manifest written last.
+
+    A statement-based write to a selected table is skipped when the table's snapshot in ``covers`` covers
+    it (:meth:`WindowReader._statement <airflow_provider_binlog.extract.reader.WindowReader._statement>`); the
+    window then stages no rows of that table (files it had written for it are deleted), and the manifest
+    lists the skipped statements (``skipped_statements``) and the covered tables (``covered_tables``:
+    ``{table: snapshot seq}``). Statements writing no selected table are counted in
+    ``stats.statements_ignored``.
+
+    :param covers: per selected table, its newest snapshot (merged or running) in the pipeline's ledger.
 
     :raises BinlogPurgedError: when the window start was purged.
     :raises UnsupportedEventError: on events that cannot be decoded without loss.
@@ -81,7 +92,14 @@ def extract_window(
     stream = hook.stream_reader(start, schemas=[n.split(".", 1)[0] for n in tables], **stream_options(tables))
     try:
         reader = WindowReader(
-            stream, start=start, end=end, tables=tables, window=window.seq, sink=sink, pipeline=pipeline
+            stream,
+            start=start,
+            end=end,
+            tables=tables,
+            window=window.seq,
+            sink=sink,
+            pipeline=pipeline,
+            covers=covers,
         )
         with table_map_cache():
             stats = reader.run()
@@ -92,6 +110,9 @@ def extract_window(
     finally:
         stream.close()
     outputs = {name: writer.close() for name, writer in writers.items()}
+    for name in stats.covered_tables:  # rows staged before the statement that made the table covered
+        for relative in outputs.pop(name, TableOutput(name=name, primary_key=[])).files:
+            (window_dir / relative).unlink()
     for name, target in tables.items():
         outputs.setdefault(name, TableOutput(name=name, primary_key=target.primary_key))
         outputs[name].zero_dates = reader.zero_dates[name]
@@ -104,6 +125,8 @@ def extract_window(
         "end": end.to_dict(),
         "tables": {name: outputs[name].manifest_entry() for name in sorted(outputs)},
         "ddl": stats.ddl,
+        "skipped_statements": stats.skipped_statements,
+        "covered_tables": stats.covered_tables,
         "stats": {
             "events": stats.events,
             "transactions": stats.transactions,
@@ -113,6 +136,8 @@ def extract_window(
             "binlog_bytes": binlog_bytes_between(server.binlog_files, start, end),
             "read_seconds": round(stats.seconds, 3),
             "last_commit_ts": stats.last_commit_ts,
+            "statements_ignored": stats.statements_ignored,
+            "statements_skipped": len(stats.skipped_statements),
         },
         "created_at": now_iso(),
     }
