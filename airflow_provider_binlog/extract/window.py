@@ -55,8 +55,12 @@ def extract_window(
     tables: dict[str, TableTarget],
     window_dir: ObjectStoragePath,
     server: ServerState,
+    skipped: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Stream ``window`` into ``window_dir`` and return the manifest written last.
+
+    :param skipped: ``{"db.table": reason}`` of selected tables this window leaves out (recorded in the
+        manifest under ``skipped``).
 
     :raises BinlogPurgedError: when the window start was purged.
     :raises UnsupportedEventError: on events that cannot be decoded without loss.
@@ -103,6 +107,7 @@ def extract_window(
         "start": start.to_dict(),
         "end": end.to_dict(),
         "tables": {name: outputs[name].manifest_entry() for name in sorted(outputs)},
+        "skipped": dict(sorted((skipped or {}).items())),
         "ddl": stats.ddl,
         "stats": {
             "events": stats.events,
