@@ -12,6 +12,7 @@ One module for both questions, used by extract, snapshot and the example DAGs:
 from __future__ import annotations
 
 import fnmatch
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -96,6 +97,40 @@ def select_tables(selection: Iterable[str], existing: Iterable[str]) -> list[str
             f"({', '.join(EXCLUDE + p for p in excludes)}): nothing is left to capture"
         )
     return kept
+
+
+def is_template(value: object) -> bool:
+    """Return True for a Jinja template not rendered yet (its check waits until the task runs)."""
+    return isinstance(value, str) and "{{" in value
+
+
+def parse_keys(keys: Mapping[str, Sequence[str]] | str | None) -> dict[str, list[str]]:
+    """Return the user's named keys ``{"db.table": [columns]}`` from a mapping or its JSON text.
+
+    The text form is what a templated ``keys`` renders to (the example DAGs pass
+    ``{{ params['keys'] | tojson }}``); empty text means no named keys.
+
+    :raises ValueError: when the text is not JSON, a table is not ``db.table`` or its columns are not a
+        non-empty list of names.
+    """
+    if isinstance(keys, str):
+        try:
+            keys = json.loads(keys) if keys.strip() else {}
+        except json.JSONDecodeError as err:
+            raise ValueError(
+                f'keys must be JSON such as {{"db.table": ["col"]}}, got {keys!r}: {err}'
+            ) from err
+    if not isinstance(keys, Mapping | None):
+        raise ValueError(f"keys must map 'db.table' to a list of columns, got {keys!r}")
+    result: dict[str, list[str]] = {}
+    for table, columns in (keys or {}).items():
+        db, sep, name = str(table).partition(".")
+        if not (db and sep and name):
+            raise ValueError(f"keys: table {table!r} must be qualified as 'db.table'")
+        if isinstance(columns, str) or not columns or not all(isinstance(c, str) and c for c in columns):
+            raise ValueError(f"keys[{table!r}] must be a non-empty list of column names, got {columns!r}")
+        result[str(table)] = list(columns)
+    return result
 
 
 def keyless_remedy(name: str) -> str:

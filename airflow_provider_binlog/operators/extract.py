@@ -12,7 +12,14 @@ from airflow_provider_binlog.exceptions import BinlogConfigError, IntervalOpenEr
 from airflow_provider_binlog.hooks.binlog import BinlogHook, TableInfo
 from airflow_provider_binlog.positions import BinlogPosition
 from airflow_provider_binlog.state import PipelineState, StateManager, Window
-from airflow_provider_binlog.tables import check_keyless_mode, parse_tables, skipped_warning, table_keys
+from airflow_provider_binlog.tables import (
+    check_keyless_mode,
+    is_template,
+    parse_keys,
+    parse_tables,
+    skipped_warning,
+    table_keys,
+)
 from airflow_provider_binlog.windows import cut_interval_window, cut_window, mark_window
 
 INTERVAL_SETTLE_SECONDS = 5
@@ -73,12 +80,13 @@ class BinlogExtractOperator(BaseOperator):
     ``pipeline``, ``window`` (seq), ``window_uri``, ``rows`` and ``tables`` (rows per table).
 
     :param pipeline: pipeline name (templated); one state Variable and one server_id per pipeline.
-    :param tables: ``db.table`` names or patterns such as ``shop.*`` (templated; list or comma-separated).
+    :param tables: ``db.table`` names or patterns such as ``shop.*`` (templated; list or comma-separated);
+        an entry ``!db.table`` or ``!db.tmp_*`` excludes the tables it matches, after the includes.
     :param staging_uri: staging root, local path or object-store URI (templated).
     :param binlog_conn_id: a ``mysql`` or ``mysql_binlog`` connection.
     :param staging_conn_id: connection for the staging object store (ObjectStoragePath), if any.
-    :param keys: ``{"db.table": [columns]}`` naming a unique key for tables without a primary key.
-    :param keyless_tables: what a run does with a selected table that has no primary key and no named key:
+    :param keys: ``{"db.table": [columns]}`` (or its JSON text; templated) naming a unique key for tables without a primary key.
+    :param keyless_tables: (templated) what a run does with a selected table that has no primary key and no named key:
         ``skip`` (default) leaves it out with a WARNING naming it and the remedy, and records it under
         ``skipped`` in the manifest, while every other table keeps flowing; ``fail`` fails the task with
         :class:`~airflow_provider_binlog.tables.KeylessTableError`. A table the pipeline has already
@@ -89,7 +97,7 @@ class BinlogExtractOperator(BaseOperator):
     :param cut_by: ``head`` or ``interval`` (needs a timetable with data intervals); fixed per pipeline.
     """
 
-    template_fields: Sequence[str] = ("pipeline", "tables", "staging_uri")
+    template_fields: Sequence[str] = ("pipeline", "tables", "staging_uri", "keys", "keyless_tables")
 
     def __init__(
         self,
@@ -99,14 +107,15 @@ class BinlogExtractOperator(BaseOperator):
         staging_uri: str,
         binlog_conn_id: str = BinlogHook.default_conn_name,
         staging_conn_id: str | None = None,
-        keys: dict[str, list[str]] | None = None,
+        keys: dict[str, list[str]] | str | None = None,
         keyless_tables: str = "skip",
         allow_minimal_row_metadata: bool = False,
         cut_by: str = "head",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        check_keyless_mode(keyless_tables)
+        if not is_template(keyless_tables):
+            check_keyless_mode(keyless_tables)
         self.keyless_tables = keyless_tables
         if cut_by not in ("head", "interval"):
             raise ValueError(f"cut_by={cut_by!r} must be 'head' or 'interval'")
@@ -116,7 +125,7 @@ class BinlogExtractOperator(BaseOperator):
         self.staging_uri = staging_uri
         self.binlog_conn_id = binlog_conn_id
         self.staging_conn_id = staging_conn_id
-        self.keys = dict(keys or {})
+        self.keys: Any = keys if is_template(keys) else parse_keys(keys)
         self.allow_minimal_row_metadata = allow_minimal_row_metadata
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -131,6 +140,8 @@ class BinlogExtractOperator(BaseOperator):
         )
         from airflow_provider_binlog.state_history import StagedStateHistory
 
+        check_keyless_mode(self.keyless_tables)
+        self.keys = parse_keys(self.keys)
         hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
         selection = parse_tables(self.tables)
         server = hook.validate_source(

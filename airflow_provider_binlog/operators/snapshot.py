@@ -16,6 +16,8 @@ from airflow_provider_binlog.state import PipelineState, Snapshot, StateManager
 from airflow_provider_binlog.tables import (
     TableKeys,
     check_keyless_mode,
+    is_template,
+    parse_keys,
     parse_tables,
     skipped_warning,
     table_keys,
@@ -43,16 +45,17 @@ class BinlogSnapshotOperator(SparkJobOperator):
     ``chunks``, ``read_tasks`` and ``read_rows_per_second``.
 
     :param pipeline: pipeline name (templated).
-    :param tables: ``db.table`` names or patterns (templated; list or comma-separated).
+    :param tables: ``db.table`` names or patterns (templated; list or comma-separated); ``!db.table``
+        excludes the tables it matches.
     :param staging_uri: staging root (templated); the snapshot goes to ``<staging>/<pipeline>/snapshot=<seq>``.
     :param target_path: target root of the Delta tables (templated).
     :param mode: ``missing`` (default: the tables no snapshot of the pipeline has read, so all of them
         for a new pipeline and a table newly added to the selection), ``requested`` (re-snapshot the
         tables named) or ``purged`` (the binlogs the pipeline needed were purged: re-snapshot the tables
         named and move the checkpoint to the snapshot's start, dropping windows not merged yet).
-    :param keys: ``{"db.table": [columns]}`` naming a unique key (a UNIQUE index of NOT NULL columns)
+    :param keys: ``{"db.table": [columns]}`` (or its JSON text; templated) naming a unique key (a UNIQUE index of NOT NULL columns)
         for tables without a primary key.
-    :param keyless_tables: ``skip`` (default: a selected table with no primary key and no named key is left
+    :param keyless_tables: (templated) ``skip`` (default: a selected table with no primary key and no named key is left
         out of the snapshot; once it has a key, a ``missing`` snapshot loads it as a table new to the
         pipeline) or ``fail`` (:class:`~airflow_provider_binlog.tables.KeylessTableError`).
     :param chunk_rows: rows per chunk.
@@ -71,6 +74,8 @@ class BinlogSnapshotOperator(SparkJobOperator):
         "staging_uri",
         "target_path",
         "mode",
+        "keys",
+        "keyless_tables",
     )
     ui_color = "#eaf6ea"
 
@@ -82,7 +87,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
         staging_uri: str,
         target_path: str,
         mode: str = "missing",
-        keys: dict[str, list[str]] | None = None,
+        keys: dict[str, list[str]] | str | None = None,
         keyless_tables: str = "skip",
         chunk_rows: int = CHUNK_ROWS,
         max_connections: int = 4,
@@ -95,7 +100,8 @@ class BinlogSnapshotOperator(SparkJobOperator):
         **kwargs: Any,
     ) -> None:
         self.check_arguments(kwargs, chunk_rows=chunk_rows, max_connections=max_connections, buckets=buckets)
-        check_keyless_mode(keyless_tables)
+        if not is_template(keyless_tables):
+            check_keyless_mode(keyless_tables)
         self.keyless_tables = keyless_tables
         super().__init__(
             application=str(SNAPSHOT_APPLICATION),
@@ -109,7 +115,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
         self.staging_uri = staging_uri
         self.target_path = target_path
         self.mode = mode
-        self.keys = dict(keys or {})
+        self.keys: Any = keys if is_template(keys) else parse_keys(keys)
         self.chunk_rows = chunk_rows
         self.max_connections = max_connections
         self.buckets = buckets
@@ -133,6 +139,8 @@ class BinlogSnapshotOperator(SparkJobOperator):
 
         if self.mode not in MODES:
             raise BinlogConfigError(f"mode={self.mode!r} must be one of {', '.join(MODES)}")
+        check_keyless_mode(self.keyless_tables)
+        self.keys = parse_keys(self.keys)
         hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
         selection = parse_tables(self.tables)
         server = hook.validate_source(
