@@ -220,8 +220,10 @@ class BinlogSnapshotOperator(SparkJobOperator):
         :raises KeylessTableError: for a keyless table with ``keyless_tables="fail"``.
         :raises BinlogConfigError: for a named key that is not a UNIQUE index of NOT NULL columns.
         """
-        with hook.cursor() as cur:
-            uniques = {name: unique_keys(cur, name) for name in described if name in self.keys}
+        uniques: dict[str, list[tuple[str, ...]]] = {}
+        if any(name in self.keys for name in described):
+            with hook.cursor() as cur:
+                uniques = {name: unique_keys(cur, name) for name in described if name in self.keys}
         resolved = table_keys(
             {name: (info.columns, info.primary_key) for name, info in described.items()},
             self.keys,
