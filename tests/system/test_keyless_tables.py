@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from conftest import Pipeline, stored_state, task_states
 
-pytestmark = [pytest.mark.system, pytest.mark.slow]  # each test runs the DAG, 50-200 s
+pytestmark = pytest.mark.system
 
 
 def keyless_pipeline(connections: Any, db: str, dirs: dict[str, str], nopk: str, **conf: Any) -> Pipeline:
@@ -39,6 +39,7 @@ def same_rows(pipeline: Pipeline, table: str) -> bool:
     return source == target
 
 
+@pytest.mark.slow  # runs the DAG with Spark merges, 45-200 s
 def test_a_keyless_table_is_left_out_with_a_warning_and_captured_exactly_once_it_has_a_key(
     connections: Any, scratch_db: str, pipeline_dirs: dict[str, str], capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -91,6 +92,7 @@ def test_keyless_tables_fail_stops_the_run_with_the_remedy(
     assert not target_has(shop, "items")
 
 
+@pytest.mark.slow  # runs the DAG with Spark merges, 45-200 s
 def test_an_excluded_keyless_table_is_never_mentioned(
     connections: Any, scratch_db: str, pipeline_dirs: dict[str, str], capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -111,6 +113,7 @@ def test_an_excluded_keyless_table_is_never_mentioned(
     assert shop.mismatches("items") == []
 
 
+@pytest.mark.slow  # runs the DAG with Spark merges, 45-200 s
 def test_a_key_named_once_in_the_keys_param_serves_snapshot_extract_and_merge(
     connections: Any, scratch_db: str, pipeline_dirs: dict[str, str]
 ) -> None:
