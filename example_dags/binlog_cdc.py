@@ -4,7 +4,12 @@ Settings are DAG params whose defaults come from environment variables (read whe
 parsed; no connection or Variable is touched at parse time):
 
 * ``BINLOG_CDC_PIPELINE`` pipeline name (state Variable ``binlog_state__<name>``), default ``binlog_cdc``
-* ``BINLOG_CDC_TABLES`` comma-separated ``db.table`` names or patterns, default ``shop.*``
+* ``BINLOG_CDC_TABLES`` comma-separated ``db.table`` names or patterns, default ``shop.*``; an entry
+  ``!db.table`` (or ``!db.tmp_*``) excludes what it matches, after the includes
+* ``BINLOG_CDC_KEYS`` JSON ``{"db.table": ["col", ...]}`` naming the key of tables without a primary key,
+  default ``{}``; given once, used by the snapshot, extract and merge tasks
+* ``BINLOG_CDC_KEYLESS_TABLES`` ``skip`` (default: a table with no primary key and no named key is left
+  out of the run with a warning naming it and the remedy, the other tables keep flowing) or ``fail``
 * ``BINLOG_CDC_STAGING`` staging root (path or object-store URI), default ``/tmp/binlog_cdc/staging``
 * ``BINLOG_CDC_TARGET`` target root of the Delta tables, default ``/tmp/binlog_cdc/target``
 * ``BINLOG_CDC_SCHEDULE`` cron expression or ISO-8601 duration (``PT10M``), default every 15 minutes;
@@ -26,6 +31,7 @@ Connections: ``binlog_default`` (a ``mysql`` or ``mysql_binlog`` connection) and
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -44,6 +50,9 @@ _SCHEDULE = os.environ.get("BINLOG_CDC_SCHEDULE", "*/15 * * * *")
 _CUT_BY = os.environ.get("BINLOG_CDC_CUT_BY", "head")
 _SNAPSHOT_CHUNK_ROWS = int(os.environ.get("BINLOG_CDC_SNAPSHOT_CHUNK_ROWS", "50000"))
 _SNAPSHOT_CONNECTIONS = int(os.environ.get("BINLOG_CDC_SNAPSHOT_CONNECTIONS", "2"))
+_KEYS = json.loads(os.environ.get("BINLOG_CDC_KEYS") or "{}")
+_KEYLESS_TABLES = os.environ.get("BINLOG_CDC_KEYLESS_TABLES", "skip")
+_RENDERED_KEYS = "{{ params['keys'] | tojson }}"  # params.keys would be the dict method
 
 
 def _schedule() -> Any:
@@ -70,6 +79,10 @@ with DAG(
         "tables": Param(os.environ.get("BINLOG_CDC_TABLES", "shop.*"), type="string"),
         "staging": Param(os.environ.get("BINLOG_CDC_STAGING", "/tmp/binlog_cdc/staging"), type="string"),
         "target": Param(os.environ.get("BINLOG_CDC_TARGET", "/tmp/binlog_cdc/target"), type="string"),
+        "keys": Param(
+            _KEYS, type="object", description='{"db.table": ["col", ...]} for tables without a primary key'
+        ),
+        "keyless_tables": Param(_KEYLESS_TABLES, enum=["skip", "fail"]),
     },
 ) as dag:
     extract = BinlogExtractOperator(
@@ -77,6 +90,8 @@ with DAG(
         pipeline="{{ params.pipeline }}",
         tables="{{ params.tables }}",
         staging_uri="{{ params.staging }}",
+        keys=_RENDERED_KEYS,
+        keyless_tables="{{ params.keyless_tables }}",
         binlog_conn_id="binlog_default",
         cut_by=_CUT_BY,
         retries=2,
@@ -86,6 +101,7 @@ with DAG(
         pipeline="{{ params.pipeline }}",
         window_uri="{{ ti.xcom_pull(task_ids='extract')['window_uri'] }}",
         target_path="{{ params.target }}",
+        keys=_RENDERED_KEYS,
         conn_id="spark_default",
         retries=2,
     )
@@ -102,6 +118,8 @@ with DAG(
             tables="{{ params.tables }}",
             staging_uri="{{ params.staging }}",
             target_path="{{ params.target }}",
+            keys=_RENDERED_KEYS,
+            keyless_tables="{{ params.keyless_tables }}",
             binlog_conn_id="binlog_default",
             conn_id="spark_default",
             chunk_rows=_SNAPSHOT_CHUNK_ROWS,

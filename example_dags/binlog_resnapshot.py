@@ -4,7 +4,9 @@ Trigger it with a config (Airflow UI "Trigger DAG w/ config", or ``airflow dags 
 --conf '{"tables": "shop.orders"}'``):
 
 * ``pipeline`` the CDC pipeline (default ``BINLOG_CDC_PIPELINE`` or ``binlog_cdc``);
-* ``tables`` the ``db.table`` names or patterns to read again;
+* ``tables`` the ``db.table`` names or patterns to read again (``!db.table`` excludes);
+* ``keys`` ``{"db.table": ["col", ...]}`` for tables without a primary key (default ``BINLOG_CDC_KEYS`` or
+  ``{}``, as in ``binlog_cdc``); a table without a primary key or named key is left out with a warning;
 * ``mode`` ``requested`` (default: after a DDL the pipeline could not follow, to repair a table, or after a
   statement-based write stopped ``binlog_cdc`` with ``UnsupportedEventError``: once this snapshot has started,
   clear the failed extract, which re-reads the same window and skips the statement) or
@@ -16,6 +18,7 @@ The snapshot's rows rank below every change logged after it started, so ``binlog
 
 from __future__ import annotations
 
+import json
 import os
 
 import pendulum
@@ -37,6 +40,8 @@ with DAG(
         "mode": Param("requested", enum=["requested", "purged"]),
         "staging": Param(os.environ.get("BINLOG_CDC_STAGING", "/tmp/binlog_cdc/staging"), type="string"),
         "target": Param(os.environ.get("BINLOG_CDC_TARGET", "/tmp/binlog_cdc/target"), type="string"),
+        "keys": Param(json.loads(os.environ.get("BINLOG_CDC_KEYS") or "{}"), type="object"),
+        "keyless_tables": Param(os.environ.get("BINLOG_CDC_KEYLESS_TABLES", "skip"), enum=["skip", "fail"]),
     },
 ) as dag:
     BinlogSnapshotOperator(
@@ -46,6 +51,8 @@ with DAG(
         mode="{{ params.mode }}",
         staging_uri="{{ params.staging }}",
         target_path="{{ params.target }}",
+        keys="{{ params['keys'] | tojson }}",
+        keyless_tables="{{ params.keyless_tables }}",
         binlog_conn_id="binlog_default",
         conn_id="spark_default",
         retries=2,

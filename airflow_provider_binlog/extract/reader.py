@@ -67,7 +67,7 @@ from airflow_provider_binlog.extract.columns import (
 )
 from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key
 from airflow_provider_binlog.extract.statements import written_tables
-from airflow_provider_binlog.positions import BinlogPosition
+from airflow_provider_binlog.positions import BinlogPosition, file_index
 
 log = logging.getLogger(__name__)
 
@@ -164,10 +164,19 @@ class ReplicationConnections:
 
 @dataclass
 class TableTarget:
-    """A selected table: its name and the primary key known from information_schema."""
+    """A selected table: its name, its key, and where the pipeline's capture of it begins.
+
+    :param name: ``db.table``.
+    :param primary_key: the key that identifies its rows (primary key, or the one the user named).
+    :param since: the start of the table's first snapshot when that lies inside the window: changes logged
+        at or before it are in the snapshot and are not staged (they may predate the key, e.g. a table that
+        got its primary key just before; replayed, rows sharing a key value would merge into one). None
+        stages every change of the window.
+    """
 
     name: str
     primary_key: list[str]
+    since: BinlogPosition | None = None
 
 
 @dataclass(frozen=True)
@@ -649,7 +658,11 @@ class WindowReader:
     def _rows(self, event: Any, file: str, end_pos: int) -> None:
         name = f"{event.schema}.{event.table}"
         target = self.tables.get(name)
-        if target is None or name in self.stats.covered_tables:
+        if (
+            target is None
+            or name in self.stats.covered_tables
+            or (target.since is not None and (file_index(file), end_pos) <= target.since.key)
+        ):
             return
         self.txn.open = True
         layout = self._layout(name, event.columns)

@@ -57,6 +57,7 @@ def extract_window(
     window_dir: ObjectStoragePath,
     server: ServerState,
     covers: dict[str, SnapshotCover] | None = None,
+    skipped: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Stream ``window`` into ``window_dir`` and return the manifest written last.
 
@@ -68,6 +69,8 @@ def extract_window(
     ``stats.statements_ignored``.
 
     :param covers: per selected table, its newest snapshot (merged or running) in the pipeline's ledger.
+    :param skipped: ``{"db.table": reason}`` of selected tables this window leaves out (recorded in the
+        manifest under ``skipped``).
 
     :raises BinlogPurgedError: when the window start was purged.
     :raises UnsupportedEventError: on events that cannot be decoded without loss.
@@ -124,6 +127,7 @@ def extract_window(
         "start": start.to_dict(),
         "end": end.to_dict(),
         "tables": {name: outputs[name].manifest_entry() for name in sorted(outputs)},
+        "skipped": dict(sorted((skipped or {}).items())),
         "ddl": stats.ddl,
         "skipped_statements": stats.skipped_statements,
         "covered_tables": stats.covered_tables,

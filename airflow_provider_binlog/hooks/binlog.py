@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import zlib
 from collections.abc import Iterable, Iterator
@@ -404,8 +403,9 @@ class BinlogHook(BaseHook):
         :raises SourceUnreachableError: when the server cannot be reached.
         """
         from airflow_provider_binlog.grants import PrivilegeReport, table_levels
+        from airflow_provider_binlog.tables import split_selection
 
-        selection = [t.strip() for t in tables or [] if t and t.strip()]
+        selection, _ = split_selection(tables or [])  # an exclusion needs no privilege
         with self.cursor() as cur:
             flavor, version, grants = self.read_grants(cur)
             databases: list[str] = []
@@ -815,32 +815,23 @@ class BinlogHook(BaseHook):
         return text
 
     def describe_tables(self, selection: Iterable[str]) -> dict[str, TableInfo]:
-        """Resolve ``db.table`` names and shell patterns (``shop.*``) to existing base tables.
+        """Resolve a table selection to existing base tables (see :func:`~airflow_provider_binlog.tables.select_tables`).
 
+        :param selection: ``db.table`` names and shell patterns (``shop.*``); entries starting with ``!``
+            exclude the tables they match, after the includes.
         :returns: ``{"db.table": TableInfo}`` with columns in ordinal order and primary key columns.
-        :raises BinlogConfigError: when a plain name matches no table or a pattern matches nothing.
+        :raises BinlogConfigError: when a plain name matches no table, a pattern matches nothing or the
+            exclusions leave no table.
         """
-        patterns = [p.strip() for p in selection if p.strip()]
+        from airflow_provider_binlog.tables import select_tables
+
         with self.cursor() as cur:
             cur.execute(
                 "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
                 "WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN "
                 "('mysql', 'information_schema', 'performance_schema', 'sys')"
             )
-            existing = sorted(f"{db}.{name}" for db, name in cur.fetchall())
-            chosen: list[str] = []
-            for pattern in patterns:
-                if "." not in pattern:
-                    raise BinlogConfigError(
-                        f"table selection {pattern!r} must be 'db.table' or a pattern 'db.*'"
-                    )
-                matches = [name for name in existing if fnmatch.fnmatchcase(name, pattern)]
-                if not matches:
-                    raise BinlogConfigError(
-                        f"table selection {pattern!r} matches no table on the source; "
-                        f"existing tables: {', '.join(existing[:20]) or 'none'}"
-                    )
-                chosen += [name for name in matches if name not in chosen]
+            chosen = select_tables(selection, [f"{db}.{name}" for db, name in cur.fetchall()])
             return {name: self._table_info(cur, name) for name in chosen}
 
     @staticmethod

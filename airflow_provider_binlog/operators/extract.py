@@ -10,46 +10,62 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, IntervalOpenError
 from airflow_provider_binlog.hooks.binlog import BinlogHook, TableInfo
+from airflow_provider_binlog.positions import BinlogPosition
 from airflow_provider_binlog.state import PipelineState, StateManager, Window
+from airflow_provider_binlog.tables import (
+    check_keyless_mode,
+    is_template,
+    parse_keys,
+    parse_tables,
+    skipped_warning,
+    table_keys,
+)
 from airflow_provider_binlog.windows import cut_interval_window, cut_window, mark_window
 
 INTERVAL_SETTLE_SECONDS = 5
 """An interval window is cut only this long (seconds) after its end, so commits before it are logged."""
 
 
-def parse_tables(tables: str | Sequence[str]) -> list[str]:
-    """Return the table selection as a list (accepts ``"db.a, db.b"`` or a list of names/patterns).
+def table_targets(
+    described: dict[str, TableInfo],
+    keys: dict[str, list[str]],
+    *,
+    keyless_tables: str = "fail",
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Return ``({"db.table": TableTarget}, {"db.table": reason skipped})`` of the described tables.
 
-    :raises ValueError: when the selection is empty.
-    """
-    names = [t.strip() for t in (tables.split(",") if isinstance(tables, str) else tables) if t and t.strip()]
-    if not names:
-        raise ValueError(
-            "the table selection is empty: name at least one 'db.table' (patterns like 'db.*' work)"
-        )
-    return names
+    A table's key is its primary key, or the columns named in ``keys`` (any existing columns, see
+    :func:`~airflow_provider_binlog.tables.resolve_key`); a table with neither is left out with the reason
+    (``keyless_tables="skip"``) or refused (``"fail"``).
 
-
-def table_targets(described: dict[str, TableInfo], keys: dict[str, list[str]]) -> dict[str, Any]:
-    """Return ``{"db.table": TableTarget}``: the primary key, or the user-named key for keyless tables.
-
-    :raises BinlogConfigError: for a table with neither, or a named key column that does not exist.
+    :raises KeylessTableError: for a table with neither when ``keyless_tables="fail"``.
+    :raises BinlogConfigError: for a named key column that does not exist.
     """
     from airflow_provider_binlog.extract.reader import TableTarget
 
-    targets = {}
-    for name, info in described.items():
-        key = list(keys.get(name) or info.primary_key)
-        if not key:
-            raise BinlogConfigError(
-                f"table {name} has no primary key: the merge cannot tell its rows apart. Add a primary key, "
-                f"or name a unique, non-null key with keys={{'{name}': ['col', ...]}}."
-            )
-        missing = [c for c in key if c not in info.columns]
-        if missing:
-            raise BinlogConfigError(f"key of {name} names columns {missing} that the table does not have")
-        targets[name] = TableTarget(name=name, primary_key=key)
-    return targets
+    resolved = table_keys(
+        {name: (info.columns, info.primary_key) for name, info in described.items()},
+        keys,
+        keyless_tables=keyless_tables,
+    )
+    targets = {name: TableTarget(name=name, primary_key=key) for name, key in resolved.keys.items()}
+    return targets, resolved.skipped
+
+
+def capture_start(state: PipelineState | None, table: str) -> BinlogPosition | None:
+    """Return where the pipeline's capture of ``table`` begins: the start of its first snapshot, if any.
+
+    Changes logged before that start are in the snapshot's rows; binlog windows stage only later ones.
+    """
+    firsts = [s.start for s in (state.snapshots if state else []) if table in s.tables]
+    return min((p.to_position() for p in firsts), key=lambda p: p.key, default=None)
+
+
+def captured_tables(state: PipelineState | None) -> set[str]:
+    """Return the tables the pipeline has merged into its target or read in a snapshot (any status)."""
+    if state is None:
+        return set()
+    return {*state.target_tables, *(t for s in state.snapshots for t in s.tables)}
 
 
 def snapshot_covers(state: PipelineState | None, tables: Iterable[str]) -> dict[str, Any]:
@@ -80,16 +96,24 @@ class BinlogExtractOperator(BaseOperator):
     ``pipeline``, ``window`` (seq), ``window_uri``, ``rows`` and ``tables`` (rows per table).
 
     :param pipeline: pipeline name (templated); one state Variable and one server_id per pipeline.
-    :param tables: ``db.table`` names or patterns such as ``shop.*`` (templated; list or comma-separated).
+    :param tables: ``db.table`` names or patterns such as ``shop.*`` (templated; list or comma-separated);
+        an entry ``!db.table`` or ``!db.tmp_*`` excludes the tables it matches, after the includes.
     :param staging_uri: staging root, local path or object-store URI (templated).
     :param binlog_conn_id: a ``mysql`` or ``mysql_binlog`` connection.
     :param staging_conn_id: connection for the staging object store (ObjectStoragePath), if any.
-    :param keys: ``{"db.table": [columns]}`` naming a unique key for tables without a primary key.
+    :param keys: ``{"db.table": [columns]}`` (or its JSON text; templated) naming a unique key for tables without a primary key.
+    :param keyless_tables: (templated) what a run does with a selected table that has no primary key and no named key:
+        ``skip`` (default) leaves it out with a WARNING naming it and the remedy, and records it under
+        ``skipped`` in the manifest, while every other table keeps flowing; ``fail`` fails the task with
+        :class:`~airflow_provider_binlog.tables.KeylessTableError`. A table the pipeline has already
+        captured that loses its key fails the task in both modes (its target would silently go stale).
+        A table that gets a key later is new to the pipeline: the snapshot task of the next run loads it
+        and windows stage only its changes after that snapshot's start.
     :param allow_minimal_row_metadata: accept ``binlog_row_metadata=MINIMAL`` (not recommended).
     :param cut_by: ``head`` or ``interval`` (needs a timetable with data intervals); fixed per pipeline.
     """
 
-    template_fields: Sequence[str] = ("pipeline", "tables", "staging_uri")
+    template_fields: Sequence[str] = ("pipeline", "tables", "staging_uri", "keys", "keyless_tables")
 
     def __init__(
         self,
@@ -99,12 +123,16 @@ class BinlogExtractOperator(BaseOperator):
         staging_uri: str,
         binlog_conn_id: str = BinlogHook.default_conn_name,
         staging_conn_id: str | None = None,
-        keys: dict[str, list[str]] | None = None,
+        keys: dict[str, list[str]] | str | None = None,
+        keyless_tables: str = "skip",
         allow_minimal_row_metadata: bool = False,
         cut_by: str = "head",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if not is_template(keyless_tables):
+            check_keyless_mode(keyless_tables)
+        self.keyless_tables = keyless_tables
         if cut_by not in ("head", "interval"):
             raise ValueError(f"cut_by={cut_by!r} must be 'head' or 'interval'")
         self.cut_by = cut_by
@@ -113,7 +141,7 @@ class BinlogExtractOperator(BaseOperator):
         self.staging_uri = staging_uri
         self.binlog_conn_id = binlog_conn_id
         self.staging_conn_id = staging_conn_id
-        self.keys = dict(keys or {})
+        self.keys: Any = keys if is_template(keys) else parse_keys(keys)
         self.allow_minimal_row_metadata = allow_minimal_row_metadata
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -128,15 +156,17 @@ class BinlogExtractOperator(BaseOperator):
         )
         from airflow_provider_binlog.state_history import StagedStateHistory
 
+        check_keyless_mode(self.keyless_tables)
+        self.keys = parse_keys(self.keys)
         hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
         selection = parse_tables(self.tables)
         server = hook.validate_source(
             allow_minimal_row_metadata=self.allow_minimal_row_metadata, tables=selection
         )
-        targets = table_targets(hook.describe_tables(selection), self.keys)
         root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
         check_writable(root)
         manager = StateManager(self.pipeline, history=StagedStateHistory(root))
+        targets, skipped = self._targets(hook.describe_tables(selection), manager.load())
         window = self._cut(manager, server, hook, context)
         window_dir = window_path(self.staging_uri, self.pipeline, window.seq, self.staging_conn_id)
         manifest = read_manifest(window_dir)
@@ -154,6 +184,7 @@ class BinlogExtractOperator(BaseOperator):
                 window_dir=window_dir,
                 server=server,
                 covers=snapshot_covers(manager.load(), targets),
+                skipped=skipped,
             )
         if window.status == "cut":
             rows = int(manifest["stats"]["rows"])
@@ -169,6 +200,40 @@ class BinlogExtractOperator(BaseOperator):
             "read_seconds": float(manifest["stats"]["read_seconds"]),
             "tables": {name: entry["rows"] for name, entry in manifest["tables"].items()},
         }
+
+    def _targets(
+        self, described: dict[str, TableInfo], state: PipelineState | None
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        """Return the tables this run stages (with their keys and capture starts) and those it leaves out.
+
+        :raises KeylessTableError: for a keyless table with ``keyless_tables="fail"``, or one the pipeline
+            has already captured.
+        """
+        from airflow_provider_binlog.tables import KeylessTableError
+
+        targets, skipped = table_targets(described, self.keys, keyless_tables=self.keyless_tables)
+        lost = sorted(set(skipped) & captured_tables(state))
+        if lost:
+            raise KeylessTableError(
+                f"{', '.join(lost)} lost the primary key the pipeline {self.pipeline} captured it by, so its "
+                f"changes can no longer be merged (the target table would silently go stale). Give it a key "
+                f"again and re-snapshot it (binlog_resnapshot, mode 'requested'), name a key with keys=, or "
+                f"exclude it with '!{lost[0]}'. {skipped[lost[0]]}"
+            )
+        for name, reason in skipped.items():
+            self.log.warning(skipped_warning(name, reason))
+        if state is not None and state.snapshots:
+            captured = captured_tables(state)
+            for name in sorted(set(targets) - captured):  # a snapshotting pipeline loads new tables first
+                del targets[name]
+                skipped[name] = (
+                    f"{name} is new to the pipeline and no snapshot has read it yet; the snapshot task of the next "
+                    f"run loads it, and windows capture it from that snapshot's start."
+                )
+                self.log.warning("%s is left out of this run: %s", name, skipped[name])
+        for target in targets.values():
+            target.since = capture_start(state, target.name)
+        return targets, skipped
 
     def _cut(self, manager: StateManager, server: Any, hook: BinlogHook, context: Any) -> Window:
         """Cut (or find) this run's window in a read-modify-write of the state, re-tried on a lost race."""

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
 from airflow_provider_binlog.operators.spark import SparkJobOperator
+from airflow_provider_binlog.tables import is_template, parse_keys
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -34,7 +35,8 @@ class BinlogMergeOperator(SparkJobOperator):
     :param pipeline: pipeline name (must match the window's manifest).
     :param window_uri: staged window directory ``<staging>/<pipeline>/window=<seq>``. (templated)
     :param target_path: target root; source table ``db.t`` is merged into ``<target_path>/db/t``. (templated)
-    :param keys: user-named keys for tables without a primary key, e.g. ``{"shop.log": ["a", "b"]}``.
+    :param keys: user-named keys for tables without a primary key, e.g. ``{"shop.log": ["a", "b"]}``, or
+        its JSON text (templated).
     :param buckets: number of hash buckets of tables created by this merge (existing tables keep theirs).
     :param conn_id: Spark connection id.
     :param conf: extra Spark configuration; it overrides the settings the job needs only if you say so.
@@ -48,6 +50,7 @@ class BinlogMergeOperator(SparkJobOperator):
         "pipeline",
         "window_uri",
         "target_path",
+        "keys",
     )
     ui_color = "#e8f1fb"
 
@@ -57,7 +60,7 @@ class BinlogMergeOperator(SparkJobOperator):
         pipeline: str,
         window_uri: str,
         target_path: str,
-        keys: Mapping[str, Sequence[str]] | None = None,
+        keys: Mapping[str, Sequence[str]] | str | None = None,
         buckets: int = 16,
         conn_id: str = "spark_default",
         conf: dict[str, Any] | None = None,
@@ -67,7 +70,7 @@ class BinlogMergeOperator(SparkJobOperator):
         self.check_arguments(kwargs, buckets=buckets)
         if not pipeline or not isinstance(pipeline, str):
             raise ValueError(f"pipeline must be a non-empty string, got {pipeline!r}")
-        self.keys = _validate_keys(keys)
+        self.keys: Any = keys if is_template(keys) else parse_keys(keys)
         super().__init__(
             application=str(MERGE_APPLICATION),
             conf=dict(conf or {}),
@@ -97,6 +100,7 @@ class BinlogMergeOperator(SparkJobOperator):
         from airflow_provider_binlog.state import StateManager
         from airflow_provider_binlog.target import check_target
 
+        self.keys = parse_keys(self.keys)
         window = self._load_window()
         changed = [table.name for table in window.tables if job.has_changes(table)]
         pending = [
@@ -188,18 +192,6 @@ class BinlogMergeOperator(SparkJobOperator):
             }
             self.log.info("%s: window %s merged, %s", staged.name, window.seq, tables[staged.name])
         return {"pipeline": self.pipeline, "window": window.seq, "tables": tables}
-
-
-def _validate_keys(keys: Mapping[str, Sequence[str]] | None) -> dict[str, list[str]]:
-    result: dict[str, list[str]] = {}
-    for table, columns in (keys or {}).items():
-        db, sep, name = str(table).partition(".")
-        if not (db and sep and name):
-            raise ValueError(f"keys: table {table!r} must be qualified as 'db.table'")
-        if isinstance(columns, str) or not columns or not all(isinstance(c, str) and c for c in columns):
-            raise ValueError(f"keys[{table!r}] must be a non-empty list of column names, got {columns!r}")
-        result[str(table)] = list(columns)
-    return result
 
 
 def _commit_numbers(dt: Any, pipeline: str, seq: int) -> dict[str, Any]:

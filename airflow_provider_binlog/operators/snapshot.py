@@ -9,11 +9,19 @@ from typing import Any, get_args
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
 from airflow_provider_binlog.hooks.binlog import BinlogHook, TableInfo
-from airflow_provider_binlog.operators.extract import parse_tables
 from airflow_provider_binlog.operators.spark import SparkJobOperator
 from airflow_provider_binlog.snapshot.ledger import SnapshotMode, begin_snapshot, finish_snapshot
 from airflow_provider_binlog.snapshot.plan import CHUNK_ROWS, plan_snapshot, unique_keys
 from airflow_provider_binlog.state import PipelineState, Snapshot, StateManager
+from airflow_provider_binlog.tables import (
+    TableKeys,
+    check_keyless_mode,
+    is_template,
+    parse_keys,
+    parse_tables,
+    skipped_warning,
+    table_keys,
+)
 
 #: The PySpark application submitted by :class:`BinlogSnapshotOperator`.
 SNAPSHOT_APPLICATION = Path(__file__).resolve().parent.parent / "spark_jobs" / "snapshot.py"
@@ -37,15 +45,19 @@ class BinlogSnapshotOperator(SparkJobOperator):
     ``chunks``, ``read_tasks`` and ``read_rows_per_second``.
 
     :param pipeline: pipeline name (templated).
-    :param tables: ``db.table`` names or patterns (templated; list or comma-separated).
+    :param tables: ``db.table`` names or patterns (templated; list or comma-separated); ``!db.table``
+        excludes the tables it matches.
     :param staging_uri: staging root (templated); the snapshot goes to ``<staging>/<pipeline>/snapshot=<seq>``.
     :param target_path: target root of the Delta tables (templated).
     :param mode: ``missing`` (default: the tables no snapshot of the pipeline has read, so all of them
         for a new pipeline and a table newly added to the selection), ``requested`` (re-snapshot the
         tables named) or ``purged`` (the binlogs the pipeline needed were purged: re-snapshot the tables
         named and move the checkpoint to the snapshot's start, dropping windows not merged yet).
-    :param keys: ``{"db.table": [columns]}`` naming a unique key (a UNIQUE index of NOT NULL columns)
+    :param keys: ``{"db.table": [columns]}`` (or its JSON text; templated) naming a unique key (a UNIQUE index of NOT NULL columns)
         for tables without a primary key.
+    :param keyless_tables: (templated) ``skip`` (default: a selected table with no primary key and no named key is left
+        out of the snapshot; once it has a key, a ``missing`` snapshot loads it as a table new to the
+        pipeline) or ``fail`` (:class:`~airflow_provider_binlog.tables.KeylessTableError`).
     :param chunk_rows: rows per chunk.
     :param max_connections: most source connections (Spark read tasks) at once.
     :param buckets: hash buckets of target tables the snapshot creates.
@@ -62,6 +74,8 @@ class BinlogSnapshotOperator(SparkJobOperator):
         "staging_uri",
         "target_path",
         "mode",
+        "keys",
+        "keyless_tables",
     )
     ui_color = "#eaf6ea"
 
@@ -73,7 +87,8 @@ class BinlogSnapshotOperator(SparkJobOperator):
         staging_uri: str,
         target_path: str,
         mode: str = "missing",
-        keys: dict[str, list[str]] | None = None,
+        keys: dict[str, list[str]] | str | None = None,
+        keyless_tables: str = "skip",
         chunk_rows: int = CHUNK_ROWS,
         max_connections: int = 4,
         buckets: int = 16,
@@ -85,6 +100,9 @@ class BinlogSnapshotOperator(SparkJobOperator):
         **kwargs: Any,
     ) -> None:
         self.check_arguments(kwargs, chunk_rows=chunk_rows, max_connections=max_connections, buckets=buckets)
+        if not is_template(keyless_tables):
+            check_keyless_mode(keyless_tables)
+        self.keyless_tables = keyless_tables
         super().__init__(
             application=str(SNAPSHOT_APPLICATION),
             conf=dict(conf or {}),
@@ -97,7 +115,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
         self.staging_uri = staging_uri
         self.target_path = target_path
         self.mode = mode
-        self.keys = dict(keys or {})
+        self.keys: Any = keys if is_template(keys) else parse_keys(keys)
         self.chunk_rows = chunk_rows
         self.max_connections = max_connections
         self.buckets = buckets
@@ -121,22 +139,28 @@ class BinlogSnapshotOperator(SparkJobOperator):
 
         if self.mode not in MODES:
             raise BinlogConfigError(f"mode={self.mode!r} must be one of {', '.join(MODES)}")
+        check_keyless_mode(self.keyless_tables)
+        self.keys = parse_keys(self.keys)
         hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
         selection = parse_tables(self.tables)
         server = hook.validate_source(
             allow_minimal_row_metadata=self.allow_minimal_row_metadata, tables=selection
         )
         described = hook.describe_tables(selection)
+        resolved = self._keys(hook, described)
+        # The start is read after the tables were described: a table that got its key before that is
+        # captured from a position after the change, so windows never stage its keyless past.
+        server = self._with_head_now(hook, server)
         root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
         check_writable(root)
         manager = StateManager(self.pipeline, history=StagedStateHistory(root))
         state = manager.load()
-        new_to_target = sorted(t for t in described if state is None or t not in state.target_tables)
+        new_to_target = sorted(t for t in resolved.keys if state is None or t not in state.target_tables)
         check_target(self.pipeline, state, self.target_path, new_to_target, recreate=True)
         snapshot = self._begin(
             manager,
             server,
-            sorted(described),
+            sorted(resolved.keys),
             context=context,
             staging_uri=lambda seq: uri_of(root / f"snapshot={seq}"),
         )
@@ -155,7 +179,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
             )
             return self._result(snapshot, 0)
         if read_json(f"{snapshot.staging_uri}/{PLAN_NAME}") is None:
-            self._write_plan(hook, server.flavor, snapshot, {n: described[n] for n in snapshot.tables})
+            self._write_plan(hook, server.flavor, snapshot, {n: resolved.keys[n] for n in snapshot.tables})
         self.submit(
             context,
             [
@@ -191,6 +215,37 @@ class BinlogSnapshotOperator(SparkJobOperator):
             result["read_rows_per_second"], result["read_tasks"],
         )  # fmt: skip
         return result
+
+    def _keys(self, hook: BinlogHook, described: dict[str, TableInfo]) -> TableKeys:
+        """Resolve every table's chunk key (:func:`~airflow_provider_binlog.tables.resolve_key`, snapshot level).
+
+        :raises KeylessTableError: for a keyless table with ``keyless_tables="fail"``.
+        :raises BinlogConfigError: for a named key that is not a UNIQUE index of NOT NULL columns.
+        """
+        uniques: dict[str, list[tuple[str, ...]]] = {}
+        if any(name in self.keys for name in described):
+            with hook.cursor() as cur:
+                uniques = {name: unique_keys(cur, name) for name in described if name in self.keys}
+        resolved = table_keys(
+            {name: (info.columns, info.primary_key) for name, info in described.items()},
+            self.keys,
+            keyless_tables=self.keyless_tables,
+            unique_keys=uniques,
+        )
+        for name, reason in resolved.skipped.items():
+            if self.mode == "missing":  # the extract task of the run warns about it
+                self.log.info("%s is left out of the snapshot: it has no key", name)
+            else:
+                self.log.warning(skipped_warning(name, reason))
+        return resolved
+
+    @staticmethod
+    def _with_head_now(hook: BinlogHook, server: Any) -> Any:
+        """Return ``server`` with the source head read now."""
+        import dataclasses
+
+        with hook.cursor() as cur:
+            return dataclasses.replace(server, head=hook.head_position(cur, server.flavor))
 
     def _begin(
         self, manager: StateManager, server: Any, tables: list[str], *, context: Any, staging_uri: Any
@@ -259,14 +314,13 @@ class BinlogSnapshotOperator(SparkJobOperator):
         hook: BinlogHook,
         flavor: str,
         snapshot: Snapshot,
-        tables: dict[str, TableInfo],
+        keys: dict[str, list[str]],
     ) -> None:
-        """Plan every table's chunks and write ``plan.json`` (a retry reuses it)."""
+        """Plan every table's chunks by its key and write ``plan.json`` (a retry reuses it)."""
         from airflow_provider_binlog.snapshot.chunks import write_json
         from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME
 
         with hook.cursor() as cur:
-            keys = {name: self._key(cur, info) for name, info in tables.items()}
             plan = plan_snapshot(
                 cur,
                 pipeline=self.pipeline,
@@ -286,37 +340,6 @@ class BinlogSnapshotOperator(SparkJobOperator):
                 table["key"],
             )
         write_json(f"{snapshot.staging_uri}/{PLAN_NAME}", plan)
-
-    def _key(self, cur: Any, info: TableInfo) -> list[str]:
-        """Return the key chunks are cut by: the primary key, else the unique key the user named.
-
-        A named key is returned in the column order of its UNIQUE index.
-
-        :raises BinlogConfigError: when the table has no primary key and no usable named key.
-        """
-        named = self.keys.get(info.name)
-        if info.primary_key:
-            if named and [c.lower() for c in named] != [c.lower() for c in info.primary_key]:
-                raise BinlogConfigError(
-                    f"table {info.name} has primary key {info.primary_key}; keys= may only name a key for "
-                    f"tables without one"
-                )
-            return list(info.primary_key)
-        if not named:
-            raise BinlogConfigError(
-                f"table {info.name} has no primary key, so a snapshot cannot split it into key ranges or the "
-                f"merge tell its rows apart. Add a primary key, or name a unique key of NOT NULL columns with "
-                f"keys={{'{info.name}': ['col', ...]}}."
-            )
-        uniques = unique_keys(cur, info.name)
-        matching = next((u for u in uniques if {c.lower() for c in u} == {c.lower() for c in named}), None)
-        if matching is None:
-            raise BinlogConfigError(
-                f"keys names {named} for {info.name}, but the table has no UNIQUE index of exactly those NOT NULL "
-                f"columns (its unique NOT NULL keys: {[list(u) for u in uniques] or 'none'}); add one, or name one "
-                f"of those"
-            )
-        return list(matching)  # in index order, so every chunk is an index range
 
     def _verify(self, snapshot: Snapshot) -> None:
         """Check that every table of the snapshot records its merge commit.

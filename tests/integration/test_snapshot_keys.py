@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from airflow_provider_binlog.exceptions import BinlogConfigError
-from airflow_provider_binlog.hooks.binlog import BinlogHook
-from airflow_provider_binlog.operators.snapshot import BinlogSnapshotOperator
+from airflow_provider_binlog.hooks.binlog import BinlogHook, TableInfo
+from airflow_provider_binlog.snapshot.plan import unique_keys
+from airflow_provider_binlog.tables import resolve_key
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
 pytestmark = pytest.mark.integration
 
 
-def operator(keys: dict[str, list[str]] | None = None) -> BinlogSnapshotOperator:
-    return BinlogSnapshotOperator(
-        task_id="snapshot",
-        pipeline="keys",
-        tables="x.*",
-        staging_uri="/tmp/s",
-        target_path="/tmp/t",
-        keys=keys,
+def key(cur: Any, info: TableInfo, keys: dict[str, list[str]] | None = None) -> list[str]:
+    """The snapshot level of resolve_key, as BinlogSnapshotOperator uses it."""
+    named = (keys or {}).get(info.name)
+    return resolve_key(
+        info.name, info.columns, info.primary_key, named, unique_keys=unique_keys(cur, info.name)
     )
 
 
@@ -33,15 +33,13 @@ def test_snapshot_keys(connections: LocalMariaDB, source_db: str) -> None:
     hook = BinlogHook(pipeline="keys")
     tables = hook.describe_tables([f"{source_db}.*"])
     events, loose, keyed = (tables[f"{source_db}.{name}"] for name in ("events", "loose", "keyed"))
-    named = operator(
-        {events.name: ["code", "tenant"], loose.name: ["a"], keyed.name: ["code"]},
-    )
+    named = {events.name: ["code", "tenant"], loose.name: ["a"], keyed.name: ["code"]}
     with hook.cursor() as cur:
-        assert named._key(cur, events) == ["tenant", "code"]  # the unique index's order: an index range
-        assert operator()._key(cur, keyed) == ["id"]
+        assert key(cur, events, named) == ["tenant", "code"]  # the unique index's order: an index range
+        assert key(cur, keyed) == ["id"]
         with pytest.raises(BinlogConfigError, match="has no primary key, so a snapshot cannot split it"):
-            operator()._key(cur, events)
+            key(cur, events)
         with pytest.raises(BinlogConfigError, match=r"no UNIQUE index of exactly those NOT NULL columns"):
-            named._key(cur, loose)  # unique but nullable: NULLs repeat, so it cannot identify rows
+            key(cur, loose, named)  # unique but nullable: NULLs repeat, so it cannot identify rows
         with pytest.raises(BinlogConfigError, match=r"has primary key \['id'\]"):
-            named._key(cur, keyed)
+            key(cur, keyed, named)

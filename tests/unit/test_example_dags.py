@@ -54,14 +54,26 @@ def test_example_dag_settings_default_from_the_environment(monkeypatch: pytest.M
     monkeypatch.setenv("BINLOG_CDC_TABLES", "shop.orders,shop.customers")
     monkeypatch.setenv("BINLOG_CDC_STAGING", "s3://bucket/staging")
     monkeypatch.setenv("BINLOG_CDC_TARGET", "/lake/target")
-    dag = DagBag(dag_folder=str(EXAMPLES)).dags["binlog_cdc"]
-    params = {name: dag.params[name] for name in ("pipeline", "tables", "staging", "target")}
+    monkeypatch.setenv("BINLOG_CDC_KEYS", '{"shop.log": ["at", "seq"]}')
+    monkeypatch.setenv("BINLOG_CDC_KEYLESS_TABLES", "fail")
+    bag = DagBag(dag_folder=str(EXAMPLES))
+    dag = bag.dags["binlog_cdc"]
+    names = ("pipeline", "tables", "staging", "target", "keys", "keyless_tables")
+    params = {name: dag.params[name] for name in names}
     assert params == {
         "pipeline": "orders_cdc",
         "tables": "shop.orders,shop.customers",
         "staging": "s3://bucket/staging",
         "target": "/lake/target",
+        "keys": {"shop.log": ["at", "seq"]},
+        "keyless_tables": "fail",
     }
+    assert bag.dags["binlog_resnapshot"].params["keys"] == {"shop.log": ["at", "seq"]}
+    # the keys are named once, and every task that needs a key gets them
+    for task_id in ("snapshot", "extract", "merge"):
+        task = dag.get_task(task_id)
+        assert "keys" in task.template_fields
+        assert task.keys == "{{ params['keys'] | tojson }}"
 
 
 def test_monitor_dag_has_both_sensors_per_pipeline(

@@ -4,15 +4,18 @@ import pytest
 
 from airflow_provider_binlog.exceptions import BinlogConfigError
 from airflow_provider_binlog.hooks.binlog import TableInfo
-from airflow_provider_binlog.operators.extract import parse_tables, table_targets
+from airflow_provider_binlog.operators.extract import table_targets
+from airflow_provider_binlog.tables import KeylessTableError, parse_tables, select_tables
 
 KEYED = TableInfo("shop.orders", ["id", "total"], ["bigint", "decimal(9,2)"], ["id"])
 KEYLESS = TableInfo("shop.log", ["at", "msg"], ["datetime", "text"], [])
+EXISTING = ["shop.orders", "shop.items", "shop.tmp_a", "shop.tmp_b", "crm.tmp_c"]
 
 
 def test_selection_accepts_lists_and_comma_separated_text() -> None:
     assert parse_tables(" shop.orders, shop.* ,") == ["shop.orders", "shop.*"]
     assert parse_tables(["shop.a", " ", "shop.b"]) == ["shop.a", "shop.b"]
+    assert parse_tables("shop.*, !shop.tmp_*") == ["shop.*", "!shop.tmp_*"]
 
 
 def test_empty_selection_is_refused() -> None:
@@ -20,22 +23,51 @@ def test_empty_selection_is_refused() -> None:
         parse_tables(" , ")
 
 
+def test_a_selection_of_exclusions_only_is_refused() -> None:
+    with pytest.raises(ValueError, match="only excludes tables"):
+        parse_tables("!shop.tmp_*")
+    with pytest.raises(ValueError, match=r"entry '!' must be"):
+        parse_tables("shop.*, !")
+
+
+def test_exclusions_apply_after_the_includes_whatever_their_place() -> None:
+    assert select_tables(["shop.*", "!shop.tmp_*"], EXISTING) == ["shop.items", "shop.orders"]
+    assert select_tables(["!*.tmp_*", "*.*"], EXISTING) == ["shop.items", "shop.orders"]
+    assert select_tables(["shop.orders", "!shop.gone"], EXISTING) == ["shop.orders"]
+
+
+def test_an_include_matching_nothing_or_exclusions_leaving_nothing_are_refused() -> None:
+    with pytest.raises(BinlogConfigError, match="'shop.nope' matches no table"):
+        select_tables(["shop.nope"], EXISTING)
+    with pytest.raises(BinlogConfigError, match="excludes all of them"):
+        select_tables(["shop.tmp_*", "!shop.tmp_?"], EXISTING)
+
+
 def test_tables_use_their_primary_key() -> None:
-    assert table_targets({"shop.orders": KEYED}, {})["shop.orders"].primary_key == ["id"]
+    targets, skipped = table_targets({"shop.orders": KEYED}, {})
+    assert targets["shop.orders"].primary_key == ["id"]
+    assert skipped == {}
 
 
 def test_table_without_primary_key_is_refused_with_the_remedy() -> None:
-    with pytest.raises(BinlogConfigError, match=r"shop.log has no primary key.*keys=\{'shop.log'"):
+    with pytest.raises(
+        KeylessTableError, match=r"shop.log has no primary key.*keys=\{'shop.log'.*'!shop.log'"
+    ):
         table_targets({"shop.log": KEYLESS}, {})
 
 
+def test_table_without_primary_key_is_set_aside_in_skip_mode() -> None:
+    targets, skipped = table_targets({"shop.orders": KEYED, "shop.log": KEYLESS}, {}, keyless_tables="skip")
+    assert list(targets) == ["shop.orders"]
+    assert list(skipped) == ["shop.log"]
+    assert "ADD PRIMARY KEY" in skipped["shop.log"]
+
+
 def test_named_key_makes_a_keyless_table_usable() -> None:
-    assert table_targets({"shop.log": KEYLESS}, {"shop.log": ["at", "msg"]})["shop.log"].primary_key == [
-        "at",
-        "msg",
-    ]
+    targets, _ = table_targets({"shop.log": KEYLESS}, {"shop.log": ["at", "msg"]})
+    assert targets["shop.log"].primary_key == ["at", "msg"]
 
 
-def test_named_key_must_exist() -> None:
+def test_named_key_must_exist_even_when_keyless_tables_are_skipped() -> None:
     with pytest.raises(BinlogConfigError, match=r"names columns \['nope'\]"):
-        table_targets({"shop.log": KEYLESS}, {"shop.log": ["nope"]})
+        table_targets({"shop.log": KEYLESS}, {"shop.log": ["nope"]}, keyless_tables="skip")
