@@ -23,12 +23,10 @@ pytestmark = pytest.mark.system
 @pytest.fixture
 def items(connections: Any, scratch_db: str, pipeline_dirs: dict[str, str]) -> Pipeline:
     pipeline = Pipeline(connections, scratch_db, pipeline_dirs)
-    pipeline.sql(
-        "CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(20))", "INSERT INTO items VALUES (1, 'a')"
-    )
-    pipeline.run_window()  # snapshot of the row, then the first window
-    pipeline.sql("INSERT INTO items VALUES (2, 'b'), (3, 'c')")
-    pipeline.run_window()
+    pipeline.sql("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(20))")
+    pipeline.run_window()  # an empty table: its snapshot and first window start no Spark job
+    pipeline.sql("INSERT INTO items VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    pipeline.run_window()  # the window that creates the target table, owned by this pipeline
     return pipeline
 
 
@@ -115,7 +113,7 @@ def test_a_second_pipeline_cannot_write_a_table_another_owns_until_it_is_handed_
     assert state_admin(["hand-over", "--target", items.target, "--table", f"{items.db}.items",
                         "--to", other_conf["pipeline"]]) == 0  # fmt: skip
     assert f"now belongs to {other_conf['pipeline']}" in capsys.readouterr().out
-    taken = other.run()  # takes over its own unfinished initial snapshot and loads the table
+    taken = other.run()  # its first snapshot loads the table it now owns
     assert taken.state == "success", task_states(taken)
     items.sql("UPDATE items SET v = 'by-b' WHERE id = 1")
     assert other.run().state == "success"
