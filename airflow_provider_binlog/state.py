@@ -25,6 +25,8 @@ from airflow_provider_binlog.positions import BinlogPosition, file_index
 STATE_FORMAT_VERSION = 1
 CONFLICT_ATTEMPTS = 5
 """How often a read-modify-write of the state is tried when another writer wins the race."""
+VARIABLE_DESCRIPTION = "airflow-provider-binlog pipeline state (do not edit by hand)"
+"""The description every writer gives the state Variable (shown in the Airflow UI)."""
 MERGED_WINDOWS_KEPT = 200
 """How many merged windows the ledger keeps (unmerged windows are always kept)."""
 
@@ -337,7 +339,7 @@ class AirflowVariableStore:
         """Write the Variable."""
         from airflow.sdk import Variable
 
-        Variable.set(key, value, description="airflow-provider-binlog pipeline state (do not edit by hand)")
+        Variable.set(key, value, description=VARIABLE_DESCRIPTION)
 
 
 def now_iso() -> str:
@@ -389,18 +391,26 @@ class StateManager:
             ) from err
         if state.pipeline != self.pipeline:
             raise StateError(f"the state Variable {self.key!r} belongs to pipeline {state.pipeline!r}")
-        self._check_consistent(state, "holds an inconsistent state document; it was left untouched")
+        self._check_consistent(
+            state,
+            "holds an inconsistent state document; it was left untouched",
+            advice=f" Nothing was read or merged on it. Was it edited by hand? Restore an earlier revision: "
+            f"`python -m airflow_provider_binlog.state_admin history --pipeline {self.pipeline}` lists the kept "
+            f"ones (docs/operating.md, 'Pipeline state').",
+        )
         return state
 
-    def _check_consistent(self, state: PipelineState, what: str) -> None:
-        """Raise :class:`StateError` naming every inconsistency of ``state`` (see ``inconsistencies``)."""
+    def _check_consistent(self, state: PipelineState, what: str, advice: str = "") -> None:
+        """Raise :class:`StateError` naming every inconsistency of ``state`` (see ``inconsistencies``).
+
+        :param what: what the document does, e.g. "holds an inconsistent state document".
+        :param advice: what to do, appended to the message (the read side; a write refused is our bug).
+        """
         problems = state.inconsistencies()
         if problems:
             raise StateError(
                 f"the state Variable {self.key!r} of pipeline {self.pipeline!r} (revision {state.revision}) {what}: "
-                f"{'; '.join(problems)}. Nothing was read or merged on it. Was it edited by hand? Restore an "
-                f"earlier revision: `python -m airflow_provider_binlog.state_admin history --pipeline "
-                f"{self.pipeline}` lists the kept ones (docs/operating.md, 'Pipeline state')."
+                f"{'; '.join(problems)}.{advice}"
             )
 
     def load_for_source(self, source_identity: str) -> PipelineState | None:

@@ -33,7 +33,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from airflow_provider_binlog.state import PipelineState, StateManager, state_summary, variable_key
+from airflow_provider_binlog.state import (
+    VARIABLE_DESCRIPTION,
+    PipelineState,
+    StateManager,
+    state_summary,
+    variable_key,
+)
 
 
 class MetadataVariableStore:
@@ -50,7 +56,7 @@ class MetadataVariableStore:
         """Write the Variable."""
         from airflow.models.variable import Variable
 
-        Variable.set(key, value, description="airflow-provider-binlog pipeline state (do not edit by hand)")
+        Variable.set(key, value, description=VARIABLE_DESCRIPTION)
 
 
 def stored_document(pipeline: str, store: Any) -> tuple[PipelineState | None, str]:
