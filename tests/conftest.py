@@ -58,10 +58,15 @@ def airflow_db() -> Path:
 
 
 @pytest.fixture
-def connections(mariadb: LocalMariaDB, monkeypatch: pytest.MonkeyPatch) -> LocalMariaDB:
-    """Point ``binlog_default`` at the private server and ``spark_default`` at local Spark."""
+def connections(mariadb: LocalMariaDB, spark_connect: Any, monkeypatch: pytest.MonkeyPatch) -> LocalMariaDB:
+    """Point ``binlog_default`` at the private server and ``spark_default`` at the shared Spark Connect server.
+
+    Merges and snapshots of DAG runs then share one JVM per test process. The spark-submit path keeps
+    its own tests (``test_merge.py``, ``test_checkpoint_safety.py``, ``test_under_scheduler.py``), which
+    set a ``spark`` connection themselves.
+    """
     monkeypatch.setenv("AIRFLOW_CONN_BINLOG_DEFAULT", mariadb.uri())
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", spark_connect.connection_json())
     return mariadb
 
 
@@ -70,6 +75,28 @@ def source_db(mariadb: LocalMariaDB) -> Iterator[str]:
     """A fresh database on the private server, dropped afterwards."""
     with mariadb.scratch_database("t") as name:
         yield name
+
+
+@pytest.fixture(scope="session")
+def spark_connect() -> Iterator[Any]:
+    """A private Spark Connect server (``local[2]``) shared by the tests of this process."""
+    from airflow_provider_binlog.testing.spark_connect import LocalSparkConnect
+
+    with LocalSparkConnect(conf={"spark.sql.shuffle.partitions": "4"}) as server:
+        yield server
+
+
+@pytest.fixture
+def connect_session(spark_connect: Any) -> Iterator[Any]:
+    """A Spark Connect client session of :func:`spark_connect`; the process stays a classic one afterwards."""
+    from pyspark.sql import SparkSession
+
+    marked = "SPARK_CONNECT_MODE_ENABLED" in os.environ
+    session = SparkSession.builder.remote(spark_connect.url).getOrCreate()
+    yield session
+    session.stop()
+    if not marked:
+        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
 
 
 @pytest.fixture(scope="session")

@@ -53,6 +53,7 @@ class BinlogMergeOperator(SparkJobOperator):
         "keys",
     )
     ui_color = "#e8f1fb"
+    job_module = "airflow_provider_binlog.spark_jobs.merge"
 
     def __init__(
         self,

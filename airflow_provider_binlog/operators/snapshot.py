@@ -67,6 +67,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
     :raises ValueError: on an invalid argument.
     """
 
+    job_module = "airflow_provider_binlog.spark_jobs.snapshot"
     template_fields: Sequence[str] = (
         *SparkJobOperator.template_fields,
         "pipeline",

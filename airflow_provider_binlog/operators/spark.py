@@ -3,26 +3,44 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.util
+import json
 import os
 import shutil
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError
 
+#: The Spark provider's connection type for Spark Connect servers (``SparkConnectHook``).
+SPARK_CONNECT_CONN_TYPE = "spark_connect"
+
 
 class SparkJobOperator(SparkSubmitOperator):
-    """A :class:`SparkSubmitOperator` that runs from an unactivated virtualenv and names its failures.
+    """Run one of the provider's bundled PySpark applications, over spark-submit or Spark Connect.
 
-    When no Spark home is configured (``SPARK_HOME`` unset in the environment and in ``env_vars``), the
-    submit process gets ``SPARK_HOME`` and ``PATH`` pointing at the ``pyspark`` package this interpreter
-    has, and for a local master the job's Python is this interpreter (:func:`launcher_environment`).
+    The Spark connection decides how:
+
+    * a ``spark`` connection (local, standalone, YARN, Kubernetes): ``spark-submit`` of the application
+      file, as :class:`SparkSubmitOperator` does. When no Spark home is configured (``SPARK_HOME`` unset
+      in the environment and in ``env_vars``), the submit process gets ``SPARK_HOME`` and ``PATH``
+      pointing at the ``pyspark`` package this interpreter has, and for a local master the job's Python
+      is this interpreter (:func:`launcher_environment`);
+    * a ``spark_connect`` connection (the Spark provider's ``SparkConnectHook``: host ``sc://host``,
+      port, optional user id, token and SSL): the application runs in this task's process as a Spark
+      Connect client of a long-lived server, so a window pays no JVM start. The server's Python workers
+      must be able to import this provider (they read snapshot chunks); ``spark.sql.*`` settings in
+      ``conf`` are set on the client session, other settings belong to the server's configuration.
     """
+
+    #: Module of the bundled application: its ``application(argv)`` binds it to a command line.
+    job_module: ClassVar[str]
+    _connect_session: Any = None
 
     @classmethod
     def check_arguments(cls, kwargs: Mapping[str, Any], **positive: int) -> None:
@@ -60,8 +78,12 @@ class SparkJobOperator(SparkSubmitOperator):
         from airflow_provider_binlog.spark_jobs.merge import SPARK_SQL_CONF
 
         self.conf = {**SPARK_SQL_CONF, **(self.conf or {})}
+        conn = self._spark_connection()
+        if conn.conn_type == SPARK_CONNECT_CONN_TYPE:
+            self._run_connected(args, failure=failure, env=env)
+            return
         self.application_args = args
-        master, deploy_mode = self._spark_master()
+        master, deploy_mode = self._spark_master(conn)
         launcher = launcher_environment(master, deploy_mode, env_vars=self.env_vars)
         if launcher:
             self.log.info("Environment for spark-submit: %s", launcher)
@@ -71,18 +93,74 @@ class SparkJobOperator(SparkSubmitOperator):
             except AirflowException as err:
                 raise MergeError(f"{failure}: {err}") from err
 
-    def _spark_master(self) -> tuple[str, str | None]:
-        """Return the master URL and deploy mode of the Spark connection (as the Spark hook reads them)."""
+    def _run_connected(self, args: list[str], *, failure: str, env: Mapping[str, str] | None) -> None:
+        """Run the application in this process on a session of the Spark Connect server of the connection.
+
+        :raises MergeError: when the job fails (its :class:`MergeJobError`) or Spark Connect reports an
+            error (server unreachable, query failed); the message starts with ``failure``.
+        """
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+        from pyspark.errors import PySparkException
+        from pyspark.sql import SparkSession
+
+        from airflow_provider_binlog.spark_jobs.merge import MergeJobError
+
+        app = importlib.import_module(self.job_module).application(args)
+        url = SparkConnectHook(self._conn_id).get_connection_url()
+        self.log.info("Running %s as a Spark Connect client of %s", app.name, url.split(";")[0])
+        # pyspark marks the whole process as a Connect client (SPARK_CONNECT_MODE_ENABLED) when a remote
+        # session starts, which would turn later classic sessions of this process into Connect ones.
+        with _patched_environ(env or {}), _restored_environ("SPARK_CONNECT_MODE_ENABLED"):
+            try:
+                spark = SparkSession.builder.remote(url).getOrCreate()
+                self._connect_session = spark
+                try:
+                    self._set_session_conf(spark)
+                    summary = app.job(spark)
+                finally:
+                    self._connect_session = None
+                    spark.stop()
+            except (MergeJobError, PySparkException) as err:
+                raise MergeError(f"{failure}: {err}") from err
+        self.log.info("%s finished: %s", app.name, json.dumps(summary, sort_keys=True, default=str))
+
+    def _set_session_conf(self, spark: Any) -> None:
+        """Set the operator's ``spark.sql.*`` settings on a Connect session; warn about the others."""
+        for key, value in (self.conf or {}).items():
+            if key.startswith("spark.sql."):
+                spark.conf.set(key, str(value))
+            else:
+                self.log.warning(
+                    "Spark setting %s is not applied over Spark Connect: set it on the server", key
+                )
+
+    def on_kill(self) -> None:
+        """Stop the Spark work of a killed task: interrupt the Connect session's operations, or the submit."""
+        session = self._connect_session
+        if session is not None:
+            session.interruptAll()
+            return
+        super().on_kill()
+
+    def _spark_connection(self) -> Any:
+        """Return the Spark connection.
+
+        :raises BinlogConfigError: when it does not exist.
+        """
         from airflow.exceptions import AirflowNotFoundException
         from airflow.sdk import BaseHook
 
         try:
-            conn = BaseHook.get_connection(self._conn_id)
+            return BaseHook.get_connection(self._conn_id)
         except AirflowNotFoundException as err:
             raise BinlogConfigError(
                 f"Spark connection {self._conn_id!r} does not exist; create it (e.g. AIRFLOW_CONN_"
-                f'{self._conn_id.upper()}=\'{{"conn_type": "spark", "host": "local[2]"}}\')'
+                f'{self._conn_id.upper()}=\'{{"conn_type": "spark", "host": "local[2]"}}\' for spark-submit, '
+                f"or a spark_connect connection to a Spark Connect server)"
             ) from err
+
+    def _spark_master(self, conn: Any) -> tuple[str, str | None]:
+        """Return the master URL and deploy mode of a ``spark`` connection (as the Spark hook reads them)."""
         host = conn.host or ""
         if conn.conn_type == "spark" and host and ("://" in host or not conn.port):
             master = host
@@ -145,8 +223,15 @@ def launcher_environment(
 @contextlib.contextmanager
 def _patched_environ(env: Mapping[str, str]) -> Iterator[None]:
     """Set environment variables for the duration of the block (the task's own process), then restore."""
-    previous = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
+    with _restored_environ(*env):
+        os.environ.update(env)
+        yield
+
+
+@contextlib.contextmanager
+def _restored_environ(*keys: str) -> Iterator[None]:
+    """Give the environment variables ``keys`` back the values (or absence) they had before the block."""
+    previous = {key: os.environ.get(key) for key in keys}
     try:
         yield
     finally:

@@ -1446,7 +1446,7 @@ def _rewrite_buckets(
             merged = apply_window(
                 current, changes, key_names, len(touched), refresh_seq=seq if staged.refresh else None
             )
-            merged.write.mode("errorifexists").partitionBy(BUCKET_COLUMN).parquet(stage_uri)
+            merged.write.mode("error").partitionBy(BUCKET_COLUMN).parquet(stage_uri)
         finally:
             changes.unpersist()
         outputs = staged_outputs(fs, stage_path)
@@ -1590,13 +1590,31 @@ def _parse_storage_options(specs: Sequence[str]) -> dict[str, str]:
     return options
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the merge application: merge the window, print the JSON summary line, return the exit code.
+@dataclass(frozen=True)
+class Application:
+    """A bundled Spark application bound to its command line: what to run on a session.
 
-    :param argv: command line arguments without the program name.
+    The same object runs under ``spark-submit`` (:func:`run_application`, this module's ``main``) and
+    in the Airflow worker as a Spark Connect client (the operators call :attr:`job` on a remote session).
+
+    :param name: Spark application name.
+    :param log_level: Python logging level name for the spark-submit driver.
+    :param job: does the work on a session and returns the JSON-able summary; raises
+        :class:`MergeJobError` for failures a retry of the same arguments cannot fix.
+    """
+
+    name: str
+    log_level: str
+    job: Callable[[SparkSession], dict[str, Any]]
+
+
+def application(argv: Sequence[str]) -> Application:
+    """Bind the merge application to its command line (see :func:`parse_args`).
+
+    :param argv: arguments without the program name.
     """
     args = parse_args(argv)
-    return run_application(
+    return Application(
         f"binlog-merge-{args.pipeline}",
         args.log_level,
         lambda spark: merge_window(
@@ -1611,27 +1629,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
 
-def run_application(name: str, log_level: str, job: Callable[[SparkSession], dict[str, Any]]) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the merge application under spark-submit; print the JSON summary line, return the exit code.
+
+    :param argv: command line arguments without the program name (default ``sys.argv[1:]``).
+    """
+    return run_application(application(sys.argv[1:] if argv is None else argv))
+
+
+def run_application(app: Application) -> int:
     """Run a bundled Spark application: log to stderr, start the session, print one JSON summary line.
 
-    :param name: Spark application name.
-    :param log_level: Python logging level name.
-    :param job: does the work on the session and returns the summary.
+    :param app: the application bound to its arguments.
     :returns: the exit code: 0, or 2 after printing ``{"error": ...}`` for a :class:`MergeJobError`.
     """
     logging.basicConfig(
-        level=log_level.upper(),
+        level=app.log_level.upper(),
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     from pyspark.sql import SparkSession
 
     builder: Any = SparkSession.builder
-    spark = builder.appName(name).getOrCreate()
+    spark = builder.appName(app.name).getOrCreate()
     try:
-        summary = job(spark)
+        summary = app.job(spark)
     except MergeJobError as err:
-        log.error("%s failed: %s", name, err)
+        log.error("%s failed: %s", app.name, err)
         print(json.dumps({"error": str(err)}), flush=True)
         return 2
     print(json.dumps(summary, sort_keys=True, default=str), flush=True)

@@ -40,6 +40,7 @@ from airflow_provider_binlog.snapshot.plan import Chunk, TablePlan
 from airflow_provider_binlog.spark_jobs.merge import (
     MANIFEST_NAME,
     SNAPSHOT_KIND,
+    Application,
     MergeJobError,
     configure_session,
     filesystem_for,
@@ -69,19 +70,31 @@ def load_plan(snapshot_uri: str) -> tuple[dict[str, Any], list[TablePlan]]:
     return plan, [TablePlan.from_json(t) for t in plan["tables"]]
 
 
-def _read_task(
-    source: dict[str, Any], flavor: str, snapshot_uri: str, seq: int
-) -> Any:  # returns the mapPartitions function
-    def read_partition(items: Any) -> Any:
-        for table_json, chunk_json in items:
-            yield read_chunk(
-                source,
-                flavor,
-                snapshot_uri,
-                seq,
-                TablePlan.from_json(table_json),
-                Chunk.from_json(chunk_json),
-            )
+#: Spark schema of the chunk list the read job runs over, and of the rows it returns (one per chunk).
+CHUNK_LIST_SCHEMA = "table_plan string, chunk string"
+CHUNK_DONE_SCHEMA = "table_name string, chunk_index long, rows long"
+
+
+def _read_task(source: dict[str, Any], flavor: str, snapshot_uri: str, seq: int) -> Any:
+    """Return the ``mapInArrow`` function that reads the chunks of its partition, one after another.
+
+    Each input row names a table plan and a chunk (JSON text); each output row reports a finished chunk. The
+    function runs in the Spark Python workers (over spark-submit and over Spark Connect alike).
+    """
+    import pyarrow as pa
+
+    def read_partition(batches: Any) -> Any:
+        for batch in batches:
+            for table_json, chunk_json in zip(
+                batch.column("table_plan").to_pylist(), batch.column("chunk").to_pylist(), strict=True
+            ):
+                table = TablePlan.from_json(json.loads(table_json))
+                done = read_chunk(
+                    source, flavor, snapshot_uri, seq, table, Chunk.from_json(json.loads(chunk_json))
+                )
+                yield pa.RecordBatch.from_pydict(
+                    {"table_name": [done["table"]], "chunk_index": [done["index"]], "rows": [done["rows"]]}
+                )
 
     return read_partition
 
@@ -142,7 +155,10 @@ def read_chunks(
     progress.scan()
     progress.rows_at_start = progress.rows
     pending = [
-        (t.to_json(), c.to_json()) for t in tables for c in t.chunks if (t.name, c.index) not in progress.seen
+        (json.dumps(t.to_json()), json.dumps(c.to_json()))
+        for t in tables
+        for c in t.chunks
+        if (t.name, c.index) not in progress.seen
     ]
     if progress.seen:
         log.info(
@@ -160,13 +176,15 @@ def read_chunks(
             tasks,
             max_connections,
         )
-        rdd = spark.sparkContext.parallelize(pending, tasks)
-        job = rdd.mapPartitions(_read_task(source, plan["flavor"], snapshot_uri, int(plan["seq"])))
+        chunks = spark.createDataFrame(pending, CHUNK_LIST_SCHEMA).repartition(tasks)
+        job = chunks.mapInArrow(
+            _read_task(source, plan["flavor"], snapshot_uri, int(plan["seq"])), CHUNK_DONE_SCHEMA
+        )
         failure: list[BaseException] = []
 
         def run() -> None:
             try:
-                job.count()
+                job.collect()
             except BaseException as err:  # reported on the driver's main thread below
                 failure.append(err)
 
@@ -295,8 +313,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the snapshot application; print the JSON summary line; return the exit code."""
+def application(argv: Sequence[str]) -> Application:
+    """Bind the snapshot application to its command line (see :func:`parse_args`).
+
+    The source's connection settings come from the environment variable :data:`SOURCE_ENV` (set for the
+    submit process, or in the worker for a Spark Connect run), read when the job runs.
+
+    :param argv: arguments without the program name.
+    """
     args = parse_args(argv)
 
     def job(spark: SparkSession) -> dict[str, Any]:
@@ -315,7 +339,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             buckets=args.buckets,
         )
 
-    return run_application(f"binlog-snapshot-{args.pipeline}", args.log_level, job)
+    return Application(f"binlog-snapshot-{args.pipeline}", args.log_level, job)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the snapshot application under spark-submit; print the JSON summary line; return the exit code."""
+    return run_application(application(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

@@ -836,6 +836,28 @@ def test_operator_merges_a_window_with_spark_submit(staging, target, monkeypatch
     assert os.environ.get("SPARK_HOME") is None  # the environment was restored
 
 
+def test_operator_merges_a_window_over_spark_connect(staging, target, spark_connect, monkeypatch):
+    """With a ``spark_connect`` connection the job runs in the task's process on the server: no JVM start."""
+    from airflow_provider_binlog.operators.merge import BinlogMergeOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", spark_connect.connection_json())
+    first = stage_window(staging, 1, orders([("c", order(1, "new", "1.00")), ("c", order(2, "new", "2.00"))]))
+    second = stage_window(
+        staging, 2, orders([("u", order(2, "paid", "2.50")), ("d", order(1, "new", "1.00"))])
+    )
+    for seq, window in ((1, first), (2, second)):
+        operator = BinlogMergeOperator(
+            task_id="merge", pipeline=PIPELINE, window_uri=window, target_path=target, buckets=4
+        )
+        result = operator.execute(context={})
+        assert result["window"] == seq
+        assert result["tables"]["shop.orders"]["rows_in_window"] == 2
+
+    assert rows(read_table(target, "shop.orders")) == [{"id": 2, "status": "paid", "amount": Decimal("2.50")}]
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ  # classic sessions of this process still work
+    assert merge.already_merged(deltalake.DeltaTable(table_uri(target, "shop.orders")), PIPELINE, 2)
+
+
 def keyless_spec() -> StagedTableSpec:
     return StagedTableSpec(
         LOG,
