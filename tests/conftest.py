@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import base64
-import logging
 import os
 import shutil
 import subprocess
@@ -86,39 +85,19 @@ def spark_connect() -> Iterator[Any]:
         yield server
 
 
-@pytest.fixture
-def connect_session(spark_connect: Any) -> Iterator[Any]:
-    """A Spark Connect client session of :func:`spark_connect`; the process stays a classic one afterwards."""
-    from pyspark.sql import SparkSession
-
-    marked = "SPARK_CONNECT_MODE_ENABLED" in os.environ
-    session = SparkSession.builder.remote(spark_connect.url).getOrCreate()
-    yield session
-    session.stop()
-    if not marked:
-        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
-
-
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """A ``local[2]`` SparkSession with the settings the merge relies on.
+def spark(spark_connect: Any) -> Iterator[Any]:
+    """A Spark Connect client session of the shared server, with the settings the merge relies on.
 
-    Snapshot chunks are read in Python workers: they must run this interpreter (the virtualenv need
-    not be activated), as the Spark operators arrange for spark-submit with ``PYSPARK_PYTHON``.
+    One JVM per test process serves the in-process merges and the DAG runs' merges and snapshots alike:
+    pyspark allows no classic session beside a Connect one in a process (``SESSION_ALREADY_EXIST``), and
+    the Airflow task processes of production start none. Snapshot chunks are read in the server's Python
+    workers, which run this interpreter (:class:`LocalSparkConnect`).
     """
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("test-binlog-integration")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = SparkSession.builder.remote(spark_connect.url).getOrCreate()
+    session.conf.set("spark.sql.session.timeZone", "UTC")
+    session.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     yield session
     session.stop()
-    logging.getLogger("py4j").setLevel(logging.WARNING)  # no "closing connection" logs at interpreter exit

@@ -19,6 +19,8 @@ from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError
 
 #: The Spark provider's connection type for Spark Connect servers (``SparkConnectHook``).
 SPARK_CONNECT_CONN_TYPE = "spark_connect"
+#: What pyspark sets in a process once a remote session started (``pyspark.sql.utils.is_remote``).
+CONNECT_MODE_ENV = "SPARK_CONNECT_MODE_ENABLED"
 
 
 class SparkJobOperator(SparkSubmitOperator):
@@ -87,7 +89,9 @@ class SparkJobOperator(SparkSubmitOperator):
         launcher = launcher_environment(master, deploy_mode, env_vars=self.env_vars)
         if launcher:
             self.log.info("Environment for spark-submit: %s", launcher)
-        with _patched_environ({**launcher, **(env or {})}):
+        # A submitted application starts a classic session: it must not inherit this process's Connect mode.
+        with _patched_environ({**launcher, **(env or {})}), _restored_environ(CONNECT_MODE_ENV):
+            os.environ.pop(CONNECT_MODE_ENV, None)
             try:
                 super().execute(context)
             except AirflowException as err:
@@ -108,11 +112,11 @@ class SparkJobOperator(SparkSubmitOperator):
         app = importlib.import_module(self.job_module).application(args)
         url = SparkConnectHook(self._conn_id).get_connection_url()
         self.log.info("Running %s as a Spark Connect client of %s", app.name, url.split(";")[0])
-        # pyspark marks the whole process as a Connect client (SPARK_CONNECT_MODE_ENABLED) when a remote
-        # session starts, which would turn later classic sessions of this process into Connect ones.
-        with _patched_environ(env or {}), _restored_environ("SPARK_CONNECT_MODE_ENABLED"):
+        # pyspark marks the whole process as a Connect client (CONNECT_MODE_ENV) when a remote session
+        # starts, which would turn later classic sessions of this process into Connect ones.
+        with _patched_environ(env or {}), _restored_environ(CONNECT_MODE_ENV):
             try:
-                spark = SparkSession.builder.remote(url).getOrCreate()
+                spark = SparkSession.builder.remote(url).create()  # never a session of someone else
                 self._connect_session = spark
                 try:
                     self._set_session_conf(spark)

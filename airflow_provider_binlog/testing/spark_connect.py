@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from airflow_provider_binlog.operators.spark import launcher_environment
+from airflow_provider_binlog.operators.spark import CONNECT_MODE_ENV, launcher_environment
 from airflow_provider_binlog.testing.mariadb import free_port
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -72,7 +72,7 @@ class LocalSparkConnect:
         }
         master = f"local[{self.cores}]"
         env = {**os.environ, **launcher_environment(master, None), "PYSPARK_PYTHON": sys.executable}
-        env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+        env.pop(CONNECT_MODE_ENV, None)
         command = ["spark-submit", "--class", SERVER_CLASS, "--master", master, "--name", "binlog-connect"]
         for key, value in settings.items():
             command += ["--conf", f"{key}={value}"]

@@ -836,7 +836,7 @@ def test_operator_merges_a_window_with_spark_submit(staging, target, monkeypatch
     assert os.environ.get("SPARK_HOME") is None  # the environment was restored
 
 
-def test_operator_merges_a_window_over_spark_connect(staging, target, spark_connect, monkeypatch):
+def test_operator_merges_a_window_over_spark_connect(staging, target, spark, spark_connect, monkeypatch):
     """With a ``spark_connect`` connection the job runs in the task's process on the server: no JVM start."""
     from airflow_provider_binlog.operators.merge import BinlogMergeOperator
 
@@ -854,8 +854,8 @@ def test_operator_merges_a_window_over_spark_connect(staging, target, spark_conn
         assert result["tables"]["shop.orders"]["rows_in_window"] == 2
 
     assert rows(read_table(target, "shop.orders")) == [{"id": 2, "status": "paid", "amount": Decimal("2.50")}]
-    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ  # classic sessions of this process still work
     assert merge.already_merged(deltalake.DeltaTable(table_uri(target, "shop.orders")), PIPELINE, 2)
+    assert spark.range(3).count() == 3  # the operator made and stopped a session of its own
 
 
 def keyless_spec() -> StagedTableSpec:

@@ -72,9 +72,8 @@ def row_checksum(data: pa.Table) -> int:
 
 
 def test_million_row_composite_key_snapshot_arrives_exactly_once(
-    mariadb: LocalMariaDB, source_db: str, connect_session: Any, tmp_path: Path
+    mariadb: LocalMariaDB, source_db: str, spark: Any, tmp_path: Path
 ) -> None:
-    """Read and merged over Spark Connect (the chunk reads run in the server's Python workers)."""
     table = f"{source_db}.t"
     loaded = time.monotonic()
     create_tenant_table(mariadb, source_db, ROWS)
@@ -121,7 +120,7 @@ def test_million_row_composite_key_snapshot_arrives_exactly_once(
 
     started = time.monotonic()
     summary = run_snapshot(
-        connect_session,
+        spark,
         snapshot_uri,
         target,
         pipeline=PIPELINE,
