@@ -1,0 +1,362 @@
+"""A MODIFY that changes a column's type: the target follows it exactly, or the table asks for a re-snapshot.
+
+One scratch database on the session's MariaDB holds a table per family of type changes. Three windows are
+extracted in-process (``extract_window``) and merged with the shared ``spark`` session once for the whole
+module: window 1 inserts the rows, window 2 writes rows, runs the ALTERs and writes rows that need the new
+types, window 3 writes more. Every test reads what the module built; each ends with the target equal to a
+SELECT of the source, row by row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+pytest.importorskip("pyspark")
+deltalake = pytest.importorskip("deltalake")
+
+from airflow_provider_binlog.extract.reader import TableTarget  # noqa: E402
+from airflow_provider_binlog.extract.window import extract_window  # noqa: E402
+from airflow_provider_binlog.hooks.binlog import BinlogHook  # noqa: E402
+from airflow_provider_binlog.spark_jobs import merge  # noqa: E402
+from airflow_provider_binlog.staging import window_path  # noqa: E402
+from airflow_provider_binlog.state import Position, Window, now_iso  # noqa: E402
+from airflow_provider_binlog.target import read_table, table_uri  # noqa: E402
+from airflow_provider_binlog.testing.mariadb import LocalMariaDB  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+PIPELINE = "widen"
+
+
+@dataclass
+class Family:
+    """One table: its columns, the ALTER run in window 2, the SELECT list that reads it like the target."""
+
+    table: str
+    columns: str
+    alter: str
+    select: str
+    widened: list[str]
+    types: dict[str, pa.DataType]
+    """Arrow types ``read_table`` gives after window 3, by column."""
+
+
+ONES = "1" * 64
+FAMILIES = [
+    Family(
+        "wide",  # the key widens to decimal(20,0): its hash form changes, so the rewrite re-buckets every row
+        "id BIGINT PRIMARY KEY, i INT, t TINYINT, s SMALLINT, u INT, b BIT(8), d INT, m DECIMAL(10,2), f FLOAT,"
+        " dt DATETIME, da DATE, v VARCHAR(10)",
+        "ALTER TABLE wide MODIFY id BIGINT UNSIGNED, MODIFY i BIGINT, MODIFY t INT, MODIFY s MEDIUMINT,"
+        " MODIFY u INT UNSIGNED, MODIFY b BIT(64), MODIFY d DOUBLE, MODIFY m DECIMAL(14,4), MODIFY f DOUBLE,"
+        " MODIFY dt DATETIME(6), MODIFY da DATETIME, MODIFY v VARCHAR(40)",
+        "id, i, t, s, u, b + 0, d, m, f, dt, da, v",
+        ["b", "d", "da", "f", "i", "id", "m", "s", "t", "u"],
+        {
+            "id": pa.decimal128(20, 0),
+            "i": pa.int64(),
+            "t": pa.int32(),
+            "s": pa.int32(),
+            "u": pa.int64(),
+            "b": pa.decimal128(20, 0),
+            "d": pa.float64(),
+            "m": pa.decimal128(14, 4),
+            "f": pa.float64(),
+            "dt": pa.timestamp("us"),
+            "da": pa.timestamp("us"),
+            "v": pa.string(),
+        },
+    ),
+    Family(
+        "narrow",  # values fit the narrower types: the target keeps the wider ones
+        "id INT PRIMARY KEY, n BIGINT, vc VARCHAR(100)",
+        "ALTER TABLE narrow MODIFY n INT, MODIFY vc VARCHAR(50)",
+        "id, n, vc",
+        [],
+        {"id": pa.int32(), "n": pa.int64(), "vc": pa.string()},
+    ),
+]
+BY_TABLE = {f.table: f for f in FAMILIES}
+MAX = 9223372036854775807
+
+WINDOW_1 = [
+    "INSERT INTO wide VALUES"
+    " (1, -7, -128, -32768, 5, b'101', 2147483647, 12345678.91, 1.1, '2024-02-29 23:59:59', '2024-02-29', 'one'),"
+    f" ({MAX}, 0, 0, 0, 0, 0, 0, -0.01, -3.75, '1000-01-01 00:00:00', '1000-01-01', 'max'),"
+    " (3, 2147483647, 127, 32767, 2147483647, b'11111111', -2147483648, NULL, NULL, NULL, NULL, NULL)",
+    "INSERT INTO narrow VALUES (1, 7, 'seven'), (2, -2147483648, 'min'), (3, 2147483647, 'max')",
+]
+BEFORE_ALTER = [
+    f"UPDATE wide SET i = 42, d = 12, m = 0.5, f = 0.1, v = 'two' WHERE id = {MAX}",
+    "INSERT INTO wide VALUES (4, 4, 4, 4, 4, b'100', 4, 4.44, 4.5, '2004-04-04 04:04:04', '2004-04-04', 'four')",
+    "UPDATE narrow SET vc = 'seven!' WHERE id = 1",
+]
+AFTER_ALTER = [
+    f"INSERT INTO wide VALUES (18446744073709551615, {MAX}, 2147483647, 8388607, 4294967295, b'{ONES}', 1.5e300,"
+    " 1234567890.1234, 2.2250738585072014e-308, '2024-05-01 12:00:00.123456', '2024-05-01 13:14:15', 'beyond')",
+    f"UPDATE wide SET i = -{MAX} - 1, b = b'1{'0' * 62}1', dt = '2038-01-19 03:14:07.999999' WHERE id = 3",
+    "DELETE FROM wide WHERE id = 4",
+    "INSERT INTO narrow VALUES (4, 4, 'four')",
+]
+WINDOW_3 = [
+    "UPDATE wide SET t = -2147483648, s = -8388608, m = -9999999999.9999, f = 1.7976931348623157e308,"
+    f" da = '9999-12-31 23:59:59', v = '{'forty' * 8}' WHERE id = {MAX}",
+    "INSERT INTO wide VALUES (6, 6, 6, 6, 6, b'110', 0.25, 6.6, 6.5, '9999-12-31 23:59:59.999999', '2006-06-06',"
+    " 'six')",
+    f"UPDATE narrow SET n = -5, vc = '{'fifty' * 10}' WHERE id = 2",
+    "INSERT INTO narrow VALUES (5, 5, 'five')",
+]
+
+
+@dataclass
+class Built:
+    """What the module fixture did: the database, the target, window folders and what each merge returned."""
+
+    db: str
+    target: str
+    windows: dict[int, str]
+    summaries: dict[int, dict[str, Any]]
+    versions: dict[str, int]
+    """Delta version of each table after window 3."""
+    remerged: list[dict[str, Any]] = field(default_factory=list)
+    unfollowable: merge.MergeJobError | None = None
+    unfollowable_rows: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
+    """(target rows before the failed merge, after it) of the table whose column became text."""
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+class Cutter:
+    """Cut windows between consecutive heads of the server and extract them in-process."""
+
+    def __init__(self, staging: Path, db: str) -> None:
+        self.staging = staging
+        self.db = db
+        self.hook = BinlogHook(pipeline=PIPELINE)
+        self.start = self.hook.server_state().head
+
+    def cut(self, seq: int, tables: list[str], *, pipeline_dir: str = "main") -> str:
+        """Extract the changes since the last cut of ``tables`` as window ``seq``; return its folder."""
+        state = self.hook.server_state()
+        assert self.start is not None
+        assert state.head is not None
+        window = Window(
+            seq=seq, start=Position.of(self.start), end=Position.of(state.head), run_id="r", cut_at=now_iso()
+        )
+        folder = self.staging / pipeline_dir
+        extract_window(
+            self.hook,
+            pipeline=PIPELINE,
+            window=window,
+            tables={f"{self.db}.{t}": TableTarget(f"{self.db}.{t}", ["id"]) for t in tables},
+            window_dir=window_path(str(folder), PIPELINE, seq),
+            server=state,
+        )
+        return str(folder / PIPELINE / f"window={seq}")
+
+    def advance(self) -> None:
+        """Start the next window at the current head."""
+        self.start = self.hook.server_state().head
+
+
+def _timed(built: Built, what: str, action: Any) -> Any:
+    import time
+
+    started = time.monotonic()
+    try:
+        return action()
+    finally:
+        built.seconds[what] = round(time.monotonic() - started, 1)
+
+
+@pytest.fixture(scope="module")
+def built(mariadb: LocalMariaDB, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
+    """Build the three windows, merge them, re-merge window 2, and try the unfollowable change."""
+    root = Path(tmp_path_factory.mktemp("type_changes"))
+    tables = [f.table for f in FAMILIES]
+    with pytest.MonkeyPatch.context() as patch, mariadb.scratch_database("widen") as db:
+        patch.setenv("AIRFLOW_CONN_BINLOG_DEFAULT", mariadb.uri())
+        mariadb.execute(
+            *(f"CREATE TABLE {f.table} ({f.columns}) DEFAULT CHARSET=utf8mb4" for f in FAMILIES),
+            "CREATE TABLE texted (id INT PRIMARY KEY, c INT)",
+            database=db,
+        )
+        built = Built(db=db, target=str(root / "target"), windows={}, summaries={}, versions={})
+        cutter = Cutter(root / "staging", db)
+        mariadb.execute(*WINDOW_1, "INSERT INTO texted VALUES (1, 1), (2, 22)", database=db)
+        built.windows[1] = cutter.cut(1, [*tables, "texted"])
+        cutter.advance()
+        mariadb.execute(
+            *BEFORE_ALTER,
+            *(f.alter for f in FAMILIES),
+            *AFTER_ALTER,
+            "UPDATE texted SET c = 3 WHERE id = 1",
+            "ALTER TABLE texted MODIFY c VARCHAR(20)",
+            "INSERT INTO texted VALUES (3, 'three')",
+            database=db,
+        )
+        built.windows[2] = cutter.cut(2, tables)
+        texted_window = cutter.cut(2, ["texted"], pipeline_dir="texted")
+        cutter.advance()
+        mariadb.execute(*WINDOW_3, database=db)
+        built.windows[3] = cutter.cut(3, tables)
+
+        def run(seq: int) -> dict[str, Any]:
+            return merge.merge_window(spark, built.windows[seq], built.target, pipeline=PIPELINE)
+
+        for seq in (1, 2, 3):
+            built.summaries[seq] = _timed(built, f"merge window {seq}", lambda seq=seq: run(seq))
+        built.versions = {t: _delta(built, t).version() for t in tables}
+        built.remerged = [run(2), run(1)]
+
+        texted = f"{db}.texted"
+        before = read_table(built.target, texted).to_pylist()
+        try:
+            merge.merge_window(spark, texted_window, built.target, pipeline=PIPELINE)
+        except merge.MergeJobError as err:
+            built.unfollowable = err
+        built.unfollowable_rows = (before, read_table(built.target, texted).to_pylist())
+        yield built
+
+
+def _delta(built: Built, table: str) -> Any:
+    return deltalake.DeltaTable(table_uri(built.target, f"{built.db}.{table}"))
+
+
+def _rewrites(built: Built, table: str) -> list[dict[str, Any]]:
+    return [c for c in _delta(built, table).history() if "binlog.widened" in c]
+
+
+def _by_id(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=lambda r: r["id"])
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.table)
+def test_the_target_equals_the_source_row_by_row(built: Built, mariadb: LocalMariaDB, family: Family) -> None:
+    names = list(family.types)
+    source = [dict(zip(names, row, strict=True)) for row in mariadb.execute(
+        f"SELECT {family.select} FROM {family.table}", database=built.db
+    )]  # fmt: skip
+    target = read_table(built.target, f"{built.db}.{family.table}")
+
+    assert {f.name: f.type for f in target.schema} == family.types
+    assert _by_id(target.to_pylist()) == _by_id(source)
+    assert len(source) >= 4
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.table)
+def test_a_widening_rewrites_the_table_once_in_the_window_that_needs_it(built: Built, family: Family) -> None:
+    rewrites = _rewrites(built, family.table)
+    name = f"{built.db}.{family.table}"
+
+    if not family.widened:
+        assert rewrites == []
+        return
+    assert [(c["binlog.window"], sorted(json.loads(c["binlog.widened"]))) for c in rewrites] == [
+        (2, family.widened)
+    ]
+    assert built.summaries[2]["tables"][name]["widened"] == family.widened
+    assert built.summaries[3]["tables"][name]["widened"] == []
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.table)
+def test_owner_buckets_key_and_merged_windows_survive_the_rewrite(built: Built, family: Family) -> None:
+    dt_ = _delta(built, family.table)
+    configuration = dt_.metadata().configuration
+
+    assert configuration[merge.OWNER_PROPERTY] == PIPELINE
+    assert configuration[merge.BUCKETS_PROPERTY] == "16"
+    assert json.loads(configuration[merge.PRIMARY_KEY_PROPERTY]) == ["id"]
+    assert dt_.metadata().partition_columns == [merge.BUCKET_COLUMN]
+    assert [dt_.transaction_version(merge.window_app_id(PIPELINE, seq)) for seq in (1, 2, 3)] == [1, 2, 3]
+    assert dt_.transaction_version(merge.pipeline_app_id(PIPELINE)) == 3
+
+
+def test_a_re_merge_after_the_rewrite_changes_nothing(built: Built) -> None:
+    for summary in built.remerged:
+        assert all(t["skipped"] for t in summary["tables"].values()), summary
+    assert {t: _delta(built, t).version() for t in BY_TABLE} == built.versions
+
+
+def test_column_metadata_records_the_new_source_types(built: Built) -> None:
+    def mysql_types(table: str) -> dict[str, str]:
+        schema = merge.delta_arrow_schema(_delta(built, table))
+        return {
+            f.name: f.metadata[merge.MYSQL_TYPE_KEY.encode()].decode()
+            for f in schema
+            if f.metadata and merge.MYSQL_TYPE_KEY.encode() in f.metadata
+        }
+
+    assert mysql_types("wide") == {
+        "id": "bigint unsigned",
+        "i": "bigint",
+        "t": "int",
+        "s": "mediumint",
+        "u": "int unsigned",
+        "b": "bit(64)",
+        "d": "double",
+        "m": "decimal(14,4)",
+        "f": "double",
+        "dt": "datetime(6)",
+        "da": "datetime",
+        "v": "varchar(160)",
+    }
+    # A narrowing keeps the stored (and read-back) type and records the source's new type.
+    assert mysql_types("narrow") == {"id": "int", "n": "int", "vc": "varchar(200)"}
+
+
+def test_a_change_that_is_not_a_widening_asks_for_a_re_snapshot_of_its_table(built: Built) -> None:
+    err = built.unfollowable
+    table = f"{built.db}.texted"
+
+    assert isinstance(err, merge.UnfollowableSchemaChange)
+    assert (err.table, err.column) == (table, "c")
+    assert "from int32 to string" in err.detail
+    assert f"pipeline {PIPELINE!r}" in str(err)
+    assert "re-snapshotted" in str(err)
+    before, after = built.unfollowable_rows
+    assert _by_id(after) == _by_id(before) == [{"id": 1, "c": 1}, {"id": 2, "c": 22}]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "reason"),
+    [
+        ("decimal(12,4)", "decimal(10,2)", "narrowed by rounding"),
+        ("double", "float", "narrowed by rounding"),
+        ("datetime(6)", "datetime", "lost fraction digits"),
+        ("datetime", "date", "narrowed by rounding"),
+        ("time", "bigint", "neither a widening nor a narrowing"),
+    ],
+)
+def test_a_change_that_rounds_stored_values_is_not_followed(old: str, new: str, reason: str) -> None:
+    arrow = {
+        "decimal(12,4)": pa.decimal128(12, 4),
+        "decimal(10,2)": pa.decimal128(10, 2),
+        "double": pa.float64(),
+        "float": pa.float32(),
+        "datetime(6)": pa.timestamp("us"),
+        "datetime": pa.timestamp("us"),
+        "date": pa.date32(),
+        "time": pa.duration("us"),
+        "bigint": pa.int64(),
+    }
+
+    def schema(mysql: str) -> pa.Schema:
+        staged = pa.schema([("id", pa.int32()), ("c", arrow[mysql])])
+        return merge.target_schema(
+            staged, [{"name": "c", "mysql_type": mysql, "arrow_type": str(arrow[mysql])}]
+        )
+
+    with pytest.raises(merge.UnfollowableSchemaChange, match=reason) as caught:
+        merge.plan_schema_change(schema(old), schema(new), "db.t", pipeline=PIPELINE)
+    assert caught.value.column == "c"
+    # An older window staged before a widening is only cast up; it never carries a MODIFY.
+    if reason != "neither a widening nor a narrowing":
+        older = merge.plan_schema_change(schema(old), schema(new), "db.t", pipeline=PIPELINE, newest=False)
+        assert (older.widened, older.new_fields) == ({}, [])
