@@ -8,7 +8,9 @@ How a table is merged (copy-on-write by bucket, see ``docs/adr/0001-delta-commit
 
 1. Skip the table if its Delta log already holds the app transaction of this window.
 2. Create the Delta table on first use (partitioned by ``_binlog_bucket``, bucket count and key stored in
-   its configuration) or add the window's new columns to it.
+   its configuration), or add the window's new columns to it and, when the window needs a wider column type,
+   rewrite the table with it in one commit first (:func:`retype_table`; a type change the table cannot
+   follow raises :class:`UnfollowableSchemaChange`).
 3. Spark reads the window with an explicit schema, computes each row's bucket
    (``pmod(xxhash64(key), buckets)``), reads the current files of the touched buckets only (file list
    from the Delta log), keeps the newest change per key (order key ``(_binlog_window, _binlog_seq)``,
@@ -649,11 +651,19 @@ class SchemaChange:
     :param metadata: column metadata to update, by column name.
     :param widened: columns whose stored type must widen, by the table's column name, with the field (wider
         type and its metadata, the table's spelling of the name) the table rewrite gives them.
+    :param replaced: columns of a snapshot merge whose type changed in a way a window could not follow, with
+        the field the table rewrite gives them (their old values are placeholders the snapshot replaces).
     """
 
     new_fields: list[pa.Field] = field(default_factory=list)
     metadata: dict[str, dict[str, str]] = field(default_factory=dict)
     widened: dict[str, pa.Field] = field(default_factory=dict)
+    replaced: dict[str, pa.Field] = field(default_factory=dict)
+
+    @property
+    def retyped(self) -> dict[str, pa.Field]:
+        """Return every column whose stored type the table rewrite changes (widened and replaced)."""
+        return {**self.widened, **self.replaced}
 
 
 _FRACTION_DIGITS_RE = re.compile(r"(datetime|timestamp|time)(?:\((\d)\))?")
@@ -729,14 +739,20 @@ class UnfollowableSchemaChange(MergeJobError):
         self.detail = detail
         super().__init__(
             f"pipeline {pipeline!r}: column {column!r} of {table} {detail}; the Delta table cannot follow this "
-            f"change exactly, so {table} must be re-snapshotted (the other tables are not affected). Re-snapshot "
-            f"it with the binlog_resnapshot DAG (tables=['{table}']), or remove it from the pipeline's tables for "
-            "one run and add it back (a table added to the selection is snapshotted)"
+            f"change exactly, so {table} must be re-snapshotted; nothing of it was written. Re-snapshot it with the "
+            f"binlog_resnapshot DAG (tables=['{table}']), or remove it from the pipeline's tables for one run and "
+            "add it back (a table added to the selection is snapshotted)"
         )
 
 
 def plan_schema_change(
-    current: pa.Schema, wanted: pa.Schema, table: str, *, pipeline: str, newest: bool = True
+    current: pa.Schema,
+    wanted: pa.Schema,
+    table: str,
+    *,
+    pipeline: str,
+    newest: bool = True,
+    snapshot: bool = False,
 ) -> SchemaChange:
     """Compare a table's schema with the one a window needs.
 
@@ -744,13 +760,15 @@ def plan_schema_change(
 
     - a window type wider than the table's (INT -> BIGINT, FLOAT -> DOUBLE, DECIMAL(10,2) ->
       DECIMAL(12,4) ...) is planned as a widening: the table is rewritten with the wider type
-      (:func:`widen_table`) before the window is merged;
+      (:func:`retype_table`) before the window is merged;
     - a window type narrower than the table's (an old window after a widening, or a narrowing MODIFY such
       as BIGINT -> INT) keeps the table's wider type: every value fits it exactly, and the window's values
       are cast up when read. A narrowing MODIFY records the column's new MySQL type (newest window only);
     - equal stored types with another MySQL type (VARCHAR(10) -> VARCHAR(20), DATETIME -> DATETIME(6))
       change only the column metadata;
-    - anything else raises :class:`UnfollowableSchemaChange` (see :func:`_unfollowable_reason`).
+    - anything else raises :class:`UnfollowableSchemaChange` (see :func:`_unfollowable_reason`), except in
+      a snapshot merge: a snapshot holds every live row, so the column is planned as replaced
+      (:attr:`SchemaChange.replaced`) and takes the snapshot's type.
 
     :param current: the table's schema (Arrow, with metadata).
     :param wanted: the schema the window needs (:func:`target_schema`).
@@ -758,6 +776,8 @@ def plan_schema_change(
     :param pipeline: the pipeline merging the table, for messages.
     :param newest: whether the window is newer than every window merged into the table, so that it may
         carry a MODIFY (an older window narrower than the table was staged before a widening).
+    :param snapshot: whether the window is a snapshot of the whole table (a re-snapshot after a change
+        that raised :class:`UnfollowableSchemaChange`).
     :raises UnfollowableSchemaChange: naming the column and both types, if a type change cannot be followed.
     """
     change = SchemaChange()
@@ -770,6 +790,9 @@ def plan_schema_change(
             change.new_fields.append(f.with_nullable(True))
             continue
         reason = _unfollowable_reason(have, f, newest=newest)
+        if reason is not None and snapshot:
+            change.replaced[have.name] = f.with_name(have.name).with_nullable(True)
+            continue
         if reason is not None:
             raise UnfollowableSchemaChange(
                 pipeline=pipeline,
@@ -1406,7 +1429,8 @@ class TableResult:
     :param files_added: data files the commit added.
     :param skipped: whether the table was skipped (already merged, or no changes).
     :param delta_version: table version after the merge (``None`` if there is no table).
-    :param widened: columns whose type the merge widened by rewriting the table first (:func:`widen_table`).
+    :param widened: columns whose type the merge changed by rewriting the table first (:func:`retype_table`):
+        widened, or replaced by a snapshot.
     """
 
     rows_in_window: int = 0
@@ -1532,11 +1556,16 @@ def merge_table(
         high_water = dt.transaction_version(pipeline_app_id(pipeline))
         newest = high_water is None or seq > high_water
         change = plan_schema_change(
-            delta_arrow_schema(dt), wanted, staged.name, pipeline=pipeline, newest=newest
+            delta_arrow_schema(dt),
+            wanted,
+            staged.name,
+            pipeline=pipeline,
+            newest=newest,
+            snapshot=staged.refresh,
         )
-        if change.widened:
-            widen_table(spark, dt, uri, change.widened, keys, pipeline=pipeline, seq=seq)
-            widened = sorted(change.widened)
+        if change.retyped:
+            retype_table(spark, dt, uri, change, keys, pipeline=pipeline, seq=seq)
+            widened = sorted(change.retyped)
         apply_schema_change(dt, change, update_metadata=newest)
         dt.update_incremental()
     result = _rewrite_buckets(spark, dt, uri, staged, staged_schema, keys, pipeline=pipeline, seq=seq)
@@ -1547,20 +1576,22 @@ def merge_table(
     return result
 
 
-def widen_table(
+def retype_table(
     spark: SparkSession,
     dt: DeltaTable,
     uri: str,
-    widened: Mapping[str, pa.Field],
+    change: SchemaChange,
     keys: Sequence[str],
     *,
     pipeline: str,
     seq: int,
 ) -> None:
-    """Rewrite every row of a table with wider column types, in one Delta commit.
+    """Rewrite every row of a table with the column types ``change.retyped`` gives them, in one Delta commit.
 
-    deltalake has no type widening in place, so every data file is read, its columns cast to the wider
-    types (lossless, :func:`is_lossless_widening`), the buckets computed again (a key column's hash form may
+    deltalake has no type widening in place, so every data file is read, widened columns are cast to their
+    wider types (lossless, :func:`is_lossless_widening`), replaced columns (a snapshot merge after a change a
+    window could not follow) are cast where Spark can (``try_cast``, else null: placeholders, since the
+    snapshot gives every live row its value), the buckets are computed again (a key column's hash form may
     change, e.g. INT -> DECIMAL) and new files written. One commit replaces all files and the schema:
     ``create_write_transaction`` in ``overwrite`` mode writes a ``metaData`` action with the new schema and
     keeps the table's id, name, partitioning and configuration (owner, buckets, key); app transactions
@@ -1572,11 +1603,10 @@ def widen_table(
     :param spark: the session.
     :param dt: the table, at the version the merge read.
     :param uri: table location.
-    :param widened: the wider field of each widened column, by its name in the table
-        (:attr:`SchemaChange.widened`).
+    :param change: the plan from :func:`plan_schema_change` (its ``widened`` and ``replaced`` columns).
     :param keys: key columns (the table's spelling).
     :param pipeline: pipeline name (commit info).
-    :param seq: sequence number of the window that needs the wider types (commit info, file names).
+    :param seq: sequence number of the window that needs the new types (commit info, file names).
     :raises deltalake.exceptions.CommitFailedError: if another writer committed since ``dt`` was read.
     """
     from deltalake import CommitProperties
@@ -1584,7 +1614,7 @@ def widen_table(
 
     started = time.monotonic()
     old_schema = delta_arrow_schema(dt)
-    new_schema = pa.schema([widened.get(f.name, f) for f in old_schema])
+    new_schema = pa.schema([change.retyped.get(f.name, f) for f in old_schema])
     old_data = pa.schema([f for f in old_schema if f.name != BUCKET_COLUMN])
     new_data = pa.schema([f for f in new_schema if f.name != BUCKET_COLUMN])
     by_lower = {f.name.lower(): f for f in new_data}
@@ -1593,8 +1623,11 @@ def widen_table(
     removed = current_files(dt, range(buckets))
     placed: list[PlacedFile] = []
     if removed:
+        casts = {
+            f.name: col(f.name).try_cast if f.name in change.replaced else col(f.name).cast for f in new_data
+        }
         rows = read_data_files(spark, uri, removed, old_data).select(
-            *[col(f.name).cast(spark_type(f.type)).alias(f.name) for f in new_data]
+            *[casts[f.name](spark_type(f.type)).alias(f.name) for f in new_data]
         )
         rows = rows.withColumn(BUCKET_COLUMN, bucket_of(key_fields, buckets))
         placed = write_bucket_files(
@@ -1604,9 +1637,12 @@ def widen_table(
     info = {
         "binlog.pipeline": pipeline,
         "binlog.window": seq,
-        "binlog.widened": json.dumps(
-            {name: f"{old_schema.field(name).type} -> {f.type}" for name, f in widened.items()}
-        ),
+        **{
+            f"binlog.{kind}": json.dumps(
+                {name: f"{old_schema.field(name).type} -> {f.type}" for name, f in columns.items()}
+            )
+            for kind, columns in (("widened", change.widened), ("replaced", change.replaced))
+        },
         "binlog.files_removed": len(removed),
         "binlog.files_added": len(placed),
     }
@@ -1626,9 +1662,10 @@ def widen_table(
         raise
     dt.update_incremental()
     log.info(
-        "%s: widened %s for window %d by rewriting %d files into %d in %.1f s (version %d)",
+        "%s: widened %s and replaced %s for window %d by rewriting %d files into %d in %.1f s (version %d)",
         uri,
         info["binlog.widened"],
+        info["binlog.replaced"],
         seq,
         len(removed),
         len(placed),

@@ -21,6 +21,8 @@ import pytest
 pytest.importorskip("pyspark")
 deltalake = pytest.importorskip("deltalake")
 
+from test_merge import StagedTableSpec, stage_window  # noqa: E402
+
 from airflow_provider_binlog.extract.reader import TableTarget  # noqa: E402
 from airflow_provider_binlog.extract.window import extract_window  # noqa: E402
 from airflow_provider_binlog.hooks.binlog import BinlogHook  # noqa: E402
@@ -129,6 +131,8 @@ class Built:
     unfollowable: merge.MergeJobError | None = None
     unfollowable_rows: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
     """(target rows before the failed merge, after it) of the table whose column became text."""
+    resnapshot: dict[str, Any] = field(default_factory=dict)
+    """Summary of the merge of a snapshot of that table, taken after the failure."""
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -222,6 +226,18 @@ def built(mariadb: LocalMariaDB, spark: Any, tmp_path_factory: pytest.TempPathFa
         except merge.MergeJobError as err:
             built.unfollowable = err
         built.unfollowable_rows = (before, read_table(built.target, texted).to_pylist())
+        rows = mariadb.execute("SELECT id, c FROM texted", database=db)
+        snapshot = StagedTableSpec(
+            pa.schema([("id", pa.int32()), ("c", pa.string())]),
+            [("r", {"id": i, "c": c}) for i, c in rows],
+            mysql_types={"id": "int", "c": "varchar(80)"},
+        )
+        snapshot_window = stage_window(root / "snapshot", 4, {texted: snapshot}, PIPELINE, "snapshot")
+        built.resnapshot = _timed(
+            built,
+            "merge the re-snapshot",
+            lambda: merge.merge_window(spark, snapshot_window, built.target, pipeline=PIPELINE),
+        )
         yield built
 
 
@@ -360,3 +376,27 @@ def test_a_change_that_rounds_stored_values_is_not_followed(old: str, new: str, 
     if reason != "neither a widening nor a narrowing":
         older = merge.plan_schema_change(schema(old), schema(new), "db.t", pipeline=PIPELINE, newest=False)
         assert (older.widened, older.new_fields) == ({}, [])
+
+
+def test_a_re_snapshot_gives_the_column_its_new_type_in_one_rewrite(
+    built: Built, mariadb: LocalMariaDB
+) -> None:
+    source = [{"id": i, "c": c} for i, c in mariadb.execute("SELECT id, c FROM texted", database=built.db)]
+    target = read_table(built.target, f"{built.db}.texted")
+    configuration = _delta(built, "texted").metadata().configuration
+
+    assert target.schema == pa.schema([("id", pa.int32()), ("c", pa.string())])
+    assert (
+        _by_id(target.to_pylist())
+        == _by_id(source)
+        == [
+            {"id": 1, "c": "3"},
+            {"id": 2, "c": "22"},
+            {"id": 3, "c": "three"},
+        ]
+    )
+    assert [json.loads(c["binlog.replaced"]) for c in _rewrites(built, "texted")] == [
+        {"c": "int32 -> string"}
+    ]
+    assert built.resnapshot["tables"][f"{built.db}.texted"]["widened"] == ["c"]
+    assert configuration[merge.OWNER_PROPERTY] == PIPELINE
