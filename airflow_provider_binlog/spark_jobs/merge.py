@@ -739,9 +739,8 @@ class UnfollowableSchemaChange(MergeJobError):
         self.detail = detail
         super().__init__(
             f"pipeline {pipeline!r}: column {column!r} of {table} {detail}; the Delta table cannot follow this "
-            f"change exactly, so {table} must be re-snapshotted; nothing of it was written. Re-snapshot it with the "
-            f"binlog_resnapshot DAG (tables=['{table}']), or remove it from the pipeline's tables for one run and "
-            "add it back (a table added to the selection is snapshotted)"
+            f"change exactly, so {table} must be re-snapshotted; nothing of it was written. Re-snapshot it: trigger "
+            f'binlog_resnapshot with {{"pipeline": "{pipeline}", "tables": "{table}", "mode": "requested"}}'
         )
 
 
