@@ -195,7 +195,7 @@ def source_schema(
     stored = merge.delta_arrow_schema(open_table(target_path, table, storage_options=storage_options))
     return pa.schema(
         [
-            pa.field(f.name, _source_type(f), nullable=True)
+            pa.field(f.name, merge.recorded_arrow_type(f), nullable=True)
             for f in stored
             if with_metadata or f.name not in merge.METADATA_COLUMN_NAMES
         ]
@@ -235,19 +235,6 @@ def read_table(
     if not include_tombstones:
         data = data.filter(pc.invert(pc.fill_null(data[merge.DELETED_COLUMN], False)))
     fields = [f for f in stored if with_metadata or f.name not in merge.METADATA_COLUMN_NAMES]
-    schema = pa.schema([pa.field(f.name, _source_type(f), nullable=True) for f in fields])
+    schema = pa.schema([pa.field(f.name, merge.recorded_arrow_type(f), nullable=True) for f in fields])
     columns = [data[f.name].cast(schema.field(f.name).type) for f in fields]
     return pa.Table.from_arrays(columns, schema=schema)
-
-
-def _source_type(stored: pa.Field) -> pa.DataType:
-    """Return the staged type recorded in a stored column's metadata, or its stored type."""
-    from airflow_provider_binlog.spark_jobs import merge
-
-    raw = (stored.metadata or {}).get(merge.ARROW_TYPE_KEY.encode())
-    if raw is None:
-        return stored.type
-    try:
-        return merge.parse_arrow_type(raw.decode())
-    except merge.MergeJobError:
-        return stored.type

@@ -8,7 +8,9 @@ How a table is merged (copy-on-write by bucket, see ``docs/adr/0001-delta-commit
 
 1. Skip the table if its Delta log already holds the app transaction of this window.
 2. Create the Delta table on first use (partitioned by ``_binlog_bucket``, bucket count and key stored in
-   its configuration) or add the window's new columns to it.
+   its configuration), or add the window's new columns to it and, when the window needs a wider column type,
+   rewrite the table with it in one commit first (:func:`retype_table`; a type change the table cannot
+   follow raises :class:`UnfollowableSchemaChange`).
 3. Spark reads the window with an explicit schema, computes each row's bucket
    (``pmod(xxhash64(key), buckets)``), reads the current files of the touched buckets only (file list
    from the Delta log), keeps the newest change per key (order key ``(_binlog_window, _binlog_seq)``,
@@ -312,7 +314,12 @@ def spark_schema(schema: pa.Schema) -> StructType:
 
 
 def is_lossless_widening(narrow: pa.DataType, wide: pa.DataType) -> bool:
-    """Return whether every value of ``narrow`` converts exactly to ``wide`` (integer, float, decimal).
+    """Return whether every value of ``narrow`` converts exactly to ``wide``.
+
+    Integers widen to wider integers, to decimals with enough integer digits and to floats whose
+    significand holds them (up to 16 bits to ``float32``, 32 bits to ``float64``); ``float32`` widens to
+    ``float64``; decimals widen when neither integer nor fraction digits shrink; ``date32`` widens to a
+    timestamp without time zone (midnight, as MySQL converts DATE to DATETIME).
 
     :param narrow: the narrower type.
     :param wide: the wider type.
@@ -324,6 +331,8 @@ def is_lossless_widening(narrow: pa.DataType, wide: pa.DataType) -> bool:
             return bool(wide.bit_width >= narrow.bit_width)
         if pa.types.is_decimal(wide):
             return bool(wide.precision - wide.scale >= _INTEGER_DIGITS[narrow.bit_width])
+        if pa.types.is_floating(wide):
+            return bool(narrow.bit_width <= {32: 16, 64: 32}.get(wide.bit_width, 0))
         return False
     if pa.types.is_float32(narrow):
         return bool(pa.types.is_float64(wide))
@@ -331,6 +340,8 @@ def is_lossless_widening(narrow: pa.DataType, wide: pa.DataType) -> bool:
         return bool(
             wide.scale >= narrow.scale and wide.precision - wide.scale >= narrow.precision - narrow.scale
         )
+    if pa.types.is_date32(narrow):
+        return bool(pa.types.is_timestamp(wide) and wide.tz is None)
     return False
 
 
@@ -513,15 +524,19 @@ def has_changes(table: StagedTable) -> bool:
     return bool(table.files) and (table.rows > 0 or table.refresh)
 
 
-def read_staged_schema(table: StagedTable) -> pa.Schema:
+def read_staged_schema(table: StagedTable, *, pipeline: str) -> pa.Schema:
     """Read the Arrow schema of a table's staged files from their Parquet footers.
 
     The files of one window normally share one schema; if a DDL in the window changed it, the schemas
-    are unified (new columns added, numeric types promoted). The source columns come in the manifest's
-    column order, then the change metadata columns.
+    are unified: new columns are added and each column gets the widest of its types
+    (:func:`is_lossless_widening`). The source columns come in the manifest's column order, then the change
+    metadata columns.
 
     :param table: staged table with at least one file.
-    :raises MergeJobError: if the footers conflict or change metadata columns are missing.
+    :param pipeline: the pipeline merging the window, for messages.
+    :raises UnfollowableSchemaChange: if a column's type changed within the window to one that is neither
+        wider nor narrower (INT -> VARCHAR).
+    :raises MergeJobError: if the footers conflict otherwise or change metadata columns are missing.
     """
     schemas = []
     for uri in table.files:
@@ -530,6 +545,21 @@ def read_staged_schema(table: StagedTable) -> pa.Schema:
             schemas.append(pq.read_schema(path, filesystem=fs))
         except (OSError, pa.ArrowException) as err:
             raise MergeJobError(f"cannot read the Parquet footer of staged file {uri}: {err}") from err
+    widest: dict[str, pa.DataType] = {}
+    for f in (f for schema in schemas for f in schema):
+        have = widest.setdefault(f.name, f.type)
+        if is_lossless_widening(have, f.type):
+            widest[f.name] = f.type
+        elif not is_lossless_widening(f.type, have):
+            raise UnfollowableSchemaChange(
+                pipeline=pipeline,
+                table=table.name,
+                column=f.name,
+                detail=f"changed type within the window from {have} to {f.type}, which is neither a widening "
+                "nor a narrowing",
+            )
+    # Arrow does not promote every lossless widening (date32 -> timestamp): widen the fields first.
+    schemas = [pa.schema([f.with_type(widest[f.name]) for f in schema]) for schema in schemas]
     try:
         unified = pa.unify_schemas(schemas, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
@@ -597,29 +627,157 @@ def _text_metadata(f: pa.Field) -> dict[str, str]:
     }
 
 
+def recorded_arrow_type(stored: pa.Field) -> pa.DataType:
+    """Return the staged Arrow type a target column records in its metadata (``binlog.arrow_type``).
+
+    Columns without the record (or with one this version cannot parse) give their stored type.
+
+    :param stored: a field of the Delta table's schema (:func:`delta_arrow_schema`) or of :func:`target_schema`.
+    """
+    raw = _text_metadata(stored).get(ARROW_TYPE_KEY)
+    if raw is None:
+        return stored.type
+    try:
+        return parse_arrow_type(raw)
+    except MergeJobError:
+        return stored.type
+
+
 @dataclass
 class SchemaChange:
     """What must change in a table's schema before a window can be committed to it.
 
     :param new_fields: columns to add (nullable).
     :param metadata: column metadata to update, by column name.
+    :param widened: columns whose stored type must widen, by the table's column name, with the field (wider
+        type and its metadata, the table's spelling of the name) the table rewrite gives them.
+    :param replaced: columns of a snapshot merge whose type changed in a way a window could not follow, with
+        the field the table rewrite gives them (their old values are placeholders the snapshot replaces).
     """
 
     new_fields: list[pa.Field] = field(default_factory=list)
     metadata: dict[str, dict[str, str]] = field(default_factory=dict)
+    widened: dict[str, pa.Field] = field(default_factory=dict)
+    replaced: dict[str, pa.Field] = field(default_factory=dict)
+
+    @property
+    def retyped(self) -> dict[str, pa.Field]:
+        """Return every column whose stored type the table rewrite changes (widened and replaced)."""
+        return {**self.widened, **self.replaced}
 
 
-def plan_schema_change(current: pa.Schema, wanted: pa.Schema, table: str) -> SchemaChange:
+_FRACTION_DIGITS_RE = re.compile(r"(datetime|timestamp|time)(?:\((\d)\))?")
+
+
+def _type_text(f: pa.Field) -> str:
+    """Return ``mysql type (staged Arrow type)`` of a column, for messages."""
+    mysql = _text_metadata(f).get(MYSQL_TYPE_KEY)
+    staged = recorded_arrow_type(f)
+    return f"{mysql} ({staged})" if mysql else str(staged)
+
+
+def _scale(t: pa.DataType) -> int | None:
+    """Return the number of fraction digits of an exact numeric type (0 for integers), else ``None``."""
+    if pa.types.is_integer(t):
+        return 0
+    if pa.types.is_decimal(t):
+        return int(t.scale)
+    return None
+
+
+def _unfollowable_reason(have: pa.Field, wanted: pa.Field, *, newest: bool) -> str | None:
+    """Return why the type change from ``have`` (table) to ``wanted`` (window) cannot be followed, or ``None``.
+
+    Followable: equal staged types, a lossless widening (:func:`is_lossless_widening`), and a window type
+    narrower than the table's. For the newest window (it may carry a MODIFY) a narrowing is followed only
+    between exact numbers with the same scale, which MySQL performs without changing a stored value or
+    refuses (strict SQL mode); a narrowing that rounds (fewer fraction digits of a DECIMAL, DOUBLE ->
+    FLOAT, DATETIME -> DATE) and fewer fraction digits of a DATETIME/TIMESTAMP/TIME are not, because the
+    server rounds the stored values of rows the binlog does not show again (MySQL manual, "Fractional
+    Seconds in Time Values" and "ALTER TABLE Statement"). An older window narrower than the table was
+    staged before a widening: its values are cast up. Any other change (INT -> VARCHAR, TIME -> BIGINT)
+    is not followable.
+    """
+    old, new = recorded_arrow_type(have), recorded_arrow_type(wanted)
+    if is_lossless_widening(old, new):
+        if newest and _fraction_digits(wanted, have) < _fraction_digits(have, wanted):
+            return "lost fraction digits, so the source rounded the values it stores"
+        return None
+    if is_lossless_widening(new, old):
+        if not newest or (_scale(new) is not None and _scale(new) == _scale(old)):
+            return None
+        return "was narrowed by rounding, which changes values of rows the binlog does not show again"
+    return "is neither a widening nor a narrowing of the same kind of value"
+
+
+def _fraction_digits(f: pa.Field, other: pa.Field) -> int:
+    """Return the fraction digits of a temporal MySQL type (``datetime(6)`` -> 6) if ``other`` is the same type."""
+    mine = _FRACTION_DIGITS_RE.fullmatch(_text_metadata(f).get(MYSQL_TYPE_KEY, ""))
+    theirs = _FRACTION_DIGITS_RE.fullmatch(_text_metadata(other).get(MYSQL_TYPE_KEY, ""))
+    if mine is None or theirs is None or mine.group(1) != theirs.group(1):
+        return 0
+    return int(mine.group(2) or 0)
+
+
+class UnfollowableSchemaChange(MergeJobError):
+    """A column's type changed in a way the Delta table cannot follow exactly: the table needs a re-snapshot.
+
+    Raised for a type change that is neither a widening nor a narrowing that leaves the source's values as
+    they were (INT -> VARCHAR, DATETIME -> DATE, fewer fraction digits ...): the source converted the values
+    of rows the binlog does not show again, so only a new snapshot of the table makes the target exact.
+
+    :param pipeline: the pipeline merging the table.
+    :param table: source table name ``db.table``.
+    :param column: the column whose type changed (the table's spelling).
+    :param detail: the old and the new type and why they cannot be followed.
+    """
+
+    def __init__(self, *, pipeline: str, table: str, column: str, detail: str) -> None:
+        self.pipeline = pipeline
+        self.table = table
+        self.column = column
+        self.detail = detail
+        super().__init__(
+            f"pipeline {pipeline!r}: column {column!r} of {table} {detail}; the Delta table cannot follow this "
+            f"change exactly, so {table} must be re-snapshotted; nothing of it was written. Re-snapshot it: trigger "
+            f'binlog_resnapshot with {{"pipeline": "{pipeline}", "tables": "{table}", "mode": "requested"}}'
+        )
+
+
+def plan_schema_change(
+    current: pa.Schema,
+    wanted: pa.Schema,
+    table: str,
+    *,
+    pipeline: str,
+    newest: bool = True,
+    snapshot: bool = False,
+) -> SchemaChange:
     """Compare a table's schema with the one a window needs.
 
-    Column names match case-insensitively (as in MySQL). A window column that is narrower than the table's
-    (e.g. an old window after a widening) is cast up when read. A column widened in the window cannot be
-    widened in the Delta table: deltalake has no type-widening support.
+    Column names match case-insensitively (as in MySQL). For a column whose type changed:
+
+    - a window type wider than the table's (INT -> BIGINT, FLOAT -> DOUBLE, DECIMAL(10,2) ->
+      DECIMAL(12,4) ...) is planned as a widening: the table is rewritten with the wider type
+      (:func:`retype_table`) before the window is merged;
+    - a window type narrower than the table's (an old window after a widening, or a narrowing MODIFY such
+      as BIGINT -> INT) keeps the table's wider type: every value fits it exactly, and the window's values
+      are cast up when read. A narrowing MODIFY records the column's new MySQL type (newest window only);
+    - equal stored types with another MySQL type (VARCHAR(10) -> VARCHAR(20), DATETIME -> DATETIME(6))
+      change only the column metadata;
+    - anything else raises :class:`UnfollowableSchemaChange` (see :func:`_unfollowable_reason`), except in
+      a snapshot merge: a snapshot holds every live row, so the column is planned as replaced
+      (:attr:`SchemaChange.replaced`) and takes the snapshot's type.
 
     :param current: the table's schema (Arrow, with metadata).
     :param wanted: the schema the window needs (:func:`target_schema`).
     :param table: table name for messages.
-    :raises MergeJobError: naming the column, if a type was widened or changed incompatibly.
+    :param pipeline: the pipeline merging the table, for messages.
+    :param newest: whether the window is newer than every window merged into the table, so that it may
+        carry a MODIFY (an older window narrower than the table was staged before a widening).
+    :param snapshot: whether the window is a snapshot of the whole table (a re-snapshot after a change
+        that raised :class:`UnfollowableSchemaChange`).
+    :raises UnfollowableSchemaChange: naming the column and both types, if a type change cannot be followed.
     """
     change = SchemaChange()
     existing = {f.name.lower(): f for f in current}
@@ -629,25 +787,28 @@ def plan_schema_change(current: pa.Schema, wanted: pa.Schema, table: str) -> Sch
         have = existing.get(f.name.lower())
         if have is None:
             change.new_fields.append(f.with_nullable(True))
-        elif have.type.equals(f.type):
-            wanted_meta = _text_metadata(f)
-            have_meta = _text_metadata(have)
+            continue
+        reason = _unfollowable_reason(have, f, newest=newest)
+        if reason is not None and snapshot:
+            change.replaced[have.name] = f.with_name(have.name).with_nullable(True)
+            continue
+        if reason is not None:
+            raise UnfollowableSchemaChange(
+                pipeline=pipeline,
+                table=table,
+                column=have.name,
+                detail=f"changed type from {_type_text(have)} to {_type_text(f)}: it {reason}",
+            )
+        wanted_meta, have_meta = _text_metadata(f), _text_metadata(have)
+        if have.type.equals(f.type):
             if any(have_meta.get(k) != v for k, v in wanted_meta.items()):
                 change.metadata[have.name] = wanted_meta
-        elif is_lossless_widening(f.type, have.type):
-            continue
         elif is_lossless_widening(have.type, f.type):
-            raise MergeJobError(
-                f"column {have.name!r} of {table} was widened in the source from {have.type} to {f.type}; "
-                "deltalake cannot widen a Delta column type in place (no type-widening support), so the "
-                "merge stops here. Re-snapshot the table into a new target table, or rewrite the table "
-                "with the wider type, then resume the pipeline"
-            )
-        else:
-            raise MergeJobError(
-                f"column {have.name!r} of {table} changed type from {have.type} to {f.type}, which is not "
-                "a widening; re-snapshot the table into a new target table"
-            )
+            change.widened[have.name] = f.with_name(have.name).with_nullable(True)
+        elif newest and wanted_meta.get(MYSQL_TYPE_KEY, have_meta.get(MYSQL_TYPE_KEY)) != have_meta.get(
+            MYSQL_TYPE_KEY
+        ):
+            change.metadata[have.name] = {**have_meta, MYSQL_TYPE_KEY: wanted_meta[MYSQL_TYPE_KEY]}
     return change
 
 
@@ -1267,6 +1428,8 @@ class TableResult:
     :param files_added: data files the commit added.
     :param skipped: whether the table was skipped (already merged, or no changes).
     :param delta_version: table version after the merge (``None`` if there is no table).
+    :param widened: columns whose type the merge changed by rewriting the table first (:func:`retype_table`):
+        widened, or replaced by a snapshot.
     """
 
     rows_in_window: int = 0
@@ -1276,6 +1439,7 @@ class TableResult:
     files_added: int = 0
     skipped: bool = False
     delta_version: int | None = None
+    widened: list[str] = field(default_factory=list)
 
 
 def configure_session(spark: SparkSession) -> None:
@@ -1371,9 +1535,10 @@ def merge_table(
         )
         return TableResult(rows_in_window=staged.rows, skipped=True, delta_version=dt.version())
     started = time.monotonic()
-    staged_schema = read_staged_schema(staged)
+    staged_schema = read_staged_schema(staged, pipeline=pipeline)
     _check_key_columns(staged_schema, keys, staged.name)
     wanted = target_schema(staged_schema, staged.columns)
+    widened: list[str] = []
     if dt is None:
         dt = create_table(
             uri,
@@ -1389,14 +1554,123 @@ def merge_table(
         keys = check_table_key(dt, keys, staged.name)
         high_water = dt.transaction_version(pipeline_app_id(pipeline))
         newest = high_water is None or seq > high_water
-        change = plan_schema_change(delta_arrow_schema(dt), wanted, staged.name)
+        change = plan_schema_change(
+            delta_arrow_schema(dt),
+            wanted,
+            staged.name,
+            pipeline=pipeline,
+            newest=newest,
+            snapshot=staged.refresh,
+        )
+        if change.retyped:
+            retype_table(spark, dt, uri, change, keys, pipeline=pipeline, seq=seq)
+            widened = sorted(change.retyped)
         apply_schema_change(dt, change, update_metadata=newest)
         dt.update_incremental()
     result = _rewrite_buckets(spark, dt, uri, staged, staged_schema, keys, pipeline=pipeline, seq=seq)
+    result.widened = widened
     log.info(
         "%s: merged window %d in %.1f s: %s", staged.name, seq, time.monotonic() - started, asdict(result)
     )
     return result
+
+
+def retype_table(
+    spark: SparkSession,
+    dt: DeltaTable,
+    uri: str,
+    change: SchemaChange,
+    keys: Sequence[str],
+    *,
+    pipeline: str,
+    seq: int,
+) -> None:
+    """Rewrite every row of a table with the column types ``change.retyped`` gives them, in one Delta commit.
+
+    deltalake has no type widening in place, so every data file is read, widened columns are cast to their
+    wider types (lossless, :func:`is_lossless_widening`), replaced columns (a snapshot merge after a change a
+    window could not follow) are cast where Spark can (``try_cast``, else null: placeholders, since the
+    snapshot gives every live row its value), the buckets are computed again (a key column's hash form may
+    change, e.g. INT -> DECIMAL) and new files written. One commit replaces all files and the schema:
+    ``create_write_transaction`` in ``overwrite`` mode writes a ``metaData`` action with the new schema and
+    keeps the table's id, name, partitioning and configuration (owner, buckets, key); app transactions
+    (windows merged) are table state that an overwrite does not touch, so re-merges of earlier windows
+    stay no-ops (measured with deltalake 1.6.6). Like :func:`commit_window`, the commit is accepted only on
+    the version the files were read from (``max_commit_retries=0``): on a conflict the merge is planned
+    again (:func:`_replanned_on_conflict`) and sees the table as the other writer left it.
+
+    :param spark: the session.
+    :param dt: the table, at the version the merge read.
+    :param uri: table location.
+    :param change: the plan from :func:`plan_schema_change` (its ``widened`` and ``replaced`` columns).
+    :param keys: key columns (the table's spelling).
+    :param pipeline: pipeline name (commit info).
+    :param seq: sequence number of the window that needs the new types (commit info, file names).
+    :raises deltalake.exceptions.CommitFailedError: if another writer committed since ``dt`` was read.
+    """
+    from deltalake import CommitProperties
+    from deltalake.transaction import AddAction
+
+    started = time.monotonic()
+    old_schema = delta_arrow_schema(dt)
+    new_schema = pa.schema([change.retyped.get(f.name, f) for f in old_schema])
+    old_data = pa.schema([f for f in old_schema if f.name != BUCKET_COLUMN])
+    new_data = pa.schema([f for f in new_schema if f.name != BUCKET_COLUMN])
+    by_lower = {f.name.lower(): f for f in new_data}
+    key_fields = [(by_lower[k.lower()].name, by_lower[k.lower()].type) for k in keys]
+    buckets = table_buckets(dt)
+    removed = current_files(dt, range(buckets))
+    placed: list[PlacedFile] = []
+    if removed:
+        casts = {
+            f.name: col(f.name).try_cast if f.name in change.replaced else col(f.name).cast for f in new_data
+        }
+        rows = read_data_files(spark, uri, removed, old_data).select(
+            *[casts[f.name](spark_type(f.type)).alias(f.name) for f in new_data]
+        )
+        rows = rows.withColumn(BUCKET_COLUMN, bucket_of(key_fields, buckets))
+        placed = write_bucket_files(
+            rows.repartition(buckets, col(BUCKET_COLUMN)), uri, new_data, seq=seq, buckets=range(buckets)
+        )
+    now_ms = int(time.time() * 1000)
+    info = {
+        "binlog.pipeline": pipeline,
+        "binlog.window": seq,
+        **{
+            f"binlog.{kind}": json.dumps(
+                {name: f"{old_schema.field(name).type} -> {f.type}" for name, f in columns.items()}
+            )
+            for kind, columns in (("widened", change.widened), ("replaced", change.replaced))
+        },
+        "binlog.files_removed": len(removed),
+        "binlog.files_added": len(placed),
+    }
+    try:
+        dt.create_write_transaction(
+            [
+                AddAction(f.path, f.size, {BUCKET_COLUMN: str(f.bucket)}, now_ms, True, f.stats)
+                for f in placed
+            ],
+            mode="overwrite",
+            schema=new_schema,
+            partition_by=[BUCKET_COLUMN],
+            commit_properties=CommitProperties(custom_metadata=info, max_commit_retries=0),
+        )
+    except BaseException:
+        remove_files(filesystem_for(uri)[0], [p.location for p in placed])
+        raise
+    dt.update_incremental()
+    log.info(
+        "%s: widened %s and replaced %s for window %d by rewriting %d files into %d in %.1f s (version %d)",
+        uri,
+        info["binlog.widened"],
+        info["binlog.replaced"],
+        seq,
+        len(removed),
+        len(placed),
+        time.monotonic() - started,
+        dt.version(),
+    )
 
 
 def _check_key_columns(staged: pa.Schema, keys: Sequence[str], table: str) -> None:
@@ -1427,52 +1701,86 @@ def _rewrite_buckets(
 
     changes = conform_changes(read_staged_changes(spark, staged.files, staged_schema), data_schema)
     changes = changes.withColumn(BUCKET_COLUMN, bucket_of(key_fields, buckets)).persist()
+    fs = filesystem_for(uri)[0]
+    try:
+        profile = profile_changes(changes, key_names, staged.name)
+        touched = list(range(buckets)) if staged.refresh else sorted(profile.rows_by_bucket)
+        removed = current_files(dt, touched)
+        current = None
+        if removed:
+            current = read_data_files(spark, uri, removed, data_schema).withColumn(
+                BUCKET_COLUMN, bucket_of(key_fields, buckets)
+            )
+        merged = apply_window(
+            current, changes, key_names, len(touched), refresh_seq=seq if staged.refresh else None
+        )
+        placed = write_bucket_files(merged, uri, data_schema, seq=seq, buckets=touched)
+    finally:
+        changes.unpersist()
+    result = TableResult(
+        rows_in_window=profile.rows,
+        rows_written=sum(p.rows for p in placed),
+        buckets_touched=len(touched),
+        files_removed=len(removed),
+        files_added=len(placed),
+    )
+    info = _commit_info(pipeline, seq, result)
+    try:
+        commit_window(dt, removed, placed, pipeline=pipeline, seq=seq, custom_metadata=info)
+    except BaseException:
+        remove_files(fs, [p.location for p in placed])
+        raise
+    dt.update_incremental()
+    result.delta_version = dt.version()
+    return result
+
+
+def read_data_files(
+    spark: SparkSession, uri: str, files: Sequence[DataFile], data_schema: pa.Schema
+) -> DataFrame:
+    """Read data files of a table with its schema (without the partition column).
+
+    :param spark: the session.
+    :param uri: table location.
+    :param files: files from :func:`current_files`.
+    :param data_schema: the schema the files were written with (storage types).
+    """
+    return (
+        spark.read.schema(spark_schema(data_schema))
+        .parquet(*[data_file_uri(uri, f.path) for f in files])
+        .select(*[col(f.name) for f in data_schema])
+    )
+
+
+def write_bucket_files(
+    rows: DataFrame, uri: str, data_schema: pa.Schema, *, seq: int, buckets: Sequence[int]
+) -> list[PlacedFile]:
+    """Write rows as Parquet by ``_binlog_bucket`` and move the files into the table's bucket folders.
+
+    Spark writes into a staging folder under the table (hidden from Delta readers); the files are validated
+    against the schema and moved into ``_binlog_bucket=<n>/``. Nothing is committed: the caller commits the
+    returned files or deletes them (:func:`remove_files`).
+
+    :param rows: rows with the data columns and ``_binlog_bucket``.
+    :param uri: table location.
+    :param data_schema: the table's schema without the partition column.
+    :param seq: window sequence number (prefixes the file names).
+    :param buckets: the buckets the rows may fall in.
+    :raises MergeJobError: if Spark wrote a file for another bucket or a file does not match the schema.
+    """
     fs, table_path = filesystem_for(uri)
     stage_uri = join_uri(uri, STAGING_DIR, f"w{seq}-{uuid.uuid4().hex}")
     stage_path = filesystem_for(stage_uri)[1]
     try:
-        try:
-            profile = profile_changes(changes, key_names, staged.name)
-            touched = list(range(buckets)) if staged.refresh else sorted(profile.rows_by_bucket)
-            removed = current_files(dt, touched)
-            current = None
-            if removed:
-                current = (
-                    spark.read.schema(spark_schema(data_schema))
-                    .parquet(*[data_file_uri(uri, f.path) for f in removed])
-                    .select(*[col(f.name) for f in data_schema])
-                    .withColumn(BUCKET_COLUMN, bucket_of(key_fields, buckets))
-                )
-            merged = apply_window(
-                current, changes, key_names, len(touched), refresh_seq=seq if staged.refresh else None
-            )
-            merged.write.mode("error").partitionBy(BUCKET_COLUMN).parquet(stage_uri)
-        finally:
-            changes.unpersist()
+        rows.write.mode("error").partitionBy(BUCKET_COLUMN).parquet(stage_uri)
         outputs = staged_outputs(fs, stage_path)
-        stray = {b for b, _ in outputs} - set(touched)
+        stray = {b for b, _ in outputs} - set(buckets)
         if stray:
             raise MergeJobError(f"Spark wrote files for buckets {sorted(stray)} the window did not touch")
-        placed = place_outputs(fs, table_path, outputs, data_schema, seq)
-        result = TableResult(
-            rows_in_window=profile.rows,
-            rows_written=sum(p.rows for p in placed),
-            buckets_touched=len(touched),
-            files_removed=len(removed),
-            files_added=len(placed),
-        )
-        info = _commit_info(pipeline, seq, result)
-        try:
-            commit_window(dt, removed, placed, pipeline=pipeline, seq=seq, custom_metadata=info)
-        except BaseException:
-            remove_files(fs, [p.location for p in placed])
-            raise
+        return place_outputs(fs, table_path, outputs, data_schema, seq)
     finally:
         _delete_dir(fs, stage_path)
         _delete_dir_if_empty(fs, stage_path.rsplit("/", 1)[0])
-    dt.update_incremental()
-    result.delta_version = dt.version()
-    return result
 
 
 def _commit_info(pipeline: str, seq: int, result: TableResult) -> dict[str, Any]:
