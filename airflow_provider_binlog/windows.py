@@ -111,17 +111,19 @@ def _busy_message(state: PipelineState, held: Window, holder: str) -> str:
         else ""
     )
     told = (
-        "Airflow cannot tell whether that run is still active (no Task SDK access to its state), so it is "
-        "treated as active"
+        "Airflow cannot tell whether that run is still active (no Task SDK access to its state), so it counts "
+        "as active"
         if holder == "unknown"
         else f"Airflow shows that run as {holder}"
     )
     return (
         f"{interval}pipeline {state.pipeline!r} is held by run {held.run_id!r}: its window {held.seq} is "
-        f"{held.status}, not merged yet, and {told}. Two runs of one pipeline at once: keep max_active_runs=1 "
-        f"and do not trigger runs beside the schedule. Once that run has ended (failed, succeeded without its "
-        f"commit, or deleted; the scheduler fails a run whose worker died), the next run of the pipeline adopts "
-        f"its window and re-reads exactly the same binlog range. This run cut no window and changed nothing."
+        f"{held.status}, not merged yet (binlog range ({held.start.file}:{held.start.pos}, {held.end.file}:"
+        f"{held.end.pos}]), and {told}. This run cut no window and changed nothing. If that run is in progress, "
+        f"this is two runs of one pipeline at once: keep max_active_runs=1 and do not trigger runs beside the "
+        f"schedule. Once that run has ended (failed, succeeded without its commit, or deleted: the scheduler "
+        f"fails a run whose worker died, or mark it failed yourself), the next run of the pipeline adopts its "
+        f"window and reads exactly the same binlog range."
     )
 
 

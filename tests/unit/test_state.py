@@ -140,7 +140,8 @@ def test_a_window_whose_holder_is_active_or_untold_turns_the_next_run_away(
         else f"shows that run as {holder}"
     )
     with pytest.raises(
-        PipelineBusyError, match=rf"held by run 'run1': its window \d+ is cut, not merged yet, and .*{told}"
+        PipelineBusyError,
+        match=rf"held by run 'run1': its window \d+ is cut, not merged yet \(binlog range \(mariadb-bin.000001:800, mariadb-bin.000001:900\]\), and .*{told}",
     ):
         cut_window(
             state, run_id="run2", head=BinlogPosition("mariadb-bin.000001", 990), holder_state=holder_state
