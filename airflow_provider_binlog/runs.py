@@ -1,16 +1,46 @@
-"""Ask Airflow about another DAG run of the pipeline, such as the run holding a snapshot.
+"""Ask Airflow about another DAG run of the pipeline, such as the run holding a window or a snapshot.
 
 Airflow 3 tasks reach the metadata database only through the Task SDK's execution API; the running task
 instance (``context["ti"]``) can count and read the state of any DAG run (``RuntimeTaskInstance.get_dr_count``
 and ``get_dagrun_state``, Airflow 3.1+, ``airflow/sdk/execution_time/task_runner.py``).
+
+A ledger entry (:class:`~airflow_provider_binlog.state.Held`: a window or a snapshot) whose holder run has
+ended without merging it may be taken over by another run (:func:`has_ended`,
+:meth:`Held.handed_to <airflow_provider_binlog.state.Held.handed_to>`); one whose holder is active, or whose
+holder's state Airflow cannot tell, stays with its holder.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.state import Held
 
 log = logging.getLogger(__name__)
+
+HolderState = Callable[["Held"], str]
+"""``entry -> the Airflow state of the DAG run holding it``: ``queued``, ``running``, ``success``, ``failed``,
+``missing`` (no such run) or ``unknown`` (it cannot be asked): see :func:`run_state`."""
+ACTIVE_RUN_STATES = frozenset({"queued", "running", "unknown"})
+"""Holder states that keep an entry with its holder (``unknown`` too: never take over on a guess)."""
+
+
+def never_ended(held: Held) -> str:
+    """Return ``unknown`` for every holder: the default where no run may take anything over."""
+    return "unknown"
+
+
+def holder_states(context: Any) -> HolderState:
+    """Return a :data:`HolderState` that asks Airflow, through the task's ``context``, about each holder."""
+    return lambda held: run_state(context, held.dag_id, held.run_id)
+
+
+def has_ended(holder: str) -> bool:
+    """Return whether a holder run in Airflow state ``holder`` has ended, so its entry may be taken over."""
+    return holder not in ACTIVE_RUN_STATES
 
 
 def run_state(context: Any, dag_id: str | None, run_id: str) -> str:

@@ -4,7 +4,9 @@ Paths go through Airflow's :class:`~airflow.sdk.ObjectStoragePath` (fsspec under
 staging URI may be a local path, ``file://``, ``s3://conn_id@bucket/prefix``, ``gs://`` ... Layout:
 ``<staging>/<pipeline>/window=<seq>/<db>.<table>/part-<n>.parquet`` and
 ``<staging>/<pipeline>/window=<seq>/manifest.json``, the manifest written last (a window without
-one is incomplete and is written again from scratch).
+one is incomplete and is written again from scratch). A run that adopts a window of a run that ended
+stages it, when it must be read again, under ``window=<seq>.handover-<n>`` instead
+(:attr:`~airflow_provider_binlog.state.Window.staging_name`).
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import ObjectStoragePath
 
 from airflow_provider_binlog.exceptions import StagingError
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.state import Window
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT_VERSION = 1
@@ -149,6 +154,27 @@ def read_manifest(window_dir: ObjectStoragePath) -> dict[str, Any] | None:
     if not isinstance(manifest, dict) or manifest.get("format_version") != MANIFEST_FORMAT_VERSION:
         raise StagingError(f"the manifest {path} has an unknown format")
     return manifest
+
+
+def staged_manifest(window_dir: ObjectStoragePath, pipeline: str, window: Window) -> dict[str, Any] | None:
+    """Return the manifest in ``window_dir`` when it stages exactly ``window`` of ``pipeline``, else None.
+
+    The manifest is written last and atomically (:func:`write_manifest`), so one that exists means every
+    file it lists was written before it; one for another pipeline, seq or bounds is not this window's. A
+    folder without a manifest (an extract that died half-way) is never used.
+
+    :raises StagingError: when a manifest exists but is not valid JSON of the expected format.
+    """
+    manifest = read_manifest(window_dir)
+    if manifest is None:
+        return None
+    expected = {
+        "pipeline": pipeline,
+        "window": window.seq,
+        "start": window.start.to_position().to_dict(),
+        "end": window.end.to_position().to_dict(),
+    }
+    return manifest if all(manifest.get(key) == value for key, value in expected.items()) else None
 
 
 def write_manifest(window_dir: ObjectStoragePath, manifest: dict[str, Any]) -> ObjectStoragePath:

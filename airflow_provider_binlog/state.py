@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from itertools import pairwise
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import pendulum
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -64,35 +64,8 @@ class Position(BaseModel):
         return BinlogPosition(file=self.file, pos=self.pos, gtid_set=self.gtid_set)
 
 
-class Window(BaseModel):
-    """One entry of the window ledger: a half-open binlog range ``(start, end]`` owned by one DAG run.
-
-    :param seq: window sequence number, 1, 2, 3, ... in binlog order.
-    :param run_id: the DAG run that cut it (a retry of that run reuses it).
-    :param status: ``cut`` -> ``extracted`` (manifest written) -> ``merged`` (checkpoint moved).
-    :param cut_by: ``head`` (ends at the source head when cut) or ``interval`` (the run's data interval,
-        see :func:`~airflow_provider_binlog.windows.cut_interval_window`).
-    :param last_commit_ts: commit time of the window's last transaction (from its manifest).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    seq: int = Field(ge=1)
-    start: Position
-    end: Position
-    run_id: str
-    data_interval_start: str | None = None
-    data_interval_end: str | None = None
-    status: WindowStatus = "cut"
-    cut_at: str
-    manifest_uri: str | None = None
-    rows: int | None = None
-    cut_by: Literal["head", "interval"] = "head"
-    last_commit_ts: str | None = None
-
-
 class Handover(BaseModel):
-    """A snapshot taken over by another run because the run holding it had finished without merging it."""
+    """A window or snapshot taken over by another run because the run holding it had ended without merging it."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -102,7 +75,72 @@ class Handover(BaseModel):
     holder_state: str = Field(description="the Airflow state of the holder run when it was taken over")
 
 
-class Snapshot(BaseModel):
+_HeldT = TypeVar("_HeldT", bound="Held")
+
+
+class Held(BaseModel):
+    """A ledger entry (window or snapshot) held by one DAG run until it is merged.
+
+    :param run_id: the DAG run holding it (a retry of that run reuses it): the run that started it, or the
+        run that took it over (see ``handovers``).
+    :param dag_id: the DAG of ``run_id``, so another run can ask Airflow whether this one is still active
+        (None in ledgers written before it was recorded: the asking run's own DAG is asked then).
+    :param handovers: each take-over of the entry from a run that had ended without merging it, oldest first.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    dag_id: str | None = None
+    handovers: list[Handover] = Field(default_factory=list)
+
+    def handed_to(self: _HeldT, run_id: str, dag_id: str | None, holder_state: str) -> _HeldT:
+        """Return a copy held by ``run_id`` of ``dag_id``, recording the hand-over from the current holder.
+
+        :param holder_state: the Airflow state of the current holder (why it may be taken over).
+        """
+        handover = Handover(from_run=self.run_id, to_run=run_id, at=now_iso(), holder_state=holder_state)
+        return self.model_copy(
+            update={"run_id": run_id, "dag_id": dag_id, "handovers": [*self.handovers, handover]}
+        )
+
+
+class Window(Held):
+    """One entry of the window ledger: a half-open binlog range ``(start, end]`` owned by one DAG run.
+
+    :param seq: window sequence number, 1, 2, 3, ... in binlog order.
+    :param run_id: the DAG run that cut it or adopted it (a retry of that run reuses it; see
+        :class:`Held`).
+    :param status: ``cut`` -> ``extracted`` (manifest written) -> ``merged`` (checkpoint moved).
+    :param cut_by: ``head`` (ends at the source head when cut) or ``interval`` (the run's data interval,
+        see :func:`~airflow_provider_binlog.windows.cut_interval_window`).
+    :param last_commit_ts: commit time of the window's last transaction (from its manifest).
+    """
+
+    seq: int = Field(ge=1)
+    start: Position
+    end: Position
+    data_interval_start: str | None = None
+    data_interval_end: str | None = None
+    status: WindowStatus = "cut"
+    cut_at: str
+    manifest_uri: str | None = None
+    rows: int | None = None
+    cut_by: Literal["head", "interval"] = "head"
+    last_commit_ts: str | None = None
+
+    @property
+    def staging_name(self) -> str:
+        """Return the name of the staging folder of the window's current holder.
+
+        ``window=<seq>`` for the run that cut it, ``window=<seq>.handover-<n>`` after the n-th hand-over: a
+        run that adopts a window never writes into a folder an earlier holder may have left half-written.
+        """
+        name = f"window={self.seq}"
+        return f"{name}.handover-{len(self.handovers)}" if self.handovers else name
+
+
+class Snapshot(Held):
     """One entry of the snapshot ledger: tables read in key chunks and merged as ``_binlog_op = 'r'`` rows.
 
     Its rows take the order key ``(seq, n)``. ``seq`` is drawn from the window sequence when the snapshot
@@ -114,9 +152,7 @@ class Snapshot(BaseModel):
     :param seq: order-key sequence number of the snapshot's rows.
     :param tables: the ``db.table`` names it reads.
     :param start: the source head before the first chunk was read (the snapshot's low watermark).
-    :param run_id: the DAG run holding it (a retry of that run resumes it): the run that started it, or
-        the run that took it over (see ``handovers``).
-    :param dag_id: the DAG of ``run_id`` (None in ledgers written before it was recorded).
+    :param run_id: the DAG run holding it (a retry of that run resumes it; see :class:`Held`).
     :param status: ``running`` until its merge is verified in the target, then ``merged``.
     :param staging_uri: its staging folder ``<staging>/<pipeline>/snapshot=<seq>``.
     :param rows: rows read (set when merged).
@@ -124,19 +160,14 @@ class Snapshot(BaseModel):
         pipeline), ``requested`` (re-snapshot asked for) or ``purged`` (binlogs were purged).
     """
 
-    model_config = ConfigDict(extra="forbid")
-
     seq: int = Field(ge=1)
     tables: list[str]
     start: Position
-    run_id: str
     status: SnapshotStatus = "running"
     started_at: str
     staging_uri: str
     rows: int | None = None
     reason: Literal["initial", "added", "requested", "purged"] = "initial"
-    dag_id: str | None = None
-    handovers: list[Handover] = Field(default_factory=list)
 
 
 class Checkpoint(BaseModel):
@@ -197,7 +228,7 @@ class PipelineState(BaseModel):
         return self.model_copy(update={"target": root, "target_tables": merged})
 
     def snapshot_of_run(self, run_id: str) -> Snapshot | None:
-        """Return the snapshot started by ``run_id``, if any."""
+        """Return the snapshot held by ``run_id`` (started or taken over by it), if any."""
         return next((s for s in self.snapshots if s.run_id == run_id), None)
 
     def snapshotted_tables(self) -> set[str]:
@@ -211,7 +242,7 @@ class PipelineState(BaseModel):
         }
 
     def window_of_run(self, run_id: str) -> Window | None:
-        """Return the window cut by ``run_id``, if any."""
+        """Return the window held by ``run_id`` (cut or adopted by it), if any."""
         return next((w for w in self.windows if w.run_id == run_id), None)
 
     def window(self, seq: int) -> Window:

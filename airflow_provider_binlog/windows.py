@@ -5,9 +5,12 @@ Rules (ARCHITECTURE.md, "Data flow of one DAG run"):
 * a run that already cut a window reuses it, so a retry or a cleared task re-reads the same bytes;
 * a new window starts where the previous one ended (consecutive windows tile the binlog) and ends at
   the source head captured now;
-* a new window is refused while an earlier one is not merged (:class:`PipelineBusyError`): cutting
-  past it and committing the later window would move the checkpoint over changes that are not in the
-  target, and it is how a second concurrent run of the pipeline is turned away.
+* a new window is never cut while an earlier one is not merged: cutting past it and committing the later
+  window would move the checkpoint over changes that are not in the target. When the run holding it has
+  ended (failed, succeeded without its commit, deleted), the new run **adopts** it instead
+  (:func:`adopt_window`: same bounds and seq, the hand-over recorded); while that run is active, or its
+  state cannot be told, the new run is turned away (:class:`PipelineBusyError`), which is also how a second
+  concurrent run of the pipeline is turned away.
 
 Interval windows (:func:`cut_interval_window`) cover a run's data interval instead: they may be cut
 and merged in any order (backfills), tile the binlog by construction, and move the checkpoint only
@@ -22,6 +25,7 @@ import pendulum
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError, StateError
 from airflow_provider_binlog.positions import BinlogPosition
+from airflow_provider_binlog.runs import HolderState, has_ended, never_ended
 from airflow_provider_binlog.state import Checkpoint, PipelineState, Position, Window, now_iso
 
 
@@ -32,13 +36,22 @@ def cut_window(
     head: BinlogPosition,
     data_interval_start: str | None = None,
     data_interval_end: str | None = None,
+    dag_id: str | None = None,
+    holder_state: HolderState = never_ended,
 ) -> tuple[PipelineState, Window, bool]:
     """Return ``(new state, the run's window, reused)`` for a DAG run.
+
+    ``reused`` is True for a window already in the ledger: the run's own (a retry), or the unmerged window
+    of a run that has ended, which this run adopts (:func:`adopt_window`).
 
     :param state: the pipeline state as read.
     :param run_id: the DAG run's id.
     :param head: the source head now (end of a new window).
-    :raises PipelineBusyError: when another run holds the pipeline (its window is not merged yet).
+    :param dag_id: the DAG of ``run_id``, recorded so a later run can ask whether this one is active.
+    :param holder_state: tells the state of the run holding an unmerged window
+        (:func:`~airflow_provider_binlog.runs.holder_states`); by default every holder counts as active.
+    :raises PipelineBusyError: when a run that is still active (or whose state cannot be told) holds the
+        pipeline: its window is not merged yet.
     :raises StateError: when the head is behind the window start (the binlog was reset).
     """
     existing = state.window_of_run(run_id)
@@ -47,13 +60,7 @@ def cut_window(
     _check_mode(state, "head")
     previous = state.last_window
     if previous is not None and previous.status != "merged":
-        raise PipelineBusyError(
-            f"pipeline {state.pipeline!r} is held by run {previous.run_id!r}: its window {previous.seq} is "
-            f"{previous.status}, not merged yet. Either that run is still in progress (two runs of one pipeline "
-            f"at once: keep max_active_runs=1 and do not trigger runs beside the schedule) or it failed before "
-            f"its merge (clear its failed tasks: a retry re-reads exactly the same binlog range). This run cut "
-            f"no window and changed nothing; run it again after that run has committed."
-        )
+        return (*adopt_window(state, previous, run_id=run_id, dag_id=dag_id, holder_state=holder_state), True)
     start = previous.end if previous is not None else state.checkpoint.position
     if head.key < start.to_position().key:
         raise StateError(
@@ -69,8 +76,55 @@ def cut_window(
         data_interval_start=data_interval_start,
         data_interval_end=data_interval_end,
         cut_at=now_iso(),
+        dag_id=dag_id,
     )
     return state.model_copy(update={"windows": [*state.windows, window]}), window, False
+
+
+def adopt_window(
+    state: PipelineState, held: Window, *, run_id: str, dag_id: str | None, holder_state: HolderState
+) -> tuple[PipelineState, Window]:
+    """Return ``(new state, the window)`` with the unmerged window ``held`` handed over to ``run_id``.
+
+    The window keeps its bounds, seq, status and staged manifest: its bytes are fixed by its bounds, and
+    its seq keeps the merge exactly-once (each table's Delta log records the window's seq with the commit
+    that applied it, so tables the earlier holder merged are skipped). The ledger records the hand-over
+    (:class:`~airflow_provider_binlog.state.Handover`: from run, to run, when, the holder's state), and the
+    commit and merge of ``run_id`` find the window by its new run id.
+
+    :param held: an unmerged window of ``state`` held by another run.
+    :param holder_state: tells the state of the run holding ``held``.
+    :raises PipelineBusyError: when that run is still active, or its state cannot be told.
+    """
+    holder = holder_state(held)
+    if not has_ended(holder):
+        raise PipelineBusyError(_busy_message(state, held, holder))
+    taken = held.handed_to(run_id, dag_id, holder)
+    windows = [taken if w.seq == held.seq else w for w in state.windows]
+    return state.model_copy(update={"windows": windows}), taken
+
+
+def _busy_message(state: PipelineState, held: Window, holder: str) -> str:
+    interval = (
+        f"interval [{held.data_interval_start}, {held.data_interval_end}) of "
+        if held.cut_by == "interval"
+        else ""
+    )
+    told = (
+        "Airflow cannot tell whether that run is still active (no Task SDK access to its state), so it counts "
+        "as active"
+        if holder == "unknown"
+        else f"Airflow shows that run as {holder}"
+    )
+    return (
+        f"{interval}pipeline {state.pipeline!r} is held by run {held.run_id!r}: its window {held.seq} is "
+        f"{held.status}, not merged yet (binlog range ({held.start.file}:{held.start.pos}, {held.end.file}:"
+        f"{held.end.pos}]), and {told}. This run cut no window and changed nothing. If that run is in progress, "
+        f"this is two runs of one pipeline at once: keep max_active_runs=1 and do not trigger runs beside the "
+        f"schedule. Once that run has ended (failed, succeeded without its commit, or deleted: the scheduler "
+        f"fails a run whose worker died, or mark it failed yourself), the next run of the pipeline adopts its "
+        f"window and reads exactly the same binlog range."
+    )
 
 
 def mark_window(state: PipelineState, seq: int, **changes: object) -> PipelineState:
@@ -97,6 +151,8 @@ def cut_interval_window(
     interval_start: pendulum.DateTime,
     interval_end: pendulum.DateTime,
     locate: Callable[[pendulum.DateTime], BinlogPosition],
+    dag_id: str | None = None,
+    holder_state: HolderState = never_ended,
 ) -> tuple[PipelineState, Window, bool]:
     """Return ``(new state, window, reused)`` for the run's data interval ``[interval_start, interval_end)``.
 
@@ -108,7 +164,14 @@ def cut_interval_window(
     order keys let a re-merged old window lose to newer changes. A new run over an interval whose window
     is merged takes that window over (same bytes; its merge is a no-op).
 
-    :raises PipelineBusyError: when another run holds the interval's window and has not merged it.
+    A run adopts the unmerged window of its own interval from a run that has ended
+    (:func:`adopt_window`); windows of other intervals are left to the runs of those intervals.
+
+    :param dag_id: the DAG of ``run_id``, recorded so a later run can ask whether this one is active.
+    :param holder_state: tells the state of the run holding the interval's window; by default every
+        holder counts as active.
+    :raises PipelineBusyError: when another run, still active (or whose state cannot be told), holds the
+        interval's window and has not merged it.
     :raises BinlogConfigError: on an empty interval (a timetable without data intervals) or a pipeline
         that cuts by head.
     :raises StateError: when the window would overlap a window in the ledger.
@@ -126,12 +189,9 @@ def cut_interval_window(
     same = next((w for w in state.windows if (w.data_interval_start, w.data_interval_end) == bounds), None)
     if same is not None:
         if same.status != "merged":
-            raise PipelineBusyError(
-                f"interval [{bounds[0]}, {bounds[1]}) of pipeline {state.pipeline!r} is held by run "
-                f"{same.run_id!r}: its window {same.seq} is {same.status}, not merged yet. Let that run finish, or "
-                f"clear its failed tasks; then run this one again."
-            )
-        taken = same.model_copy(update={"run_id": run_id})
+            adopted = adopt_window(state, same, run_id=run_id, dag_id=dag_id, holder_state=holder_state)
+            return (*adopted, True)
+        taken = same.model_copy(update={"run_id": run_id, "dag_id": dag_id})
         windows = [taken if w.seq == same.seq else w for w in state.windows]
         return state.model_copy(update={"windows": windows}), taken, True
     start = _bound(state, "data_interval_end", bounds[0], "end") or Position.of(locate(interval_start))
@@ -145,6 +205,7 @@ def cut_interval_window(
         data_interval_end=bounds[1],
         cut_at=now_iso(),
         cut_by="interval",
+        dag_id=dag_id,
     )
     _check_tiles(state, window)
     return state.model_copy(update={"windows": [*state.windows, window]}), window, False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from pathlib import PurePosixPath
 from typing import Any
 
 import pendulum
@@ -92,7 +93,11 @@ class BinlogExtractOperator(BaseOperator):
     data interval ``[data_interval_start, data_interval_end)`` cut at the transactions committed at or
     after each bound (:func:`~airflow_provider_binlog.windows.cut_interval_window`): runs and backfills
     may go in any order, and consecutive intervals tile the binlog. A retry or a cleared task of the same run reuses the staged window when
-    its manifest exists, else re-reads exactly the same binlog range. Returns (XCom) a dict with
+    its manifest exists, else re-reads exactly the same binlog range. When an earlier run holds an unmerged
+    window (the newest head window, or this run's interval) and Airflow shows that run as ended (failed,
+    succeeded without its commit, deleted), this run adopts the window
+    (:func:`~airflow_provider_binlog.windows.adopt_window`); while that run is active, or its state cannot be
+    read, the task fails with :class:`~airflow_provider_binlog.exceptions.PipelineBusyError`. Returns (XCom) a dict with
     ``pipeline``, ``window`` (seq), ``window_uri``, ``rows`` and ``tables`` (rows per table).
 
     :param pipeline: pipeline name (templated); one state Variable and one server_id per pipeline.
@@ -147,13 +152,7 @@ class BinlogExtractOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         """Validate the source, cut or reuse the window, stage it and record it in the ledger."""
         from airflow_provider_binlog.extract.window import extract_window
-        from airflow_provider_binlog.staging import (
-            check_writable,
-            read_manifest,
-            storage_path,
-            uri_of,
-            window_path,
-        )
+        from airflow_provider_binlog.staging import check_writable, storage_path, uri_of
         from airflow_provider_binlog.state_history import StagedStateHistory
 
         check_keyless_mode(self.keyless_tables)
@@ -168,14 +167,14 @@ class BinlogExtractOperator(BaseOperator):
         manager = StateManager(self.pipeline, history=StagedStateHistory(root))
         targets, skipped = self._targets(hook.describe_tables(selection), manager.load())
         window = self._cut(manager, server, hook, context)
-        window_dir = window_path(self.staging_uri, self.pipeline, window.seq, self.staging_conn_id)
-        manifest = read_manifest(window_dir)
-        if manifest is not None and manifest.get("run_id") == window.run_id:
+        window_dir, manifest = self._staged(root, window)
+        if manifest is not None:
             self.log.info("window %s is already staged at %s; reusing it", window.seq, uri_of(window_dir))
         else:
             self.log.info(
-                "extracting window %s of %s: (%s, %s]", window.seq, self.pipeline, window.start, window.end
-            )
+                "extracting window %s of %s: (%s, %s] into %s",
+                window.seq, self.pipeline, window.start, window.end, uri_of(window_dir),
+            )  # fmt: skip
             manifest = extract_window(
                 hook,
                 pipeline=self.pipeline,
@@ -186,20 +185,38 @@ class BinlogExtractOperator(BaseOperator):
                 covers=snapshot_covers(manager.load(), targets),
                 skipped=skipped,
             )
-        if window.status == "cut":
+        uri = uri_of(window_dir)
+        if window.status == "cut" or window.manifest_uri != uri:
             rows = int(manifest["stats"]["rows"])
-            uri = uri_of(window_dir)
-            manager.update(
-                lambda s: mark_window(s, window.seq, status="extracted", manifest_uri=uri, rows=rows)
-            )
+            status = "extracted" if window.status == "cut" else window.status
+            manager.update(lambda s: mark_window(s, window.seq, status=status, manifest_uri=uri, rows=rows))
         return {
             "pipeline": self.pipeline,
             "window": window.seq,
-            "window_uri": uri_of(window_dir),
+            "window_uri": uri,
             "rows": int(manifest["stats"]["rows"]),
             "read_seconds": float(manifest["stats"]["read_seconds"]),
             "tables": {name: entry["rows"] for name, entry in manifest["tables"].items()},
         }
+
+    def _staged(self, root: Any, window: Window) -> tuple[Any, dict[str, Any] | None]:
+        """Return ``(folder, manifest)`` of the window's staging; the manifest is None when it must be read.
+
+        A complete manifest of exactly this window is reused: first in the folder the ledger records
+        (``manifest_uri``: also one an earlier holder staged before it ended), then in the folder of the
+        current holder (:attr:`~airflow_provider_binlog.state.Window.staging_name`, where a retry of an
+        extract that died after its manifest finds it). Otherwise the window is read into the current
+        holder's folder: after a hand-over a new one, never the half-written folder of a run that died.
+        """
+        from airflow_provider_binlog.staging import staged_manifest
+
+        recorded = None if window.manifest_uri is None else root / PurePosixPath(window.manifest_uri).name
+        own = root / window.staging_name
+        for folder in (recorded, own):
+            manifest = None if folder is None else staged_manifest(folder, self.pipeline, window)
+            if manifest is not None:
+                return folder, manifest
+        return own, None
 
     def _targets(
         self, described: dict[str, TableInfo], state: PipelineState | None
@@ -240,8 +257,13 @@ class BinlogExtractOperator(BaseOperator):
         from functools import lru_cache
 
         from airflow_provider_binlog.probes import boundary_at
+        from airflow_provider_binlog.runs import holder_states
 
         locate = lru_cache(maxsize=None)(lambda moment: boundary_at(hook, server, moment))
+        holders: dict[str, Any] = {
+            "dag_id": getattr(context.get("dag"), "dag_id", None),
+            "holder_state": holder_states(context),
+        }
         cut: dict[str, Window] = {}
 
         def change(current: PipelineState | None) -> PipelineState:
@@ -252,7 +274,7 @@ class BinlogExtractOperator(BaseOperator):
                 )
             state = current or manager.initial(server.server_identity, server.flavor, server.head)
             if self.cut_by == "interval":
-                new_state, cut["window"], _ = self._cut_interval(state, locate, context)
+                new_state, cut["window"], _ = self._cut_interval(state, locate, context, holders)
                 if current is None:  # a new interval pipeline starts at its first window
                     window = cut["window"]
                     checkpoint = state.checkpoint.model_copy(
@@ -270,6 +292,7 @@ class BinlogExtractOperator(BaseOperator):
                 head=server.head,
                 data_interval_start=None if interval_start is None else str(interval_start),
                 data_interval_end=None if interval_end is None else str(interval_end),
+                **holders,
             )
             return new_state
 
@@ -283,10 +306,17 @@ class BinlogExtractOperator(BaseOperator):
             window.end,
             window.status,
         )
+        handover = window.handovers[-1] if window.handovers else None
+        if handover is not None and handover.to_run == context["run_id"]:
+            self.log.warning(
+                "window %s was held by run %r, which ended (%s) before committing it; this run adopted it: same "
+                "bounds and seq, tables its merge already holds are not merged again.",
+                window.seq, handover.from_run, handover.holder_state,
+            )  # fmt: skip
         return window
 
     def _cut_interval(
-        self, state: PipelineState, locate: Any, context: Any
+        self, state: PipelineState, locate: Any, context: Any, holders: dict[str, Any]
     ) -> tuple[PipelineState, Window, bool]:
         start, end = context.get("data_interval_start"), context.get("data_interval_end")
         if start is None or end is None:
@@ -307,4 +337,5 @@ class BinlogExtractOperator(BaseOperator):
             interval_start=pendulum.instance(start),
             interval_end=end,
             locate=locate,
+            **holders,
         )

@@ -252,7 +252,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
         self, manager: StateManager, server: Any, tables: list[str], *, context: Any, staging_uri: Any
     ) -> Snapshot | None:
         """Start, find or take over this run's snapshot in a read-modify-write of the state."""
-        from airflow_provider_binlog.runs import run_state
+        from airflow_provider_binlog.runs import holder_states
 
         run_id = str(context["run_id"])
         started: dict[str, Snapshot | None] = {}
@@ -269,7 +269,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
                 staging_uri=staging_uri,
                 new_pipeline=current is None,
                 dag_id=getattr(context.get("dag"), "dag_id", None),
-                holder_state=lambda held: run_state(context, held.dag_id, held.run_id),
+                holder_state=holder_states(context),
             )
             return new  # the state it was given when nothing needs a snapshot: transact writes nothing
 

@@ -11,20 +11,13 @@ from typing import Literal
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError
 from airflow_provider_binlog.positions import BinlogPosition
-from airflow_provider_binlog.state import Checkpoint, Handover, PipelineState, Position, Snapshot, now_iso
+from airflow_provider_binlog.runs import HolderState, has_ended, never_ended
+from airflow_provider_binlog.state import Checkpoint, PipelineState, Position, Snapshot, now_iso
 
 SnapshotMode = Literal["missing", "requested", "purged"]
 """Which tables a snapshot reads: ``missing`` those no snapshot of the pipeline has read (all of them for
 a new pipeline), ``requested`` the tables named, ``purged`` the tables named after the binlogs the
 pipeline still needed were purged (the checkpoint then jumps to the snapshot's start)."""
-
-
-HolderState = Callable[[Snapshot], str]
-"""``snapshot -> the Airflow state of the DAG run holding it``: ``queued``, ``running``, ``success``,
-``failed``, ``missing`` (no such run) or ``unknown`` (it cannot be asked): see
-:func:`airflow_provider_binlog.runs.run_state`."""
-ACTIVE_RUN_STATES = frozenset({"queued", "running", "unknown"})
-"""Holder states that keep a snapshot with its holder (``unknown`` too: never take over on a guess)."""
 
 
 def begin_snapshot(
@@ -37,7 +30,7 @@ def begin_snapshot(
     staging_uri: Callable[[int], str],
     new_pipeline: bool = False,
     dag_id: str | None = None,
-    holder_state: HolderState = lambda snapshot: "unknown",
+    holder_state: HolderState = never_ended,
 ) -> tuple[PipelineState, Snapshot | None]:
     """Return ``(new state, the run's snapshot)``; the snapshot is None when no table needs one.
 
@@ -56,8 +49,9 @@ def begin_snapshot(
     :param head: the source head now: the snapshot's start, before any chunk is read.
     :param staging_uri: ``seq -> staging folder`` of the snapshot.
     :param dag_id: the DAG of ``run_id``, recorded so another run can ask whether this one is active.
-    :param holder_state: tells the state of the run holding a snapshot; by default ``unknown``, so every
-        holder counts as active and nothing is taken over.
+    :param holder_state: tells the state of the run holding a snapshot
+        (:func:`~airflow_provider_binlog.runs.holder_states`); by default every holder counts as active and
+        nothing is taken over.
     :raises BinlogConfigError: for a pipeline that cuts windows by interval (their sequence numbers are
         times, so a snapshot cannot be ordered between them), or an unknown mode.
     :raises PipelineBusyError: when a running snapshot of another, active run reads one of the tables.
@@ -68,7 +62,9 @@ def begin_snapshot(
     abandoned = _abandoned(state, holder_state)
     if abandoned is not None:
         snapshot, ended = abandoned
-        return _take_over(state, snapshot, run_id=run_id, dag_id=dag_id, holder_state=ended)
+        taken = snapshot.handed_to(run_id, dag_id, ended)
+        snapshots = [taken if s.seq == snapshot.seq else s for s in state.snapshots]
+        return state.model_copy(update={"snapshots": snapshots}), taken
     interval = next((w for w in state.windows if w.cut_by == "interval"), None)
     if interval is not None:
         raise BinlogConfigError(
@@ -105,21 +101,10 @@ def _abandoned(state: PipelineState, holder_state: HolderState) -> tuple[Snapsho
     """Return the oldest running snapshot whose holder run has ended, with the holder's state."""
     for snapshot in state.snapshots:
         if snapshot.status == "running":
-            ended = holder_state(snapshot)
-            if ended not in ACTIVE_RUN_STATES:
-                return snapshot, ended
+            holder = holder_state(snapshot)
+            if has_ended(holder):
+                return snapshot, holder
     return None
-
-
-def _take_over(
-    state: PipelineState, snapshot: Snapshot, *, run_id: str, dag_id: str | None, holder_state: str
-) -> tuple[PipelineState, Snapshot]:
-    handover = Handover(from_run=snapshot.run_id, to_run=run_id, at=now_iso(), holder_state=holder_state)
-    taken = snapshot.model_copy(
-        update={"run_id": run_id, "dag_id": dag_id, "handovers": [*snapshot.handovers, handover]}
-    )
-    snapshots = [taken if s.seq == snapshot.seq else s for s in state.snapshots]
-    return state.model_copy(update={"snapshots": snapshots}), taken
 
 
 _REASONS: dict[str, Literal["initial", "added", "requested", "purged"]] = {

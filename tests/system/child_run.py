@@ -2,8 +2,10 @@
 
 Kill points: ``extract`` (after the first Parquet batch of the window is written), ``before_merge``,
 ``spark`` (the whole process group, Spark included, as soon as the merge job writes its first data
-file into the target), ``before_commit``, ``snapshot`` (the whole process group once the snapshot's
-Spark tasks have finished 3 chunks), or ``none``. The parent test re-runs the same run afterwards.
+file into the target), ``first_commit`` (the whole process group once the merge job has committed the
+window to one table, before the tables after it), ``before_commit``, ``snapshot`` (the whole process
+group once the snapshot's Spark tasks have finished 3 chunks), or ``none``. The parent test re-runs the
+same run afterwards, or starts the next run.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +49,8 @@ def kill_at_start(cls: Any) -> None:
     cls.execute = execute
 
 
-def kill_during_spark(target: str) -> None:
+def kill_during_merge(seen: Callable[[float], bool]) -> None:
+    """Kill the whole process group (Spark included) once ``seen(merge start time)`` holds during the merge."""
     from airflow_provider_binlog.operators import BinlogMergeOperator
 
     original = BinlogMergeOperator.execute
@@ -54,10 +58,12 @@ def kill_during_spark(target: str) -> None:
     def watch(started: float) -> None:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            for path in Path(target).rglob("*.parquet"):
-                if path.stat().st_mtime > started:
+            try:
+                if seen(started):
                     die(group=True)
-            time.sleep(0.05)
+            except OSError:  # Spark removes its job folders while they are walked
+                pass
+            time.sleep(0.02)
         die(group=True)
 
     def execute(self: Any, context: Any) -> Any:
@@ -65,6 +71,19 @@ def kill_during_spark(target: str) -> None:
         return original(self, context)
 
     BinlogMergeOperator.execute = execute  # type: ignore[method-assign]
+
+
+def first_data_file(target: str) -> Callable[[float], bool]:
+    """The merge job has written a data file into the target (nothing committed yet)."""
+    return lambda started: any(p.stat().st_mtime > started for p in Path(target).rglob("*.parquet"))
+
+
+def first_window_commit(target: str) -> Callable[[float], bool]:
+    """The merge job has committed the window to one table (a Delta commit holding an app transaction)."""
+    return lambda started: any(
+        p.stat().st_mtime > started and '"txn"' in p.read_text()
+        for p in Path(target).glob("*/*/_delta_log/*.json")
+    )
 
 
 def kill_during_snapshot(staging: str, chunks: int = 3) -> None:
@@ -87,7 +106,9 @@ def install(kill_at: str, conf: dict[str, Any]) -> None:
     elif kill_at == "before_merge":
         kill_at_start(BinlogMergeOperator)
     elif kill_at == "spark":
-        kill_during_spark(conf["target"])
+        kill_during_merge(first_data_file(conf["target"]))
+    elif kill_at == "first_commit":
+        kill_during_merge(first_window_commit(conf["target"]))
     elif kill_at == "snapshot":
         kill_during_snapshot(conf["staging"])
     elif kill_at == "before_commit":

@@ -146,6 +146,24 @@ def staged_commit_times(manifest_uri: str) -> list[pendulum.DateTime]:
     return stamps
 
 
+def mark_run(dag_id: str, run_id: str, state: str) -> None:
+    """Set a DAG run's state as the scheduler does for a run whose worker died (or a user marking it)."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        session.query(DagRun).filter_by(dag_id=dag_id, run_id=run_id).one().state = state
+
+
+def delete_run(dag_id: str, run_id: str) -> None:
+    """Delete a DAG run (and its task instances), as a user deleting it in the UI."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        session.delete(session.query(DagRun).filter_by(dag_id=dag_id, run_id=run_id).one())
+
+
 def task_states(run: Any) -> dict[str, str]:
     return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
 

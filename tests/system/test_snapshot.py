@@ -10,7 +10,7 @@ from typing import Any
 
 import pymysql
 import pytest
-from conftest import DagRunner, Pipeline, load_module, stored_state, task_states
+from conftest import DagRunner, Pipeline, load_module, mark_run, stored_state, task_states
 
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 from airflow_provider_binlog.testing.workload import SHOP_TABLES, ShopWorkload, create_shop_schema
@@ -117,15 +117,6 @@ def test_an_interrupted_snapshot_resumes_after_its_finished_chunks(shop: ShopPip
     assert shop.mismatches(*SHOP_TABLES) == []
 
 
-def _mark_run(dag_id: str, run_id: str, state: str) -> None:
-    """Set a DAG run's state as the scheduler does for a run whose worker died (or a user marking it)."""
-    from airflow.models.dagrun import DagRun
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        session.query(DagRun).filter_by(dag_id=dag_id, run_id=run_id).one().state = state
-
-
 def test_a_snapshot_whose_run_died_is_taken_over_by_the_next_run_never_skipped(shop: ShopPipeline) -> None:
     assert shop.runner.run_in_child(shop.runner.next_dates(), kill_at="snapshot") == -9
     (dead,) = shop.snapshots()
@@ -138,7 +129,7 @@ def test_a_snapshot_whose_run_died_is_taken_over_by_the_next_run_never_skipped(s
     assert shop.snapshots() == [dead]
     # Once the holder run has ended (the scheduler fails a run whose worker was killed), the next run
     # takes the snapshot over: same seq, finished chunks kept, rows loaded.
-    _mark_run("binlog_cdc", dead["run_id"], "failed")
+    mark_run("binlog_cdc", dead["run_id"], "failed")
     shop.workload(seed=9).run(200)
     run = shop.runner.run()
     assert run.state == "success", task_states(run)

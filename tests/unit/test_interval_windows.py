@@ -36,9 +36,17 @@ class _Store:
         raise AssertionError("not written in these tests")
 
 
-def cut(state: PipelineState, k: int, run: str, locate: Locator) -> tuple[PipelineState, object, bool]:
+def cut(
+    state: PipelineState, k: int, run: str, locate: Locator, holders: dict[str, str] | None = None
+) -> tuple[PipelineState, object, bool]:
+    """Cut the window of interval k for ``run``; ``holders`` gives other runs' Airflow states (default unknown)."""
     return cut_interval_window(
-        state, run_id=run, interval_start=T0.add(minutes=k), interval_end=T0.add(minutes=k + 1), locate=locate
+        state,
+        run_id=run,
+        interval_start=T0.add(minutes=k),
+        interval_end=T0.add(minutes=k + 1),
+        locate=locate,
+        holder_state=lambda held: (holders or {}).get(held.run_id, "unknown"),
     )
 
 
@@ -73,6 +81,29 @@ def test_a_held_interval_is_busy_and_a_merged_one_is_taken_over() -> None:
     assert taken.run_id == "backfill"  # type: ignore[attr-defined]
     assert taken.seq == window.seq  # type: ignore[attr-defined]
     assert len(state.windows) == 1
+
+
+def test_a_run_adopts_only_the_abandoned_window_of_its_own_interval() -> None:
+    locate = Locator()
+    state, first, _ = cut(fresh(), 1, "r1", locate)
+    state, second, _ = cut(state, 2, "r2", locate)
+    dead = {"r1": "failed", "r2": "failed"}
+    # a run of another interval cuts its own window beside both abandoned ones
+    state, third, reused = cut(state, 3, "r3", locate, holders=dead)
+    assert not reused
+    assert [w.run_id for w in state.windows] == ["r1", "r2", "r3"]
+    # the new run of interval 1 adopts interval 1's window, and only that one
+    state, adopted, reused = cut(state, 1, "again", locate, holders=dead)
+    assert reused
+    assert (adopted.seq, adopted.start, adopted.end) == (first.seq, first.start, first.end)  # type: ignore[attr-defined]
+    assert [(h.from_run, h.to_run, h.holder_state) for h in adopted.handovers] == [("r1", "again", "failed")]  # type: ignore[attr-defined]
+    assert [w.run_id for w in state.windows] == ["again", "r2", "r3"]
+    assert state.window(second.seq).handovers == []  # type: ignore[attr-defined]
+    with pytest.raises(
+        PipelineBusyError,
+        match=r"interval \[.*\) of pipeline 'p' is held by run 'r3'.*shows that run as running",
+    ):
+        cut(state, 3, "other", locate, holders={"r3": "running"})
 
 
 def test_checkpoint_moves_only_across_contiguous_merged_windows() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from airflow_provider_binlog.exceptions import PipelineBusyError, StateConflictError, StateError
 from airflow_provider_binlog.positions import BinlogPosition
-from airflow_provider_binlog.state import MERGED_WINDOWS_KEPT, PipelineState, StateManager, variable_key
+from airflow_provider_binlog.state import MERGED_WINDOWS_KEPT, Held, PipelineState, StateManager, variable_key
 from airflow_provider_binlog.windows import cut_window, mark_window
 
 HEAD = BinlogPosition("mariadb-bin.000001", 800, "0-1-10")
@@ -120,6 +120,71 @@ def test_no_new_window_while_one_is_unmerged(manager: StateManager) -> None:
     state, _, _ = cut_window(state, run_id="run1", head=BinlogPosition("mariadb-bin.000001", 900))
     with pytest.raises(PipelineBusyError, match=r"is held by run 'run1': its window \d+ is cut, not merged"):
         cut_window(state, run_id="run2", head=BinlogPosition("mariadb-bin.000001", 990))
+
+
+@pytest.mark.parametrize("holder", ["running", "queued", "unknown"])
+def test_a_window_whose_holder_is_active_or_untold_turns_the_next_run_away(
+    manager: StateManager, holder: str
+) -> None:
+    state = manager.initial("id", "mariadb", HEAD)
+    state, window, _ = cut_window(state, run_id="run1", head=BinlogPosition("mariadb-bin.000001", 900))
+    asked: list[tuple[str | None, str]] = []
+
+    def holder_state(held: Held) -> str:
+        asked.append((held.dag_id, held.run_id))
+        return holder
+
+    told = (
+        "cannot tell whether that run is still active"
+        if holder == "unknown"
+        else f"shows that run as {holder}"
+    )
+    with pytest.raises(
+        PipelineBusyError,
+        match=rf"held by run 'run1': its window \d+ is cut, not merged yet \(binlog range \(mariadb-bin.000001:800, mariadb-bin.000001:900\]\), and .*{told}",
+    ):
+        cut_window(
+            state, run_id="run2", head=BinlogPosition("mariadb-bin.000001", 990), holder_state=holder_state
+        )
+    assert asked == [(None, "run1")]
+
+
+@pytest.mark.parametrize("holder", ["failed", "success", "missing"])
+def test_a_window_whose_holder_ended_is_adopted_with_its_bounds_seq_and_manifest(
+    manager: StateManager, holder: str
+) -> None:
+    state = manager.initial("id", "mariadb", HEAD)
+    state, window, _ = cut_window(
+        state, run_id="run1", head=BinlogPosition("mariadb-bin.000001", 900), dag_id="binlog_cdc"
+    )
+    state = mark_window(state, window.seq, status="extracted", manifest_uri="file:///s/p/window=1", rows=5)
+    adopted_state, adopted, reused = cut_window(
+        state,
+        run_id="run2",
+        head=BinlogPosition("mariadb-bin.000002", 4),
+        dag_id="binlog_cdc",
+        holder_state=lambda held: holder if held.run_id == "run1" else "running",
+    )
+    assert reused
+    assert adopted_state.windows == [adopted]
+    assert (adopted.seq, adopted.start, adopted.end) == (window.seq, window.start, window.end)
+    assert (adopted.status, adopted.manifest_uri, adopted.rows) == ("extracted", "file:///s/p/window=1", 5)
+    assert adopted.run_id == "run2"
+    assert [(h.from_run, h.to_run, h.holder_state) for h in adopted.handovers] == [("run1", "run2", holder)]
+    assert adopted.staging_name == f"window={window.seq}.handover-1"
+    assert window.staging_name == f"window={window.seq}"
+    assert adopted_state.window_of_run("run2") == adopted
+    assert adopted_state.window_of_run("run1") is None  # the dead run can no longer commit it
+    # the adopter's retry finds it; a third run waits for the adopter, which is running
+    assert cut_window(adopted_state, run_id="run2", head=HEAD)[1] == adopted
+    with pytest.raises(PipelineBusyError, match="held by run 'run2'"):
+        cut_window(
+            adopted_state,
+            run_id="run3",
+            head=BinlogPosition("mariadb-bin.000002", 4),
+            holder_state=lambda held: holder if held.run_id == "run1" else "running",
+        )
+    manager.save(adopted_state, expected_revision=None)  # a consistent ledger
 
 
 def test_head_behind_window_start_is_refused(manager: StateManager) -> None:
