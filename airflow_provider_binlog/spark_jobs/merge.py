@@ -1849,6 +1849,9 @@ def merge_window(
         raise MergeJobError(
             f"window {window_uri} belongs to pipeline {window.pipeline!r}, not {pipeline!r}: check the paths"
         )
+    from airflow_provider_binlog.spark_jobs.cascades import drop_cascades, with_cascades
+
+    window = with_cascades(window, target, key_overrides=key_overrides, storage_options=storage_options)
     keys = resolve_keys(window, key_overrides)
     tables: dict[str, dict[str, Any]] = {}
     for staged in window.tables:
@@ -1863,6 +1866,7 @@ def merge_window(
             storage_options=storage_options,
         )
         tables[staged.name] = asdict(result)
+    drop_cascades(window, target)
     return {"pipeline": pipeline, "window": window.seq, "tables": tables}
 
 
@@ -1971,4 +1975,7 @@ def run_application(app: Application) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the package's copy of this module, which the helpers it imports (cascades) share with it.
+    from airflow_provider_binlog.spark_jobs import merge as _job
+
+    sys.exit(_job.main())
