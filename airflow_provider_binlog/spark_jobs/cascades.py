@@ -395,7 +395,8 @@ def replay(
 ) -> Synthesised:
     """Replay a child table's versions and its parents' changes in order; return the synthesised changes.
 
-    Pure Python (no Spark): the core of the cascade semantics, see the module docstring.
+    Pure Python: the core of the cascade semantics, see the module docstring. When several keys act on
+    one child row for the same parent change (two keys on one parent), the row's last image is kept.
 
     :param table: the child ``db.table``, for messages.
     :param pk: its key columns.
@@ -416,6 +417,12 @@ def replay(
             if (new := _held(row, key)) is not None:
                 holders[position].setdefault(new, set()).add(ident)
         state[ident] = row
+
+    emitted: dict[tuple[OrderKey, tuple[Any, ...]], Row] = {}  # one row per child row and order key
+
+    def emit(row: Row) -> None:
+        put(row)
+        emitted[(_order(row), tuple(row.get(c) for c in pk))] = row
 
     queue: list[tuple[OrderKey, int, int, ParentChange]] = []
     counter = 0
@@ -443,16 +450,15 @@ def replay(
                 gone = {**before, OP_COLUMN: "d", WINDOW_COLUMN: order[0], SEQ_COLUMN: order[1]}
                 gone.update({name: after[name] for name in _EVENT_COLUMNS})
                 gone.pop(DELETED_COLUMN, None)
-                put(gone)
-                result.rows.append(gone)
-            put(after)
-            result.rows.append(after)
+                emit(gone)
+            emit(after)
             caused = ParentChange(order=order, old=before, new=None if after[OP_COLUMN] == "d" else after)
             result.changes.append(caused)
             for again, other in enumerate(keys):  # a self-referencing key acts on the same table again
                 if other.parent == table:
                     heapq.heappush(queue, (order, counter, again, caused))
                     counter += 1
+    result.rows = list(emitted.values())
     return result
 
 

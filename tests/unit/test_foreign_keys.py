@@ -121,3 +121,17 @@ def test_replay_moves_a_row_whose_key_holds_the_foreign_key_and_recurses_on_itse
     root_deleted = ParentChange((1, 9), row(9, "d", id=1, parent_id=None), None)
     out = replay("d.t", ["id"], [tree], {tree.name: [root_deleted]}, nodes)
     assert sorted(r["id"] for r in out.rows if r["_binlog_op"] == "d") == [2, 3, 4]
+
+
+def test_two_keys_acting_on_one_row_for_one_parent_change_leave_one_image() -> None:
+    by_id = fk("d.c", "d.p", "SET NULL", "SET NULL")
+    by_code = ForeignKey("by_code", "d.c", ("p_code",), "d.p", ("code",), "SET NULL", "CASCADE")
+    deleted = ParentChange((1, 4), row(4, "d", id=1, code="a"), None)
+    out = replay(
+        "d.c",
+        ["id"],
+        [by_id, by_code],
+        {by_id.name: [deleted], by_code.name: [deleted]},
+        [row(1, window=0, id=7, p_id=1, p_code="a")],
+    )
+    assert [(r["id"], r["p_id"], r["p_code"]) for r in out.rows] == [(7, None, None)]
