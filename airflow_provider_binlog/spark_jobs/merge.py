@@ -1829,7 +1829,9 @@ def merge_window(
     """Merge every table of a staged window into the target; return the summary.
 
     Keys are checked for all tables before any table is touched. Each table is committed atomically;
-    tables already holding the window are skipped, so a failed run can simply be repeated.
+    tables already holding the window are skipped, so a failed run can simply be repeated. Tables are
+    merged parents first, with the child changes of the manifest's ``foreign_keys`` added
+    (:func:`~airflow_provider_binlog.spark_jobs.cascades.with_cascades`).
 
     :param spark: the session (its SQL settings are adjusted by :func:`configure_session`).
     :param window_uri: window directory ``<staging>/<pipeline>/window=<seq>``.
