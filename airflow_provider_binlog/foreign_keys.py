@@ -50,11 +50,6 @@ class ForeignKey:
     on_delete: str
     on_update: str
 
-    @property
-    def acts(self) -> bool:
-        """Return whether a parent delete or key update changes child rows (CASCADE or SET NULL)."""
-        return self.on_delete in ACTING_RULES or self.on_update in ACTING_RULES
-
     def describe(self) -> str:
         """Return ``child(cols) -> parent(cols) ON DELETE x ON UPDATE y`` for messages."""
         return (

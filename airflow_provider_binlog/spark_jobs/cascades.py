@@ -41,9 +41,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_binlog.foreign_keys import (
+    ACTING_RULES,
     CASCADE,
     MANIFEST_KEY,
-    SET_NULL,
     ForeignKey,
     ForeignKeyCycleError,
     parents_first,
@@ -188,11 +188,12 @@ def with_cascades(
 
 def drop_cascades(window: StagedWindow, target: str) -> None:
     """Delete the window's synthesised changes once every table of the window is merged (cleanup only)."""
+    import pyarrow.fs as pafs
+
     fs, path = filesystem_for(cascade_folder(target, window.pipeline, window.seq))
     try:
-        fs.delete_dir(path)
-    except FileNotFoundError:
-        return
+        if fs.get_file_info(path).type != pafs.FileType.NotFound:
+            fs.delete_dir(path)
     except OSError as err:
         log.warning("could not delete the cascade folder %s: %s", path, err)
 
@@ -216,8 +217,9 @@ def _write_done(folder: str, extra: Mapping[str, tuple[str, int]]) -> None:
     fs, path = filesystem_for(join_uri(folder, DONE_NAME))
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     body = {name: [file.rsplit("/", 1)[-1], rows] for name, (file, rows) in extra.items()}
-    with fs.open_output_stream(path) as stream:
+    with fs.open_output_stream(path + ".tmp") as stream:
         stream.write(json.dumps(body, sort_keys=True).encode())
+    fs.move(path + ".tmp", path)  # whole or absent: a half-written list would stop every re-run
 
 
 def _compute(
@@ -441,7 +443,7 @@ def replay(
         key = keys[position]
         old, new = change.key(key.referenced, change.old), change.key(key.referenced, change.new)
         action = key.on_delete if change.new is None else key.on_update
-        if old is None or old == new or action not in (CASCADE, SET_NULL):
+        if old is None or old == new or action not in ACTING_RULES:
             continue
         for ident in sorted(holders[position].get(old, set()), key=repr):
             before = state[ident]
