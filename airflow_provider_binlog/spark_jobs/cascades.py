@@ -239,7 +239,9 @@ def _compute(
     folder = cascade_folder(target, window.pipeline, window.seq)
     for name in order:
         staged = by_name[name]
-        own = staged_parent_changes(staged) if name in parents else []  # no 'd' row: no change
+        own = (
+            staged_parent_changes(staged, window.pipeline) if name in parents else []
+        )  # no 'd' row: no change
         child_keys = [k for k in keys if k.child == name]
         if not child_keys:
             changes[name] = own
@@ -251,11 +253,11 @@ def _compute(
             )
         incoming = {k.name: (own if k.parent == name else changes.get(k.parent, [])) for k in child_keys}
         dt = open_table(table_uri(target, name), storage_options)
-        result = ChildRows(staged, dt, pk).replay(name, child_keys, incoming)
+        result = ChildRows(staged, dt, pk, window.pipeline).replay(name, child_keys, incoming)
         changes[name] = sorted([*own, *result.changes], key=lambda c: c.order)
         if result.rows:
             file = join_uri(folder, f"{name}.parquet")
-            write_rows(file, result.rows, _file_schema(staged, dt))
+            write_rows(file, result.rows, _file_schema(staged, dt, window.pipeline))
             extra[name] = (file, len(result.rows))
             log.info("%s: %d child changes synthesised for window %d", name, len(result.rows), window.seq)
     return extra
@@ -266,11 +268,11 @@ def _stored(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, storage_type(f.type, f.name)) for f in schema])
 
 
-def _staged_dataset(staged: StagedTable) -> tuple[Any, pa.Schema]:
+def _staged_dataset(staged: StagedTable, pipeline: str) -> tuple[Any, pa.Schema]:
     """Return a pyarrow dataset over a table's staged files (their unified schema) and its storage schema."""
     import pyarrow.dataset as ds
 
-    schema = read_staged_schema(staged)
+    schema = read_staged_schema(staged, pipeline=pipeline)
     fs, _ = filesystem_for(staged.files[0])
     paths = [filesystem_for(uri)[1] for uri in staged.files]
     return ds.dataset(paths, schema=schema, format="parquet", filesystem=fs), _stored(schema)
@@ -294,18 +296,19 @@ def _scan(dataset: Any, condition: Any) -> pa.Table:
     return pa.Table.from_batches(batches, schema=dataset.schema)
 
 
-def staged_parent_changes(staged: StagedTable) -> list[ParentChange]:
+def staged_parent_changes(staged: StagedTable, pipeline: str) -> list[ParentChange]:
     """Return the deletes and paired updates (``d`` then ``u`` at the next seq, same event) of a table.
 
     Read on the driver with pyarrow: the ``d`` rows of the window, then the ``u`` rows right after them.
 
     :param staged: the parent's staged table.
+    :param pipeline: the pipeline merging the window, for messages.
     """
     import pyarrow.compute as pc
 
     if not staged.files:
         return []
-    dataset, stored = _staged_dataset(staged)
+    dataset, stored = _staged_dataset(staged, pipeline)
     deletes = _scan(dataset, pc.field(OP_COLUMN) == "d").cast(stored).to_pylist()
     if not deletes:
         return []
@@ -326,15 +329,16 @@ class ChildRows:
     :param staged: the child's staged table.
     :param dt: its Delta table, if it exists.
     :param pk: its key columns.
+    :param pipeline: the pipeline merging the window, for messages.
     """
 
-    def __init__(self, staged: StagedTable, dt: DeltaTable | None, pk: Sequence[str]) -> None:
+    def __init__(self, staged: StagedTable, dt: DeltaTable | None, pk: Sequence[str], pipeline: str) -> None:
         self.pk = list(pk)
         self.sources: list[tuple[Any, pa.Schema | None]] = []
         if dt is not None:
             self.sources.append((dt.to_pyarrow_dataset(), None))
         if staged.files:
-            self.sources.append(_staged_dataset(staged))
+            self.sources.append(_staged_dataset(staged, pipeline))
         self.versions: dict[tuple[Any, ...], list[Row]] = {}
         self.asked: dict[str, set[tuple[Any, ...]]] = {}
 
@@ -495,10 +499,10 @@ def _order(row: Row) -> OrderKey:
     return (int(row[WINDOW_COLUMN]), int(row[SEQ_COLUMN]))
 
 
-def _file_schema(staged: StagedTable, dt: DeltaTable | None) -> pa.Schema:
+def _file_schema(staged: StagedTable, dt: DeltaTable | None, pipeline: str) -> pa.Schema:
     """Return the schema of a child's extra change file: its staged schema, else the one its target records."""
     if staged.files:
-        return read_staged_schema(staged)
+        return read_staged_schema(staged, pipeline=pipeline)
     assert dt is not None  # a child with versions but no staged files has a target table
     fields = []
     for f in delta_arrow_schema(dt):
