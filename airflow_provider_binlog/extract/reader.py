@@ -172,11 +172,24 @@ class TableTarget:
         at or before it are in the snapshot and are not staged (they may predate the key, e.g. a table that
         got its primary key just before; replayed, rows sharing a key value would merge into one). None
         stages every change of the window.
+    :param referenced: columns of this table that cascading foreign keys of selected tables reference
+        (see :attr:`moving_columns`).
     """
 
     name: str
     primary_key: list[str]
     since: BinlogPosition | None = None
+    referenced: list[str] = field(default_factory=list)
+
+    @property
+    def moving_columns(self) -> list[str]:
+        """Return the columns whose change is staged as a delete of the before image plus the after image.
+
+        The key (the row moves), and the ``referenced`` columns that cascading foreign keys of selected
+        child tables reference: the merge needs their old values to find the child rows the source changed
+        (:mod:`airflow_provider_binlog.spark_jobs.cascades`).
+        """
+        return [*self.primary_key, *(c for c in self.referenced if c not in self.primary_key)]
 
 
 @dataclass(frozen=True)
@@ -726,14 +739,15 @@ class WindowReader:
     def _add_updates(self, event: Any, layout: _Layout, target: TableTarget, file: str, end_pos: int) -> int:
         builder = layout.builder
         if layout.decoder is not None:
-            index = [layout.builder.names.index(k) for k in target.primary_key]
+            names = layout.builder.names
+            index = [names.index(k) for k in target.moving_columns if k in names]
             pairs = layout.decoder.decode_updates(event)
             for before, after in pairs:
                 if any(before[i] != after[i] for i in index):
                     builder.add_values("d", self._next_seq(), file, end_pos, before)
                 builder.add_values("u", self._next_seq(), file, end_pos, after)
             return len(pairs)
-        key = target.primary_key
+        key = target.moving_columns
         for row in event.rows:
             before, after = row["before_values"], row["after_values"]
             if key and any(before.get(k) != after.get(k) for k in key):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -18,6 +19,7 @@ from airflow_provider_binlog.extract.reader import (
 )
 from airflow_provider_binlog.extract.tablemaps import CACHED_TABLE_MAP_EVENTS, table_map_cache
 from airflow_provider_binlog.extract.writer import TableOutput, TableWriter
+from airflow_provider_binlog.foreign_keys import MANIFEST_KEY as FOREIGN_KEYS
 from airflow_provider_binlog.grants import ACCESS_DENIED_ERRORS
 from airflow_provider_binlog.retention import binlog_bytes_between, check_retained
 from airflow_provider_binlog.staging import MANIFEST_FORMAT_VERSION, clear_window, uri_of, write_manifest
@@ -26,6 +28,7 @@ from airflow_provider_binlog.state import Window, now_iso
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
 
+    from airflow_provider_binlog.foreign_keys import ForeignKey
     from airflow_provider_binlog.hooks.binlog import BinlogHook, ServerState
 
 log = logging.getLogger(__name__)
@@ -58,6 +61,7 @@ def extract_window(
     server: ServerState,
     covers: dict[str, SnapshotCover] | None = None,
     skipped: dict[str, str] | None = None,
+    foreign_keys: Sequence[ForeignKey] = (),
 ) -> dict[str, Any]:
     """Stream ``window`` into ``window_dir`` and return the manifest written last.
 
@@ -71,6 +75,9 @@ def extract_window(
     :param covers: per selected table, its newest snapshot (merged or running) in the pipeline's ledger.
     :param skipped: ``{"db.table": reason}`` of selected tables this window leaves out (recorded in the
         manifest under ``skipped``).
+    :param foreign_keys: the cascading foreign keys among the selected tables whose child changes the source
+        does not log (:func:`~airflow_provider_binlog.operators.extract.cascading_keys`); recorded in the
+        manifest under ``foreign_keys`` for the merge, which applies them.
 
     :raises BinlogPurgedError: when the window start was purged.
     :raises UnsupportedEventError: on events that cannot be decoded without loss.
@@ -131,6 +138,7 @@ def extract_window(
         "ddl": stats.ddl,
         "skipped_statements": stats.skipped_statements,
         "covered_tables": stats.covered_tables,
+        FOREIGN_KEYS: [k.to_manifest() for k in foreign_keys],
         "stats": {
             "events": stats.events,
             "transactions": stats.transactions,

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     import pymysql
     from pymysqlreplication import BinLogStreamReader
 
+    from airflow_provider_binlog.foreign_keys import ForeignKey
     from airflow_provider_binlog.grants import Grants, PrivilegeReport
 
 log = logging.getLogger(__name__)
@@ -537,6 +538,7 @@ class BinlogHook(BaseHook):
         "hostname",
         "port",
         "max_binlog_size",
+        "innodb_native_foreign_keys",
     )
 
     def _variables(self, cur: pymysql.cursors.Cursor) -> dict[str, str]:
@@ -833,6 +835,19 @@ class BinlogHook(BaseHook):
             )
             chosen = select_tables(selection, [f"{db}.{name}" for db, name in cur.fetchall()])
             return {name: self._table_info(cur, name) for name in chosen}
+
+    def foreign_keys(self, tables: Iterable[str]) -> list[ForeignKey]:
+        """Return the foreign keys with CASCADE or SET NULL actions whose child is one of ``tables``.
+
+        One query on information_schema (:func:`~airflow_provider_binlog.foreign_keys.read_foreign_keys`);
+        the parent may be any table of the server.
+
+        :param tables: ``db.table`` names (the resolved selection).
+        """
+        from airflow_provider_binlog.foreign_keys import read_foreign_keys
+
+        with self.cursor() as cur:
+            return read_foreign_keys(cur, tables)
 
     @staticmethod
     def _table_info(cur: pymysql.cursors.Cursor, name: str) -> TableInfo:

@@ -10,6 +10,7 @@ import pendulum
 from airflow.sdk import BaseOperator
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, IntervalOpenError
+from airflow_provider_binlog.foreign_keys import ForeignKey
 from airflow_provider_binlog.hooks.binlog import BinlogHook, TableInfo
 from airflow_provider_binlog.positions import BinlogPosition
 from airflow_provider_binlog.state import PipelineState, StateManager, Window
@@ -51,6 +52,49 @@ def table_targets(
     )
     targets = {name: TableTarget(name=name, primary_key=key) for name, key in resolved.keys.items()}
     return targets, resolved.skipped
+
+
+def cascading_keys(hook: BinlogHook, server: Any, targets: dict[str, Any], log: Any) -> list[ForeignKey]:
+    """Return the foreign keys among the staged tables whose child changes the merge must apply itself.
+
+    Reads the keys with CASCADE or SET NULL actions of the ``targets`` (one query), warns in ``log`` for each
+    whose parent is not staged (the child drifts on parent deletes and key updates), and sets each parent
+    target's ``referenced`` columns so the reader stages their before images. On a source that logs the
+    cascaded child rows itself (MySQL 9.6+ with SQL-layer foreign keys,
+    :func:`~airflow_provider_binlog.foreign_keys.cascades_are_logged`) there is nothing to do.
+
+    :param hook: the source's hook.
+    :param server: its :class:`~airflow_provider_binlog.hooks.binlog.ServerState`.
+    :param targets: ``{"db.table": TableTarget}`` of the tables this window stages (updated in place).
+    :param log: the task's logger.
+    :raises BinlogConfigError: when the keys form a cycle through several staged tables.
+    """
+    from airflow_provider_binlog.foreign_keys import (
+        ForeignKeyCycleError,
+        cascades_are_logged,
+        parents_first,
+        referenced_columns,
+        split_by_selection,
+        unselected_parent_warning,
+    )
+
+    if cascades_are_logged(server.flavor, server.variables):
+        log.info("the source %s %s logs foreign-key cascades itself", server.flavor, server.version)
+        return []
+    applied, orphaned = split_by_selection(hook.foreign_keys(targets), targets)
+    for key in orphaned:
+        log.warning(unselected_parent_warning(key))
+    try:
+        parents_first(sorted(targets), applied)
+    except ForeignKeyCycleError as err:
+        raise BinlogConfigError(f"pipeline {hook.pipeline}: {err}") from err
+    for parent, columns in referenced_columns(applied).items():
+        targets[parent].referenced = columns
+    for key in applied:
+        log.info(
+            "the merge applies the foreign key %s (the source does not log its child changes)", key.describe()
+        )
+    return applied
 
 
 def capture_start(state: PipelineState | None, table: str) -> BinlogPosition | None:
@@ -184,6 +228,7 @@ class BinlogExtractOperator(BaseOperator):
                 server=server,
                 covers=snapshot_covers(manager.load(), targets),
                 skipped=skipped,
+                foreign_keys=cascading_keys(hook, server, targets, self.log),
             )
         uri = uri_of(window_dir)
         if window.status == "cut" or window.manifest_uri != uri:

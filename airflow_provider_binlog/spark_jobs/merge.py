@@ -1829,7 +1829,9 @@ def merge_window(
     """Merge every table of a staged window into the target; return the summary.
 
     Keys are checked for all tables before any table is touched. Each table is committed atomically;
-    tables already holding the window are skipped, so a failed run can simply be repeated.
+    tables already holding the window are skipped, so a failed run can simply be repeated. Tables are
+    merged parents first, with the child changes of the manifest's ``foreign_keys`` added
+    (:func:`~airflow_provider_binlog.spark_jobs.cascades.with_cascades`).
 
     :param spark: the session (its SQL settings are adjusted by :func:`configure_session`).
     :param window_uri: window directory ``<staging>/<pipeline>/window=<seq>``.
@@ -1849,6 +1851,9 @@ def merge_window(
         raise MergeJobError(
             f"window {window_uri} belongs to pipeline {window.pipeline!r}, not {pipeline!r}: check the paths"
         )
+    from airflow_provider_binlog.spark_jobs.cascades import drop_cascades, with_cascades
+
+    window = with_cascades(window, target, key_overrides=key_overrides, storage_options=storage_options)
     keys = resolve_keys(window, key_overrides)
     tables: dict[str, dict[str, Any]] = {}
     for staged in window.tables:
@@ -1863,6 +1868,7 @@ def merge_window(
             storage_options=storage_options,
         )
         tables[staged.name] = asdict(result)
+    drop_cascades(window, target)
     return {"pipeline": pipeline, "window": window.seq, "tables": tables}
 
 
@@ -1971,4 +1977,7 @@ def run_application(app: Application) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the package's copy of this module, which the helpers it imports (cascades) share with it.
+    from airflow_provider_binlog.spark_jobs import merge as _job
+
+    sys.exit(_job.main())

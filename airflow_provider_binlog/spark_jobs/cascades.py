@@ -1,0 +1,527 @@
+"""Apply foreign-key actions the source did not log: synthesise the child row changes of a window.
+
+InnoDB changes child rows for ``ON DELETE CASCADE``, ``ON UPDATE CASCADE`` and ``ON DELETE/UPDATE SET
+NULL`` below the layer that writes the binlog (see :mod:`airflow_provider_binlog.foreign_keys`), so a
+window holds the parent's change but not the child rows it changed. The extractor records the acting keys
+among the selected tables in the manifest (``foreign_keys``); here the merge replays them, as the source
+did, before any table is merged (see ``docs/adr/0011-foreign-key-cascades.md``):
+
+1. **Parent changes.** A parent's staged ``d`` row is a delete, unless the next change of the window
+   (``_binlog_seq + 1``) is a ``u`` of the same table from the same row event: then the pair is an update
+   from the ``d`` image to the ``u`` image (the extractor stages an update that changes the key or a
+   referenced column that way, ``extract/reader.py``). Changes synthesised for a table are parent changes
+   of its own children (multi-level cascades), and of itself for a self-referencing table.
+2. **Child states.** The child rows that held an old parent key in any version (the target's row or a
+   staged change of the window) are read with all their versions.
+3. **Replay.** The versions and the parent changes are replayed in order key order
+   ``(_binlog_window, _binlog_seq)``. At a parent change, every live child row whose foreign key holds the
+   old parent key gets a new full image at the parent change's order key: a tombstone (``ON DELETE
+   CASCADE``), its foreign-key columns set to NULL (``SET NULL``) or to the new key (``ON UPDATE
+   CASCADE``). A later change of the child row in the window still wins, as in the source.
+4. The synthesised rows of each child are written as one extra Parquet change file, with the child's
+   staged schema, to ``<target>/_binlog_cascades/<pipeline>/window=<seq>/`` (its ``_done.json`` written
+   last), and merged with the child's staged files. A re-run of a failed merge reuses them (its targets may
+   already hold part of the window); the folder is deleted once every table of the window is merged.
+
+Tables are merged parents first. A cycle of keys through several tables is refused. Parent changes and
+the child rows they touch are held on the driver: memory grows with the parent deletes and key updates of
+one window and the child rows they reach.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_provider_binlog.foreign_keys import (
+    ACTING_RULES,
+    CASCADE,
+    MANIFEST_KEY,
+    ForeignKey,
+    ForeignKeyCycleError,
+    parents_first,
+)
+from airflow_provider_binlog.spark_jobs.merge import (
+    ARROW_TYPE_KEY,
+    BUCKET_COLUMN,
+    CHANGE_COLUMN_NAMES,
+    CHANGE_COLUMNS,
+    DELETED_COLUMN,
+    OP_COLUMN,
+    SEQ_COLUMN,
+    WINDOW_COLUMN,
+    MergeJobError,
+    StagedTable,
+    StagedWindow,
+    already_merged,
+    delta_arrow_schema,
+    filesystem_for,
+    join_uri,
+    open_table,
+    parse_arrow_type,
+    read_manifest,
+    read_staged_schema,
+    storage_type,
+    table_uri,
+)
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+log = logging.getLogger("airflow_provider_binlog.spark_jobs.cascades")
+
+CASCADES_DIR = "_binlog_cascades"
+"""Folder under the target root holding the synthesised child changes of windows being merged."""
+DONE_NAME = "_done.json"
+"""Written last in a window's cascade folder: ``{"db.table": [file, rows]}``."""
+#: Commit metadata a synthesised row takes from the parent change that caused it.
+_EVENT_COLUMNS = ("_binlog_gtid", "_binlog_file", "_binlog_pos", "_binlog_ts")
+
+Row = dict[str, Any]
+OrderKey = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class ParentChange:
+    """A delete or an update of a parent row, at its place in the window's order.
+
+    :param order: its order key ``(_binlog_window, _binlog_seq)``.
+    :param old: the row's image before the change.
+    :param new: its image after an update; ``None`` for a delete.
+    """
+
+    order: OrderKey
+    old: Row
+    new: Row | None
+
+    def key(self, columns: Sequence[str], image: Row | None) -> tuple[Any, ...] | None:
+        """Return the values of ``columns`` in ``image``, or None when the image is absent or one is NULL."""
+        if image is None:
+            return None
+        values = tuple(image.get(c) for c in columns)
+        return None if any(v is None for v in values) else values
+
+
+@dataclass
+class Synthesised:
+    """The outcome of replaying one child table: its new rows, and the changes they are for its children.
+
+    :param rows: synthesised change rows (source columns and change metadata), in order.
+    :param changes: the same changes as parent changes of the table's own children.
+    """
+
+    rows: list[Row] = field(default_factory=list)
+    changes: list[ParentChange] = field(default_factory=list)
+
+
+def cascade_folder(target: str, pipeline: str, seq: int) -> str:
+    """Return ``<target>/_binlog_cascades/<pipeline>/window=<seq>``."""
+    return join_uri(target, CASCADES_DIR, pipeline, f"window={seq}")
+
+
+def window_foreign_keys(window: StagedWindow) -> list[ForeignKey]:
+    """Return the foreign keys the window's manifest asks the merge to apply (empty for older manifests).
+
+    :raises MergeJobError: when the manifest's ``foreign_keys`` entry is malformed.
+    """
+    entries = read_manifest(window.uri).get(MANIFEST_KEY) or []
+    try:
+        return [ForeignKey.from_manifest(entry) for entry in entries]
+    except (KeyError, TypeError, ValueError) as err:
+        raise MergeJobError(
+            f"manifest of {window.uri} has a malformed {MANIFEST_KEY} entry: {err!r}"
+        ) from err
+
+
+def with_cascades(
+    window: StagedWindow,
+    target: str,
+    *,
+    key_overrides: Mapping[str, Sequence[str]] | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> StagedWindow:
+    """Return the window with its tables parents first and each child's synthesised changes added.
+
+    The changes are computed once per window (see the module docstring) and reused by a re-run.
+
+    :param window: the staged window.
+    :param target: target root.
+    :param key_overrides: user-named keys of tables without a primary key.
+    :param storage_options: deltalake storage options.
+    :raises MergeJobError: on a cycle of keys through several tables, a child without a key or a
+        malformed manifest.
+    """
+    keys = window_foreign_keys(window)
+    if not keys:
+        return window
+    by_name = {t.name: t for t in window.tables}
+    keys = [k for k in keys if k.child in by_name and k.parent in by_name]
+    try:
+        order = parents_first([t.name for t in window.tables], keys)
+    except ForeignKeyCycleError as err:
+        raise MergeJobError(f"window {window.seq} of {window.pipeline}: {err}") from err
+    folder = cascade_folder(target, window.pipeline, window.seq)
+    extra = _read_done(folder)
+    if extra is None:
+        children = sorted({k.child for k in keys})
+        if all(_merged(target, name, window, storage_options) for name in children):
+            extra = {}  # a re-run after success: every child already holds the window
+        else:
+            extra = _compute(window, target, keys, order, key_overrides or {}, storage_options)
+            _write_done(folder, extra)
+    tables = []
+    for name in order:
+        staged = by_name[name]
+        if name in extra:
+            file, rows = extra[name]
+            staged = replace(staged, files=(*staged.files, file), rows=staged.rows + rows)
+        tables.append(staged)
+    return replace(window, tables=tuple(tables))
+
+
+def drop_cascades(window: StagedWindow, target: str) -> None:
+    """Delete the window's synthesised changes once every table of the window is merged (cleanup only)."""
+    import pyarrow.fs as pafs
+
+    fs, path = filesystem_for(cascade_folder(target, window.pipeline, window.seq))
+    try:
+        if fs.get_file_info(path).type != pafs.FileType.NotFound:
+            fs.delete_dir(path)
+    except OSError as err:
+        log.warning("could not delete the cascade folder %s: %s", path, err)
+
+
+def _merged(target: str, table: str, window: StagedWindow, storage_options: Mapping[str, str] | None) -> bool:
+    dt = open_table(table_uri(target, table), storage_options)
+    return dt is not None and already_merged(dt, window.pipeline, window.seq)
+
+
+def _read_done(folder: str) -> dict[str, tuple[str, int]] | None:
+    fs, path = filesystem_for(join_uri(folder, DONE_NAME))
+    try:
+        with fs.open_input_stream(path) as stream:
+            done = json.loads(stream.read())
+    except FileNotFoundError:
+        return None
+    return {name: (join_uri(folder, file), int(rows)) for name, (file, rows) in done.items()}
+
+
+def _write_done(folder: str, extra: Mapping[str, tuple[str, int]]) -> None:
+    fs, path = filesystem_for(join_uri(folder, DONE_NAME))
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    body = {name: [file.rsplit("/", 1)[-1], rows] for name, (file, rows) in extra.items()}
+    with fs.open_output_stream(path + ".tmp") as stream:
+        stream.write(json.dumps(body, sort_keys=True).encode())
+    fs.move(path + ".tmp", path)  # whole or absent: a half-written list would stop every re-run
+
+
+def _compute(
+    window: StagedWindow,
+    target: str,
+    keys: Sequence[ForeignKey],
+    order: Sequence[str],
+    key_overrides: Mapping[str, Sequence[str]],
+    storage_options: Mapping[str, str] | None,
+) -> dict[str, tuple[str, int]]:
+    """Replay every child table, parents first; write each one's rows; return ``{table: (file, rows)}``."""
+    by_name = {t.name: t for t in window.tables}
+    manifest_tables = read_manifest(window.uri).get("tables") or {}
+    parents = {k.parent for k in keys if (manifest_tables.get(k.parent) or {}).get("ops", {"d": 1}).get("d")}
+    changes: dict[str, list[ParentChange]] = {}
+    extra: dict[str, tuple[str, int]] = {}
+    folder = cascade_folder(target, window.pipeline, window.seq)
+    for name in order:
+        staged = by_name[name]
+        own = (
+            staged_parent_changes(staged, window.pipeline) if name in parents else []
+        )  # no 'd' row: no change
+        child_keys = [k for k in keys if k.child == name]
+        if not child_keys:
+            changes[name] = own
+            continue
+        pk = list(key_overrides.get(name) or staged.primary_key)
+        if not pk:
+            raise MergeJobError(
+                f"{name} has cascading foreign keys but no key to tell its rows apart; name one with --key"
+            )
+        incoming = {k.name: (own if k.parent == name else changes.get(k.parent, [])) for k in child_keys}
+        dt = open_table(table_uri(target, name), storage_options)
+        result = ChildRows(staged, dt, pk, window.pipeline).replay(name, child_keys, incoming)
+        changes[name] = sorted([*own, *result.changes], key=lambda c: c.order)
+        if result.rows:
+            file = join_uri(folder, f"{name}.parquet")
+            write_rows(file, result.rows, _file_schema(staged, dt, window.pipeline))
+            extra[name] = (file, len(result.rows))
+            log.info("%s: %d child changes synthesised for window %d", name, len(result.rows), window.seq)
+    return extra
+
+
+def _stored(schema: pa.Schema) -> pa.Schema:
+    """Return ``schema`` with the storage types the target keeps (:func:`storage_type`)."""
+    return pa.schema([pa.field(f.name, storage_type(f.type, f.name)) for f in schema])
+
+
+def _staged_dataset(staged: StagedTable, pipeline: str) -> tuple[Any, pa.Schema]:
+    """Return a pyarrow dataset over a table's staged files (their unified schema) and its storage schema."""
+    import pyarrow.dataset as ds
+
+    schema = read_staged_schema(staged, pipeline=pipeline)
+    fs, _ = filesystem_for(staged.files[0])
+    paths = [filesystem_for(uri)[1] for uri in staged.files]
+    return ds.dataset(paths, schema=schema, format="parquet", filesystem=fs), _stored(schema)
+
+
+def _prefilter(columns: Sequence[str], values: Iterable[tuple[Any, ...]]) -> Any:
+    """Return a pyarrow filter on the first of ``columns`` (exact tuple matches are checked in Python)."""
+    import pyarrow.compute as pc
+
+    firsts = sorted({v[0] for v in values}, key=repr)
+    return pc.field(columns[0]).isin(pa.array(firsts))
+
+
+def _scan(dataset: Any, condition: Any) -> pa.Table:
+    """Return the rows of ``dataset`` matching ``condition``, filtered batch by batch after reading.
+
+    Not ``to_table(filter=...)``: on the dataset of a Delta table (deltalake 1.6) that pushdown dropped
+    matching rows of a string column (measured: 1 row of 4).
+    """
+    batches = [batch.filter(condition) for batch in dataset.to_batches()]
+    return pa.Table.from_batches(batches, schema=dataset.schema)
+
+
+def staged_parent_changes(staged: StagedTable, pipeline: str) -> list[ParentChange]:
+    """Return the deletes and paired updates (``d`` then ``u`` at the next seq, same event) of a table.
+
+    Read on the driver with pyarrow: the ``d`` rows of the window, then the ``u`` rows right after them.
+
+    :param staged: the parent's staged table.
+    :param pipeline: the pipeline merging the window, for messages.
+    """
+    import pyarrow.compute as pc
+
+    if not staged.files:
+        return []
+    dataset, stored = _staged_dataset(staged, pipeline)
+    deletes = _scan(dataset, pc.field(OP_COLUMN) == "d").cast(stored).to_pylist()
+    if not deletes:
+        return []
+    after = pa.array(sorted({r[SEQ_COLUMN] + 1 for r in deletes}), pa.int64())
+    updates = _scan(dataset, (pc.field(OP_COLUMN) == "u") & pc.field(SEQ_COLUMN).isin(after))
+    following = {_order(r): r for r in updates.cast(stored).to_pylist()}
+    result = []
+    for delete in sorted(deletes, key=_order):
+        update = following.get((delete[WINDOW_COLUMN], delete[SEQ_COLUMN] + 1))
+        same_event = update is not None and all(update.get(c) == delete.get(c) for c in _EVENT_COLUMNS)
+        result.append(ParentChange(order=_order(delete), old=delete, new=update if same_event else None))
+    return result
+
+
+class ChildRows:
+    """The versions of a child table's rows (target row, staged changes), read on the driver by parent key.
+
+    :param staged: the child's staged table.
+    :param dt: its Delta table, if it exists.
+    :param pk: its key columns.
+    :param pipeline: the pipeline merging the window, for messages.
+    """
+
+    def __init__(self, staged: StagedTable, dt: DeltaTable | None, pk: Sequence[str], pipeline: str) -> None:
+        self.pk = list(pk)
+        self.sources: list[tuple[Any, pa.Schema | None]] = []
+        if dt is not None:
+            self.sources.append((dt.to_pyarrow_dataset(), None))
+        if staged.files:
+            self.sources.append(_staged_dataset(staged, pipeline))
+        self.versions: dict[tuple[Any, ...], list[Row]] = {}
+        self.asked: dict[str, set[tuple[Any, ...]]] = {}
+
+    def _rows(self, columns: Sequence[str], values: set[tuple[Any, ...]]) -> list[Row]:
+        """Return the rows of every source whose ``columns`` hold one of ``values``."""
+        rows = []
+        for dataset, stored in self.sources:
+            table = _scan(dataset, _prefilter(columns, values))
+            if BUCKET_COLUMN in table.column_names:
+                table = table.drop_columns([BUCKET_COLUMN])
+            for row in (table if stored is None else table.cast(stored)).to_pylist():
+                if tuple(row.get(c) for c in columns) in values:
+                    rows.append(row)
+        return rows
+
+    def load(self, keys: Sequence[ForeignKey], changes: Mapping[str, Iterable[ParentChange]]) -> bool:
+        """Load every version of the rows that held an old parent key of ``changes`` not asked for yet.
+
+        :returns: whether a new parent key was asked for.
+        """
+        holders: set[tuple[Any, ...]] = set()
+        asked = False
+        for key in keys:
+            olds = {o for c in changes.get(key.name, ()) if (o := c.key(key.referenced, c.old)) is not None}
+            new = olds - self.asked.setdefault(key.name, set())
+            if not new:
+                continue
+            asked = True
+            self.asked[key.name] |= new
+            holders |= {tuple(r.get(c) for c in self.pk) for r in self._rows(key.columns, new)}
+        unknown = holders - self.versions.keys()
+        if unknown:
+            for row in self._rows(self.pk, unknown):
+                self.versions.setdefault(tuple(row.get(c) for c in self.pk), []).append(row)
+        return asked
+
+    def replay(
+        self, table: str, keys: Sequence[ForeignKey], incoming: Mapping[str, Sequence[ParentChange]]
+    ) -> Synthesised:
+        """Replay the child's versions against ``incoming`` (see :func:`replay`).
+
+        A self-referencing key reaches rows through the table's own synthesised changes: the replay runs
+        again with the rows they reach until no new parent key turns up (one tree level per round).
+        """
+        probes: dict[str, Sequence[ParentChange]] = dict(incoming)
+        result = Synthesised()
+        while self.load(keys, probes):
+            versions = [row for rows in self.versions.values() for row in rows]
+            result = replay(table, self.pk, keys, incoming, versions)
+            probes = {k.name: result.changes for k in keys if k.parent == table}
+        return result
+
+
+def replay(
+    table: str,
+    pk: Sequence[str],
+    keys: Sequence[ForeignKey],
+    incoming: Mapping[str, Sequence[ParentChange]],
+    versions: Iterable[Row],
+) -> Synthesised:
+    """Replay a child table's versions and its parents' changes in order; return the synthesised changes.
+
+    Pure Python: the core of the cascade semantics, see the module docstring. When several keys act on
+    one child row for the same parent change (two keys on one parent), the row's last image is kept.
+
+    :param table: the child ``db.table``, for messages.
+    :param pk: its key columns.
+    :param keys: its acting foreign keys.
+    :param incoming: each key's parent changes (by key name), any order.
+    :param versions: versions of the child rows concerned (target rows and staged changes).
+    """
+    state: dict[tuple[Any, ...], Row] = {}
+    holders: list[dict[tuple[Any, ...], set[tuple[Any, ...]]]] = [{} for _ in keys]
+    result = Synthesised()
+
+    def put(row: Row) -> None:
+        ident = tuple(row.get(c) for c in pk)
+        before = state.get(ident)
+        for position, key in enumerate(keys):
+            if before is not None and (old := _held(before, key)) is not None:
+                holders[position].get(old, set()).discard(ident)
+            if (new := _held(row, key)) is not None:
+                holders[position].setdefault(new, set()).add(ident)
+        state[ident] = row
+
+    emitted: dict[tuple[OrderKey, tuple[Any, ...]], Row] = {}  # one row per child row and order key
+
+    def emit(row: Row) -> None:
+        put(row)
+        emitted[(_order(row), tuple(row.get(c) for c in pk))] = row
+
+    queue: list[tuple[OrderKey, int, int, ParentChange]] = []
+    counter = 0
+    for position, key in enumerate(keys):
+        for change in incoming[key.name]:
+            queue.append((change.order, counter, position, change))
+            counter += 1
+    heapq.heapify(queue)
+    timeline = sorted(versions, key=_order)
+    next_version = 0
+    while queue:
+        order, _, position, change = heapq.heappop(queue)
+        while next_version < len(timeline) and _order(timeline[next_version]) < order:
+            put(timeline[next_version])
+            next_version += 1
+        key = keys[position]
+        old, new = change.key(key.referenced, change.old), change.key(key.referenced, change.new)
+        action = key.on_delete if change.new is None else key.on_update
+        if old is None or old == new or action not in ACTING_RULES:
+            continue
+        for ident in sorted(holders[position].get(old, set()), key=repr):
+            before = state[ident]
+            after = _acted(before, key, action, new, change)
+            if after[OP_COLUMN] != "d" and tuple(after.get(c) for c in pk) != ident:  # the row moved
+                gone = {**before, OP_COLUMN: "d", WINDOW_COLUMN: order[0], SEQ_COLUMN: order[1]}
+                gone.update({name: after[name] for name in _EVENT_COLUMNS})
+                gone.pop(DELETED_COLUMN, None)
+                emit(gone)
+            emit(after)
+            caused = ParentChange(order=order, old=before, new=None if after[OP_COLUMN] == "d" else after)
+            result.changes.append(caused)
+            for again, other in enumerate(keys):  # a self-referencing key acts on the same table again
+                if other.parent == table:
+                    heapq.heappush(queue, (order, counter, again, caused))
+                    counter += 1
+    result.rows = list(emitted.values())
+    return result
+
+
+def _acted(
+    before: Row, key: ForeignKey, action: str, new: tuple[Any, ...] | None, change: ParentChange
+) -> Row:
+    """Return the child row's image after ``action`` for ``change`` (a tombstone for a cascaded delete).
+
+    ``new`` is the parent's new key (None when it became NULL or the parent row was deleted).
+    """
+    after = {name: value for name, value in before.items() if name not in (DELETED_COLUMN, BUCKET_COLUMN)}
+    deleted = action == CASCADE and change.new is None
+    if not deleted:
+        values = new if action == CASCADE and new is not None else (None,) * len(key.columns)
+        after.update(zip(key.columns, values, strict=True))
+    cause = change.new if change.new is not None else change.old
+    after.update({name: cause.get(name) for name in _EVENT_COLUMNS})
+    after[OP_COLUMN] = "d" if deleted else "u"
+    after[WINDOW_COLUMN], after[SEQ_COLUMN] = change.order
+    return after
+
+
+def _held(row: Row, key: ForeignKey) -> tuple[Any, ...] | None:
+    """Return the parent key a live child row holds in ``key``'s columns (None if deleted or NULL)."""
+    if row.get(DELETED_COLUMN) or row.get(OP_COLUMN) == "d":
+        return None
+    values = tuple(row.get(c) for c in key.columns)
+    return None if any(v is None for v in values) else values
+
+
+def _order(row: Row) -> OrderKey:
+    return (int(row[WINDOW_COLUMN]), int(row[SEQ_COLUMN]))
+
+
+def _file_schema(staged: StagedTable, dt: DeltaTable | None, pipeline: str) -> pa.Schema:
+    """Return the schema of a child's extra change file: its staged schema, else the one its target records."""
+    if staged.files:
+        return read_staged_schema(staged, pipeline=pipeline)
+    assert dt is not None  # a child with versions but no staged files has a target table
+    fields = []
+    for f in delta_arrow_schema(dt):
+        if f.name in CHANGE_COLUMN_NAMES or f.name in (DELETED_COLUMN, BUCKET_COLUMN):
+            continue
+        staged_type = (f.metadata or {}).get(ARROW_TYPE_KEY.encode())
+        fields.append(pa.field(f.name, parse_arrow_type(staged_type.decode()) if staged_type else f.type))
+    return pa.schema([*fields, *(pa.field(name, t) for name, t in CHANGE_COLUMNS)])
+
+
+def write_rows(uri: str, rows: Sequence[Row], schema: pa.Schema) -> None:
+    """Write change rows (storage-typed Python values) as one Parquet file with the staged ``schema``.
+
+    :param uri: the file's location.
+    :param rows: change rows.
+    :param schema: the child's staged schema (values are cast to it from their storage types).
+    """
+    stored = pa.schema([pa.field(f.name, storage_type(f.type, f.name)) for f in schema])
+    table = pa.Table.from_pylist([{f.name: row.get(f.name) for f in schema} for row in rows], schema=stored)
+    fs, path = filesystem_for(uri)
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    pq.write_table(table.cast(schema), path, filesystem=fs)
