@@ -120,6 +120,9 @@ class Snapshot(BaseModel):
     :param status: ``running`` until its merge is verified in the target, then ``merged``.
     :param staging_uri: its staging folder ``<staging>/<pipeline>/snapshot=<seq>``.
     :param rows: rows read (set when merged).
+    :param finished_at: when its merge was verified (ISO-8601 UTC; None while running and in ledgers
+        written before it was recorded): with ``started_at``, the measured snapshot rate
+        (:mod:`airflow_provider_binlog.snapshot.estimate`).
     :param reason: why it was taken: ``initial`` (new pipeline), ``added`` (table new to the
         pipeline), ``requested`` (re-snapshot asked for) or ``purged`` (binlogs were purged).
     """
@@ -137,6 +140,7 @@ class Snapshot(BaseModel):
     reason: Literal["initial", "added", "requested", "purged"] = "initial"
     dag_id: str | None = None
     handovers: list[Handover] = Field(default_factory=list)
+    finished_at: str | None = None
 
 
 class Checkpoint(BaseModel):
