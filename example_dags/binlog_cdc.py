@@ -95,11 +95,12 @@ with DAG(
         "keyless_tables": Param(_KEYLESS_TABLES, enum=["skip", "fail"]),
     },
 ) as dag:
-    # One measurement decides (retained, low or purged): poke mode, never waits.
+    # One measurement decides (retained, low or purged): poke mode, never waits. Only head pipelines
+    # take snapshots, so only they have a snapshot's time to count.
     purge_risk = BinlogPurgeRiskSensor(
         task_id="purge_risk",
         pipeline="{{ params.pipeline }}",
-        tables="{{ params.tables }}",
+        tables="{{ params.tables }}" if _CUT_BY == "head" else None,
         min_headroom_seconds=_MIN_HEADROOM_SECONDS,
         snapshot_rows_per_second=None if _SNAPSHOT_RATE is None else float(_SNAPSHOT_RATE),
         binlog_conn_id="binlog_default",

@@ -66,10 +66,15 @@ class SnapshotEstimate:
         """Return one phrase for logs: what is estimated and from what."""
         if not self.tables:
             return "no snapshot pending"
-        running = f" (snapshot {', '.join(map(str, self.running))} in progress)" if self.running else ""
+        running = (
+            f" (snapshot {', '.join(map(str, self.running))} in progress: the time it has run is deducted)"
+            if self.running
+            else ""
+        )
         return (
-            f"snapshot of {', '.join(self.tables)}{running}: ~{self.rows} rows at {self.rate.rows_per_second:.0f} "
-            f"rows/s ({self.rate.source}) + {SNAPSHOT_OVERHEAD_SECONDS:.0f} s overhead = {self.seconds:.0f} s still needed"
+            f"snapshot of {', '.join(self.tables)}: ~{self.rows} rows at {self.rate.rows_per_second:.0f} rows/s "
+            f"({self.rate.source}) + {SNAPSHOT_OVERHEAD_SECONDS:.0f} s overhead per snapshot, {self.seconds:.0f} s "
+            f"still needed{running}"
         )
 
     def to_dict(self) -> dict[str, Any]:
