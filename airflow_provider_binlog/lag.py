@@ -6,10 +6,14 @@ Debezium's ``MilliSecondsBehindSource`` approximates under a steady workload; **
 checkpoint and head; **transactions** between them by GTID count (None when the source has GTIDs off).
 The age form is chosen over "head commit time minus checkpoint commit time" because it stays right when
 the source goes quiet: an idle source with an unmerged transaction keeps getting staler.
+
+A snapshot in progress counts as pending since it started: until it is merged, its tables lack the rows
+it reads (an initial load, a table new to the selection, a repair), whatever the binlog lag says.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +26,7 @@ from airflow_provider_binlog.retention import binlog_bytes_between, check_retain
 
 if TYPE_CHECKING:
     from airflow_provider_binlog.hooks.binlog import BinlogHook, ServerState
+    from airflow_provider_binlog.state import Snapshot
 
 
 @dataclass(frozen=True)
@@ -32,11 +37,13 @@ class LagReport:
     :param checkpoint: the pipeline's checkpoint (everything before it is in the target).
     :param head: the source's binlog head when measured.
     :param checkpoint_commit_at: commit time of the last transaction merged (None: not known yet).
-    :param pending_since: commit time of the oldest transaction not in the target; None when none.
+    :param pending_since: commit time of the oldest transaction not in the target, or the start of the
+        oldest snapshot in progress when earlier; None when nothing is pending.
     :param seconds: ``measured_at - pending_since`` in seconds; 0 when nothing is pending.
     :param bytes: bytes of binlog between checkpoint and head.
     :param transactions: transactions between checkpoint and head (GTID count); None without GTIDs.
     :param measured_at: when the head was read (UTC; taken just before reading it).
+    :param snapshots_running: ``(seq, start time)`` of each snapshot in progress, oldest first.
     """
 
     pipeline: str
@@ -48,6 +55,7 @@ class LagReport:
     bytes: int
     transactions: int | None
     measured_at: pendulum.DateTime
+    snapshots_running: tuple[tuple[int, pendulum.DateTime], ...] = ()
 
     def covers(self, moment: pendulum.DateTime) -> bool:
         """Return True when the target holds every transaction committed before ``moment``.
@@ -70,9 +78,12 @@ class LagReport:
             if self.pending_since is None
             else f"oldest pending commit {self.pending_since.isoformat()}"
         )
+        snapshots = "".join(
+            f"; snapshot {seq} in progress since {at.isoformat()}" for seq, at in self.snapshots_running
+        )
         return (
             f"pipeline {self.pipeline!r} lag: {self.seconds:.0f} s, {self.bytes} bytes, {transactions} transactions "
-            f"({since}; checkpoint {self.checkpoint}, head {self.head})"
+            f"({since}{snapshots}; checkpoint {self.checkpoint}, head {self.head})"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,6 +100,9 @@ class LagReport:
             "bytes": self.bytes,
             "transactions": self.transactions,
             "measured_at": self.measured_at.isoformat(),
+            "snapshots_running": [
+                {"seq": seq, "started_at": at.isoformat()} for seq, at in self.snapshots_running
+            ],
             "summary": self.describe(),
         }
 
@@ -107,10 +121,12 @@ def measure_lag(
     checkpoint_commit_at: pendulum.DateTime | None,
     server: ServerState,
     measured_at: pendulum.DateTime,
+    snapshots: Sequence[Snapshot] = (),
 ) -> LagReport:
     """Measure the lag of ``pipeline`` whose checkpoint is ``checkpoint`` against ``server``'s head.
 
     :param measured_at: a time taken just before ``server`` was read (UTC).
+    :param snapshots: the pipeline's snapshot ledger; those ``running`` count as pending since they started.
 
     Reads at most one transaction after the checkpoint
     (:func:`~airflow_provider_binlog.probes.next_commit_at`).
@@ -122,7 +138,17 @@ def measure_lag(
 
     check_retained(server, checkpoint, pipeline)
     head = server.head or checkpoint
+    running = tuple(
+        sorted(
+            (s.seq, pendulum.DateTime.fromisoformat(s.started_at).in_timezone("UTC"))
+            for s in snapshots
+            if s.status == "running"
+        )
+    )
     pending_since = None if head <= checkpoint else next_commit_at(hook, checkpoint)
+    pending_since = min(
+        [t for t in (pending_since, *(at for _, at in running)) if t is not None], default=None
+    )
     seconds = 0.0 if pending_since is None else max((measured_at - pending_since).total_seconds(), 0.0)
     return LagReport(
         pipeline=pipeline,
@@ -134,6 +160,7 @@ def measure_lag(
         bytes=binlog_bytes_between(server.binlog_files, checkpoint, head),
         transactions=transactions_between(checkpoint, head, server.flavor),
         measured_at=measured_at,
+        snapshots_running=running,
     )
 
 

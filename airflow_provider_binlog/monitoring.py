@@ -1,10 +1,12 @@
 """Measure a pipeline by name: read its checkpoint and the source, then its lag or retention report.
 
-These are the blocking measurements behind the sensors and their triggers (which run them in a
-thread). Each opens its own connections and closes them before returning.
+These are the blocking measurements behind the sensors, their triggers (which run them in a thread) and
+the health summary. Each opens its own connections and closes them before returning.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import pendulum
 
@@ -12,32 +14,37 @@ from airflow_provider_binlog.exceptions import StateError
 from airflow_provider_binlog.hooks.binlog import BinlogHook, ServerState
 from airflow_provider_binlog.lag import LagReport, measure_lag
 from airflow_provider_binlog.retention import RetentionReport, assess_retention
-from airflow_provider_binlog.state import PipelineState, StateManager
+from airflow_provider_binlog.state import PipelineState, StateManager, VariableStore
 
 
-def read_pipeline(hook: BinlogHook, pipeline: str) -> tuple[ServerState, PipelineState, pendulum.DateTime]:
-    """Return the source's state, the pipeline's state and the time taken just before reading the source.
+def read_pipeline(
+    hook: BinlogHook, pipeline: str, store: VariableStore | None = None
+) -> tuple[ServerState, PipelineState | None, pendulum.DateTime]:
+    """Return the source's state, the pipeline's state (None: never ran) and the time taken just before reading the source.
 
-    :raises StateError: when the pipeline has no state yet, its state is corrupt, or it was written
-        for another server.
+    :param store: where the state Variable is read (Task SDK Variables by default).
+    :raises StateError: when the pipeline's state is corrupt or was written for another server.
     :raises BinlogConfigError: on a refused login.
     :raises SourceUnreachableError: when the source cannot be reached.
     """
     read_at = pendulum.now("UTC")
     server = hook.server_state()
-    state = StateManager(pipeline).load_for_source(server.server_identity)
-    if state is None:
-        raise StateError(
-            f"pipeline {pipeline!r} has no state Variable yet: it has never run, so there is no checkpoint "
-            f"to measure. Run its CDC DAG once (or check the pipeline name)."
-        )
+    state = StateManager(pipeline, store=store).load_for_source(server.server_identity)
     return server, state, read_at
 
 
-def pipeline_lag(binlog_conn_id: str, pipeline: str) -> LagReport:
-    """Return the lag of ``pipeline`` behind the source of ``binlog_conn_id`` (see :mod:`.lag`)."""
-    hook = BinlogHook(binlog_conn_id, pipeline=pipeline)
-    server, state, read_at = read_pipeline(hook, pipeline)
+def never_ran(pipeline: str) -> StateError:
+    """Return the error for a measurement that needs a checkpoint the pipeline does not have yet."""
+    return StateError(
+        f"pipeline {pipeline!r} has no state Variable yet: it has never run, so there is no checkpoint "
+        f"to measure. Run its CDC DAG once (or check the pipeline name)."
+    )
+
+
+def lag_of(
+    hook: BinlogHook, pipeline: str, server: ServerState, state: PipelineState, read_at: pendulum.DateTime
+) -> LagReport:
+    """Return the lag of ``state``'s checkpoint (and its running snapshots) behind ``server`` (see :mod:`.lag`)."""
     commit_ts = state.checkpoint.commit_ts
     return measure_lag(
         hook,
@@ -46,11 +53,68 @@ def pipeline_lag(binlog_conn_id: str, pipeline: str) -> LagReport:
         None if commit_ts is None else pendulum.DateTime.fromisoformat(commit_ts),
         server,
         read_at,
+        state.snapshots,
     )
 
 
-def pipeline_retention(binlog_conn_id: str, pipeline: str) -> RetentionReport:
-    """Return whether ``pipeline``'s needed binlogs are retained, and for how long (see :mod:`.retention`)."""
+def pipeline_lag(binlog_conn_id: str, pipeline: str) -> LagReport:
+    """Return the lag of ``pipeline`` behind the source of ``binlog_conn_id`` (see :mod:`.lag`).
+
+    :raises StateError: when the pipeline has never run (no checkpoint to measure).
+    """
+    hook = BinlogHook(binlog_conn_id, pipeline=pipeline)
+    server, state, read_at = read_pipeline(hook, pipeline)
+    if state is None:
+        raise never_ran(pipeline)
+    return lag_of(hook, pipeline, server, state, read_at)
+
+
+def retention_of(
+    hook: BinlogHook,
+    pipeline: str,
+    server: ServerState,
+    state: PipelineState | None,
+    *,
+    tables: Sequence[str] = (),
+    snapshot_rows_per_second: float | None = None,
+) -> RetentionReport:
+    """Return whether the binlogs ``pipeline`` needs are retained long enough (see :mod:`.retention`).
+
+    A pipeline that has not run yet (``state`` None) needs the binlogs from the source head on, where its
+    first snapshot starts. The time the pending snapshots still need (running ones, and one of the
+    selected tables no snapshot has read) is estimated from the tables' information_schema row counts
+    (:mod:`~airflow_provider_binlog.snapshot.estimate`).
+
+    :param tables: the pipeline's table selection (names, patterns, ``!`` exclusions); empty: only the
+        running snapshots are estimated.
+    :param snapshot_rows_per_second: the rate to assume when no earlier snapshot was measured.
+    :raises BinlogConfigError: when the selection matches no table.
+    """
+    from airflow_provider_binlog.snapshot.estimate import estimate_snapshots, snapshot_rate, table_rows
+
+    checkpoint = server.head if state is None else state.checkpoint.position.to_position()
+    if checkpoint is None:
+        raise never_ran(pipeline)
+    selected = sorted(hook.describe_tables(tables)) if tables else []
+    running = [t for s in (state.snapshots if state else []) if s.status == "running" for t in s.tables]
+    with hook.cursor() as cur:
+        rows = table_rows(cur, sorted({*selected, *running}))
+    estimate = estimate_snapshots(
+        state, rows, selected, snapshot_rate(state, snapshot_rows_per_second), pendulum.now("UTC")
+    )
+    return assess_retention(hook, pipeline, checkpoint, server, new_pipeline=state is None, snapshot=estimate)
+
+
+def pipeline_retention(
+    binlog_conn_id: str,
+    pipeline: str,
+    *,
+    tables: Sequence[str] = (),
+    snapshot_rows_per_second: float | None = None,
+) -> RetentionReport:
+    """Return whether ``pipeline``'s needed binlogs are retained, and for how long (see :func:`retention_of`)."""
     hook = BinlogHook(binlog_conn_id, pipeline=pipeline)
     server, state, _ = read_pipeline(hook, pipeline)
-    return assess_retention(hook, pipeline, state.checkpoint.position.to_position(), server)
+    return retention_of(
+        hook, pipeline, server, state, tables=tables, snapshot_rows_per_second=snapshot_rows_per_second
+    )

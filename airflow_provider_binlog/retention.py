@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import pymysql
 
     from airflow_provider_binlog.hooks.binlog import BinlogHook, ServerState
+    from airflow_provider_binlog.snapshot.estimate import SnapshotEstimate
 
 RESNAPSHOT_REMEDY = (
     "The changes in between are gone: re-snapshot every table of the pipeline, which also moves its "
@@ -155,6 +156,11 @@ class RetentionReport:
         rotation); while the file is active, the full retention (a lower bound); None: unlimited.
     :param bytes_to_read: bytes of binlog between the checkpoint and the head.
     :param measured_at: when the report was taken (UTC).
+    :param new_pipeline: True when the pipeline has no state yet: ``checkpoint`` is then the source head,
+        where its first snapshot and window will start.
+    :param snapshot: the time its pending snapshots (running, or not started yet for a new pipeline or
+        a table new to the selection) still need; until they are merged the checkpoint cannot move, so
+        this time is taken off the headroom (None: not estimated).
     """
 
     pipeline: str
@@ -168,6 +174,15 @@ class RetentionReport:
     headroom_seconds: float | None
     bytes_to_read: int
     measured_at: pendulum.DateTime = field(default_factory=lambda: pendulum.now("UTC"))
+    new_pipeline: bool = False
+    snapshot: SnapshotEstimate | None = None
+
+    @property
+    def headroom_after_snapshot(self) -> float | None:
+        """Return the headroom left once the pending snapshots are merged (seconds; None: unlimited)."""
+        if self.headroom_seconds is None:
+            return None
+        return self.headroom_seconds - (self.snapshot.seconds if self.snapshot else 0.0)
 
     @property
     def purged(self) -> bool:
@@ -185,10 +200,16 @@ class RetentionReport:
         elif self.headroom_seconds is not None:
             headroom += " (at least: the file is still being written)"
         notes = "".join(f" Note: {note}" for note in self.policy.notes)
+        start = (
+            "has not run yet: its first snapshot starts at the head" if self.new_pipeline else "checkpoint"
+        )
+        snapshot = (
+            "" if self.snapshot is None or not self.snapshot.tables else f" {self.snapshot.describe()}."
+        )
         return (
-            f"pipeline {self.pipeline!r} needs binlogs from {self.needed_file} (checkpoint {self.checkpoint}); "
+            f"pipeline {self.pipeline!r} needs binlogs from {self.needed_file} ({start} {self.checkpoint}); "
             f"retention {retention} by {self.policy.setting}; headroom {headroom}; "
-            f"{self.bytes_to_read} bytes of binlog still to read.{notes}"
+            f"{self.bytes_to_read} bytes of binlog still to read.{snapshot}{notes}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -208,6 +229,9 @@ class RetentionReport:
             "headroom_seconds": self.headroom_seconds,
             "bytes_to_read": self.bytes_to_read,
             "measured_at": self.measured_at.isoformat(),
+            "new_pipeline": self.new_pipeline,
+            "snapshot": None if self.snapshot is None else self.snapshot.to_dict(),
+            "headroom_after_snapshot_seconds": self.headroom_after_snapshot,
             "summary": self.describe(),
         }
 
@@ -217,9 +241,18 @@ def _iso(value: pendulum.DateTime | None) -> str | None:
 
 
 def assess_retention(
-    hook: BinlogHook, pipeline: str, checkpoint: BinlogPosition, server: ServerState
+    hook: BinlogHook,
+    pipeline: str,
+    checkpoint: BinlogPosition,
+    server: ServerState,
+    *,
+    new_pipeline: bool = False,
+    snapshot: SnapshotEstimate | None = None,
 ) -> RetentionReport:
     """Measure whether ``pipeline``'s binlogs from ``checkpoint`` on are retained, and for how long.
+
+    :param new_pipeline: the pipeline has no state yet and ``checkpoint`` is the source head.
+    :param snapshot: the time its pending snapshots still need (see :class:`RetentionReport`).
 
     Reads the RDS retention setting and the oldest file's GTID list (MariaDB) over SQL, and the time
     the next file was opened (:func:`~airflow_provider_binlog.probes.file_opened_at`) over the
@@ -241,6 +274,8 @@ def assess_retention(
         "needed_file": checkpoint.file,
         "oldest_file": names[0] if names else None,
         "policy": policy,
+        "new_pipeline": new_pipeline,
+        "snapshot": snapshot,
     }
     reason = purged_reason(server, checkpoint, gtid_list)
     if reason is not None:
@@ -311,13 +346,24 @@ def _oldest_gtid_list(cur: pymysql.cursors.Cursor, server: ServerState) -> str |
 def purge_risk_verdict(report: RetentionReport, min_headroom_seconds: float) -> tuple[str, str]:
     """Judge a retention report: ``("purged" | "low" | "safe", message for the task log)``.
 
-    ``low`` when the headroom is below ``min_headroom_seconds``; an unlimited retention is always safe.
+    ``low`` when the headroom left once the pending snapshots are merged
+    (:attr:`RetentionReport.headroom_after_snapshot`) is below ``min_headroom_seconds``; an unlimited
+    retention is always safe.
     """
     if report.purged:
         return "purged", f"pipeline {report.pipeline!r}: {report.purged_reason}. {RESNAPSHOT_REMEDY}"
     headroom = report.headroom_seconds
-    if headroom is None or headroom >= min_headroom_seconds:
+    after = report.headroom_after_snapshot
+    if headroom is None or after is None or after >= min_headroom_seconds:
         return "safe", report.describe()
+    if report.snapshot is not None and report.snapshot.seconds > 0 and headroom >= min_headroom_seconds:
+        return "low", (
+            f"pipeline {report.pipeline!r} needs binlog {report.needed_file} until its snapshot is merged, but "
+            f"{report.snapshot.describe()}, which leaves {after:.0f} s of its {headroom:.0f} s binlog headroom, "
+            f"below min_headroom_seconds={min_headroom_seconds:.0f}. Raise {report.policy.setting} to at least "
+            f"twice the snapshot's time, or select fewer tables for the first snapshot (add the others later: "
+            f"a table new to the selection is snapshotted on its own)."
+        )
     when = "now (overdue: it goes at the next rotation)" if headroom <= 0 else f"after {report.purge_after}"
     if report.purge_after is None:
         when = f"{headroom:.0f} s after it is rotated"

@@ -67,3 +67,41 @@ def run_state(context: Any, dag_id: str | None, run_id: str) -> str:
         log.warning("cannot read the state of run %r of DAG %r: %s", run_id, dag, err)
         return "unknown"
     return str(getattr(found, "value", found))  # a DagRunState enum, or its text
+
+
+class ContextRunLookup:
+    """A :class:`~airflow_provider_binlog.health.RunLookup` for code running inside a task (Task SDK).
+
+    :param context: the asking task's context.
+    """
+
+    def __init__(self, context: Any) -> None:
+        self.context = context
+
+    def state(self, dag_id: str | None, run_id: str) -> str:
+        """Return the run's Airflow state (see :func:`run_state`)."""
+        return run_state(self.context, dag_id, run_id)
+
+    def failure(self, dag_id: str | None, run_id: str) -> str | None:
+        """Return ``failed tasks: a, b`` of the run (``RuntimeTaskInstance.get_task_states``), or None."""
+        ti = self.context.get("ti")
+        states = getattr(ti, "get_task_states", None)
+        if states is None or dag_id is None:
+            return None
+        try:
+            found = states(dag_id=dag_id, run_ids=[run_id])
+        except Exception as err:  # cannot ask: the summary just knows less
+            log.warning("cannot read the task states of run %r of DAG %r: %s", run_id, dag_id, err)
+            return None
+        return failed_tasks_text(dict(found.get(run_id) or {}))
+
+
+def failed_tasks_text(task_states: dict[str, Any]) -> str | None:
+    """Return ``failed tasks: extract`` from ``{task_id: state}``, or None when no task failed."""
+    failed = sorted(
+        task for task, state in task_states.items() if str(getattr(state, "value", state)) in _FAILED
+    )
+    return f"failed tasks: {', '.join(failed)}" if failed else None
+
+
+_FAILED = frozenset({"failed", "upstream_failed"})

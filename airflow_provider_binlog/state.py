@@ -156,6 +156,9 @@ class Snapshot(Held):
     :param status: ``running`` until its merge is verified in the target, then ``merged``.
     :param staging_uri: its staging folder ``<staging>/<pipeline>/snapshot=<seq>``.
     :param rows: rows read (set when merged).
+    :param finished_at: when its merge was verified (ISO-8601 UTC; None while running and in ledgers
+        written before it was recorded): with ``started_at``, the measured snapshot rate
+        (:mod:`airflow_provider_binlog.snapshot.estimate`).
     :param reason: why it was taken: ``initial`` (new pipeline), ``added`` (table new to the
         pipeline), ``requested`` (re-snapshot asked for) or ``purged`` (binlogs were purged).
     """
@@ -168,6 +171,7 @@ class Snapshot(Held):
     staging_uri: str
     rows: int | None = None
     reason: Literal["initial", "added", "requested", "purged"] = "initial"
+    finished_at: str | None = None
 
 
 class Checkpoint(BaseModel):

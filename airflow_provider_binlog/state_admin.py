@@ -9,6 +9,12 @@ database), with the pipeline's CDC DAG paused::
     python -m airflow_provider_binlog.state_admin restore  --pipeline shop --staging /data/staging --revision 41
     python -m airflow_provider_binlog.state_admin set-target --pipeline shop --target /data/lake2
     python -m airflow_provider_binlog.state_admin hand-over --target /data/lake --table shop.customers --to shop2
+    python -m airflow_provider_binlog.state_admin health   --pipeline shop [--json] [--tables 'shop.*']
+
+``health`` prints the pipeline's health summary (:mod:`~airflow_provider_binlog.health`): checkpoint,
+open windows and snapshots with the runs holding them, last merged window, lag, headroom, last error and
+the next step; it reads the source through ``--conn-id`` (default ``binlog_default``) and may run while
+the DAG is active. Exit code 0 when nothing needs a person, 1 otherwise.
 
 ``restore`` puts a kept revision (:mod:`~airflow_provider_binlog.state_history`) back as the newest
 revision. Its ``seq_floor`` is raised above every sequence number the replaced revisions and the
@@ -57,6 +63,49 @@ class MetadataVariableStore:
         from airflow.models.variable import Variable
 
         Variable.set(key, value, description=VARIABLE_DESCRIPTION)
+
+
+class MetadataRunLookup:
+    """A :class:`~airflow_provider_binlog.health.RunLookup` over the metadata database (outside tasks)."""
+
+    def state(self, dag_id: str | None, run_id: str) -> str:
+        """Return the run's state, or ``missing`` when the DAG has no such run."""
+        from airflow.models.dagrun import DagRun
+
+        found = DagRun.find(dag_id=dag_id, run_id=run_id)
+        return str(getattr(found[0].state, "value", found[0].state)) if found else "missing"
+
+    def failure(self, dag_id: str | None, run_id: str) -> str | None:
+        """Return ``failed tasks: ...`` of the run, or None when none failed."""
+        from airflow.models.taskinstance import TaskInstance
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
+
+        from airflow_provider_binlog.runs import failed_tasks_text
+
+        query = select(TaskInstance.task_id, TaskInstance.state).where(TaskInstance.run_id == run_id)
+        if dag_id is not None:
+            query = query.where(TaskInstance.dag_id == dag_id)
+        with create_session() as session:
+            return failed_tasks_text({task: state for task, state in session.execute(query)})
+
+
+def health(args: argparse.Namespace, store: Any) -> int:
+    """Print the health summary of ``args.pipeline`` (text or JSON); return 0 when it needs nobody."""
+    from airflow_provider_binlog.health import pipeline_health
+    from airflow_provider_binlog.hooks.binlog import BinlogHook
+    from airflow_provider_binlog.tables import parse_tables
+
+    summary = pipeline_health(
+        BinlogHook(args.conn_id, pipeline=args.pipeline),
+        args.pipeline,
+        MetadataRunLookup(),
+        store=store,
+        cdc_dag_id=args.dag_id,
+        tables=parse_tables(args.tables) if args.tables else (),
+    )
+    print(summary.model_dump_json(indent=2) if args.json else summary.render())
+    return 0 if summary.last_error is None and not summary.needs_attention else 1
 
 
 def stored_document(pipeline: str, store: Any) -> tuple[PipelineState | None, str]:
@@ -120,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m airflow_provider_binlog.state_admin", description=__doc__
     )
     parser.add_argument(
-        "command", choices=["show", "validate", "history", "restore", "set-target", "hand-over"]
+        "command", choices=["show", "validate", "history", "restore", "set-target", "hand-over", "health"]
     )
     parser.add_argument("--pipeline", help="the pipeline (every command but hand-over)")
     parser.add_argument(
@@ -131,6 +180,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--staging", help="staging root (BINLOG_CDC_STAGING); needed by history and restore")
     parser.add_argument("--staging-conn-id", default=None)
     parser.add_argument("--revision", type=int, help="kept revision to restore")
+    parser.add_argument("--conn-id", default="binlog_default", help="health: the source connection")
+    parser.add_argument(
+        "--dag-id", default="binlog_cdc", help="health: the CDC DAG whose runs cut the windows"
+    )
+    parser.add_argument(
+        "--tables", help="health: the table selection, for the snapshot estimate of the headroom"
+    )
+    parser.add_argument("--json", action="store_true", help="health: print JSON instead of text")
     args = parser.parse_args(argv)
     if args.command == "hand-over":
         if not (args.target and args.table and args.to):
@@ -146,6 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.pipeline:
         parser.error(f"{args.command} needs --pipeline")
     store = MetadataVariableStore()
+    if args.command == "health":
+        return health(args, store)
     if args.command == "set-target":
         if not args.target:
             parser.error("set-target needs --target")

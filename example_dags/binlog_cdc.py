@@ -19,10 +19,16 @@ parsed; no connection or Variable is touched at parse time):
   as ``airflow backfill create --dag-id binlog_cdc --from-date ... --to-date ...`` may go in any order)
 * ``BINLOG_CDC_SNAPSHOT_CHUNK_ROWS`` rows per snapshot chunk (default 50000) and
   ``BINLOG_CDC_SNAPSHOT_CONNECTIONS`` most source connections reading chunks at once (default 2)
+* ``BINLOG_CDC_MIN_HEADROOM_SECONDS`` least binlog retention headroom the first task, ``purge_risk``,
+  accepts (default 21600, 6 h) and ``BINLOG_CDC_SNAPSHOT_ROWS_PER_SECOND`` the snapshot rate it assumes
+  until a snapshot of the pipeline was measured (default 5000)
 
 A new pipeline starts with a snapshot of the selected tables (``BinlogSnapshotOperator``: chunked,
 lock-free, read by Spark) and continues with binlog windows from the snapshot's start; a table added to
-the selection later is snapshotted by the next run. (Pipelines cutting by interval start at their first
+the selection later is snapshotted by the next run. Every run starts with ``BinlogPurgeRiskSensor``
+(one check, a few queries): it fails the run before anything is read when the binlogs the pipeline
+needs, from the source head for a new pipeline, may be purged before they are read, counting the time
+the pending snapshot of the selected tables will take. (Pipelines cutting by interval start at their first
 window instead: snapshots need head windows.) To re-snapshot tables while this DAG keeps running, trigger
 ``binlog_resnapshot``.
 
@@ -45,6 +51,8 @@ from airflow_provider_binlog.operators import (
     BinlogMergeOperator,
     BinlogSnapshotOperator,
 )
+from airflow_provider_binlog.sensors import BinlogPurgeRiskSensor
+from airflow_provider_binlog.sensors.purge_risk import DEFAULT_MIN_HEADROOM_SECONDS
 
 _SCHEDULE = os.environ.get("BINLOG_CDC_SCHEDULE", "*/15 * * * *")
 _CUT_BY = os.environ.get("BINLOG_CDC_CUT_BY", "head")
@@ -53,6 +61,8 @@ _SNAPSHOT_CONNECTIONS = int(os.environ.get("BINLOG_CDC_SNAPSHOT_CONNECTIONS", "2
 _KEYS = json.loads(os.environ.get("BINLOG_CDC_KEYS") or "{}")
 _KEYLESS_TABLES = os.environ.get("BINLOG_CDC_KEYLESS_TABLES", "skip")
 _RENDERED_KEYS = "{{ params['keys'] | tojson }}"  # params.keys would be the dict method
+_MIN_HEADROOM_SECONDS = float(os.environ.get("BINLOG_CDC_MIN_HEADROOM_SECONDS", DEFAULT_MIN_HEADROOM_SECONDS))
+_SNAPSHOT_RATE = os.environ.get("BINLOG_CDC_SNAPSHOT_ROWS_PER_SECOND")
 
 
 def _schedule() -> Any:
@@ -85,6 +95,20 @@ with DAG(
         "keyless_tables": Param(_KEYLESS_TABLES, enum=["skip", "fail"]),
     },
 ) as dag:
+    # One measurement decides (retained, low or purged): poke mode, never waits. Only head pipelines
+    # take snapshots, so only they have a snapshot's time to count.
+    purge_risk = BinlogPurgeRiskSensor(
+        task_id="purge_risk",
+        pipeline="{{ params.pipeline }}",
+        tables="{{ params.tables }}" if _CUT_BY == "head" else None,
+        min_headroom_seconds=_MIN_HEADROOM_SECONDS,
+        snapshot_rows_per_second=None if _SNAPSHOT_RATE is None else float(_SNAPSHOT_RATE),
+        binlog_conn_id="binlog_default",
+        mode="poke",
+        deferrable=False,
+        timeout=60,
+        retries=2,
+    )
     extract = BinlogExtractOperator(
         task_id="extract",
         pipeline="{{ params.pipeline }}",
@@ -111,7 +135,9 @@ with DAG(
         target_path="{{ params.target }}",
     )
     extract >> merge >> commit
-    if _CUT_BY == "head":
+    if _CUT_BY != "head":
+        purge_risk >> extract
+    else:
         snapshot = BinlogSnapshotOperator(
             task_id="snapshot",
             pipeline="{{ params.pipeline }}",
@@ -126,5 +152,5 @@ with DAG(
             max_connections=_SNAPSHOT_CONNECTIONS,
             retries=2,
         )
-        snapshot >> extract
+        purge_risk >> snapshot >> extract
 # [END howto_binlog_cdc]

@@ -139,7 +139,7 @@ def _check_not_running(state: PipelineState, tables: Sequence[str]) -> None:
 def finish_snapshot(
     state: PipelineState, seq: int, rows: int, target: str, written: Sequence[str]
 ) -> PipelineState:
-    """Return ``state`` with snapshot ``seq`` marked ``merged`` (its rows are verified in the target).
+    """Return ``state`` with snapshot ``seq`` marked ``merged`` now (its rows are verified in the target).
 
     :param target: the target root it was merged into.
     :param written: the tables whose Delta tables hold its merge (none when every table was empty and
@@ -147,7 +147,9 @@ def finish_snapshot(
         :meth:`~airflow_provider_binlog.state.PipelineState.with_target`).
     """
     snapshots = [
-        s.model_copy(update={"status": "merged", "rows": rows}) if s.seq == seq else s
+        s.model_copy(update={"status": "merged", "rows": rows, "finished_at": now_iso()})
+        if s.seq == seq
+        else s
         for s in state.snapshots
     ]
     return state.model_copy(update={"snapshots": snapshots}).with_target(target, written)

@@ -121,20 +121,36 @@ class BinlogPurgeRiskTrigger(PipelinePollTrigger):
     :param binlog_conn_id: source connection.
     :param pipeline: pipeline name.
     :param min_headroom_seconds: the least headroom that counts as safe (seconds).
+    :param tables: the pipeline's table selection, whose pending snapshot is estimated (empty: none).
+    :param snapshot_rows_per_second: snapshot rate to assume when none was measured (None: the default).
     :param poke_interval: seconds between polls (the first poll always decides).
     """
 
     def __init__(
-        self, *, binlog_conn_id: str, pipeline: str, min_headroom_seconds: float, poke_interval: float = 60.0
+        self,
+        *,
+        binlog_conn_id: str,
+        pipeline: str,
+        min_headroom_seconds: float,
+        tables: list[str] | None = None,
+        snapshot_rows_per_second: float | None = None,
+        poke_interval: float = 60.0,
     ) -> None:
         super().__init__(binlog_conn_id=binlog_conn_id, pipeline=pipeline, poke_interval=poke_interval)
         self.min_headroom_seconds = min_headroom_seconds
+        self.tables = list(tables or [])
+        self.snapshot_rows_per_second = snapshot_rows_per_second
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Return the classpath and JSON-safe keyword arguments."""
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
-            {**self._common_kwargs(), "min_headroom_seconds": self.min_headroom_seconds},
+            {
+                **self._common_kwargs(),
+                "min_headroom_seconds": self.min_headroom_seconds,
+                "tables": self.tables,
+                "snapshot_rows_per_second": self.snapshot_rows_per_second,
+            },
         )
 
     def evaluate(self) -> dict[str, Any]:
@@ -143,7 +159,12 @@ class BinlogPurgeRiskTrigger(PipelinePollTrigger):
         from airflow_provider_binlog.monitoring import pipeline_retention
         from airflow_provider_binlog.retention import purge_risk_verdict
 
-        report = pipeline_retention(self.binlog_conn_id, self.pipeline)
+        report = pipeline_retention(
+            self.binlog_conn_id,
+            self.pipeline,
+            tables=self.tables,
+            snapshot_rows_per_second=self.snapshot_rows_per_second,
+        )
         emit_retention(report)
         status, message = purge_risk_verdict(report, self.min_headroom_seconds)
         return {

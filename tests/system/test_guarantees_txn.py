@@ -263,6 +263,7 @@ def test_xa_is_handled_when_committed_in_one_phase_and_refused_clearly_when_prep
     run = pipeline.runner.run()
     assert run.state == "failed"
     assert task_states(run) == {
+        "purge_risk": "success",
         "snapshot": "success",
         "extract": "failed",
         "merge": "upstream_failed",

@@ -41,7 +41,7 @@ def test_a_hand_edited_checkpoint_fails_the_next_run_and_a_kept_revision_restore
     items.sql("UPDATE items SET v = 'changed' WHERE id = 1", "DELETE FROM items WHERE id = 2")
     run = items.runner.run()
     states = task_states(run)
-    assert states["snapshot"] == "failed"  # the first task that reads the state
+    assert states["purge_risk"] == "failed"  # the first task that reads the state
     assert states.get("merge") != "success"
     assert stored_state(items.name) == edited  # left untouched
 

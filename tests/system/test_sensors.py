@@ -168,13 +168,26 @@ def test_monitor_dag_fails_loudly_on_lag(
     monkeypatch.setenv("BINLOG_MONITOR_MAX_LAG_SECONDS", "1")
     monitor = load_module(REPO / "example_dags" / "binlog_monitor.py").dag
     pipeline = shop["pipeline"]
-    assert states(DagRunner(monitor, {}).run()) == {
+    run = DagRunner(monitor, {}).run()
+    assert states(run) == {
+        f"health__{pipeline}": "success",
         f"purge_risk__{pipeline}": "success",
         f"lag__{pipeline}": "success",
     }
+    health = xcom(run, f"health__{pipeline}")
+    state = stored_state(pipeline)
+    assert state is not None
+    assert health["checkpoint"]["pos"] == state["checkpoint"]["position"]["pos"]
+    assert health["last_merged"]["seq"] == state["checkpoint"]["window"]
+    assert (health["held"], health["needs_attention"], health["next_step"]) == (
+        [],
+        False,
+        "healthy: nothing to do",
+    )
     add_customer(connections, shop)
     time.sleep(2.5)
     assert states(DagRunner(monitor, {}).run()) == {
+        f"health__{pipeline}": "success",
         f"purge_risk__{pipeline}": "success",
         f"lag__{pipeline}": "failed",
     }

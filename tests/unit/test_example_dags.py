@@ -33,7 +33,15 @@ def test_example_dags_parse_without_errors_or_io(no_io_at_parse_time: None) -> N
     assert "binlog_cdc" in bag.dags
     dag = bag.dags["binlog_cdc"]
     assert dag.max_active_runs == 1
-    assert [t.task_id for t in dag.topological_sort()] == ["snapshot", "extract", "merge", "commit"]
+    assert [t.task_id for t in dag.topological_sort()] == [
+        "purge_risk",
+        "snapshot",
+        "extract",
+        "merge",
+        "commit",
+    ]
+    guard = dag.get_task("purge_risk")
+    assert (guard.mode, guard.deferrable, guard.tables) == ("poke", False, "{{ params.tables }}")
     resnapshot = bag.dags["binlog_resnapshot"]
     assert [t.task_id for t in resnapshot.tasks] == ["snapshot"]
     assert resnapshot.schedule is None
@@ -44,7 +52,8 @@ def test_interval_pipelines_start_without_a_snapshot(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setenv("BINLOG_CDC_CUT_BY", "interval")
     dag = DagBag(dag_folder=str(EXAMPLES)).dags["binlog_cdc"]
-    assert [t.task_id for t in dag.topological_sort()] == ["extract", "merge", "commit"]
+    assert [t.task_id for t in dag.topological_sort()] == ["purge_risk", "extract", "merge", "commit"]
+    assert dag.get_task("purge_risk").tables is None  # no snapshot to count in an interval pipeline
 
 
 def test_example_dag_settings_default_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,6 +93,8 @@ def test_monitor_dag_has_both_sensors_per_pipeline(
     monkeypatch.setenv("BINLOG_MONITOR_PIPELINES", "orders, customers")
     dag = DagBag(dag_folder=str(EXAMPLES)).dags["binlog_monitor"]
     assert sorted(dag.task_ids) == [
+        "health__customers",
+        "health__orders",
         "lag__customers",
         "lag__orders",
         "purge_risk__customers",
