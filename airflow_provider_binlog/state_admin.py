@@ -36,6 +36,7 @@ from pydantic import ValidationError
 from airflow_provider_binlog.state import (
     VARIABLE_DESCRIPTION,
     PipelineState,
+    StateLock,
     StateManager,
     state_summary,
     variable_key,
@@ -72,8 +73,10 @@ def stored_document(pipeline: str, store: Any) -> tuple[PipelineState | None, st
     return state, ("consistent" if not problems else "inconsistent: " + "; ".join(problems))
 
 
-def restore(pipeline: str, revision: int, history: Any, store: Any) -> PipelineState:
+def restore(pipeline: str, revision: int, history: Any, store: Any, lock: StateLock) -> PipelineState:
     """Write kept revision ``revision`` back as the pipeline's newest state; return what was written.
+
+    ``lock`` is the pipeline's state lock (the write waits for a running task's update to finish).
 
     :raises ValueError: when the kept copy is itself inconsistent or belongs to another pipeline.
     """
@@ -88,12 +91,12 @@ def restore(pipeline: str, revision: int, history: Any, store: Any) -> PipelineS
     replaced = [s for s in (current, *kept) if s is not None]
     floor = max([history.highest_staged_seq(), *(s.next_seq - 1 for s in replaced)])
     newest = max([s.revision for s in replaced], default=0)
-    manager = StateManager(pipeline, store=store, history=history)
+    manager = StateManager(pipeline, store=store, history=history, lock=lock)
     return manager.replace(chosen.model_copy(update={"seq_floor": floor}), revision=newest + 1)
 
 
-def set_target(pipeline: str, target_path: str, store: Any) -> PipelineState:
-    """Record ``target_path`` as the pipeline's target root; return the state written.
+def set_target(pipeline: str, target_path: str, store: Any, lock: StateLock) -> PipelineState:
+    """Record ``target_path`` as the pipeline's target root; return the state written (holding ``lock``).
 
     :raises ValueError: when a table the pipeline has merged has no Delta table under the new root.
     """
@@ -111,7 +114,7 @@ def set_target(pipeline: str, target_path: str, store: Any) -> PipelineState:
             )
         return state.model_copy(update={"target": root})
 
-    return StateManager(pipeline, store=store).update(change)
+    return StateManager(pipeline, store=store, lock=lock).update(change)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -131,6 +134,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--staging", help="staging root (BINLOG_CDC_STAGING); needed by history and restore")
     parser.add_argument("--staging-conn-id", default=None)
     parser.add_argument("--revision", type=int, help="kept revision to restore")
+    parser.add_argument(
+        "--binlog-conn-id",
+        default="binlog_default",
+        help="restore, set-target: the pipeline's source connection, where its state lock lives",
+    )
     args = parser.parse_args(argv)
     if args.command == "hand-over":
         if not (args.target and args.table and args.to):
@@ -150,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.target:
             parser.error("set-target needs --target")
         try:
-            written = set_target(args.pipeline, args.target, store)
+            written = set_target(args.pipeline, args.target, store, _lock(args))
         except ValueError as err:
             print(f"target not changed: {err}", file=sys.stderr)
             return 1
@@ -182,12 +190,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.revision is None:
         parser.error("restore needs --revision (see the history command)")
     try:
-        written = restore(args.pipeline, args.revision, history, store)
+        written = restore(args.pipeline, args.revision, history, store, _lock(args))
     except (ValueError, FileNotFoundError) as err:
         print(f"nothing restored: {err}", file=sys.stderr)
         return 1
     print(f"restored revision {args.revision} of {args.pipeline} as revision {written.revision}")
     return 0
+
+
+def _lock(args: argparse.Namespace) -> StateLock:
+    """Return the state lock of ``args.pipeline`` on the source of ``args.binlog_conn_id``."""
+    from airflow_provider_binlog.hooks.binlog import BinlogHook
+    from airflow_provider_binlog.state_lock import SourceStateLock
+
+    return SourceStateLock(BinlogHook(args.binlog_conn_id, pipeline=args.pipeline))
 
 
 if __name__ == "__main__":

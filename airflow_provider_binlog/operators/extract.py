@@ -155,6 +155,7 @@ class BinlogExtractOperator(BaseOperator):
             window_path,
         )
         from airflow_provider_binlog.state_history import StagedStateHistory
+        from airflow_provider_binlog.state_lock import SourceStateLock
 
         check_keyless_mode(self.keyless_tables)
         self.keys = parse_keys(self.keys)
@@ -165,7 +166,7 @@ class BinlogExtractOperator(BaseOperator):
         )
         root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
         check_writable(root)
-        manager = StateManager(self.pipeline, history=StagedStateHistory(root))
+        manager = StateManager(self.pipeline, history=StagedStateHistory(root), lock=SourceStateLock(hook))
         targets, skipped = self._targets(hook.describe_tables(selection), manager.load())
         window = self._cut(manager, server, hook, context)
         window_dir = window_path(self.staging_uri, self.pipeline, window.seq, self.staging_conn_id)
