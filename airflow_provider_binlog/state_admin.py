@@ -17,6 +17,9 @@ marker. Windows the restored revision does not list as merged are read again fro
 their changes are re-applied with newer order keys, which leaves the target as the source had it
 once the pipeline has caught up.
 
+``restore`` and ``set-target`` hold the pipeline's state lock on the source of ``--binlog-conn-id``
+(default ``binlog_default``; :mod:`~airflow_provider_binlog.state_lock`) while they write.
+
 ``set-target`` records a new target root after the table folders were copied there (it checks that
 each table the pipeline has merged is there). ``hand-over`` gives one target table to another pipeline
 (:func:`~airflow_provider_binlog.target.hand_over`: its rows are removed, then the receiving pipeline

@@ -184,3 +184,10 @@ def test_a_lock_lost_before_the_write_writes_nothing_and_is_tried_again(
     assert calls == [1, 1]  # the first attempt wrote nothing: the second read the same revision
     assert (written.revision, written.seq_floor) == (2, 1)
     assert _floor(state_file) == 1
+
+
+def test_lock_names_fit_the_64_characters_the_server_allows() -> None:
+    assert lock_name("shop") == "airflow_provider_binlog.state.shop"
+    long_names = {lock_name("p" * 40), lock_name("p" * 41)}
+    assert len(long_names) == 2
+    assert all(len(name) == 64 and name.startswith("airflow_provider_binlog.state.") for name in long_names)
