@@ -97,7 +97,8 @@ class SourceStateLock:
     def _lost(self, detail: str) -> StateConflictError:
         return StateConflictError(
             f"pipeline {self.hook.pipeline!r} lost its state lock {self.name!r} on the source before writing the "
-            f"state ({detail}); nothing was written. The update is tried again."
+            f"state ({detail}); nothing was written. A state update (StateManager.transact) reads the state again and "
+            f"retries; a single write fails."
         )
 
     def _timeout(self, conn: pymysql.connections.Connection, wait: int) -> StateLockTimeoutError:
