@@ -13,6 +13,7 @@ its socket (power loss, a network partition) leaves the session idle, and the lo
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 from collections.abc import Callable, Iterator
@@ -82,7 +83,8 @@ class SourceStateLock:
             if got != 1:
                 raise self._timeout(conn, wait)
             yield lambda: self._confirm(conn)
-            self._sql(conn, "SELECT RELEASE_LOCK(%s)", (self.name,))
+            with contextlib.suppress(SourceUnreachableError):  # the write is done; closing frees it too
+                self._sql(conn, "SELECT RELEASE_LOCK(%s)", (self.name,))
         finally:
             conn.close()  # ends the session, which releases the lock if the block raised
 
