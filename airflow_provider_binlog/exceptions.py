@@ -58,6 +58,10 @@ class StateConflictError(BinlogError, AirflowFailException):
     """Another run changed the pipeline state between our read and our write (lost compare-and-set)."""
 
 
+class StateLockTimeoutError(BinlogError):
+    """Another session held the pipeline's state lock on the source for the whole wait (retryable)."""
+
+
 class PipelineBusyError(StateError):
     """Another run holds the pipeline: its window is cut or staged but not merged yet."""
 

@@ -37,7 +37,16 @@ DEFAULT_CONNECT_TIMEOUT_SECONDS = 10
 """Seconds the TCP connect and, separately, the login may take (pymysql's own default for the connect)."""
 DEFAULT_READ_TIMEOUT_SECONDS = 60
 """Seconds a read or write of an SQL connection may wait after the login (the replication stream's reads
-are not bounded by it)."""
+are bounded by :data:`STREAM_TIMEOUT_HEARTBEATS` heartbeat periods instead)."""
+DEFAULT_HEARTBEAT_PERIOD_SECONDS = 15
+"""Seconds between the heartbeat events a source sends on an idle binlog stream (``MASTER_HEARTBEAT_PERIOD``)."""
+HEARTBEAT_PERIOD_MAX_SECONDS = 600
+"""The largest ``heartbeat_period`` accepted (the server takes up to 4294967 s, MySQL manual, "CHANGE
+REPLICATION SOURCE TO": ``SOURCE_HEARTBEAT_PERIOD``; a stream then would wait 30 minutes to notice a dead
+network)."""
+STREAM_TIMEOUT_HEARTBEATS = 3
+"""A binlog stream's reads and writes wait at most this many heartbeat periods: a live source sends
+something at least once a period, so three silent periods mean the connection is dead."""
 
 CONN_FIELDS: dict[str, dict[str, Any]] = {
     "server_id": {
@@ -97,13 +106,29 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
         "label": "Read timeout (seconds)",
         "description": (
             "Seconds an SQL query may wait for the server's answer (each read and write of the socket) "
-            "before the task fails and retries. Does not apply to the binlog stream."
+            "before the task fails and retries. The binlog stream is bounded by the heartbeat period instead."
         ),
         "schema": {
             "type": ["integer", "null"],
             "minimum": 1,
             "maximum": CONNECT_TIMEOUT_MAX_SECONDS,
             "default": DEFAULT_READ_TIMEOUT_SECONDS,
+        },
+    },
+    "heartbeat_period": {
+        "label": "Binlog heartbeat period (seconds)",
+        "description": (
+            "Seconds between the heartbeats the source sends on an idle binlog stream "
+            "(MASTER_HEARTBEAT_PERIOD). A stream that receives nothing for "
+            f"{STREAM_TIMEOUT_HEARTBEATS} periods counts as lost: the task fails and retries. Default "
+            f"{DEFAULT_HEARTBEAT_PERIOD_SECONDS}, so a dead network is noticed within "
+            f"{STREAM_TIMEOUT_HEARTBEATS * DEFAULT_HEARTBEAT_PERIOD_SECONDS} s."
+        ),
+        "schema": {
+            "type": ["integer", "null"],
+            "minimum": 1,
+            "maximum": HEARTBEAT_PERIOD_MAX_SECONDS,
+            "default": DEFAULT_HEARTBEAT_PERIOD_SECONDS,
         },
     },
 }

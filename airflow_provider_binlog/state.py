@@ -1,10 +1,12 @@
 """Pipeline state in one Airflow Variable: checkpoint, window ledger and a compare-and-set guard.
 
 The Variable ``binlog_state__<pipeline>`` holds a versioned JSON document (:class:`PipelineState`).
-Airflow's Variables have no compare-and-set, so every write checks that the stored ``revision`` is
-still the one that was read, writes ``revision + 1`` with a unique writer token and reads back to
-confirm the token; a lost race raises :class:`StateConflictError`. The DAG's ``max_active_runs=1``
-keeps races rare; the guard makes the rare one loud instead of silent.
+Airflow's Variables have no compare-and-set, so every write holds the pipeline's :class:`StateLock`
+(in production a named lock on the source server, :mod:`airflow_provider_binlog.state_lock`, ADR 0012)
+from the read to the write: writers of one pipeline take turns and none loses an update. Under the lock,
+a write still checks that the stored ``revision`` is the one that was read, writes ``revision + 1`` with
+a unique writer token and reads back to confirm the token, so a writer that bypasses the lock (a hand
+edit) makes the update fail loudly with :class:`StateConflictError` instead of being lost silently.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from itertools import pairwise
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -389,16 +392,33 @@ class StateHistory(Protocol):
         """Keep a copy of ``state`` as written (never raises: a lost copy must not fail the write)."""
 
 
+class StateLock(Protocol):
+    """A lock that serializes the state updates of one pipeline across threads, processes and hosts."""
+
+    def held(self) -> AbstractContextManager[Callable[[], None]]:
+        """Hold the lock for a ``with`` block; yield a check to call right before writing.
+
+        The check raises :class:`StateConflictError` when the lock was lost meanwhile.
+        """
+
+
 class StateManager:
-    """Read and write one pipeline's state with a revision check.
+    """Read and write one pipeline's state; every write holds ``lock`` and checks the revision.
 
     :param pipeline: pipeline name (letters, digits, ``_`` and ``-``).
     :param store: Variable backend; Airflow Variables by default.
     :param history: where each written revision is also copied (the pipeline's staging), if anywhere.
+    :param lock: the pipeline's state lock (:class:`~airflow_provider_binlog.state_lock.SourceStateLock`
+        in production); a manager without one can only read.
     """
 
     def __init__(
-        self, pipeline: str, store: VariableStore | None = None, history: StateHistory | None = None
+        self,
+        pipeline: str,
+        store: VariableStore | None = None,
+        history: StateHistory | None = None,
+        *,
+        lock: StateLock | None = None,
     ) -> None:
         if not pipeline or not all(c.isalnum() or c in "_-" for c in pipeline):
             raise ValueError(f"pipeline name {pipeline!r} must be non-empty letters, digits, '_' or '-'")
@@ -406,6 +426,7 @@ class StateManager:
         self.key = variable_key(pipeline)
         self.store = store or AirflowVariableStore()
         self.history = history
+        self.lock = lock
 
     def load(self) -> PipelineState | None:
         """Return the stored state, or None when the pipeline has none yet.
@@ -496,9 +517,10 @@ class StateManager:
 
         :returns: the document as written (revision incremented, writer token set).
         :raises StateConflictError: when another run changed the state in between.
+        :raises StateLockTimeoutError: when the lock stayed held by another writer (retryable).
         """
-        self._check_revision(expected_revision)
-        return self._write(new, (expected_revision or 0) + 1)
+        with self._locked() as confirm:
+            return self._save_held(new, expected_revision, confirm)
 
     def replace(self, new: PipelineState, *, revision: int) -> PipelineState:
         """Write ``new`` as ``revision`` whatever is stored now (an administrator's restore, pipeline paused).
@@ -506,14 +528,28 @@ class StateManager:
         :raises StateError: when ``new`` is inconsistent.
         :raises StateConflictError: when another writer overwrote it right after.
         """
-        return self._write(new, revision)
+        with self._locked() as confirm:
+            return self._write(new, revision, confirm)
 
-    def _write(self, new: PipelineState, revision: int) -> PipelineState:
+    def _locked(self) -> AbstractContextManager[Callable[[], None]]:
+        if self.lock is None:
+            raise TypeError(f"this StateManager of pipeline {self.pipeline!r} has no lock: it may only read")
+        return self.lock.held()
+
+    def _save_held(
+        self, new: PipelineState, expected_revision: int | None, confirm: Callable[[], None]
+    ) -> PipelineState:
+        self._check_revision(expected_revision)
+        return self._write(new, (expected_revision or 0) + 1, confirm)
+
+    def _write(self, new: PipelineState, revision: int, confirm: Callable[[], None]) -> PipelineState:
+        """Write ``new`` as ``revision`` (the lock held; ``confirm`` checks it is still ours) and read back."""
         self._check_consistent(
             new, "would become inconsistent (a bug: please report it); nothing was written"
         )
         token = uuid.uuid4().hex
         written = new.pruned().model_copy(update={"revision": revision, "writer": token})
+        confirm()
         self.store.set(self.key, written.model_dump_json())
         stored = self.load()
         if stored is None or stored.writer != token:
@@ -523,15 +559,17 @@ class StateManager:
         return written
 
     def transact(self, change: Callable[[PipelineState | None], PipelineState]) -> PipelineState:
-        """Read the state (None when there is none), apply ``change`` and write the result.
+        """Read the state (None when there is none), apply ``change`` and write the result, holding the lock.
 
-        A lost compare-and-set (:class:`StateConflictError`) reads again and re-applies ``change``, up
-        to :data:`CONFLICT_ATTEMPTS` times with a random pause, so runs that legitimately share a
-        pipeline (interval windows of a backfill beside a scheduled run) serialize their updates.
+        The lock is held from the read to the write, so concurrent updates of the pipeline take turns and
+        each applies ``change`` to the state the one before wrote. A lost compare-and-set
+        (:class:`StateConflictError`: a writer bypassed the lock, or the lock was lost before the write)
+        reads again and re-applies ``change``, up to :data:`CONFLICT_ATTEMPTS` times with a random pause.
         ``change`` returning the state it was given writes nothing.
 
         :returns: the state as written (or as read, when unchanged).
         :raises StateConflictError: when every attempt lost its race.
+        :raises StateLockTimeoutError: when the lock stayed held by another writer (retryable).
         """
         from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random
 
@@ -541,12 +579,12 @@ class StateManager:
             wait=wait_random(0.05, 0.5),
             reraise=True,
         ):
-            with attempt:
+            with attempt, self._locked() as confirm:
                 current = self.load()
                 new = change(current)
                 if new is current:
                     return new
-                return self.save(new, expected_revision=None if current is None else current.revision)
+                return self._save_held(new, None if current is None else current.revision, confirm)
         raise AssertionError("unreachable: tenacity re-raises the last conflict")
 
     def update(self, change: Callable[[PipelineState], PipelineState]) -> PipelineState:

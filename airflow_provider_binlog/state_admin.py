@@ -13,7 +13,7 @@ database), with the pipeline's CDC DAG paused::
 
 ``health`` prints the pipeline's health summary (:mod:`~airflow_provider_binlog.health`): checkpoint,
 open windows and snapshots with the runs holding them, last merged window, lag, headroom, last error and
-the next step; it reads the source through ``--conn-id`` (default ``binlog_default``) and may run while
+the next step; it reads the source through ``--binlog-conn-id`` (default ``binlog_default``) and may run while
 the DAG is active. Exit code 0 when nothing needs a person, 1 otherwise.
 
 ``restore`` puts a kept revision (:mod:`~airflow_provider_binlog.state_history`) back as the newest
@@ -22,6 +22,9 @@ staging used, so windows cut after the restore never reuse a staging folder or a
 marker. Windows the restored revision does not list as merged are read again from its checkpoint:
 their changes are re-applied with newer order keys, which leaves the target as the source had it
 once the pipeline has caught up.
+
+``restore`` and ``set-target`` hold the pipeline's state lock on the source of ``--binlog-conn-id``
+(default ``binlog_default``; :mod:`~airflow_provider_binlog.state_lock`) while they write.
 
 ``set-target`` records a new target root after the table folders were copied there (it checks that
 each table the pipeline has merged is there). ``hand-over`` gives one target table to another pipeline
@@ -42,6 +45,7 @@ from pydantic import ValidationError
 from airflow_provider_binlog.state import (
     VARIABLE_DESCRIPTION,
     PipelineState,
+    StateLock,
     StateManager,
     state_summary,
     variable_key,
@@ -97,7 +101,7 @@ def health(args: argparse.Namespace, store: Any) -> int:
     from airflow_provider_binlog.tables import parse_tables
 
     summary = pipeline_health(
-        BinlogHook(args.conn_id, pipeline=args.pipeline),
+        BinlogHook(args.binlog_conn_id, pipeline=args.pipeline),
         args.pipeline,
         MetadataRunLookup(),
         store=store,
@@ -121,8 +125,10 @@ def stored_document(pipeline: str, store: Any) -> tuple[PipelineState | None, st
     return state, ("consistent" if not problems else "inconsistent: " + "; ".join(problems))
 
 
-def restore(pipeline: str, revision: int, history: Any, store: Any) -> PipelineState:
+def restore(pipeline: str, revision: int, history: Any, store: Any, lock: StateLock) -> PipelineState:
     """Write kept revision ``revision`` back as the pipeline's newest state; return what was written.
+
+    ``lock`` is the pipeline's state lock (the write waits for a running task's update to finish).
 
     :raises ValueError: when the kept copy is itself inconsistent or belongs to another pipeline.
     """
@@ -137,12 +143,12 @@ def restore(pipeline: str, revision: int, history: Any, store: Any) -> PipelineS
     replaced = [s for s in (current, *kept) if s is not None]
     floor = max([history.highest_staged_seq(), *(s.next_seq - 1 for s in replaced)])
     newest = max([s.revision for s in replaced], default=0)
-    manager = StateManager(pipeline, store=store, history=history)
+    manager = StateManager(pipeline, store=store, history=history, lock=lock)
     return manager.replace(chosen.model_copy(update={"seq_floor": floor}), revision=newest + 1)
 
 
-def set_target(pipeline: str, target_path: str, store: Any) -> PipelineState:
-    """Record ``target_path`` as the pipeline's target root; return the state written.
+def set_target(pipeline: str, target_path: str, store: Any, lock: StateLock) -> PipelineState:
+    """Record ``target_path`` as the pipeline's target root; return the state written (holding ``lock``).
 
     :raises ValueError: when a table the pipeline has merged has no Delta table under the new root.
     """
@@ -160,7 +166,7 @@ def set_target(pipeline: str, target_path: str, store: Any) -> PipelineState:
             )
         return state.model_copy(update={"target": root})
 
-    return StateManager(pipeline, store=store).update(change)
+    return StateManager(pipeline, store=store, lock=lock).update(change)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -180,7 +186,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--staging", help="staging root (BINLOG_CDC_STAGING); needed by history and restore")
     parser.add_argument("--staging-conn-id", default=None)
     parser.add_argument("--revision", type=int, help="kept revision to restore")
-    parser.add_argument("--conn-id", default="binlog_default", help="health: the source connection")
+    parser.add_argument(
+        "--binlog-conn-id",
+        default="binlog_default",
+        help="the pipeline's source connection: health reads it, restore and set-target take the state lock there",
+    )
     parser.add_argument(
         "--dag-id", default="binlog_cdc", help="health: the CDC DAG whose runs cut the windows"
     )
@@ -209,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.target:
             parser.error("set-target needs --target")
         try:
-            written = set_target(args.pipeline, args.target, store)
+            written = set_target(args.pipeline, args.target, store, _lock(args))
         except ValueError as err:
             print(f"target not changed: {err}", file=sys.stderr)
             return 1
@@ -241,12 +251,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.revision is None:
         parser.error("restore needs --revision (see the history command)")
     try:
-        written = restore(args.pipeline, args.revision, history, store)
+        written = restore(args.pipeline, args.revision, history, store, _lock(args))
     except (ValueError, FileNotFoundError) as err:
         print(f"nothing restored: {err}", file=sys.stderr)
         return 1
     print(f"restored revision {args.revision} of {args.pipeline} as revision {written.revision}")
     return 0
+
+
+def _lock(args: argparse.Namespace) -> StateLock:
+    """Return the state lock of ``args.pipeline`` on the source of ``args.binlog_conn_id``."""
+    from airflow_provider_binlog.hooks.binlog import BinlogHook
+    from airflow_provider_binlog.state_lock import SourceStateLock
+
+    return SourceStateLock(BinlogHook(args.binlog_conn_id, pipeline=args.pipeline))
 
 
 if __name__ == "__main__":

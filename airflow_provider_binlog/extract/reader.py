@@ -9,7 +9,10 @@ error (the window's bytes must exist to be re-read).
 A window is read over one replication connection, or not at all. When the connection breaks (the
 source restarts, a ``KILL`` ends the dump thread, the network drops it), the read fails with the
 retryable :class:`ReplicationConnectionLostError` and the task's retry re-reads the same window from its
-start into a cleared staging folder; nothing the failed attempt staged survives.
+start into a cleared staging folder; nothing the failed attempt staged survives. A connection that dies
+silently (a dropped NAT entry, a failover that leaves the socket open) is noticed by the stream's read
+timeout, three heartbeat periods (:meth:`BinlogHook.stream_timeouts
+<airflow_provider_binlog.hooks.binlog.BinlogHook.stream_timeouts>`).
 
 mysql-replication would instead reconnect on its own (``BinLogStreamReader.fetchone``, on client errors
 2006/2013) and resume at the end of the last event it received, most often inside a transaction; that
@@ -366,7 +369,8 @@ class WindowReader:
             f"lost the replication connection to the source while reading window {self.window} "
             f"({self.start}, {self.end}], {self.stats.transactions} transaction(s) into it (last boundary "
             f"read: {self.position}{inside}): {err}. The source restarted, killed the connection or the "
-            f"network dropped it. The reader does not resume on another connection: the retry clears this "
+            f"network dropped it (a stream that receives nothing, not even a heartbeat, for three heartbeat "
+            f"periods counts as lost: the connection extra heartbeat_period, default 15 s). The reader does not resume on another connection: the retry clears this "
             f"window's staging folder and re-reads the same window from its start."
         )
 

@@ -20,13 +20,16 @@ from airflow_provider_binlog.get_provider_info import (
     CONN_TYPE,
     CONNECT_TIMEOUT_MAX_SECONDS,
     DEFAULT_CONNECT_TIMEOUT_SECONDS,
+    DEFAULT_HEARTBEAT_PERIOD_SECONDS,
     DEFAULT_READ_TIMEOUT_SECONDS,
+    HEARTBEAT_PERIOD_MAX_SECONDS,
     HOOK_NAME,
     SERVER_ID_BASE,
     SERVER_ID_MAX,
     SERVER_ID_MIN,
     SERVER_ID_SPAN,
     SSL_FIELDS,
+    STREAM_TIMEOUT_HEARTBEATS,
     ui_field_behaviour,
 )
 from airflow_provider_binlog.grants import ACCESS_DENIED_ERRORS
@@ -168,7 +171,8 @@ class BinlogHook(BaseHook):
     (``mysql``/``mariadb``, overrides detection), ``ssl_ca`` / ``ssl_cert`` / ``ssl_key`` (file paths) and
     ``ssl_key_password``, or the equivalent ``ssl`` object passed to pymysql (``ca``, ``cert``, ``key``,
     ``password``, ``check_hostname``), ``charset`` (default ``utf8mb4``), ``connect_timeout`` (seconds,
-    default 10).
+    default 10), ``read_timeout`` (seconds, default 60: SQL connections), ``heartbeat_period`` (seconds,
+    default 15: binlog streams, see :meth:`stream_timeouts`).
 
     :param binlog_conn_id: Airflow connection id.
     :param pipeline: pipeline name, used to derive a stable ``server_id``.
@@ -292,6 +296,26 @@ class BinlogHook(BaseHook):
         )
         settings["read_timeout"] = settings["write_timeout"] = timeout
         return settings
+
+    def stream_timeouts(self) -> tuple[int, int]:
+        """Return ``(heartbeat period, read timeout)`` of binlog streams, in seconds.
+
+        The period is the extra ``heartbeat_period`` (1..600, default 15). A stream asks the source for a
+        heartbeat event every period in which the dump thread sends nothing, i.e. while it waits at the end
+        of the binlog (``@master_heartbeat_period``, set by mysql-replication's ``slave_heartbeat``; MySQL
+        manual, "CHANGE REPLICATION SOURCE TO": ``SOURCE_HEARTBEAT_PERIOD``; MariaDB ``sql_repl.cc``,
+        ``wait_new_events``). Each read and write of the stream then waits at most
+        :data:`~airflow_provider_binlog.get_provider_info.STREAM_TIMEOUT_HEARTBEATS` periods: a live source
+        never stays silent that long, a dead connection fails within that time.
+
+        :raises BinlogConfigError: when the extra is not an integer in 1..600.
+        """
+        self.connection_settings()
+        period = (
+            self._int_extra("heartbeat_period", 1, HEARTBEAT_PERIOD_MAX_SECONDS)
+            or DEFAULT_HEARTBEAT_PERIOD_SECONDS
+        )
+        return period, STREAM_TIMEOUT_HEARTBEATS * period
 
     def get_conn(self) -> pymysql.connections.Connection:
         """Open an autocommit SQL connection to the source, its login bounded by ``connect_timeout``.
@@ -899,16 +923,25 @@ class BinlogHook(BaseHook):
         For short reads under an id of their own (:mod:`airflow_provider_binlog.probes`); pipelines use
         :meth:`stream_reader`. ``kwargs`` go to ``BinLogStreamReader`` (``only_events``, ...). Its
         connections log in within ``connect_timeout`` (``pymysql_wrapper`` defaults to
-        :class:`~airflow_provider_binlog.connect.LoginTimeoutConnection`); reads of the stream after the
-        login have no timeout here.
+        :class:`~airflow_provider_binlog.connect.LoginTimeoutConnection`); afterwards the source sends
+        heartbeats and every read and write waits at most the read timeout of :meth:`stream_timeouts`
+        (pymysql then raises ``OperationalError`` 2013, "Lost connection ... (timed out)").
+
+        :raises BinlogConfigError: when the extra ``heartbeat_period`` is malformed.
         """
         from pymysqlreplication import BinLogStreamReader
 
         from airflow_provider_binlog.connect import LoginTimeoutConnection
 
+        heartbeat, timeout = self.stream_timeouts()
         kwargs.setdefault("pymysql_wrapper", LoginTimeoutConnection)
         return BinLogStreamReader(
-            connection_settings=self.connection_settings(),
+            connection_settings={
+                **self.connection_settings(),
+                "read_timeout": timeout,
+                "write_timeout": timeout,
+            },
+            slave_heartbeat=heartbeat,
             server_id=server_id,
             log_file=start.file,
             log_pos=start.pos,

@@ -9,6 +9,7 @@ import pendulum
 from airflow.sdk import BaseOperator
 
 from airflow_provider_binlog.exceptions import MergeError, StateError
+from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.positions import BinlogPosition
 from airflow_provider_binlog.state import (
     PipelineState,
@@ -44,23 +45,32 @@ class BinlogCommitOperator(BaseOperator):
 
     Before moving anything it reads the Delta log of every table the window changed and checks that the
     window's merge commit is there (app transaction version >= window seq); otherwise it fails and the
-    checkpoint stays where it was, so the next try re-merges the same staged window. The write is a
-    compare-and-set on the state revision (:class:`~airflow_provider_binlog.state.StateManager`).
+    checkpoint stays where it was, so the next try re-merges the same staged window. The write holds
+    the pipeline's state lock on the source and checks the state revision
+    (:class:`~airflow_provider_binlog.state.StateManager`, :mod:`~airflow_provider_binlog.state_lock`).
 
     :param pipeline: pipeline name (templated).
     :param target_path: root of the target tables (templated).
     :param storage_options: deltalake storage options for object-store targets.
+    :param binlog_conn_id: the pipeline's source connection, where its state lock lives (templated).
     """
 
-    template_fields: Sequence[str] = ("pipeline", "target_path")
+    template_fields: Sequence[str] = ("pipeline", "target_path", "binlog_conn_id")
 
     def __init__(
-        self, *, pipeline: str, target_path: str, storage_options: dict[str, str] | None = None, **kwargs: Any
+        self,
+        *,
+        pipeline: str,
+        target_path: str,
+        storage_options: dict[str, str] | None = None,
+        binlog_conn_id: str = BinlogHook.default_conn_name,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.pipeline = pipeline
         self.target_path = target_path
         self.storage_options = storage_options
+        self.binlog_conn_id = binlog_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
         """Verify the merge of this run's window, mark it merged and advance the checkpoint.
@@ -70,10 +80,12 @@ class BinlogCommitOperator(BaseOperator):
         order is recorded and the checkpoint waits for the gap before it.
         """
         from airflow_provider_binlog.staging import read_manifest, storage_path
+        from airflow_provider_binlog.state_lock import SourceStateLock
         from airflow_provider_binlog.target import check_target, target_root
         from airflow_provider_binlog.windows import advance_checkpoint, mark_window
 
-        manager = StateManager(self.pipeline)
+        hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
+        manager = StateManager(self.pipeline, lock=SourceStateLock(hook))
         state = manager.load()
         run_id = str(context["run_id"])
         window = None if state is None else state.window_of_run(run_id)

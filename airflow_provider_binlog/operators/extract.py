@@ -198,6 +198,7 @@ class BinlogExtractOperator(BaseOperator):
         from airflow_provider_binlog.extract.window import extract_window
         from airflow_provider_binlog.staging import check_writable, storage_path, uri_of
         from airflow_provider_binlog.state_history import StagedStateHistory
+        from airflow_provider_binlog.state_lock import SourceStateLock
 
         check_keyless_mode(self.keyless_tables)
         self.keys = parse_keys(self.keys)
@@ -208,7 +209,7 @@ class BinlogExtractOperator(BaseOperator):
         )
         root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
         check_writable(root)
-        manager = StateManager(self.pipeline, history=StagedStateHistory(root))
+        manager = StateManager(self.pipeline, history=StagedStateHistory(root), lock=SourceStateLock(hook))
         targets, skipped = self._targets(hook.describe_tables(selection), manager.load())
         window = self._cut(manager, server, hook, context)
         window_dir, manifest = self._staged(root, window)

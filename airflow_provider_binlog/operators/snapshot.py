@@ -136,6 +136,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
         from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME, SOURCE_ENV
         from airflow_provider_binlog.staging import check_writable, storage_path, uri_of
         from airflow_provider_binlog.state_history import StagedStateHistory
+        from airflow_provider_binlog.state_lock import SourceStateLock
         from airflow_provider_binlog.target import check_target, target_root
 
         if self.mode not in MODES:
@@ -154,7 +155,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
         server = self._with_head_now(hook, server)
         root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
         check_writable(root)
-        manager = StateManager(self.pipeline, history=StagedStateHistory(root))
+        manager = StateManager(self.pipeline, history=StagedStateHistory(root), lock=SourceStateLock(hook))
         state = manager.load()
         new_to_target = sorted(t for t in resolved.keys if state is None or t not in state.target_tables)
         check_target(self.pipeline, state, self.target_path, new_to_target, recreate=True)

@@ -119,13 +119,16 @@ def test_a_query_slower_than_read_timeout_fails_retryably(
     assert isinstance(caught.value.__cause__, pymysql.err.OperationalError)
 
 
-def test_sql_connections_get_the_read_timeout_and_the_stream_does_not(
+def test_sql_connections_get_the_read_timeout_and_streams_the_heartbeat_timeout(
     mariadb: LocalMariaDB, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_BINLOG_DEFAULT", mariadb.uri())
     hook = BinlogHook()
     assert (hook.sql_settings()["read_timeout"], hook.sql_settings()["write_timeout"]) == (60, 60)
     assert "read_timeout" not in hook.connection_settings()
+    stream = hook.open_stream(BinlogPosition("mariadb-bin.000001", 4), server_id=4243)
+    settings = stream._BinLogStreamReader__connection_settings  # type: ignore[attr-defined]
+    assert (settings["read_timeout"], settings["write_timeout"], stream.slave_heartbeat) == (45, 45, 15)
     conn = hook.get_conn()
     try:
         assert conn._sock.gettimeout() == 10  # the login ran under connect_timeout

@@ -74,6 +74,7 @@ def test_conn_fields_declare_every_extra_the_hook_reads() -> None:
             "charset",
             "connect_timeout",
             "read_timeout",
+            "heartbeat_period",
         ]
     )
     server_id = fields["server_id"]["schema"]
@@ -83,6 +84,8 @@ def test_conn_fields_declare_every_extra_the_hook_reads() -> None:
     assert fields["flavor"]["schema"]["enum"] == [None, "mysql", "mariadb"]
     assert fields["connect_timeout"]["schema"]["default"] == 10
     assert fields["read_timeout"]["schema"]["default"] == 60
+    heartbeat = fields["heartbeat_period"]["schema"]
+    assert (heartbeat["default"], heartbeat["minimum"], heartbeat["maximum"]) == (15, 1, 600)
     assert fields["charset"]["schema"]["default"] == "utf8mb4"
 
 

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -27,6 +29,18 @@ class DictStore:
         self.data[key] = value
 
 
+class ThreadLock:
+    """A state lock for writers in one process (production locks on the source: state_lock.py)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def held(self) -> Iterator[Callable[[], None]]:
+        with self._lock:
+            yield lambda: None
+
+
 class RacingStore(DictStore):
     """A store where another writer replaces the document right after each of our writes."""
 
@@ -38,7 +52,14 @@ class RacingStore(DictStore):
 
 @pytest.fixture
 def manager() -> StateManager:
-    return StateManager("shop", DictStore())
+    return StateManager("shop", DictStore(), lock=ThreadLock())
+
+
+def test_a_manager_without_a_lock_only_reads() -> None:
+    reader = StateManager("shop", DictStore())
+    with pytest.raises(TypeError, match="has no lock: it may only read"):
+        reader.save(reader.initial("id", "mariadb", HEAD), expected_revision=None)
+    assert reader.load() is None
 
 
 def test_new_pipeline_has_no_state(manager: StateManager) -> None:
@@ -61,7 +82,7 @@ def test_stale_revision_is_refused(manager: StateManager) -> None:
 
 
 def test_write_overtaken_by_another_writer_is_detected() -> None:
-    racing = StateManager("shop", RacingStore())
+    racing = StateManager("shop", RacingStore(), lock=ThreadLock())
     with pytest.raises(StateConflictError, match="overwrote it"):
         racing.save(racing.initial("id", "mariadb", HEAD), expected_revision=None)
 
@@ -247,7 +268,7 @@ def test_transact_retries_a_lost_race_on_fresh_state() -> None:
         return json.dumps(doc)
 
     store = OnceRacingStore()
-    manager = StateManager("shop", store)
+    manager = StateManager("shop", store, lock=ThreadLock())
     manager.save(manager.initial("id", "mariadb", HEAD), expected_revision=None)
     store.competitor = competitor
     calls: list[int] = []
@@ -330,7 +351,7 @@ def test_kept_revisions_restore_with_a_seq_floor_above_every_replaced_one(tmp_pa
     from airflow_provider_binlog.state_history import KEPT_REVISIONS, StagedStateHistory
 
     history = StagedStateHistory(storage_path(str(tmp_path)) / "shop")
-    manager = StateManager("shop", DictStore(), history=history)
+    manager = StateManager("shop", DictStore(), history=history, lock=ThreadLock())
     state = manager.save(_merged_pipeline(manager, windows=1), expected_revision=None)
     good = state.revision
     for n in range(KEPT_REVISIONS + 3):
@@ -355,7 +376,7 @@ def test_kept_revisions_restore_with_a_seq_floor_above_every_replaced_one(tmp_pa
     staged_beyond.mkdir(parents=True)
     chosen = kept[0]
     chosen_windows = history.read(chosen).windows
-    restored = restore("shop", chosen, history, manager.store)
+    restored = restore("shop", chosen, history, manager.store, ThreadLock())
     assert restored.revision == state.revision + 1
     assert restored.windows == chosen_windows
     assert restored.next_seq == state.next_seq + 41  # above the ledger it replaced and the staged folders
