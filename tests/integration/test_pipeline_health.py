@@ -267,7 +267,9 @@ def test_health_command_prints_json_from_the_metadata_database(
 
     state = _pipeline_with_snapshot_in_progress(hook, server)
     state_admin.MetadataVariableStore().set(variable_key(state.pipeline), state.model_dump_json())
-    code = state_admin.main(["health", "--pipeline", state.pipeline, "--binlog-conn-id", "health_src", "--json"])
+    code = state_admin.main(
+        ["health", "--pipeline", state.pipeline, "--binlog-conn-id", "health_src", "--json"]
+    )
     summary = json.loads(capsys.readouterr().out)
     assert code == 1  # the holder runs are not in this Airflow: they ended, someone must look
     assert summary["pipeline"] == state.pipeline
