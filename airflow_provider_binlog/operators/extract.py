@@ -311,6 +311,12 @@ class BinlogExtractOperator(BaseOperator):
             "holder_state": holder_states(context),
         }
         cut: dict[str, Window] = {}
+        known = manager.load()
+        if self.cut_by == "interval" and (
+            known is None or known.window_of_run(str(context["run_id"])) is None
+        ):
+            for moment in self._interval(context):  # binlog scans happen before the state lock is taken
+                locate(moment)
 
         def change(current: PipelineState | None) -> PipelineState:
             manager.check_source(current, server.server_identity)
@@ -364,6 +370,22 @@ class BinlogExtractOperator(BaseOperator):
     def _cut_interval(
         self, state: PipelineState, locate: Any, context: Any, holders: dict[str, Any]
     ) -> tuple[PipelineState, Window, bool]:
+        start, end = self._interval(context)
+        return cut_interval_window(
+            state,
+            run_id=str(context["run_id"]),
+            interval_start=start,
+            interval_end=end,
+            locate=locate,
+            **holders,
+        )
+
+    def _interval(self, context: Any) -> tuple[pendulum.DateTime, pendulum.DateTime]:
+        """Return the run's closed data interval.
+
+        :raises BinlogConfigError: when the run has no data interval.
+        :raises IntervalOpenError: when it ended less than :data:`INTERVAL_SETTLE_SECONDS` ago (retryable).
+        """
         start, end = context.get("data_interval_start"), context.get("data_interval_end")
         if start is None or end is None:
             raise BinlogConfigError(
@@ -377,11 +399,4 @@ class BinlogExtractOperator(BaseOperator):
                 f"{INTERVAL_SETTLE_SECONDS} s ago: transactions committing before it may not be in the binlog yet. "
                 f"The task retries; schedule runs after their interval has closed."
             )
-        return cut_interval_window(
-            state,
-            run_id=str(context["run_id"]),
-            interval_start=pendulum.instance(start),
-            interval_end=end,
-            locate=locate,
-            **holders,
-        )
+        return pendulum.instance(start), end
