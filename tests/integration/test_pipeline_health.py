@@ -24,6 +24,7 @@ from airflow_provider_binlog.sensors import BinlogPurgeRiskSensor
 from airflow_provider_binlog.snapshot.estimate import SNAPSHOT_OVERHEAD_SECONDS
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot
 from airflow_provider_binlog.state import PipelineState, StateManager, variable_key
+from airflow_provider_binlog.state_lock import SourceStateLock
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 from airflow_provider_binlog.windows import advance_checkpoint, cut_window, mark_window
 
@@ -161,7 +162,7 @@ def test_a_measured_snapshot_rate_replaces_the_default(
 
 def _pipeline_with_snapshot_in_progress(hook: BinlogHook, server: LocalMariaDB) -> PipelineState:
     """Window 1 merged, snapshot (running 10 minutes, held by a running run), window 2 held by a failed run."""
-    manager = StateManager(f"busy_{uuid.uuid4().hex[:6]}", store=DictStore())
+    manager = StateManager(f"busy_{uuid.uuid4().hex[:6]}", store=DictStore(), lock=SourceStateLock(hook))
     source = hook.server_state()
     state = manager.initial(source.server_identity, source.flavor, head(hook))
     write(server)
