@@ -121,7 +121,8 @@ class Snapshot(BaseModel):
     :param staging_uri: its staging folder ``<staging>/<pipeline>/snapshot=<seq>``.
     :param rows: rows read (set when merged).
     :param reason: why it was taken: ``initial`` (new pipeline), ``added`` (table new to the
-        pipeline), ``requested`` (re-snapshot asked for) or ``purged`` (binlogs were purged).
+        pipeline), ``requested`` (re-snapshot asked for), ``purged`` (binlogs were purged) or
+        ``schema_change`` (a schema change the target cannot follow, see :class:`ResnapshotNeeded`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -134,9 +135,42 @@ class Snapshot(BaseModel):
     started_at: str
     staging_uri: str
     rows: int | None = None
-    reason: Literal["initial", "added", "requested", "purged"] = "initial"
+    reason: Literal["initial", "added", "requested", "purged", "schema_change"] = "initial"
     dag_id: str | None = None
     handovers: list[Handover] = Field(default_factory=list)
+
+
+class ResnapshotNeeded(BaseModel):
+    """A table whose target can no longer follow the binlog from ``since`` on: it waits for a re-snapshot.
+
+    Recorded by the commit of the window that found it (its manifest lists it under ``resnapshots``), so
+    the state changes only once that window is merged. Until a snapshot of the table that started at or
+    after ``since`` exists, windows stage only the table's changes logged at or before ``since``; the
+    snapshot task of the next ``binlog_cdc`` run reads the table (reason ``schema_change``) and its merge
+    clears the entry (see ``docs/schema-changes.md``).
+
+    :param table: ``db.table``.
+    :param since: the end of the statement's event (its binlog coordinates; ``gtid_set`` empty).
+    :param gtid: the statement's GTID, if the source logs GTIDs.
+    :param reason: why (a few words, e.g. "ADD COLUMN c with DEFAULT 'x' fills existing rows").
+    :param statement: the statement's text, shortened to :data:`STATEMENT_CHARS`.
+    :param window: the seq of the window that found it.
+    :param detected_at: when that window was extracted (ISO-8601, UTC).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    table: str
+    since: Position
+    gtid: str | None = None
+    reason: str
+    statement: str
+    window: int = Field(ge=1)
+    detected_at: str
+
+
+STATEMENT_CHARS = 300
+"""How much of a statement's text a :class:`ResnapshotNeeded` entry (and the manifest) keeps."""
 
 
 class Checkpoint(BaseModel):
@@ -175,6 +209,10 @@ class PipelineState(BaseModel):
         ge=0,
         description="highest sequence number used by any earlier revision (set when one is restored)",
     )
+    resnapshots_needed: list[ResnapshotNeeded] = Field(
+        default_factory=list,
+        description="tables a schema change left waiting for a re-snapshot (see ResnapshotNeeded)",
+    )
 
     @property
     def next_seq(self) -> int:
@@ -209,6 +247,36 @@ class PipelineState(BaseModel):
         return {
             table for snapshot in self.snapshots if snapshot.status == "merged" for table in snapshot.tables
         }
+
+    def with_resnapshots_needed(self, found: Iterable[ResnapshotNeeded]) -> PipelineState:
+        """Return a copy that also lists ``found`` (an entry already listed, same table and since, is kept once)."""
+        known = {(r.table, _key(r.since)) for r in self.resnapshots_needed}
+        added = [r for r in found if (r.table, _key(r.since)) not in known]
+        if not added:
+            return self
+        return self.model_copy(update={"resnapshots_needed": [*self.resnapshots_needed, *added]})
+
+    def pending_resnapshots(self) -> list[ResnapshotNeeded]:
+        """Return the entries no snapshot covers yet (none of the table's snapshots started at or after ``since``).
+
+        A snapshot still ``running`` covers an entry too: it reads the table after ``since``, and its merge
+        clears the entry.
+        """
+        return [r for r in self.resnapshots_needed if self.covering_snapshot(r) is None]
+
+    def covering_snapshot(self, needed: ResnapshotNeeded, below: int | None = None) -> Snapshot | None:
+        """Return the newest snapshot of ``needed.table`` that started at or after ``needed.since``, if any.
+
+        :param below: only snapshots whose seq is below this one (a window's seq) count.
+        """
+        found = [
+            s
+            for s in self.snapshots
+            if needed.table in s.tables
+            and _key(s.start) >= _key(needed.since)
+            and (below is None or s.seq < below)
+        ]
+        return max(found, key=lambda s: s.seq, default=None)
 
     def window_of_run(self, run_id: str) -> Window | None:
         """Return the window cut by ``run_id``, if any."""

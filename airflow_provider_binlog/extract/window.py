@@ -72,6 +72,12 @@ def extract_window(
     :param skipped: ``{"db.table": reason}`` of selected tables this window leaves out (recorded in the
         manifest under ``skipped``).
 
+    DDL of selected tables is classified (:mod:`~airflow_provider_binlog.extract.ddl`): the manifest lists
+    each statement with its effect per table (``ddl``), the tables that need a re-snapshot from a point in
+    this window on (``resnapshots``, recorded in the state by the window's commit) and, per table, the row
+    events left out because of such a schema change (``schema_skipped_row_events``; see
+    :class:`~airflow_provider_binlog.extract.reader.SchemaBarrier`).
+
     :raises BinlogPurgedError: when the window start was purged.
     :raises UnsupportedEventError: on events that cannot be decoded without loss.
     :raises SourcePrivilegeError: when the source refuses the stream for a missing privilege (no retry;
@@ -131,6 +137,8 @@ def extract_window(
         "ddl": stats.ddl,
         "skipped_statements": stats.skipped_statements,
         "covered_tables": stats.covered_tables,
+        "resnapshots": stats.resnapshots,
+        "schema_skipped_row_events": dict(sorted(stats.schema_skipped_row_events.items())),
         "stats": {
             "events": stats.events,
             "transactions": stats.transactions,

@@ -10,7 +10,7 @@ from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyEr
 from airflow_provider_binlog.positions import BinlogPosition
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot
 from airflow_provider_binlog.snapshot.plan import Chunk, decode_value, encode_value
-from airflow_provider_binlog.state import PipelineState, StateManager
+from airflow_provider_binlog.state import PipelineState, Position, ResnapshotNeeded, StateManager
 from airflow_provider_binlog.windows import cut_window, mark_window
 
 HEAD = BinlogPosition("b.000002", 500, "0-1-10")
@@ -187,3 +187,42 @@ def test_a_finished_snapshot_records_only_the_tables_it_wrote_into_the_target() 
     assert (nothing.target, nothing.target_tables) == ("/t", [])
     loaded = finish_snapshot(state, snapshot.seq, rows=9, target="/t", written=TABLES)
     assert loaded.target_tables == TABLES
+
+
+def needed(table: str, pos: int, window: int = 1) -> ResnapshotNeeded:
+    return ResnapshotNeeded(
+        table=table,
+        since=Position(file="b.000002", pos=pos),
+        reason="ADD COLUMN c with DEFAULT 'x' fills existing rows",
+        statement="ALTER TABLE a ADD COLUMN c INT DEFAULT 1",
+        window=window,
+        detected_at="2026-01-01T00:00:00+00:00",
+    )
+
+
+def test_a_table_waiting_for_a_resnapshot_is_snapshotted_again_and_cleared_by_its_merge() -> None:
+    state, first = begin(fresh(), "r1")
+    assert first is not None
+    state = finish_snapshot(state, first.seq, 10, "/t", written=TABLES)
+    state = state.with_resnapshots_needed([needed("shop.a", 700)])
+    assert state.with_resnapshots_needed([needed("shop.a", 700)]) is state  # recorded once
+    assert [r.table for r in state.pending_resnapshots()] == ["shop.a"]
+    state, again = begin(state, "r2", head=BinlogPosition("b.000002", 800))
+    assert again is not None
+    assert again.tables == ["shop.a"]
+    assert again.reason == "schema_change"
+    assert state.pending_resnapshots() == []  # the running snapshot covers it
+    assert not state.inconsistencies()
+    state = finish_snapshot(state, again.seq, 10, "/t", written=again.tables)
+    assert state.resnapshots_needed == []
+    _, none = begin(state, "r3")
+    assert none is None
+
+
+def test_a_snapshot_that_started_before_the_schema_change_does_not_clear_it() -> None:
+    state, first = begin(fresh(), "r1")
+    assert first is not None
+    state = state.with_resnapshots_needed([needed("shop.a", 900), needed("shop.b", 100)])
+    state = finish_snapshot(state, first.seq, 10, "/t", written=TABLES)  # started at 500
+    assert [(r.table, r.since.pos) for r in state.resnapshots_needed] == [("shop.a", 900)]
+    assert state.covering_snapshot(state.resnapshots_needed[0]) is None
