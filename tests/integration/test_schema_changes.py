@@ -2,8 +2,8 @@
 
 One database with a table per DDL kind, all selected by pattern (``db.*``), goes through the pipeline's
 library steps in order, as ``binlog_cdc`` runs them: an initial snapshot, window 1 (every DDL with writes
-before and after it, ``pt-online-schema-change`` under concurrent writes, and a table without DDL that keeps
-flowing), the next run's snapshot (only the tables the schema changes left waiting), window 2. The steps run
+before and after it, ``pt-online-schema-change`` under concurrent writes, and a table with a followed DDL
+that keeps flowing under concurrent writes), the next run's snapshot (only the tables the schema changes left waiting), window 2. The steps run
 once per module; each test checks one DDL kind: what window 1 decided and staged, and that the target
 equals the source row by row (and column by column) at the end.
 """
@@ -49,7 +49,7 @@ from airflow_provider_binlog.windows import advance_checkpoint, cut_window, mark
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PIPELINE = "ddl"
-TABLES = ("t_default", "t_nullable", "t_rename", "t_trunc", "t_osc", "t_flow")
+TABLES = ("t_default", "t_rename", "t_trunc", "t_osc", "t_flow")
 PT_OSC = shutil.which("pt-online-schema-change")
 BUCKETS = 2
 """Few buckets: the tables are small, and each bucket costs a Spark task per merge."""
@@ -270,10 +270,10 @@ def flow(mariadb: LocalMariaDB, spark: Any, tmp_path_factory: pytest.TempPathFac
             "UPDATE t_default SET v = 'after' WHERE id BETWEEN 5 AND 15",
             "INSERT INTO t_default (id, v, c) VALUES (1001, 'new', 'mine'), (1002, 'new', DEFAULT)",
             "DELETE FROM t_default WHERE id = 20",
-            "UPDATE t_nullable SET v = 'before' WHERE id <= 10",
-            "ALTER TABLE t_nullable ADD COLUMN n INT NULL",
-            "UPDATE t_nullable SET n = id * 2 WHERE id BETWEEN 5 AND 15",
-            "INSERT INTO t_nullable (id, v, n) VALUES (1001, 'new', 7)",
+            "UPDATE t_flow SET v = 'before' WHERE id <= 10",
+            "ALTER TABLE t_flow ADD COLUMN n INT NULL",  # while the writer thread writes to it
+            "UPDATE t_flow SET n = id * 2 WHERE id BETWEEN 5 AND 15",
+            "INSERT INTO t_flow (id, v, n) VALUES (900, 'new', 7)",
             "UPDATE t_rename SET v = 'before' WHERE id <= 10",
             "ALTER TABLE t_rename CHANGE COLUMN v v_renamed VARCHAR(200)",
             "UPDATE t_rename SET v_renamed = 'after' WHERE id BETWEEN 5 AND 15",
@@ -314,10 +314,10 @@ def test_add_column_with_default_is_resnapshotted_and_existing_rows_show_it(flow
 
 
 def test_nullable_add_column_is_followed_without_snapshot(flow: Flow) -> None:
-    name = f"{flow.db}.t_nullable"
-    assert [a for a, _ in flow.ddl_effects(flow.manifests[0], "t_nullable")] == ["follow"]
+    name = f"{flow.db}.t_flow"
+    assert [a for a, _ in flow.ddl_effects(flow.manifests[0], "t_flow")] == ["follow"]
     assert all(name not in s.tables for s in flow.snapshots[1:])
-    assert flow.mismatch("t_nullable") is None
+    assert flow.mismatch("t_flow") is None
 
 
 def test_renamed_column_is_resnapshotted_without_a_stale_column(flow: Flow) -> None:
@@ -342,9 +342,13 @@ def test_online_schema_change_cut_over_under_writes(flow: Flow) -> None:
     assert {r["extra"] for r in rows if r["id"] != 3} == {"osc"}
 
 
-def test_a_table_without_ddl_keeps_flowing_in_the_same_windows(flow: Flow) -> None:
+def test_a_table_keeps_flowing_beside_the_schema_changes_of_others(flow: Flow) -> None:
     name = f"{flow.db}.t_flow"
-    assert name not in flow.manifests[0]["schema_skipped_row_events"]
-    assert flow.manifests[0]["tables"][name]["rows"] > 0
-    assert all(name not in s.tables for s in flow.snapshots[1:])
+    assert flow.manifests[0]["schema_skipped_row_events"].keys() == {
+        f"{flow.db}.{t}" for t in ("t_default", "t_rename", "t_trunc", "t_osc")
+    }
+    assert flow.manifests[0]["tables"][name]["rows"] > 100  # the writer's rows, before and after every DDL
+    assert [s.tables for s in flow.snapshots[1:]] == [
+        [f"{flow.db}.{t}" for t in ("t_default", "t_osc", "t_rename", "t_trunc")]
+    ]
     assert flow.mismatch("t_flow") is None

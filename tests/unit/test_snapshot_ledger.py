@@ -226,3 +226,32 @@ def test_a_snapshot_that_started_before_the_schema_change_does_not_clear_it() ->
     state = finish_snapshot(state, first.seq, 10, "/t", written=TABLES)  # started at 500
     assert [(r.table, r.since.pos) for r in state.resnapshots_needed] == [("shop.a", 900)]
     assert state.covering_snapshot(state.resnapshots_needed[0]) is None
+
+
+def test_the_commit_records_what_the_manifest_found_and_the_merge_refused() -> None:
+    from airflow_provider_binlog.operators.commit import resnapshots_of
+
+    state, window, _ = cut_window(fresh(), run_id="r1", head=BinlogPosition("b.000002", 900))
+    manifest = {
+        "created_at": "2026-01-01T00:00:00+00:00",
+        "resnapshots": [
+            {
+                "table": "shop.a",
+                "since": {"file": "b.000002", "pos": 700},
+                "gtid": "0-1-9",
+                "reason": "RENAME COLUMN",
+                "statement": "ALTER TABLE a RENAME COLUMN x TO y",
+                "window": window.seq,
+            }
+        ],
+    }
+    refused = {"shop.b": {"table": "shop.b", "column": "qty", "detail": "changed type from int32 to string"}}
+    found = resnapshots_of(manifest, window, refused)
+    assert [(r.table, r.since.pos, r.window) for r in found] == [
+        ("shop.b", 500, window.seq),
+        ("shop.a", 700, window.seq),
+    ]
+    assert "qty" in found[0].reason
+    recorded = state.with_resnapshots_needed(found)
+    assert not recorded.inconsistencies()
+    assert json.loads(recorded.model_dump_json())["resnapshots_needed"][1]["gtid"] == "0-1-9"
