@@ -51,7 +51,7 @@ from airflow_provider_binlog.windows import advance_checkpoint, cut_window, mark
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PIPELINE = "ddl"
-TABLES = ("t_default", "t_rename", "t_trunc", "t_osc", "t_flow")
+TABLES = ("t_default", "t_rename", "t_trunc", "t_drop", "t_osc", "t_flow")
 PT_OSC = shutil.which("pt-online-schema-change")
 BUCKETS = 2
 """Few buckets: the tables are small, and each bucket costs a Spark task per merge."""
@@ -283,6 +283,10 @@ def flow(mariadb: LocalMariaDB, spark: Any, tmp_path_factory: pytest.TempPathFac
             "UPDATE t_trunc SET v = 'before' WHERE id <= 10",
             "TRUNCATE TABLE t_trunc",
             "INSERT INTO t_trunc (id, v) VALUES (5, 'after truncate'), (1002, 'after truncate')",
+            "UPDATE t_drop SET v = 'before' WHERE id <= 10",
+            "DROP TABLE t_drop",
+            "CREATE TABLE t_drop (id INT PRIMARY KEY, w INT NOT NULL)",
+            "INSERT INTO t_drop SELECT seq, seq * 3 FROM seq_1_to_30",
         )
         pt_osc(mariadb, db, "t_osc", "ADD COLUMN extra VARCHAR(10) NOT NULL DEFAULT 'osc'")
         time.sleep(0.3)  # writes after the cut-over too
@@ -293,6 +297,7 @@ def flow(mariadb: LocalMariaDB, spark: Any, tmp_path_factory: pytest.TempPathFac
             "UPDATE t_default SET v = 'window 2' WHERE id BETWEEN 50 AND 55",
             "UPDATE t_rename SET v_renamed = 'window 2' WHERE id = 60",
             "INSERT INTO t_trunc (id, v) VALUES (7, 'window 2')",
+            "DELETE FROM t_drop WHERE id = 30",
             "UPDATE t_osc SET extra = 'w2' WHERE id = 3",
             "INSERT INTO t_flow (id, v) VALUES (5000, 'window 2')",
         )
@@ -334,6 +339,13 @@ def test_truncate_removes_rows_before_it_and_keeps_rows_after_it(flow: Flow) -> 
     assert ids == [5, 7, 1002]
 
 
+def test_dropped_and_created_again_with_another_schema(flow: Flow) -> None:
+    decided = flow.ddl_effects(flow.manifests[0], "t_drop")
+    assert [(a, q.split()[0]) for a, q in decided] == [("resnapshot", "DROP"), ("resnapshot", "CREATE")]
+    assert flow.mismatch("t_drop") is None  # the old rows and the old column 'v' are gone
+    assert len(read_table(flow.target, f"{flow.db}.t_drop")) == 29
+
+
 def test_online_schema_change_cut_over_under_writes(flow: Flow) -> None:
     name = f"{flow.db}.t_osc"
     decided = flow.ddl_effects(flow.manifests[0], "t_osc")
@@ -347,7 +359,7 @@ def test_online_schema_change_cut_over_under_writes(flow: Flow) -> None:
 def test_a_table_keeps_flowing_beside_the_schema_changes_of_others(flow: Flow) -> None:
     name = f"{flow.db}.t_flow"
     assert flow.manifests[0]["schema_skipped_row_events"].keys() == {
-        f"{flow.db}.{t}" for t in ("t_default", "t_rename", "t_trunc", "t_osc")
+        f"{flow.db}.{t}" for t in ("t_default", "t_rename", "t_trunc", "t_drop", "t_osc")
     }
     first = flow.manifests[0]
     staged = pq.read_table(flow.root / "staging" / PIPELINE / f"window={first['window']}" / name).to_pylist()
@@ -356,6 +368,6 @@ def test_a_table_keeps_flowing_beside_the_schema_changes_of_others(flow: Flow) -
         (file_index(r["_binlog_file"]), r["_binlog_pos"]) > last_ddl for r in staged
     )  # after every DDL
     assert [s.tables for s in flow.snapshots[1:]] == [
-        [f"{flow.db}.{t}" for t in ("t_default", "t_osc", "t_rename", "t_trunc")]
+        [f"{flow.db}.{t}" for t in ("t_default", "t_drop", "t_osc", "t_rename", "t_trunc")]
     ]
     assert flow.mismatch("t_flow") is None
