@@ -265,18 +265,19 @@ class PipelineState(BaseModel):
         return [r for r in self.resnapshots_needed if self.covering_snapshot(r) is None]
 
     def covering_snapshot(self, needed: ResnapshotNeeded, below: int | None = None) -> Snapshot | None:
-        """Return the newest snapshot of ``needed.table`` that started at or after ``needed.since``, if any.
+        """Return the newest snapshot covering ``needed``, if any.
+
+        A snapshot covers it when it reads ``needed.table``, started at or after ``needed.since`` and is ordered
+        after the window that found it (a higher seq): an older snapshot that started at the window's start
+        read none of that window's changes, which a refused merge left out of the target.
 
         :param below: only snapshots whose seq is below this one (a window's seq) count.
         """
-        found = [
-            s
-            for s in self.snapshots
-            if needed.table in s.tables
-            and _key(s.start) >= _key(needed.since)
-            and (below is None or s.seq < below)
-        ]
-        return max(found, key=lambda s: s.seq, default=None)
+        return max(
+            (s for s in self.snapshots if covers(s, needed) and (below is None or s.seq < below)),
+            key=lambda s: s.seq,
+            default=None,
+        )
 
     def window_of_run(self, run_id: str) -> Window | None:
         """Return the window cut by ``run_id``, if any."""
@@ -335,6 +336,15 @@ class PipelineState(BaseModel):
         merged = [w for w in self.windows if w.status == "merged"][-MERGED_WINDOWS_KEPT:]
         keep = {w.seq for w in merged} | {w.seq for w in self.windows if w.status != "merged"}
         return self.model_copy(update={"windows": [w for w in self.windows if w.seq in keep]})
+
+
+def covers(snapshot: Snapshot, needed: ResnapshotNeeded) -> bool:
+    """Return whether ``snapshot`` covers ``needed`` (see :meth:`PipelineState.covering_snapshot`)."""
+    return (
+        needed.table in snapshot.tables
+        and _key(snapshot.start) >= _key(needed.since)
+        and snapshot.seq > needed.window
+    )
 
 
 def _key(position: Position) -> tuple[int, int]:

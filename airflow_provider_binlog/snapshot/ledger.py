@@ -11,7 +11,15 @@ from typing import Literal
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError
 from airflow_provider_binlog.positions import BinlogPosition
-from airflow_provider_binlog.state import Checkpoint, Handover, PipelineState, Position, Snapshot, now_iso
+from airflow_provider_binlog.state import (
+    Checkpoint,
+    Handover,
+    PipelineState,
+    Position,
+    Snapshot,
+    covers,
+    now_iso,
+)
 
 SnapshotMode = Literal["missing", "requested", "purged"]
 """Which tables a snapshot reads: ``missing`` those no snapshot of the pipeline has read (all of them for
@@ -168,8 +176,8 @@ def finish_snapshot(
 ) -> PipelineState:
     """Return ``state`` with snapshot ``seq`` marked ``merged`` (its rows are verified in the target).
 
-    The entries of ``resnapshots_needed`` it covers (one of its tables, ``since`` at or before its start)
-    are cleared: the target holds the table as the source had it after the schema change.
+    The entries of ``resnapshots_needed`` it covers (:func:`~airflow_provider_binlog.state.covers`: one of
+    its tables, ``since`` at or before its start, found by a window ordered before it) are cleared: the target holds the table as the source had it after the schema change.
 
     :param target: the target root it was merged into.
     :param written: the tables whose Delta tables hold its merge (none when every table was empty and
@@ -181,10 +189,6 @@ def finish_snapshot(
         for s in state.snapshots
     ]
     merged = next(s for s in snapshots if s.seq == seq)
-    needed = [
-        r
-        for r in state.resnapshots_needed
-        if r.table not in merged.tables or r.since.to_position().key > merged.start.to_position().key
-    ]
+    needed = [r for r in state.resnapshots_needed if not covers(merged, r)]
     update = {"snapshots": snapshots, "resnapshots_needed": needed}
     return state.model_copy(update=update).with_target(target, written)

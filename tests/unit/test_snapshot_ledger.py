@@ -255,3 +255,20 @@ def test_the_commit_records_what_the_manifest_found_and_the_merge_refused() -> N
     recorded = state.with_resnapshots_needed(found)
     assert not recorded.inconsistencies()
     assert json.loads(recorded.model_dump_json())["resnapshots_needed"][1]["gtid"] == "0-1-9"
+
+
+def test_a_snapshot_ordered_before_the_window_that_found_the_entry_does_not_cover_it() -> None:
+    state, first = begin(fresh(), "r1")  # started at 500
+    assert first is not None
+    state = finish_snapshot(state, first.seq, 10, "/t", written=TABLES)
+    state, window, _ = cut_window(state, run_id="r1", head=BinlogPosition("b.000002", 600))
+    # The merge refused the window, which starts where the snapshot did: the snapshot read none of its changes.
+    assert window.start.pos == 500
+    refused = needed("shop.a", 500, window=window.seq)
+    state = state.with_resnapshots_needed([refused])
+    assert state.covering_snapshot(refused) is None
+    assert [r.table for r in state.pending_resnapshots()] == ["shop.a"]
+    state, again = begin(state, "r2", head=BinlogPosition("b.000002", 800))
+    assert again is not None
+    assert again.tables == ["shop.a"]
+    assert finish_snapshot(state, again.seq, 10, "/t", written=again.tables).resnapshots_needed == []
