@@ -144,8 +144,8 @@ class ResnapshotNeeded(BaseModel):
     """A table whose target can no longer follow the binlog from ``since`` on: it waits for a re-snapshot.
 
     Recorded by the commit of the window that found it (its manifest lists it under ``resnapshots``), so
-    the state changes only once that window is merged. Until a snapshot of the table that started at or
-    after ``since`` exists, windows stage only the table's changes logged at or before ``since``; the
+    the state changes only once that window is merged. Until a snapshot covers it (see
+    :func:`covers`), windows stage only the table's changes logged at or before ``since``; the
     snapshot task of the next ``binlog_cdc`` run reads the table (reason ``schema_change``) and its merge
     clears the entry (see ``docs/schema-changes.md``).
 
