@@ -163,7 +163,8 @@ class Snapshot(Held):
         written before it was recorded): with ``started_at``, the measured snapshot rate
         (:mod:`airflow_provider_binlog.snapshot.estimate`).
     :param reason: why it was taken: ``initial`` (new pipeline), ``added`` (table new to the
-        pipeline), ``requested`` (re-snapshot asked for) or ``purged`` (binlogs were purged).
+        pipeline), ``requested`` (re-snapshot asked for), ``purged`` (binlogs were purged) or
+        ``schema_change`` (a schema change the target cannot follow, see :class:`ResnapshotNeeded`).
     """
 
     seq: int = Field(ge=1)
@@ -173,8 +174,41 @@ class Snapshot(Held):
     started_at: str
     staging_uri: str
     rows: int | None = None
-    reason: Literal["initial", "added", "requested", "purged"] = "initial"
+    reason: Literal["initial", "added", "requested", "purged", "schema_change"] = "initial"
     finished_at: str | None = None
+
+
+class ResnapshotNeeded(BaseModel):
+    """A table whose target can no longer follow the binlog from ``since`` on: it waits for a re-snapshot.
+
+    Recorded by the commit of the window that found it (its manifest lists it under ``resnapshots``), so
+    the state changes only once that window is merged. Until a snapshot covers it (see
+    :func:`covers`), windows stage only the table's changes logged at or before ``since``; the
+    snapshot task of the next ``binlog_cdc`` run reads the table (reason ``schema_change``) and its merge
+    clears the entry (see ``docs/schema-changes.md``).
+
+    :param table: ``db.table``.
+    :param since: the end of the statement's event (its binlog coordinates; ``gtid_set`` empty).
+    :param gtid: the statement's GTID, if the source logs GTIDs.
+    :param reason: why (a few words, e.g. "ADD COLUMN c with DEFAULT 'x' fills existing rows").
+    :param statement: the statement's text, shortened to :data:`STATEMENT_CHARS`.
+    :param window: the seq of the window that found it.
+    :param detected_at: when that window was extracted (ISO-8601, UTC).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    table: str
+    since: Position
+    gtid: str | None = None
+    reason: str
+    statement: str
+    window: int = Field(ge=1)
+    detected_at: str
+
+
+STATEMENT_CHARS = 300
+"""How much of a statement's text a :class:`ResnapshotNeeded` entry (and the manifest) keeps."""
 
 
 class Checkpoint(BaseModel):
@@ -213,6 +247,10 @@ class PipelineState(BaseModel):
         ge=0,
         description="highest sequence number used by any earlier revision (set when one is restored)",
     )
+    resnapshots_needed: list[ResnapshotNeeded] = Field(
+        default_factory=list,
+        description="tables a schema change left waiting for a re-snapshot (see ResnapshotNeeded)",
+    )
 
     @property
     def next_seq(self) -> int:
@@ -247,6 +285,37 @@ class PipelineState(BaseModel):
         return {
             table for snapshot in self.snapshots if snapshot.status == "merged" for table in snapshot.tables
         }
+
+    def with_resnapshots_needed(self, found: Iterable[ResnapshotNeeded]) -> PipelineState:
+        """Return a copy that also lists ``found`` (an entry already listed, same table and since, is kept once)."""
+        known = {(r.table, _key(r.since)) for r in self.resnapshots_needed}
+        added = [r for r in found if (r.table, _key(r.since)) not in known]
+        if not added:
+            return self
+        return self.model_copy(update={"resnapshots_needed": [*self.resnapshots_needed, *added]})
+
+    def pending_resnapshots(self) -> list[ResnapshotNeeded]:
+        """Return the entries no snapshot covers yet (none of the table's snapshots started at or after ``since``).
+
+        A snapshot still ``running`` covers an entry too: it reads the table after ``since``, and its merge
+        clears the entry.
+        """
+        return [r for r in self.resnapshots_needed if self.covering_snapshot(r) is None]
+
+    def covering_snapshot(self, needed: ResnapshotNeeded, below: int | None = None) -> Snapshot | None:
+        """Return the newest snapshot covering ``needed``, if any.
+
+        A snapshot covers it when it reads ``needed.table``, started at or after ``needed.since`` and is ordered
+        after the window that found it (a higher seq): an older snapshot that started at the window's start
+        read none of that window's changes, which a refused merge left out of the target.
+
+        :param below: only snapshots whose seq is below this one (a window's seq) count.
+        """
+        return max(
+            (s for s in self.snapshots if covers(s, needed) and (below is None or s.seq < below)),
+            key=lambda s: s.seq,
+            default=None,
+        )
 
     def window_of_run(self, run_id: str) -> Window | None:
         """Return the window held by ``run_id`` (cut or adopted by it), if any."""
@@ -305,6 +374,15 @@ class PipelineState(BaseModel):
         merged = [w for w in self.windows if w.status == "merged"][-MERGED_WINDOWS_KEPT:]
         keep = {w.seq for w in merged} | {w.seq for w in self.windows if w.status != "merged"}
         return self.model_copy(update={"windows": [w for w in self.windows if w.seq in keep]})
+
+
+def covers(snapshot: Snapshot, needed: ResnapshotNeeded) -> bool:
+    """Return whether ``snapshot`` covers ``needed`` (see :meth:`PipelineState.covering_snapshot`)."""
+    return (
+        needed.table in snapshot.tables
+        and _key(snapshot.start) >= _key(needed.since)
+        and snapshot.seq > needed.window
+    )
 
 
 def _key(position: Position) -> tuple[int, int]:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything `make demo` and `make test` need on a fresh Debian/Ubuntu machine:
-# system packages (MariaDB server if none, Java 17, docker-compose for validating the compose file),
+# system packages (MariaDB server if none, Java 17, docker-compose for validating the compose file,
+# percona-toolkit for the online schema change tests),
 # a .venv with the provider and its test extras, and the pinned pyspark/JVM pair.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,7 @@ if ! command -v mariadbd >/dev/null && ! command -v mysqld >/dev/null \
 fi
 if ! command -v java >/dev/null; then need_apt+=(openjdk-17-jre-headless); fi
 if ! command -v docker-compose >/dev/null; then need_apt+=(docker-compose); fi
+if ! command -v pt-online-schema-change >/dev/null; then need_apt+=(percona-toolkit); fi  # tests of the online schema change cut-over
 if [ "${WITH_SYSBENCH:-0}" = 1 ] && ! command -v sysbench >/dev/null; then need_apt+=(sysbench); fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"

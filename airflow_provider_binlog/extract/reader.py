@@ -68,9 +68,11 @@ from airflow_provider_binlog.extract.columns import (
     converter,
     describe_column,
 )
+from airflow_provider_binlog.extract.ddl import classify_ddl
 from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key
 from airflow_provider_binlog.extract.statements import written_tables
 from airflow_provider_binlog.positions import BinlogPosition, file_index
+from airflow_provider_binlog.state import STATEMENT_CHARS
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +167,26 @@ class ReplicationConnections:
         return conn
 
 
+@dataclass(frozen=True)
+class SchemaBarrier:
+    """A schema change of a table that the target cannot follow from the binlog (it waits for a re-snapshot).
+
+    :param since: the end of the statement's event.
+    :param covered: a snapshot of the table ordered before this window (lower seq) started at or after
+        ``since``: that snapshot holds the table as it was after the change, so the window stages the
+        table's changes logged after ``since`` (they outrank the snapshot's rows) and none before it (their
+        row images lack what the change gave every row, and would outrank the snapshot's exact rows).
+        Uncovered, the window stages only the changes at or before ``since``; the re-snapshot brings the rest.
+    """
+
+    since: BinlogPosition
+    covered: bool = False
+
+    def stages(self, key: tuple[int, int]) -> bool:
+        """Return whether a change whose event ends at ``key`` (``(file index, position)``) is staged."""
+        return self.covered == (key > self.since.key)
+
+
 @dataclass
 class TableTarget:
     """A selected table: its name, its key, and where the pipeline's capture of it begins.
@@ -177,6 +199,8 @@ class TableTarget:
         stages every change of the window.
     :param referenced: columns of this table that cascading foreign keys of selected tables reference
         (see :attr:`moving_columns`).
+    :param barriers: schema changes of the table waiting for a re-snapshot (from the pipeline's state; the
+        reader adds those it finds): a change is staged only when every barrier :meth:`SchemaBarrier.stages` it.
     """
 
     name: str
@@ -193,6 +217,13 @@ class TableTarget:
         (:mod:`airflow_provider_binlog.spark_jobs.cascades`).
         """
         return [*self.primary_key, *(c for c in self.referenced if c not in self.primary_key)]
+    barriers: list[SchemaBarrier] = field(default_factory=list)
+
+    def stages(self, key: tuple[int, int]) -> bool:
+        """Return whether a change whose event ends at ``key`` is staged (see ``since`` and ``barriers``)."""
+        if self.since is not None and key <= self.since.key:
+            return False
+        return all(b.stages(key) for b in self.barriers)
 
 
 @dataclass(frozen=True)
@@ -222,6 +253,8 @@ class ExtractStats:
     statements_ignored: int = 0
     skipped_statements: list[dict[str, Any]] = field(default_factory=list)
     covered_tables: dict[str, int] = field(default_factory=dict)
+    resnapshots: list[dict[str, Any]] = field(default_factory=list)
+    schema_skipped_row_events: Counter[str] = field(default_factory=Counter)
 
 
 LayoutKey = tuple[str, tuple[Any, ...]]
@@ -522,11 +555,64 @@ class WindowReader:
         if upper.lower().startswith(_DML_PREFIXES):
             self._statement(text, schema, file, end_pos)
             return  # a statement inside a transaction: the transaction goes on (no implicit commit)
-        if schema in self.schemas or any(f"`{s}`" in text or f"{s}." in text for s in self.schemas):
-            self.stats.ddl.append(
-                {"gtid": self.txn.gtid, "schema": schema, "query": text, "file": file, "pos": end_pos}
-            )
+        self._ddl(text, schema, file, end_pos)
         self._rollback()  # DDL commits implicitly and carries no rows: a transaction boundary
+
+    def _ddl(self, text: str, schema: str, file: str, end_pos: int) -> None:
+        """Decide what a DDL statement means for the selected tables (:func:`~airflow_provider_binlog.extract.ddl.classify_ddl`).
+
+        Each decision goes to the task log and the manifest (``ddl``). A table the target cannot follow gets a
+        :class:`SchemaBarrier` at the statement: this window stages none of its later changes (unless a
+        snapshot ordered before the window covers the change), and the manifest lists it under
+        ``resnapshots``, which the window's commit records in the pipeline state.
+        """
+        effects = classify_ddl(text, schema, self.tables)
+        if not effects:
+            return
+        at = BinlogPosition(file, end_pos)
+        self.stats.ddl.append(
+            {
+                "gtid": self.txn.gtid,
+                "schema": schema,
+                "query": text[:STATEMENT_CHARS],
+                "file": file,
+                "pos": end_pos,
+                "effects": [{"table": e.table, "action": e.action, "reason": e.reason} for e in effects],
+            }
+        )
+        for effect in effects:
+            if effect.action != "resnapshot":
+                log.info(
+                    "window %s of %s: %s at %s (GTID %s): %s (%s)",
+                    self.window, self.pipeline, effect.table, at, self.txn.gtid, effect.action, effect.reason,
+                )  # fmt: skip
+                continue
+            cover = self.covers.get(effect.table)
+            covered = cover is not None and cover.seq < self.window and cover.start.key >= at.key
+            self.tables[effect.table].barriers.append(SchemaBarrier(at, covered=covered))
+            if covered:
+                log.info(
+                    "window %s of %s: %s at %s (GTID %s) needs a re-snapshot (%s); snapshot %s already read "
+                    "the table after it: the window stages only its later changes",
+                    self.window, self.pipeline, effect.table, at, self.txn.gtid, effect.reason, cover.seq,  # type: ignore[union-attr]
+                )  # fmt: skip
+                continue
+            self.stats.resnapshots.append(
+                {
+                    "table": effect.table,
+                    "since": {"file": file, "pos": end_pos},
+                    "gtid": self.txn.gtid,
+                    "reason": effect.reason,
+                    "statement": text[:STATEMENT_CHARS],
+                    "window": self.window,
+                }
+            )
+            log.warning(
+                "window %s of %s: %s at %s (GTID %s) cannot be followed from the binlog (%s): the table's "
+                "changes after it are not staged, and the snapshot task of the next run re-snapshots %s; "
+                "until that snapshot is merged the target shows the table as it was before this statement",
+                self.window, self.pipeline, effect.table, at, self.txn.gtid, effect.reason, effect.table,
+            )  # fmt: skip
 
     def _load_query(self, event: Any, file: str, end_pos: int) -> None:
         """Act on a statement-based ``LOAD DATA`` (an Execute_load_query event) like on any DML statement.
@@ -675,11 +761,11 @@ class WindowReader:
     def _rows(self, event: Any, file: str, end_pos: int) -> None:
         name = f"{event.schema}.{event.table}"
         target = self.tables.get(name)
-        if (
-            target is None
-            or name in self.stats.covered_tables
-            or (target.since is not None and (file_index(file), end_pos) <= target.since.key)
-        ):
+        if target is None or name in self.stats.covered_tables:
+            return
+        if not target.stages((file_index(file), end_pos)):
+            if target.barriers and (target.since is None or (file_index(file), end_pos) > target.since.key):
+                self._skip_for_schema_change(target, BinlogPosition(file, end_pos))
             return
         self.txn.open = True
         layout = self._layout(name, event.columns)
@@ -687,6 +773,17 @@ class WindowReader:
         self._add_rows(event, layout, target, file, end_pos)
         if self.txn.rows_in_memory >= SPILL_ROWS:
             self._spill()
+
+    def _skip_for_schema_change(self, target: TableTarget, at: BinlogPosition) -> None:
+        """Count a row event of ``target`` left out for a schema change; log the first one of each table."""
+        if not self.stats.schema_skipped_row_events[target.name]:
+            log.warning(
+                "window %s of %s: row changes of %s (first at %s) are not staged: schema change(s) at %s need a "
+                "re-snapshot of the table, which brings the table's rows as they are after the change(s) (see "
+                "docs/schema-changes.md)",
+                self.window, self.pipeline, target.name, at, ", ".join(str(b.since) for b in target.barriers),
+            )  # fmt: skip
+        self.stats.schema_skipped_row_events[target.name] += 1
 
     def _layout(self, table: str, columns: list[Any]) -> _Layout:
         known = self.layout_of_list.get(id(columns))

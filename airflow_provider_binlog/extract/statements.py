@@ -61,7 +61,7 @@ def written_tables(sql: str, default_schema: str | None) -> WrittenTables:
     schema = default_schema or ""
     load = _LOAD_DATA_INTO.match(sql)
     if load is not None:
-        return WrittenTables((_qualify_text(load.group(1), schema),))
+        return WrittenTables((qualify_name(load.group(1), schema),))
     # REPLACE writes the table INSERT would (sqlglot's mysql dialect reads REPLACE as an unparsed command).
     normalized = _VERB_MODIFIERS.sub(lambda m: m.group(1) + m.group(2), sql, count=1)
     normalized = re.sub(r"^(\s*)REPLACE\b", r"\1INSERT", normalized, count=1, flags=re.IGNORECASE)
@@ -143,7 +143,8 @@ def _qualify(table: Any, schema: str) -> str:
     return f"{table.db or schema}.{table.name}"
 
 
-def _qualify_text(name: str, schema: str) -> str:
+def qualify_name(name: str, schema: str) -> str:
+    """Return ``db.table`` of a table name as written in SQL (backquoted or not), ``schema`` when unqualified."""
     parts = [
         p.strip().strip("`").replace("``", "`") for p in re.split(r"\.(?=(?:[^`]*`[^`]*`)*[^`]*$)", name)
     ]

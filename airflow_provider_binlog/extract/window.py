@@ -79,6 +79,12 @@ def extract_window(
         does not log (:func:`~airflow_provider_binlog.operators.extract.cascading_keys`); recorded in the
         manifest under ``foreign_keys`` for the merge, which applies them.
 
+    DDL of selected tables is classified (:mod:`~airflow_provider_binlog.extract.ddl`): the manifest lists
+    each statement with its effect per table (``ddl``), the tables that need a re-snapshot from a point in
+    this window on (``resnapshots``, recorded in the state by the window's commit) and, per table, the row
+    events left out because of such a schema change (``schema_skipped_row_events``; see
+    :class:`~airflow_provider_binlog.extract.reader.SchemaBarrier`).
+
     :raises BinlogPurgedError: when the window start was purged.
     :raises UnsupportedEventError: on events that cannot be decoded without loss.
     :raises SourcePrivilegeError: when the source refuses the stream for a missing privilege (no retry;
@@ -139,6 +145,8 @@ def extract_window(
         "skipped_statements": stats.skipped_statements,
         "covered_tables": stats.covered_tables,
         FOREIGN_KEYS: [k.to_manifest() for k in foreign_keys],
+        "resnapshots": stats.resnapshots,
+        "schema_skipped_row_events": dict(sorted(stats.schema_skipped_row_events.items())),
         "stats": {
             "events": stats.events,
             "transactions": stats.transactions,

@@ -12,7 +12,10 @@ from airflow_provider_binlog.exceptions import MergeError, StateError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.positions import BinlogPosition
 from airflow_provider_binlog.state import (
+    STATEMENT_CHARS,
     PipelineState,
+    Position,
+    ResnapshotNeeded,
     StateManager,
     Window,
     state_summary,
@@ -38,6 +41,42 @@ def window_merged(
     except TableNotFoundError:
         return False
     return delta.transaction_version(window_app_id(pipeline, seq)) is not None
+
+
+def resnapshots_of(
+    manifest: dict[str, Any], window: Window, refused: dict[str, dict[str, Any]] | None = None
+) -> list[ResnapshotNeeded]:
+    """Return the state entries of the tables that need a re-snapshot after ``window``.
+
+    They are the tables its manifest lists under ``resnapshots`` (a schema change the binlog does not
+    carry, since that statement), and the tables whose merge of the window was ``refused`` (a type change
+    the Delta table cannot follow, see :func:`~airflow_provider_binlog.spark_jobs.merge.refused_tables`:
+    since the window's start, none of the window's changes of that table being in the target).
+    """
+    detected_at = str(manifest.get("created_at") or window.cut_at)
+    merge_refused = [
+        ResnapshotNeeded(
+            table=table,
+            since=window.start,
+            reason=f"the merge of window {window.seq} was refused: column {record['column']} {record['detail']}",
+            statement="",
+            window=window.seq,
+            detected_at=detected_at,
+        )
+        for table, record in sorted((refused or {}).items())
+    ]
+    return merge_refused + [
+        ResnapshotNeeded(
+            table=entry["table"],
+            since=Position(file=entry["since"]["file"], pos=entry["since"]["pos"]),
+            gtid=entry.get("gtid"),
+            reason=entry["reason"],
+            statement=entry["statement"][:STATEMENT_CHARS],
+            window=window.seq,
+            detected_at=detected_at,
+        )
+        for entry in manifest.get("resnapshots", [])
+    ]
 
 
 class BinlogCommitOperator(BaseOperator):
@@ -105,15 +144,33 @@ class BinlogCommitOperator(BaseOperator):
         manifest = read_manifest(window_dir)
         if manifest is None:
             raise StateError(f"the manifest of window {window.seq} is missing at {window.manifest_uri}")
-        self._verify_merged(manifest, window.seq)
-        changed = [table for table, entry in manifest["tables"].items() if entry["rows"]]
+        from airflow_provider_binlog.spark_jobs.merge import refused_tables
+        from airflow_provider_binlog.staging import uri_of
+
+        refused = refused_tables(uri_of(window_dir))
+        self._verify_merged(manifest, window.seq, refused)
+        changed = [
+            table for table, entry in manifest["tables"].items() if entry["rows"] and table not in refused
+        ]
+
+        needed = resnapshots_of(manifest, window, refused)
+        for entry in needed:
+            self.log.warning(
+                "%s waits for a re-snapshot since %s:%s (GTID %s, found by window %s): %s; the snapshot task of the "
+                "next run takes it",
+                entry.table, entry.since.file, entry.since.pos, entry.gtid, window.seq, entry.reason,
+            )  # fmt: skip
 
         def advance(current: PipelineState) -> PipelineState:
             last_commit_ts = manifest["stats"].get("last_commit_ts")
             marked = mark_window(current, window.seq, status="merged", last_commit_ts=last_commit_ts)
-            return marked.model_copy(
-                update={"checkpoint": advance_checkpoint(marked, marked.window(window.seq))}
-            ).with_target(target_root(self.target_path), changed)
+            return (
+                marked.model_copy(
+                    update={"checkpoint": advance_checkpoint(marked, marked.window(window.seq))}
+                )
+                .with_target(target_root(self.target_path), changed)
+                .with_resnapshots_needed(needed)
+            )
 
         from airflow_provider_binlog.state_history import StagedStateHistory
 
@@ -143,9 +200,9 @@ class BinlogCommitOperator(BaseOperator):
             checkpoint,
         )
 
-    def _verify_merged(self, manifest: dict[str, Any], seq: int) -> None:
+    def _verify_merged(self, manifest: dict[str, Any], seq: int, refused: dict[str, Any]) -> None:
         for table, entry in manifest["tables"].items():
-            if not entry["rows"]:
+            if not entry["rows"] or table in refused:
                 continue
             if not window_merged(self.target_path, table, self.pipeline, seq, self.storage_options):
                 raise MergeError(

@@ -103,7 +103,10 @@ class BinlogMergeOperator(SparkJobOperator):
 
         self.keys = parse_keys(self.keys)
         window = self._load_window()
-        changed = [table.name for table in window.tables if job.has_changes(table)]
+        refused = job.refused_tables(self.window_uri)
+        changed = [
+            table.name for table in window.tables if job.has_changes(table) and table.name not in refused
+        ]
         pending = [
             name for name in changed if not window_merged(self.target_path, name, self.pipeline, window.seq)
         ]
@@ -162,6 +165,10 @@ class BinlogMergeOperator(SparkJobOperator):
     def verify(self, window: StagedWindow) -> dict[str, Any]:
         """Check that every table of the window holds it; return the per-table summary.
 
+        A table whose merge the job refused for a schema change it cannot follow
+        (:func:`~airflow_provider_binlog.spark_jobs.merge.refused_tables`) is reported, not checked: the
+        window's commit records it as waiting for a re-snapshot.
+
         :param window: the staged window.
         :raises MergeError: if a table lacks the window's app transaction.
         """
@@ -170,9 +177,20 @@ class BinlogMergeOperator(SparkJobOperator):
         from airflow_provider_binlog.spark_jobs import merge as job
 
         tables: dict[str, dict[str, Any]] = {}
+        refused = job.refused_tables(self.window_uri)
         for staged in window.tables:
             if not job.has_changes(staged):
                 tables[staged.name] = {"rows_in_window": 0, "skipped": True}
+                continue
+            if staged.name in refused:
+                self.log.warning(
+                    "%s: window %s was not merged into it (the table waits for a re-snapshot): %s",
+                    staged.name, window.seq, refused[staged.name]["message"],
+                )  # fmt: skip
+                tables[staged.name] = {
+                    "rows_in_window": staged.rows,
+                    "refused": refused[staged.name]["detail"],
+                }
                 continue
             uri = job.table_uri(self.target_path, staged.name)
             if not DeltaTable.is_deltatable(uri):

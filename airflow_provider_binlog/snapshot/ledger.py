@@ -12,11 +12,12 @@ from typing import Literal
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError
 from airflow_provider_binlog.positions import BinlogPosition
 from airflow_provider_binlog.runs import HolderState, has_ended, never_ended
-from airflow_provider_binlog.state import Checkpoint, PipelineState, Position, Snapshot, now_iso
+from airflow_provider_binlog.state import Checkpoint, PipelineState, Position, Snapshot, covers, now_iso
 
 SnapshotMode = Literal["missing", "requested", "purged"]
 """Which tables a snapshot reads: ``missing`` those no snapshot of the pipeline has read (all of them for
-a new pipeline), ``requested`` the tables named, ``purged`` the tables named after the binlogs the
+a new pipeline) and those a schema change left waiting for a re-snapshot
+(:meth:`~airflow_provider_binlog.state.PipelineState.pending_resnapshots`), ``requested`` the tables named, ``purged`` the tables named after the binlogs the
 pipeline still needed were purged (the checkpoint then jumps to the snapshot's start)."""
 
 
@@ -84,7 +85,7 @@ def begin_snapshot(
         dag_id=dag_id,
         started_at=now_iso(),
         staging_uri=staging_uri(seq),
-        reason=_REASONS["initial" if new_pipeline else mode],
+        reason=_reason(state, chosen, mode, new_pipeline),
     )
     update: dict[str, object] = {"snapshots": [*state.snapshots, snapshot]}
     if mode == "purged":
@@ -115,10 +116,21 @@ _REASONS: dict[str, Literal["initial", "added", "requested", "purged"]] = {
 }
 
 
+def _reason(
+    state: PipelineState, chosen: Sequence[str], mode: SnapshotMode, new_pipeline: bool
+) -> Literal["initial", "added", "requested", "purged", "schema_change"]:
+    """Return the snapshot's reason: ``schema_change`` when every table it reads waits for a re-snapshot."""
+    pending = {r.table for r in state.pending_resnapshots()}
+    if mode == "missing" and not new_pipeline and set(chosen) <= pending:
+        return "schema_change"
+    return _REASONS["initial" if new_pipeline else mode]
+
+
 def _tables_for(state: PipelineState, tables: Sequence[str], mode: SnapshotMode) -> list[str]:
     if mode == "missing":
         covered = state.snapshotted_tables()
-        return [t for t in tables if t not in covered]
+        pending = {r.table for r in state.pending_resnapshots()}
+        return [t for t in tables if t not in covered or t in pending]
     if mode in ("requested", "purged"):
         return list(tables)
     raise BinlogConfigError(f"snapshot mode {mode!r} must be one of 'missing', 'requested', 'purged'")
@@ -141,6 +153,9 @@ def finish_snapshot(
 ) -> PipelineState:
     """Return ``state`` with snapshot ``seq`` marked ``merged`` now (its rows are verified in the target).
 
+    The entries of ``resnapshots_needed`` it covers (:func:`~airflow_provider_binlog.state.covers`: one of
+    its tables, ``since`` at or before its start, found by a window ordered before it) are cleared: the target holds the table as the source had it after the schema change.
+
     :param target: the target root it was merged into.
     :param written: the tables whose Delta tables hold its merge (none when every table was empty and
         no target table existed), recorded with the root (see
@@ -152,4 +167,7 @@ def finish_snapshot(
         else s
         for s in state.snapshots
     ]
-    return state.model_copy(update={"snapshots": snapshots}).with_target(target, written)
+    merged = next(s for s in snapshots if s.seq == seq)
+    needed = [r for r in state.resnapshots_needed if not covers(merged, r)]
+    update = {"snapshots": snapshots, "resnapshots_needed": needed}
+    return state.model_copy(update=update).with_target(target, written)

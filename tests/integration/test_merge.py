@@ -467,6 +467,33 @@ def test_column_missing_from_window_is_null_in_new_rows(spark, staging, target):
     ]
 
 
+def test_unfollowable_type_change_refuses_only_its_table(spark, staging, target):
+    narrow = pa.schema([("id", pa.int64()), ("qty", pa.int32())])
+    text = pa.schema([("id", pa.int64()), ("qty", pa.string())])
+    run_merge(
+        spark,
+        stage_window(staging, 1, {"shop.items": StagedTableSpec(narrow, [("c", {"id": 1, "qty": 1})])}),
+        target,
+    )
+    w2 = stage_window(
+        staging,
+        2,
+        {
+            "shop.items": StagedTableSpec(text, [("c", {"id": 2, "qty": "two"})]),
+            **orders([("c", order(1, "new", "1.00"))]),
+        },
+    )
+
+    summary = run_merge(spark, w2, target)
+
+    assert "refused" in summary["tables"]["shop.items"]
+    (refusal,) = merge.refused_tables(w2).values()
+    assert (refusal["table"], refusal["column"], refusal["window"]) == ("shop.items", "qty", 2)
+    assert "int32 to string" in refusal["detail"]
+    assert rows(read_table(target, "shop.items")) == [{"id": 1, "qty": 1}]  # untouched, waits for a snapshot
+    assert rows(read_table(target, "shop.orders")) == [{"id": 1, "status": "new", "amount": Decimal("1.00")}]
+
+
 def test_narrower_column_in_older_window_is_cast_up(spark, staging, target):
     wide = pa.schema([("id", pa.int64()), ("qty", pa.int64())])
     narrow = pa.schema([("id", pa.int64()), ("qty", pa.int32())])

@@ -10,7 +10,7 @@ from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyEr
 from airflow_provider_binlog.positions import BinlogPosition
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot
 from airflow_provider_binlog.snapshot.plan import Chunk, decode_value, encode_value
-from airflow_provider_binlog.state import PipelineState, StateManager
+from airflow_provider_binlog.state import PipelineState, Position, ResnapshotNeeded, StateManager
 from airflow_provider_binlog.windows import cut_window, mark_window
 
 HEAD = BinlogPosition("b.000002", 500, "0-1-10")
@@ -187,3 +187,88 @@ def test_a_finished_snapshot_records_only_the_tables_it_wrote_into_the_target() 
     assert (nothing.target, nothing.target_tables) == ("/t", [])
     loaded = finish_snapshot(state, snapshot.seq, rows=9, target="/t", written=TABLES)
     assert loaded.target_tables == TABLES
+
+
+def needed(table: str, pos: int, window: int = 1) -> ResnapshotNeeded:
+    return ResnapshotNeeded(
+        table=table,
+        since=Position(file="b.000002", pos=pos),
+        reason="ADD COLUMN c with DEFAULT 'x' fills existing rows",
+        statement="ALTER TABLE a ADD COLUMN c INT DEFAULT 1",
+        window=window,
+        detected_at="2026-01-01T00:00:00+00:00",
+    )
+
+
+def test_a_table_waiting_for_a_resnapshot_is_snapshotted_again_and_cleared_by_its_merge() -> None:
+    state, first = begin(fresh(), "r1")
+    assert first is not None
+    state = finish_snapshot(state, first.seq, 10, "/t", written=TABLES)
+    state = state.with_resnapshots_needed([needed("shop.a", 700)])
+    assert state.with_resnapshots_needed([needed("shop.a", 700)]) is state  # recorded once
+    assert [r.table for r in state.pending_resnapshots()] == ["shop.a"]
+    state, again = begin(state, "r2", head=BinlogPosition("b.000002", 800))
+    assert again is not None
+    assert again.tables == ["shop.a"]
+    assert again.reason == "schema_change"
+    assert state.pending_resnapshots() == []  # the running snapshot covers it
+    assert not state.inconsistencies()
+    state = finish_snapshot(state, again.seq, 10, "/t", written=again.tables)
+    assert state.resnapshots_needed == []
+    _, none = begin(state, "r3")
+    assert none is None
+
+
+def test_a_snapshot_that_started_before_the_schema_change_does_not_clear_it() -> None:
+    state, first = begin(fresh(), "r1")
+    assert first is not None
+    state = state.with_resnapshots_needed([needed("shop.a", 900), needed("shop.b", 100)])
+    state = finish_snapshot(state, first.seq, 10, "/t", written=TABLES)  # started at 500
+    assert [(r.table, r.since.pos) for r in state.resnapshots_needed] == [("shop.a", 900)]
+    assert state.covering_snapshot(state.resnapshots_needed[0]) is None
+
+
+def test_the_commit_records_what_the_manifest_found_and_the_merge_refused() -> None:
+    from airflow_provider_binlog.operators.commit import resnapshots_of
+
+    state, window, _ = cut_window(fresh(), run_id="r1", head=BinlogPosition("b.000002", 900))
+    manifest = {
+        "created_at": "2026-01-01T00:00:00+00:00",
+        "resnapshots": [
+            {
+                "table": "shop.a",
+                "since": {"file": "b.000002", "pos": 700},
+                "gtid": "0-1-9",
+                "reason": "RENAME COLUMN",
+                "statement": "ALTER TABLE a RENAME COLUMN x TO y",
+                "window": window.seq,
+            }
+        ],
+    }
+    refused = {"shop.b": {"table": "shop.b", "column": "qty", "detail": "changed type from int32 to string"}}
+    found = resnapshots_of(manifest, window, refused)
+    assert [(r.table, r.since.pos, r.window) for r in found] == [
+        ("shop.b", 500, window.seq),
+        ("shop.a", 700, window.seq),
+    ]
+    assert "qty" in found[0].reason
+    recorded = state.with_resnapshots_needed(found)
+    assert not recorded.inconsistencies()
+    assert json.loads(recorded.model_dump_json())["resnapshots_needed"][1]["gtid"] == "0-1-9"
+
+
+def test_a_snapshot_ordered_before_the_window_that_found_the_entry_does_not_cover_it() -> None:
+    state, first = begin(fresh(), "r1")  # started at 500
+    assert first is not None
+    state = finish_snapshot(state, first.seq, 10, "/t", written=TABLES)
+    state, window, _ = cut_window(state, run_id="r1", head=BinlogPosition("b.000002", 600))
+    # The merge refused the window, which starts where the snapshot did: the snapshot read none of its changes.
+    assert window.start.pos == 500
+    refused = needed("shop.a", 500, window=window.seq)
+    state = state.with_resnapshots_needed([refused])
+    assert state.covering_snapshot(refused) is None
+    assert [r.table for r in state.pending_resnapshots()] == ["shop.a"]
+    state, again = begin(state, "r2", head=BinlogPosition("b.000002", 800))
+    assert again is not None
+    assert again.tables == ["shop.a"]
+    assert finish_snapshot(state, again.seq, 10, "/t", written=again.tables).resnapshots_needed == []

@@ -1,0 +1,278 @@
+"""Decide what a DDL statement of the binlog means for the selected tables.
+
+A row-based binlog carries DDL as SQL text (a query event) and row images only for rows that statements
+change afterwards. Some schema changes the target can follow from that alone; for others the binlog does
+not carry what the target needs (the value an ``ADD COLUMN ... DEFAULT`` gives every existing row, the
+values of a renamed column in rows no later statement touches, the rows a ``TRUNCATE`` removed). Each
+statement is parsed with sqlglot's ``mysql`` dialect and every selected table it touches gets one
+:data:`DdlAction`:
+
+* ``ignore``: nothing a row of the target shows changes (indexes, keys other than the primary key,
+  foreign keys, comments, engine and other table options, a column's default for later inserts, triggers,
+  views, routines, users, grants, ``ANALYZE``/``OPTIMIZE``/``CHECK``).
+* ``follow``: the row images that follow carry everything: ``ADD COLUMN`` that is nullable with no
+  default (or ``DEFAULT NULL``), not generated, not ``AUTO_INCREMENT`` and not a ``TIMESTAMP`` (which
+  MySQL may make ``NOT NULL DEFAULT CURRENT_TIMESTAMP`` implicitly); ``DROP COLUMN``; ``MODIFY`` and
+  ``CHANGE`` that keep the column's name (the merge follows the new type, see ``docs/schema-changes.md``).
+* ``resnapshot``: the binlog does not carry what the target needs: every other ``ADD COLUMN``, ``CHANGE``
+  or ``RENAME COLUMN`` that renames, primary key changes, ``CONVERT TO CHARACTER SET``, a ``CREATE TABLE``
+  of a selected name (also ``LIKE`` and ``AS SELECT``), a ``RENAME TABLE`` whose destination is selected,
+  ``TRUNCATE`` and ``DROP TABLE`` (the table's rows all change at once without row events; a re-snapshot is
+  exact in its end state), and anything that cannot be parsed or is not known to be harmless while it names
+  a selected table. The rule over-approximates: an extra snapshot costs time, a missed one loses rows.
+
+Names are matched case-insensitively (``lower_case_table_names`` differs between servers; a false match
+costs one snapshot). Unqualified names take the statement's default database (the ``db`` of its query
+event, MySQL manual "Query_log_event").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+DdlAction = Literal["ignore", "follow", "resnapshot"]
+
+_IDENT = r"(?:`(?:[^`]|``)+`|[\w$]+)"
+_NAME = rf"{_IDENT}(?:\s*\.\s*{_IDENT})?"
+_RENAME_TABLE = re.compile(r"^\s*RENAME\s+TABLES?\s+(.*)$", re.IGNORECASE | re.DOTALL)
+_RENAME_PAIR = re.compile(rf"^\s*({_NAME})\s+TO\s+({_NAME})\s*$", re.IGNORECASE | re.DOTALL)
+_HARMLESS = re.compile(
+    r"^\s*(?:"
+    r"(?:CREATE|DROP|ALTER)\s+(?:OR\s+REPLACE\s+)?(?:DEFINER\s*=\s*\S+\s+)?(?:SQL\s+SECURITY\s+\w+\s+)?"
+    r"(?:ALGORITHM\s*=\s*\w+\s+)?(?:TRIGGER|VIEW|PROCEDURE|FUNCTION|EVENT|USER|ROLE|SERVER|SEQUENCE)\b"
+    r"|(?:CREATE|ALTER)\s+(?:DATABASE|SCHEMA)\b"
+    r"|(?:GRANT|REVOKE|ANALYZE|OPTIMIZE|CHECK|FLUSH|SET|INSTALL|UNINSTALL|CHECKSUM)\b"
+    r")",
+    re.IGNORECASE,
+)
+"""Statements that change no row of any table: triggers, views, routines, events, users, grants, maintenance.
+
+``CREATE/ALTER DATABASE`` change only defaults for later tables (``DROP DATABASE`` drops every table of the
+database). ``OPTIMIZE`` rebuilds a table with the same rows. Checked before parsing: sqlglot does not parse
+every form (``CREATE DEFINER=... TRIGGER`` as MariaDB logs it)."""
+_IGNORED_ACTIONS = frozenset({"AddConstraint", "AlterColumn", "ForceProperty", "AlterIndex", "AlterSortKey"})
+"""ALTER TABLE actions that change no value: indexes, keys and constraints, a column's default, a rebuild."""
+_IGNORED_DROPS = frozenset({"INDEX", "KEY", "FOREIGN KEY", "CONSTRAINT", "CHECK"})
+
+
+@dataclass(frozen=True)
+class DdlEffect:
+    """What one DDL statement does to one selected table.
+
+    :param table: the selected table, ``db.table`` as the pipeline names it.
+    :param action: see :data:`DdlAction`.
+    :param reason: why, in a few words (for the task log and the manifest).
+    """
+
+    table: str
+    action: DdlAction
+    reason: str
+
+
+def classify_ddl(sql: str, default_schema: str | None, selected: Iterable[str]) -> list[DdlEffect]:
+    """Return the effect of the DDL statement ``sql`` on each of the ``selected`` tables it touches.
+
+    :param sql: one statement as logged in a query event.
+    :param default_schema: the session's default database when it ran (``''`` or None for none).
+    :param selected: ``db.table`` names of the tables the pipeline captures.
+    :returns: one effect per selected table the statement touches (``ignore`` ones included), sorted by
+        table; empty when it touches none. A statement that cannot be parsed touches every selected table
+        whose name appears in its text, with action ``resnapshot``.
+    """
+    by_lower = {name.lower(): name for name in selected}
+    found = _effects(sql, default_schema or "")
+    if found is None:
+        return _unparsed(sql, by_lower)
+    effects: dict[str, DdlEffect] = {}
+    for name, action, reason in found:
+        lower = name.lower()
+        if lower.endswith(".*"):  # every table of a database
+            tables = [t for n, t in by_lower.items() if n.split(".", 1)[0] == lower[:-2]]
+        else:
+            tables = [by_lower[lower]] if lower in by_lower else []
+        for table in tables:
+            known = effects.get(table)
+            if known is None or _RANK[action] > _RANK[known.action]:
+                effects[table] = DdlEffect(table, action, reason)
+    return [effects[t] for t in sorted(effects)]
+
+
+_RANK = {"ignore": 0, "follow": 1, "resnapshot": 2}
+_Found = list[tuple[str, DdlAction, str]]
+
+
+def _effects(sql: str, schema: str) -> _Found | None:
+    """Return ``[(db.table, action, reason)]`` for every table the statement names, None when unparsed."""
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import SqlglotError
+
+    if (rename := _RENAME_TABLE.match(sql)) is not None:
+        return _rename_tables(rename.group(1), schema)
+    if _HARMLESS.match(sql):
+        return []
+    try:
+        statements = [s for s in sqlglot.parse(sql, read="mysql") if s is not None]
+    except SqlglotError:
+        return None
+    if len(statements) != 1:
+        return None
+    statement = statements[0]
+    if isinstance(statement, exp.Alter) and str(statement.args.get("kind") or "").upper() == "TABLE":
+        return _alter(statement, schema)
+    if isinstance(statement, exp.TruncateTable):
+        return [
+            (_qualify(t, schema), "resnapshot", "TRUNCATE TABLE removed every row")
+            for t in statement.expressions
+        ]
+    if isinstance(statement, exp.Drop):
+        return _drop(statement, schema)
+    if isinstance(statement, exp.Create):
+        return _create(statement, schema)
+    return None
+
+
+def _alter(statement: Any, schema: str) -> _Found:
+    """Return the effect of ``ALTER TABLE`` on its table (the strongest of its actions)."""
+    from sqlglot import exp
+
+    table = _qualify(statement.this, schema)
+    actions = list(statement.args.get("actions") or [])
+    found: _Found = [(table, "ignore", "table options only")] if not actions else []
+    for action in actions:
+        kind = type(action).__name__
+        if isinstance(action, exp.ColumnDef):
+            found.append((table, *_added_column(action)))
+        elif isinstance(action, exp.ModifyColumn):
+            renamed_from = action.args.get("rename_from")
+            new_name = action.this.name if isinstance(action.this, exp.ColumnDef) else ""
+            if renamed_from is not None and renamed_from.name.lower() != new_name.lower():
+                found.append(
+                    (table, "resnapshot", f"CHANGE renames column {renamed_from.name} to {new_name}")
+                )
+            else:
+                found.append((table, "follow", f"MODIFY/CHANGE of column {new_name} keeps its name"))
+        elif isinstance(action, exp.RenameColumn):
+            found.append((table, "resnapshot", "RENAME COLUMN"))
+        elif isinstance(action, exp.Drop):
+            what = str(action.args.get("kind") or "").upper()
+            if what == "COLUMN":
+                found.append((table, "follow", "DROP COLUMN"))
+            elif what in _IGNORED_DROPS:
+                found.append((table, "ignore", f"DROP {what}"))
+            else:
+                found.append((table, "resnapshot", f"DROP {what or '?'}"))
+        elif isinstance(action, exp.AlterRename):
+            destination = _qualify(action.this, schema)
+            found.append((table, "resnapshot", f"renamed to {destination}"))
+            found.append((destination, "resnapshot", f"renamed from {table}"))
+        elif kind == "AddConstraint" and action.find(exp.PrimaryKey) is not None:
+            found.append((table, "resnapshot", "primary key added"))
+        elif kind in _IGNORED_ACTIONS:
+            found.append((table, "ignore", kind))
+        else:
+            found.append((table, "resnapshot", f"ALTER TABLE action {kind} is not known to keep every value"))
+    return found
+
+
+def _added_column(column: Any) -> tuple[DdlAction, str]:
+    """Return whether an added column can be followed: its value in existing rows must be NULL."""
+    from sqlglot import exp
+
+    name = column.name
+    for constraint in column.find_all(exp.ColumnConstraint):
+        kind = constraint.args.get("kind")
+        if isinstance(kind, exp.DefaultColumnConstraint) and not isinstance(kind.this, exp.Null):
+            return (
+                "resnapshot",
+                f"ADD COLUMN {name} with DEFAULT {kind.this.sql('mysql')} fills existing rows",
+            )
+        if isinstance(kind, exp.NotNullColumnConstraint) and not kind.args.get("allow_null"):
+            return "resnapshot", f"ADD COLUMN {name} NOT NULL fills existing rows with its implicit default"
+        if isinstance(kind, (exp.ComputedColumnConstraint, exp.GeneratedAsIdentityColumnConstraint)):
+            return "resnapshot", f"ADD COLUMN {name} is generated from other columns"
+        if isinstance(kind, exp.AutoIncrementColumnConstraint):
+            return "resnapshot", f"ADD COLUMN {name} AUTO_INCREMENT numbers existing rows"
+    data_type = column.args.get("kind")
+    explicit_null = any(
+        isinstance(c.args.get("kind"), exp.NotNullColumnConstraint) and c.args["kind"].args.get("allow_null")
+        for c in column.find_all(exp.ColumnConstraint)
+    )
+    if (
+        isinstance(data_type, exp.DataType)
+        and data_type.is_type("timestamp", "timestamptz", "timestampltz")
+        and not explicit_null
+    ):
+        return (
+            "resnapshot",
+            f"ADD COLUMN {name} TIMESTAMP may get an implicit NOT NULL DEFAULT CURRENT_TIMESTAMP",
+        )
+    return "follow", f"ADD COLUMN {name} is NULL in existing rows"
+
+
+def _drop(statement: Any, schema: str) -> _Found:
+    what = str(statement.args.get("kind") or "").upper()
+    if statement.args.get("temporary"):
+        return []
+    if what == "TABLE":
+        return [
+            (_qualify(t, schema), "resnapshot", "DROP TABLE removed every row")
+            for t in statement.args["tables"]
+        ]
+    if what in ("DATABASE", "SCHEMA"):
+        return [
+            (f"{t.name}.*", "resnapshot", f"DROP {what} removed every table")
+            for t in statement.args["tables"]
+        ]
+    return []
+
+
+def _create(statement: Any, schema: str) -> _Found:
+    from sqlglot import exp
+
+    what = str(statement.args.get("kind") or "").upper()
+    if what != "TABLE":
+        return []
+    properties = statement.args.get("properties")
+    if properties is not None and any(isinstance(p, exp.TemporaryProperty) for p in properties.expressions):
+        return []
+    target = statement.this.this if isinstance(statement.this, exp.Schema) else statement.this
+    return [(_qualify(target, schema), "resnapshot", "CREATE TABLE of a selected name")]
+
+
+def _rename_tables(pairs: str, schema: str) -> _Found | None:
+    """Return the effects of ``RENAME TABLE a TO b, c TO d``: every source and destination is re-snapshotted.
+
+    A source no longer exists afterwards (as after ``DROP TABLE``); a destination holds another table's rows.
+    """
+    from airflow_provider_binlog.extract.statements import qualify_name
+
+    found: _Found = []
+    for pair in re.split(r",(?=(?:[^`]*`[^`]*`)*[^`]*$)", pairs):
+        match = _RENAME_PAIR.match(pair)
+        if match is None:
+            return None
+        source, destination = qualify_name(match.group(1), schema), qualify_name(match.group(2), schema)
+        found.append((source, "resnapshot", f"RENAME TABLE {source} TO {destination} removed it"))
+        found.append((destination, "resnapshot", f"RENAME TABLE {source} TO {destination} replaced it"))
+    return found
+
+
+def _unparsed(sql: str, by_lower: dict[str, str]) -> list[DdlEffect]:
+    """Return ``resnapshot`` for every selected table whose name appears in a statement that was not parsed."""
+    text = sql.lower()
+    touched = sorted(
+        table
+        for lower, table in by_lower.items()
+        if re.search(rf"(?<![\w$]){re.escape(lower.split('.', 1)[1])}(?![\w$])", text)
+    )
+    return [
+        DdlEffect(t, "resnapshot", "the statement could not be parsed and names the table") for t in touched
+    ]
+
+
+def _qualify(table: Any, schema: str) -> str:
+    return f"{table.db or schema}.{table.name}"

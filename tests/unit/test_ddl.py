@@ -1,0 +1,173 @@
+"""What a DDL statement of the binlog means for the selected tables (``extract/ddl.py``)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_binlog.extract.ddl import classify_ddl
+
+SELECTED = ["shop.orders", "shop.items", "shop._orders_new", "other.orders"]
+DEBEZIUM = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "debezium_ddl"
+
+
+def effects(sql: str, schema: str = "shop") -> dict[str, str]:
+    return {e.table: e.action for e in classify_ddl(sql, schema, SELECTED)}
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE orders ADD INDEX i (a)",
+        "ALTER TABLE orders ADD UNIQUE KEY k (a, b)",
+        "ALTER TABLE orders DROP INDEX k",
+        "ALTER TABLE orders DROP KEY k",
+        "ALTER TABLE orders DROP FOREIGN KEY fk",
+        "ALTER TABLE orders ADD CONSTRAINT fk FOREIGN KEY (a) REFERENCES items (id)",
+        "ALTER TABLE orders ENGINE=InnoDB",
+        "ALTER TABLE orders COMMENT = 'x'",
+        "ALTER TABLE orders AUTO_INCREMENT = 101",
+        "ALTER TABLE orders FORCE",
+        "ALTER TABLE orders ALTER COLUMN c SET DEFAULT 5",
+        "ALTER TABLE orders ALTER COLUMN c DROP DEFAULT",
+        "ALTER TABLE `shop`.`orders` ADD INDEX i (a), ALGORITHM=INPLACE, LOCK=NONE",
+    ],
+)
+def test_changes_that_keep_every_value_are_ignored(sql: str) -> None:
+    assert effects(sql) == {"shop.orders": "ignore"}
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE orders ADD COLUMN c INT",
+        "ALTER TABLE orders ADD COLUMN c INT NULL AFTER b",
+        "ALTER TABLE orders ADD COLUMN c INT DEFAULT NULL FIRST",
+        "ALTER TABLE orders ADD c VARCHAR(10) CHARACTER SET latin1 COLLATE latin1_bin NULL COMMENT 'x'",
+        "ALTER TABLE orders ADD COLUMN c TIMESTAMP NULL",
+        "ALTER TABLE orders DROP COLUMN c",
+        "ALTER TABLE orders DROP c, ADD INDEX i (a)",
+        "ALTER TABLE orders MODIFY c BIGINT",
+        "ALTER TABLE orders MODIFY COLUMN c BIGINT NOT NULL",
+        "ALTER TABLE orders CHANGE c c BIGINT",
+        "ALTER TABLE orders CHANGE COLUMN `c` `C` DECIMAL(12, 4)",
+    ],
+)
+def test_changes_the_row_images_carry_are_followed(sql: str) -> None:
+    assert effects(sql) == {"shop.orders": "follow"}
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE orders ADD COLUMN c VARCHAR(10) DEFAULT 'dflt'",
+        "ALTER TABLE orders ADD COLUMN c INT NOT NULL",
+        "ALTER TABLE orders ADD COLUMN c INT NOT NULL DEFAULT 0 AFTER id",
+        "ALTER TABLE orders ADD COLUMN c TIMESTAMP",
+        "ALTER TABLE orders ADD COLUMN g INT AS (a + 1) VIRTUAL",
+        "ALTER TABLE orders ADD COLUMN g INT GENERATED ALWAYS AS (a * 2) STORED",
+        "ALTER TABLE orders ADD COLUMN n INT AUTO_INCREMENT, ADD KEY (n)",
+        "ALTER TABLE orders ADD COLUMN c INT, ADD COLUMN d INT DEFAULT 1",
+        "ALTER TABLE orders CHANGE COLUMN c c_renamed VARCHAR(10)",
+        "ALTER TABLE orders RENAME COLUMN a TO b",
+        "ALTER TABLE orders ADD PRIMARY KEY (a)",
+        "ALTER TABLE orders DROP PRIMARY KEY",
+        "ALTER TABLE orders CONVERT TO CHARACTER SET utf8mb4",
+        "ALTER TABLE orders ADD COLUMN (a INT, b INT)",
+        "ALTER TABLE orders TRUNCATE PARTITION p0",
+        "ALTER TABLE orders DROP PARTITION p0",
+        "TRUNCATE TABLE orders",
+        "TRUNCATE shop.orders",
+        "CREATE TABLE orders (id INT PRIMARY KEY)",
+        "CREATE TABLE orders LIKE items",
+        "CREATE TABLE orders AS SELECT * FROM items",
+    ],
+)
+def test_changes_the_binlog_does_not_carry_need_a_resnapshot(sql: str) -> None:
+    assert effects(sql)["shop.orders"] == "resnapshot"
+
+
+def test_drop_table_and_drop_database_touch_every_named_table() -> None:
+    assert effects("DROP TABLE IF EXISTS orders, other.orders") == {
+        "shop.orders": "resnapshot",
+        "other.orders": "resnapshot",
+    }
+    assert set(effects("DROP DATABASE shop")) == {"shop.orders", "shop.items", "shop._orders_new"}
+
+
+def test_online_schema_change_cut_over_resnapshots_both_names() -> None:
+    found = effects(
+        "RENAME TABLE `shop`.`orders` TO `shop`.`_orders_old`, `shop`.`_orders_new` TO `shop`.`orders`"
+    )
+    assert found == {"shop.orders": "resnapshot", "shop._orders_new": "resnapshot"}
+    assert effects("ALTER TABLE items RENAME TO orders") == {
+        "shop.items": "resnapshot",
+        "shop.orders": "resnapshot",
+    }
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "CREATE TEMPORARY TABLE orders (a INT)",
+        "DROP TEMPORARY TABLE orders",
+        "CREATE INDEX i ON orders (a)",
+        "CREATE DEFINER=`root`@`127.0.0.1` TRIGGER `pt_osc_shop_orders_ins` AFTER INSERT ON `shop`.`orders` FOR EACH ROW "
+        "REPLACE INTO _orders_new (id) VALUES (NEW.id)",
+        "DROP TRIGGER IF EXISTS `shop`.`pt_osc_shop_orders_del`",
+        "CREATE OR REPLACE VIEW v AS SELECT * FROM orders",
+        "GRANT SELECT ON shop.orders TO 'u'@'%'",
+        "ANALYZE TABLE orders",
+        "OPTIMIZE TABLE orders",
+        "ALTER TABLE unselected ADD COLUMN c INT DEFAULT 1",
+        "CREATE DATABASE shop2",
+    ],
+)
+def test_statements_that_change_no_selected_row_have_no_effect(sql: str) -> None:
+    assert effects(sql) == {}
+
+
+def test_names_match_case_insensitively_and_take_the_default_database() -> None:
+    assert effects("ALTER TABLE `ORDERS` ADD COLUMN c INT DEFAULT 1", schema="SHOP") == {
+        "shop.orders": "resnapshot"
+    }
+    assert effects("ALTER TABLE orders ADD COLUMN c INT DEFAULT 1", schema="other") == {
+        "other.orders": "resnapshot"
+    }
+
+
+def test_an_unparsed_statement_resnapshots_every_selected_table_it_names() -> None:
+    found = classify_ddl("ALTER TABLE orders FROBNICATE everything", "shop", SELECTED)
+    assert {e.table for e in found} == {"shop.orders", "other.orders"}
+    assert {e.action for e in found} == {"resnapshot"}
+    assert classify_ddl("FROBNICATE items_archive", "shop", SELECTED) == []
+
+
+def test_the_strongest_action_of_a_statement_wins() -> None:
+    assert effects("ALTER TABLE orders ADD INDEX i (a), ADD COLUMN c INT, DROP COLUMN d") == {
+        "shop.orders": "follow"
+    }
+    assert effects("ALTER TABLE orders ADD COLUMN c INT, RENAME COLUMN a TO b") == {
+        "shop.orders": "resnapshot"
+    }
+
+
+@pytest.mark.skipif(not DEBEZIUM.exists(), reason=f"{DEBEZIUM} is absent (shared reference data)")
+def test_debezium_ddl_corpus_classifies_without_errors() -> None:
+    """Every statement of Debezium's MySQL DDL test scripts gets a decision (no exception, no empty reason)."""
+    statements = [
+        s.strip()
+        for script in sorted(DEBEZIUM.glob("*.sql"))
+        for s in re.split(r";\s*\n", script.read_text() + "\n")
+        if s.strip() and not all(line.strip().startswith("--") or not line.strip() for line in s.splitlines())
+    ]
+    assert len(statements) > 100
+    decided = 0
+    for sql in statements:
+        names = re.findall(r"(?i)(?:TABLE|INTO)\s+`?(\w+)`?", sql)
+        found = classify_ddl(sql, "db", [f"db.{n}" for n in names])
+        assert all(e.reason for e in found)
+        decided += bool(found)
+    assert decided > 50
