@@ -217,6 +217,7 @@ class TableTarget:
         (:mod:`airflow_provider_binlog.spark_jobs.cascades`).
         """
         return [*self.primary_key, *(c for c in self.referenced if c not in self.primary_key)]
+
     barriers: list[SchemaBarrier] = field(default_factory=list)
 
     def stages(self, key: tuple[int, int]) -> bool:

@@ -1604,7 +1604,12 @@ def merge_table(
             high_water = dt.transaction_version(pipeline_app_id(pipeline))
             newest = high_water is None or seq > high_water
             change = plan_schema_change(
-                delta_arrow_schema(dt), wanted, staged.name, pipeline=pipeline, newest=newest, snapshot=staged.refresh
+                delta_arrow_schema(dt),
+                wanted,
+                staged.name,
+                pipeline=pipeline,
+                newest=newest,
+                snapshot=staged.refresh,
             )
             if change.retyped:
                 retype_table(spark, dt, uri, change, keys, pipeline=pipeline, seq=seq)
