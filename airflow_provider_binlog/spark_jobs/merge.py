@@ -651,19 +651,11 @@ class SchemaChange:
     :param metadata: column metadata to update, by column name.
     :param widened: columns whose stored type must widen, by the table's column name, with the field (wider
         type and its metadata, the table's spelling of the name) the table rewrite gives them.
-    :param replaced: columns of a snapshot merge whose type changed in a way a window could not follow, with
-        the field the table rewrite gives them (their old values are placeholders the snapshot replaces).
     """
 
     new_fields: list[pa.Field] = field(default_factory=list)
     metadata: dict[str, dict[str, str]] = field(default_factory=dict)
     widened: dict[str, pa.Field] = field(default_factory=dict)
-    replaced: dict[str, pa.Field] = field(default_factory=dict)
-
-    @property
-    def retyped(self) -> dict[str, pa.Field]:
-        """Return every column whose stored type the table rewrite changes (widened and replaced)."""
-        return {**self.widened, **self.replaced}
 
 
 _FRACTION_DIGITS_RE = re.compile(r"(datetime|timestamp|time)(?:\((\d)\))?")
@@ -755,7 +747,6 @@ def plan_schema_change(
     *,
     pipeline: str,
     newest: bool = True,
-    snapshot: bool = False,
 ) -> SchemaChange:
     """Compare a table's schema with the one a window needs.
 
@@ -769,9 +760,9 @@ def plan_schema_change(
       are cast up when read. A narrowing MODIFY records the column's new MySQL type (newest window only);
     - equal stored types with another MySQL type (VARCHAR(10) -> VARCHAR(20), DATETIME -> DATETIME(6))
       change only the column metadata;
-    - anything else raises :class:`UnfollowableSchemaChange` (see :func:`_unfollowable_reason`), except in
-      a snapshot merge: a snapshot holds every live row, so the column is planned as replaced
-      (:attr:`SchemaChange.replaced`) and takes the snapshot's type.
+    - anything else raises :class:`UnfollowableSchemaChange` (see :func:`_unfollowable_reason`). A snapshot
+      merge does not come here when a column changed: it replaces the table's schema
+      (:func:`replaced_columns`).
 
     :param current: the table's schema (Arrow, with metadata).
     :param wanted: the schema the window needs (:func:`target_schema`).
@@ -779,8 +770,6 @@ def plan_schema_change(
     :param pipeline: the pipeline merging the table, for messages.
     :param newest: whether the window is newer than every window merged into the table, so that it may
         carry a MODIFY (an older window narrower than the table was staged before a widening).
-    :param snapshot: whether the window is a snapshot of the whole table (a re-snapshot after a change
-        that raised :class:`UnfollowableSchemaChange`).
     :raises UnfollowableSchemaChange: naming the column and both types, if a type change cannot be followed.
     """
     change = SchemaChange()
@@ -793,9 +782,6 @@ def plan_schema_change(
             change.new_fields.append(f.with_nullable(True))
             continue
         reason = _unfollowable_reason(have, f, newest=newest)
-        if reason is not None and snapshot:
-            change.replaced[have.name] = f.with_name(have.name).with_nullable(True)
-            continue
         if reason is not None:
             raise UnfollowableSchemaChange(
                 pipeline=pipeline,
@@ -1609,11 +1595,10 @@ def merge_table(
                 staged.name,
                 pipeline=pipeline,
                 newest=newest,
-                snapshot=staged.refresh,
             )
-            if change.retyped:
+            if change.widened:
                 retype_table(spark, dt, uri, change, keys, pipeline=pipeline, seq=seq)
-                widened = sorted(change.retyped)
+                widened = sorted(change.widened)
             apply_schema_change(dt, change, update_metadata=newest)
             dt.update_incremental()
     result = _rewrite_buckets(
@@ -1636,12 +1621,10 @@ def retype_table(
     pipeline: str,
     seq: int,
 ) -> None:
-    """Rewrite every row of a table with the column types ``change.retyped`` gives them, in one Delta commit.
+    """Rewrite every row of a table with the wider column types ``change.widened`` gives them, in one commit.
 
     deltalake has no type widening in place, so every data file is read, widened columns are cast to their
-    wider types (lossless, :func:`is_lossless_widening`), replaced columns (a snapshot merge after a change a
-    window could not follow) are cast where Spark can (``try_cast``, else null: placeholders, since the
-    snapshot gives every live row its value), the buckets are computed again (a key column's hash form may
+    wider types (lossless, :func:`is_lossless_widening`), the buckets are computed again (a key column's hash form may
     change, e.g. INT -> DECIMAL) and new files written. One commit replaces all files and the schema:
     ``create_write_transaction`` in ``overwrite`` mode writes a ``metaData`` action with the new schema and
     keeps the table's id, name, partitioning and configuration (owner, buckets, key); app transactions
@@ -1653,7 +1636,7 @@ def retype_table(
     :param spark: the session.
     :param dt: the table, at the version the merge read.
     :param uri: table location.
-    :param change: the plan from :func:`plan_schema_change` (its ``widened`` and ``replaced`` columns).
+    :param change: the plan from :func:`plan_schema_change` (its ``widened`` columns).
     :param keys: key columns (the table's spelling).
     :param pipeline: pipeline name (commit info).
     :param seq: sequence number of the window that needs the new types (commit info, file names).
@@ -1664,7 +1647,7 @@ def retype_table(
 
     started = time.monotonic()
     old_schema = delta_arrow_schema(dt)
-    new_schema = pa.schema([change.retyped.get(f.name, f) for f in old_schema])
+    new_schema = pa.schema([change.widened.get(f.name, f) for f in old_schema])
     old_data = pa.schema([f for f in old_schema if f.name != BUCKET_COLUMN])
     new_data = pa.schema([f for f in new_schema if f.name != BUCKET_COLUMN])
     by_lower = {f.name.lower(): f for f in new_data}
@@ -1673,11 +1656,8 @@ def retype_table(
     removed = current_files(dt, range(buckets))
     placed: list[PlacedFile] = []
     if removed:
-        casts = {
-            f.name: col(f.name).try_cast if f.name in change.replaced else col(f.name).cast for f in new_data
-        }
         rows = read_data_files(spark, uri, removed, old_data).select(
-            *[casts[f.name](spark_type(f.type)).alias(f.name) for f in new_data]
+            *[col(f.name).cast(spark_type(f.type)).alias(f.name) for f in new_data]
         )
         rows = rows.withColumn(BUCKET_COLUMN, bucket_of(key_fields, buckets))
         placed = write_bucket_files(
@@ -1687,12 +1667,9 @@ def retype_table(
     info = {
         "binlog.pipeline": pipeline,
         "binlog.window": seq,
-        **{
-            f"binlog.{kind}": json.dumps(
-                {name: f"{old_schema.field(name).type} -> {f.type}" for name, f in columns.items()}
-            )
-            for kind, columns in (("widened", change.widened), ("replaced", change.replaced))
-        },
+        "binlog.widened": json.dumps(
+            {name: f"{old_schema.field(name).type} -> {f.type}" for name, f in change.widened.items()}
+        ),
         "binlog.files_removed": len(removed),
         "binlog.files_added": len(placed),
     }
@@ -1712,10 +1689,9 @@ def retype_table(
         raise
     dt.update_incremental()
     log.info(
-        "%s: widened %s and replaced %s for window %d by rewriting %d files into %d in %.1f s (version %d)",
+        "%s: widened %s for window %d by rewriting %d files into %d in %.1f s (version %d)",
         uri,
         info["binlog.widened"],
-        info["binlog.replaced"],
         seq,
         len(removed),
         len(placed),
