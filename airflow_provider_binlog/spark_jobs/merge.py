@@ -1282,30 +1282,26 @@ def validate_data_file(fs: pafs.FileSystem, path: str, schema: pa.Schema) -> pq.
 
 
 def file_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> str:
-    """Return Delta file statistics (JSON) from a Parquet footer.
+    """Return Delta file statistics (JSON) from a Parquet footer: ``numRecords`` and ``nullCount``.
 
-    Always ``numRecords``; ``nullCount`` where every row group has statistics; ``minValues`` and
-    ``maxValues`` for integer columns only (their footer statistics are exact).
+    ``nullCount`` holds every column whose row groups all carry a null count. No ``minValues`` or
+    ``maxValues`` are written, on purpose: the Delta protocol lets a writer leave out any column's min
+    and max ("Per-file Statistics" in PROTOCOL.md), but deltalake (delta-rs, 1.x) turns every column
+    missing from a present ``minValues``/``maxValues`` into a ``column >= null`` / ``column <= null``
+    guarantee of the file's pyarrow fragment, and pyarrow then drops the file for any ``==``,
+    ``isin`` or range filter on that column (delta-io/delta-rs#3173, #3032). Complete min/max for every
+    type (truncated strings, NaN floats, millisecond timestamps, all-null columns) cannot be had
+    exactly from footers, so no file of ours carries any.
 
     :param metadata: the file's footer.
-    :param schema: the file's Arrow schema (storage types).
+    :param schema: the file's Arrow schema (storage types), in footer column order.
     """
     null_count: dict[str, int] = {}
-    min_values: dict[str, int] = {}
-    max_values: dict[str, int] = {}
     for i, f in enumerate(schema):
         chunks = [metadata.row_group(r).column(i).statistics for r in range(metadata.num_row_groups)]
-        if not chunks or any(s is None or not s.has_null_count for s in chunks):
-            continue
-        null_count[f.name] = sum(s.null_count for s in chunks if s is not None)
-        if pa.types.is_integer(f.type) and all(s is not None and s.has_min_max for s in chunks):
-            min_values[f.name] = min(int(s.min) for s in chunks if s is not None)
-            max_values[f.name] = max(int(s.max) for s in chunks if s is not None)
-    stats: dict[str, Any] = {"numRecords": metadata.num_rows, "nullCount": null_count}
-    if min_values:
-        stats["minValues"] = min_values
-        stats["maxValues"] = max_values
-    return json.dumps(stats)
+        if chunks and all(s is not None and s.has_null_count for s in chunks):
+            null_count[f.name] = sum(s.null_count for s in chunks if s is not None)
+    return json.dumps({"numRecords": metadata.num_rows, "nullCount": null_count})
 
 
 @dataclass

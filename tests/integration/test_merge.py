@@ -971,3 +971,106 @@ def test_file_uris_for_window_and_target(spark, staging, tmp_path):
     ]
     assert (tmp_path / "target_uri" / "shop" / "orders" / "_delta_log").is_dir()
     assert not (tmp_path / "target_uri" / "shop" / "orders" / merge.STAGING_DIR).exists()
+
+
+# Twelve rows cycling through the all-types rows: every value sits in several buckets, and the all-null
+# row puts nulls beside values in some files but not in others.
+FILTER_ROWS = [{**ALL_TYPE_ROWS[i % 3], "id": i} for i in range(1, 13)]
+
+
+@pytest.fixture(scope="module")
+def filter_target(spark, tmp_path_factory) -> str:
+    base = tmp_path_factory.mktemp("filters")
+    target = str(base / "target")
+    w1 = stage_window(
+        base / "staging", 1, {"shop.types": StagedTableSpec(ALL_TYPES, [("c", r) for r in FILTER_ROWS])}
+    )
+    run_merge(spark, w1, target)
+    w2 = stage_window(
+        base / "staging", 2, {"shop.types": StagedTableSpec(ALL_TYPES, [("d", FILTER_ROWS[3])])}
+    )
+    run_merge(spark, w2, target)
+    return target
+
+
+def reader_predicates(data: pa.Table) -> list[pc.Expression]:
+    """``==``, ``isin``, ``>=``, ``<`` and ``is_null`` on every column, with values of rows 1 and 3."""
+    first = data.filter(pc.field("id") == 1)
+    second = data.filter(pc.field("id") == 3)
+    predicates = []
+    for name in data.column_names:
+        value, other = first[name][0], second[name][0]
+        column = pc.field(name)
+        predicates += [
+            column == value,
+            column.isin(pa.array([value.as_py(), other.as_py()], value.type)),
+            column.is_null(),
+        ]
+        if not pa.types.is_boolean(value.type):
+            predicates += [column >= value, column < value]
+    return predicates + [~pc.field(merge.DELETED_COLUMN)]
+
+
+def test_filtered_reads_see_every_matching_row(spark, filter_target):
+    # Regression: partial minValues/maxValues in our add actions made deltalake's pyarrow fragments
+    # claim `column >= null` for every non-integer column, so pushed-down filters dropped whole files.
+    uri = table_uri(filter_target, "shop.types")
+    live = [r for r in FILTER_ROWS if r["id"] != FILTER_ROWS[3]["id"]]
+    assert (
+        read_table(filter_target, "shop.types")
+        .sort_by("id")
+        .equals(pa.Table.from_pylist(live, schema=ALL_TYPES))
+    )
+    table = deltalake.DeltaTable(uri)
+    data = table.to_pyarrow_table()
+    wrong = []
+    for predicate in reader_predicates(data):
+        expected = sorted(data.filter(predicate)["id"].to_pylist())
+        for reader, found in [
+            ("to_pyarrow_dataset", table.to_pyarrow_dataset().to_table(filter=predicate)),
+            ("to_pyarrow_table", table.to_pyarrow_table(filters=predicate)),
+        ]:
+            if sorted(found["id"].to_pylist()) != expected:
+                wrong.append((reader, str(predicate), sorted(found["id"].to_pylist()), expected))
+    assert wrong == []
+    assert sorted(data.filter(pc.field("kind") == "small")["id"].to_pylist()) == [3, 6, 9, 12]
+    spark_rows = spark.read.parquet(*live_file_uris(filter_target, "shop.types")).where("kind = 'small'")
+    assert sorted(r["id"] for r in spark_rows.select("id").collect()) == [3, 6, 9, 12]
+
+
+def old_stats(table: Any) -> bool:
+    """The check docs/reading-the-target.md gives for files with integer-only min/max."""
+    return pc.count(pa.table(table.get_add_actions(flatten=True))["min._binlog_seq"]).as_py() != 0
+
+
+def test_filtering_after_the_read_is_right_on_files_with_integer_only_min_max(filter_target, tmp_path):
+    # Files merged before the fix carry min/max of integer columns only; they stay until their bucket
+    # is rewritten. Give a copy of the table such stats, then read it as docs/reading-the-target.md says.
+    from deltalake.transaction import AddAction
+
+    copy = tmp_path / "types"
+    shutil.copytree(table_uri(filter_target, "shop.types"), copy)
+    table = deltalake.DeltaTable(str(copy))
+    readds = []
+    for action in pa.table(table.get_add_actions(flatten=True)).to_pylist():
+        data = pq.read_table(copy / action["path"])
+        ints = [n for n in data.column_names if pa.types.is_integer(data.schema.field(n).type)]
+        stats = {
+            "numRecords": data.num_rows,
+            "nullCount": {n: data[n].null_count for n in data.column_names},
+            "minValues": {n: pc.min(data[n]).as_py() for n in ints},
+            "maxValues": {n: pc.max(data[n]).as_py() for n in ints},
+        }
+        partition = {"_binlog_bucket": str(action["partition._binlog_bucket"])}
+        readds.append(AddAction(action["path"], action["size_bytes"], partition, 0, False, json.dumps(stats)))
+    table.create_write_transaction(
+        readds, mode="append", schema=table.schema(), partition_by=["_binlog_bucket"]
+    )
+    table = deltalake.DeltaTable(str(copy))
+    small = pc.field("kind") == "small"
+    assert old_stats(table)
+    assert not old_stats(deltalake.DeltaTable(table_uri(filter_target, "shop.types")))
+
+    after_the_read = table.to_pyarrow_dataset().to_table().filter(small)
+
+    assert sorted(after_the_read["id"].to_pylist()) == [r["id"] for r in FILTER_ROWS if r["kind"] == "small"]
