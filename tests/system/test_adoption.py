@@ -122,9 +122,14 @@ def test_a_window_whose_run_died_is_adopted_by_the_next_run_and_merged_exactly_o
     merged = {t: window_merged(pipeline.target, f"{pipeline.db}.{t}", pipeline.name, seq) for t in TABLES}
     assert sorted(merged.values()) == [False, True], f"the kill did not land between two tables: {merged}"
 
-    # 5. Once it has failed, the next run adopts the window, merges only the table still missing it, and
-    #    dies before its commit.
+    # 5. Once it has failed, the health summary says what happens next; the next run adopts the window,
+    #    merges only the table still missing it, and dies before its commit.
     mark_run(dag_id, third_holder, "failed")
+    code, summary = health(pipeline, dag_id, capfd)
+    print(summary)
+    assert code == 1  # a run failed: someone should know why
+    assert f"open window {seq} (extracted): held by run {third_holder} (failed)" in summary
+    assert "the next run of the pipeline adopts it" in summary
     assert runner.run_in_child(runner.next_dates(), kill_at="before_commit") == -9
     window = held_window(pipeline, before)
     fourth_holder = window["run_id"]
@@ -153,3 +158,16 @@ def test_a_window_whose_run_died_is_adopted_by_the_next_run_and_merged_exactly_o
     assert {t: window_commits(pipeline, t, seq) for t in TABLES} == {t: 1 for t in TABLES}
     assert pipeline.mismatches(*TABLES) == []
     assert int(pipeline.sql("SELECT COUNT(*) FROM items")[0][0]) > ROWS // 2
+    code, summary = health(pipeline, dag_id, capfd)
+    print(summary)
+    assert f"last merged window: {seq} by run {run.run_id}" in summary
+    assert "open window" not in summary
+
+
+def health(pipeline: Pipeline, dag_id: str, capfd: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """Return the exit code and text of ``state_admin health`` for the pipeline, as an operator runs it."""
+    from airflow_provider_binlog import state_admin
+
+    capfd.readouterr()
+    code = state_admin.main(["health", "--pipeline", pipeline.name, "--dag-id", dag_id])
+    return code, capfd.readouterr().out
