@@ -13,10 +13,11 @@ statement is parsed with sqlglot's ``mysql`` dialect and every selected table it
 * ``follow``: the row images that follow carry everything: ``ADD COLUMN`` that is nullable with no
   default (or ``DEFAULT NULL``), not generated, not ``AUTO_INCREMENT`` and not a ``TIMESTAMP`` (which
   MySQL may make ``NOT NULL DEFAULT CURRENT_TIMESTAMP`` implicitly); ``DROP COLUMN``; ``MODIFY`` and
-  ``CHANGE`` that keep the column's name (the merge follows the new type, see ``docs/schema-changes.md``).
+  ``CHANGE`` that keep the column's name (the merge follows the new type, see ``docs/schema-changes.md``);
+  ``CREATE TABLE`` (also ``LIKE`` and ``AS SELECT``): a new table is captured from its first row.
 * ``resnapshot``: the binlog does not carry what the target needs: every other ``ADD COLUMN``, ``CHANGE``
-  or ``RENAME COLUMN`` that renames, primary key changes, ``CONVERT TO CHARACTER SET``, a ``CREATE TABLE``
-  of a selected name (also ``LIKE`` and ``AS SELECT``), a ``RENAME TABLE`` whose destination is selected,
+  or ``RENAME COLUMN`` that renames, primary key changes, ``CONVERT TO CHARACTER SET``,
+  ``CREATE OR REPLACE TABLE``, a ``RENAME TABLE`` whose destination is selected,
   ``TRUNCATE`` and ``DROP TABLE`` (the table's rows all change at once without row events; a re-snapshot is
   exact in its end state), and anything that cannot be parsed or is not known to be harmless while it names
   a selected table. The rule over-approximates: an extra snapshot costs time, a missed one loses rows.
@@ -38,6 +39,16 @@ DdlAction = Literal["ignore", "follow", "resnapshot"]
 _IDENT = r"(?:`(?:[^`]|``)+`|[\w$]+)"
 _NAME = rf"{_IDENT}(?:\s*\.\s*{_IDENT})?"
 _RENAME_TABLE = re.compile(r"^\s*RENAME\s+TABLES?\s+(.*)$", re.IGNORECASE | re.DOTALL)
+_LEADING_COMMENTS = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|#[^\n]*(?:\n|$)|/\*(?!!).*?\*/)*", re.DOTALL)
+"""Whitespace and comments before a statement (a client sends them along: ``-- why\nCREATE TABLE ...``);
+``/*! ... */`` is executable and stays."""
+_CREATE_TABLE = re.compile(
+    rf"^\s*CREATE\s+(OR\s+REPLACE\s+)?(TEMPORARY\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?({_NAME})",
+    re.IGNORECASE,
+)
+"""``CREATE TABLE`` in any form, read by its head alone: what the table looks like does not change what the
+pipeline does with it, and sqlglot does not parse every column definition (``SERIAL DEFAULT VALUE``, spatial
+types ...)."""
 _RENAME_PAIR = re.compile(rf"^\s*({_NAME})\s+TO\s+({_NAME})\s*$", re.IGNORECASE | re.DOTALL)
 _HARMLESS = re.compile(
     r"^\s*(?:"
@@ -72,17 +83,27 @@ class DdlEffect:
     reason: str
 
 
-def classify_ddl(sql: str, default_schema: str | None, selected: Iterable[str]) -> list[DdlEffect]:
+NEW_TABLE = "CREATE TABLE: a new table is captured from its first row"
+"""Why a ``CREATE TABLE`` is followed, unless the target holds rows under that name (see :func:`classify_ddl`)."""
+
+
+def classify_ddl(
+    sql: str, default_schema: str | None, selected: Iterable[str], captured: Iterable[str] = ()
+) -> list[DdlEffect]:
     """Return the effect of the DDL statement ``sql`` on each of the ``selected`` tables it touches.
 
     :param sql: one statement as logged in a query event.
     :param default_schema: the session's default database when it ran (``''`` or None for none).
     :param selected: ``db.table`` names of the tables the pipeline captures.
+    :param captured: those of them the target already holds rows of: a ``CREATE TABLE`` of such a name (its
+        table was dropped or renamed in an earlier window, when the extract no longer saw it) is re-snapshotted,
+        so the old rows do not stay beside the new table's.
     :returns: one effect per selected table the statement touches (``ignore`` ones included), sorted by
         table; empty when it touches none. A statement that cannot be parsed touches every selected table
         whose name appears in its text, with action ``resnapshot``.
     """
     by_lower = {name.lower(): name for name in selected}
+    in_target = {name.lower() for name in captured}
     found = _effects(sql, default_schema or "")
     if found is None:
         return _unparsed(sql, by_lower)
@@ -94,6 +115,8 @@ def classify_ddl(sql: str, default_schema: str | None, selected: Iterable[str]) 
         else:
             tables = [by_lower[lower]] if lower in by_lower else []
         for table in tables:
+            if reason == NEW_TABLE and table.lower() in in_target:
+                action, reason = "resnapshot", "CREATE TABLE of a name the target holds rows of"
             known = effects.get(table)
             if known is None or _RANK[action] > _RANK[known.action]:
                 effects[table] = DdlEffect(table, action, reason)
@@ -110,10 +133,13 @@ def _effects(sql: str, schema: str) -> _Found | None:
     from sqlglot import exp
     from sqlglot.errors import SqlglotError
 
+    sql = _LEADING_COMMENTS.sub("", sql, count=1)
     if (rename := _RENAME_TABLE.match(sql)) is not None:
         return _rename_tables(rename.group(1), schema)
     if _HARMLESS.match(sql):
         return []
+    if (create := _CREATE_TABLE.match(sql)) is not None:
+        return _create(create, schema)
     try:
         statements = [s for s in sqlglot.parse(sql, read="mysql") if s is not None]
     except SqlglotError:
@@ -130,8 +156,8 @@ def _effects(sql: str, schema: str) -> _Found | None:
         ]
     if isinstance(statement, exp.Drop):
         return _drop(statement, schema)
-    if isinstance(statement, exp.Create):
-        return _create(statement, schema)
+    if isinstance(statement, exp.Create):  # CREATE TABLE is read before parsing: an index, a view ...
+        return []
     return None
 
 
@@ -230,17 +256,20 @@ def _drop(statement: Any, schema: str) -> _Found:
     return []
 
 
-def _create(statement: Any, schema: str) -> _Found:
-    from sqlglot import exp
+def _create(match: re.Match[str], schema: str) -> _Found:
+    """Return the effect of a ``CREATE TABLE`` (see :data:`_CREATE_TABLE`): none for a temporary table."""
+    from airflow_provider_binlog.extract.statements import qualify_name
 
-    what = str(statement.args.get("kind") or "").upper()
-    if what != "TABLE":
+    replace, temporary, name = match.groups()
+    if temporary:
         return []
-    properties = statement.args.get("properties")
-    if properties is not None and any(isinstance(p, exp.TemporaryProperty) for p in properties.expressions):
-        return []
-    target = statement.this.this if isinstance(statement.this, exp.Schema) else statement.this
-    return [(_qualify(target, schema), "resnapshot", "CREATE TABLE of a selected name")]
+    table = qualify_name(name, schema)
+    if replace:
+        return [(table, "resnapshot", "CREATE OR REPLACE TABLE replaces the table's rows")]
+    # A new table starts empty and every row it gets follows as row events; so do the rows of CREATE ...
+    # SELECT, which the row format logs as the bare CREATE and row events (MySQL manual, "Replication of
+    # CREATE TABLE ... SELECT Statements"). A name a dropped or renamed table had waits for its barrier.
+    return [(table, "follow", NEW_TABLE)]
 
 
 def _rename_tables(pairs: str, schema: str) -> _Found | None:

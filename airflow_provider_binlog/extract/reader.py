@@ -199,6 +199,8 @@ class TableTarget:
         stages every change of the window.
     :param referenced: columns of this table that cascading foreign keys of selected tables reference
         (see :attr:`moving_columns`).
+    :param captured: whether the target already holds rows of the table (a ``CREATE TABLE`` of its name is then
+        re-snapshotted, see :func:`~airflow_provider_binlog.extract.ddl.classify_ddl`).
     :param barriers: schema changes of the table waiting for a re-snapshot (from the pipeline's state; the
         reader adds those it finds): a change is staged only when every barrier :meth:`SchemaBarrier.stages` it.
     """
@@ -219,6 +221,7 @@ class TableTarget:
         return [*self.primary_key, *(c for c in self.referenced if c not in self.primary_key)]
 
     barriers: list[SchemaBarrier] = field(default_factory=list)
+    captured: bool = False
 
     def stages(self, key: tuple[int, int]) -> bool:
         """Return whether a change whose event ends at ``key`` is staged (see ``since`` and ``barriers``)."""
@@ -567,7 +570,9 @@ class WindowReader:
         snapshot ordered before the window covers the change), and the manifest lists it under
         ``resnapshots``, which the window's commit records in the pipeline state.
         """
-        effects = classify_ddl(text, schema, self.tables)
+        effects = classify_ddl(
+            text, schema, self.tables, [t.name for t in self.tables.values() if t.captured]
+        )
         if not effects:
             return
         at = BinlogPosition(file, end_pos)

@@ -324,6 +324,7 @@ class BinlogExtractOperator(BaseOperator):
                 self.log.warning("%s is left out of this run: %s", name, skipped[name])
         for target in targets.values():
             target.since = capture_start(state, target.name)
+            target.captured = state is not None and target.name in state.target_tables
         return targets, skipped
 
     def _cut(self, manager: StateManager, server: Any, hook: BinlogHook, context: Any) -> Window:

@@ -80,13 +80,29 @@ def test_changes_the_row_images_carry_are_followed(sql: str) -> None:
         "ALTER TABLE orders DROP PARTITION p0",
         "TRUNCATE TABLE orders",
         "TRUNCATE shop.orders",
-        "CREATE TABLE orders (id INT PRIMARY KEY)",
-        "CREATE TABLE orders LIKE items",
-        "CREATE TABLE orders AS SELECT * FROM items",
+        "CREATE OR REPLACE TABLE orders (id INT PRIMARY KEY)",
     ],
 )
 def test_changes_the_binlog_does_not_carry_need_a_resnapshot(sql: str) -> None:
     assert effects(sql)["shop.orders"] == "resnapshot"
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "CREATE TABLE orders (id INT PRIMARY KEY)",
+        "CREATE TABLE IF NOT EXISTS orders (id INT PRIMARY KEY)",
+        "CREATE TABLE orders LIKE items",
+        "CREATE TABLE orders AS SELECT * FROM items",
+        "-- DBZ-1185 handle SERIAL default value\nCREATE TABLE orders (id SMALLINT UNSIGNED SERIAL DEFAULT VALUE)",
+        "/* spatial */ CREATE TABLE orders (id INT PRIMARY KEY, p GEOMETRY)",
+    ],
+)
+def test_a_new_table_is_captured_from_its_first_row(sql: str) -> None:
+    assert effects(sql)["shop.orders"] == "follow"
+    # the target holds rows under that name (its table was dropped while the extract did not see it)
+    (again,) = classify_ddl(sql, "shop", ["shop.orders"], captured=["shop.orders"])
+    assert again.action == "resnapshot"
 
 
 def test_drop_table_and_drop_database_touch_every_named_table() -> None:
