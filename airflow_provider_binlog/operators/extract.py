@@ -227,9 +227,9 @@ class BinlogExtractOperator(BaseOperator):
         root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
         check_writable(root)
         manager = StateManager(self.pipeline, history=StagedStateHistory(root), lock=SourceStateLock(hook))
-        targets, skipped = self._targets(hook.describe_tables(selection), manager.load())
-        window = self._cut(manager, server, hook, context)
-        current = manager.load()
+        known = manager.load()
+        targets, skipped = self._targets(hook.describe_tables(selection), known)
+        current, window = self._cut(manager, server, hook, context, known)
         for target in targets.values():
             target.barriers = schema_barriers(current, target.name, window.seq)
             if self.cut_by == "interval" and any(not b.covered for b in target.barriers):
@@ -327,8 +327,14 @@ class BinlogExtractOperator(BaseOperator):
             target.captured = state is not None and target.name in state.target_tables
         return targets, skipped
 
-    def _cut(self, manager: StateManager, server: Any, hook: BinlogHook, context: Any) -> Window:
-        """Cut (or find) this run's window in a read-modify-write of the state, re-tried on a lost race."""
+    def _cut(
+        self, manager: StateManager, server: Any, hook: BinlogHook, context: Any, known: PipelineState | None
+    ) -> tuple[PipelineState, Window]:
+        """Cut (or find) this run's window in a read-modify-write of the state, re-tried on a lost race.
+
+        :param known: the state as read before (tells whether an interval run must scan for its bounds).
+        :returns: the state as written and the run's window.
+        """
         from functools import lru_cache
 
         from airflow_provider_binlog.probes import boundary_at
@@ -340,7 +346,6 @@ class BinlogExtractOperator(BaseOperator):
             "holder_state": holder_states(context),
         }
         cut: dict[str, Window] = {}
-        known = manager.load()
         if self.cut_by == "interval" and (
             known is None or known.window_of_run(str(context["run_id"])) is None
         ):
@@ -377,7 +382,7 @@ class BinlogExtractOperator(BaseOperator):
             )
             return new_state
 
-        manager.transact(change)
+        written = manager.transact(change)
         window = cut["window"]
         self.log.info(
             "run %s owns window %s (%s, %s]: %s",
@@ -394,7 +399,7 @@ class BinlogExtractOperator(BaseOperator):
                 "bounds and seq, tables its merge already holds are not merged again.",
                 window.seq, handover.from_run, handover.holder_state,
             )  # fmt: skip
-        return window
+        return written, window
 
     def _cut_interval(
         self, state: PipelineState, locate: Any, context: Any, holders: dict[str, Any]
