@@ -10,12 +10,8 @@ Imports nothing from Airflow.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import json
 import time
-import uuid
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -26,7 +22,12 @@ from airflow_provider_binlog.extract.batches import META_FIELDS, change_schema
 from airflow_provider_binlog.positions import read_head
 from airflow_provider_binlog.snapshot.plan import Chunk, TablePlan, chunk_query
 from airflow_provider_binlog.snapshot.rows import describe_columns, rows_to_batch
-from airflow_provider_binlog.spark_jobs.merge import filesystem_for, join_uri
+from airflow_provider_binlog.spark_jobs.merge import (
+    atomic_output,
+    join_uri,
+    read_json,
+    write_json,
+)
 
 FETCH_ROWS = 10_000
 """Rows fetched from the server per round trip and per Parquet row group."""
@@ -69,36 +70,6 @@ def chunk_file(table: str, index: int) -> str:
 def stats_file(table: str, index: int) -> str:
     """Return the stats file of a chunk, relative to the snapshot folder."""
     return f"{table}/chunk-{index:06d}.json"
-
-
-@contextlib.contextmanager
-def atomic_output(uri: str) -> Iterator[Any]:
-    """Yield an output stream for ``uri`` that is written under a temporary name and renamed on success.
-
-    Readers never see half a file; a failure leaves only the temporary file, never ``uri``.
-    """
-    fs, path = filesystem_for(uri)
-    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
-    with fs.open_output_stream(temporary) as out:
-        yield out
-    fs.move(temporary, path)
-
-
-def read_json(uri: str) -> dict[str, Any] | None:
-    """Return the JSON object at ``uri``, or None when the file does not exist."""
-    fs, path = filesystem_for(uri)
-    try:
-        with fs.open_input_stream(path) as stream:
-            return dict(json.loads(stream.read()))
-    except FileNotFoundError:
-        return None
-
-
-def write_json(uri: str, document: dict[str, Any]) -> None:
-    """Write ``document`` to ``uri`` atomically (:func:`atomic_output`)."""
-    with atomic_output(uri) as out:
-        out.write(json.dumps(document, indent=2, sort_keys=True).encode())
 
 
 def finished(snapshot_uri: str, table: str, index: int) -> ChunkResult | None:

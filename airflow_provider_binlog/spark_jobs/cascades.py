@@ -31,7 +31,6 @@ one window and the child rows they reach.
 from __future__ import annotations
 
 import heapq
-import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -66,10 +65,12 @@ from airflow_provider_binlog.spark_jobs.merge import (
     join_uri,
     open_table,
     parse_arrow_type,
+    read_json,
     read_manifest,
     read_staged_schema,
     storage_type,
     table_uri,
+    write_json,
 )
 
 if TYPE_CHECKING:
@@ -204,22 +205,17 @@ def _merged(target: str, table: str, window: StagedWindow, storage_options: Mapp
 
 
 def _read_done(folder: str) -> dict[str, tuple[str, int]] | None:
-    fs, path = filesystem_for(join_uri(folder, DONE_NAME))
-    try:
-        with fs.open_input_stream(path) as stream:
-            done = json.loads(stream.read())
-    except FileNotFoundError:
+    done = read_json(join_uri(folder, DONE_NAME))
+    if done is None:
         return None
     return {name: (join_uri(folder, file), int(rows)) for name, (file, rows) in done.items()}
 
 
 def _write_done(folder: str, extra: Mapping[str, tuple[str, int]]) -> None:
-    fs, path = filesystem_for(join_uri(folder, DONE_NAME))
-    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     body = {name: [file.rsplit("/", 1)[-1], rows] for name, (file, rows) in extra.items()}
-    with fs.open_output_stream(path + ".tmp") as stream:
-        stream.write(json.dumps(body, sort_keys=True).encode())
-    fs.move(path + ".tmp", path)  # whole or absent: a half-written list would stop every re-run
+    write_json(
+        join_uri(folder, DONE_NAME), body
+    )  # whole or absent: a half-written list would stop every re-run
 
 
 def _compute(

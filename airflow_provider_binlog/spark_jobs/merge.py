@@ -36,7 +36,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -385,6 +385,36 @@ class StagedWindow:
     pipeline: str
     seq: int
     tables: tuple[StagedTable, ...]
+
+
+@contextlib.contextmanager
+def atomic_output(uri: str) -> Iterator[Any]:
+    """Yield an output stream for ``uri`` that is written under a temporary name and renamed on success.
+
+    Readers never see half a file; a failure leaves only the temporary file, never ``uri``.
+    """
+    fs, path = filesystem_for(uri)
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+    with fs.open_output_stream(temporary) as out:
+        yield out
+    fs.move(temporary, path)
+
+
+def read_json(uri: str) -> dict[str, Any] | None:
+    """Return the JSON object at ``uri``, or None when the file does not exist."""
+    fs, path = filesystem_for(uri)
+    try:
+        with fs.open_input_stream(path) as stream:
+            return dict(json.loads(stream.read()))
+    except FileNotFoundError:
+        return None
+
+
+def write_json(uri: str, document: dict[str, Any]) -> None:
+    """Write ``document`` to ``uri`` atomically (:func:`atomic_output`)."""
+    with atomic_output(uri) as out:
+        out.write(json.dumps(document, indent=2, sort_keys=True).encode())
 
 
 def read_manifest(window_uri: str) -> dict[str, Any]:
@@ -1576,11 +1606,12 @@ def merge_table(
     else:
         check_owner(dt, pipeline, staged.name)
         keys = check_table_key(dt, keys, staged.name)
-        if staged.refresh and replaced_columns(delta_arrow_schema(dt), wanted):
+        changed = replaced_columns(delta_arrow_schema(dt), wanted) if staged.refresh else []
+        if changed:
             replaced = wanted
             log.info(
                 "%s: snapshot %d replaces the table's schema (columns %s are gone or changed type)",
-                staged.name, seq, replaced_columns(delta_arrow_schema(dt), wanted),
+                staged.name, seq, changed,
             )  # fmt: skip
         else:
             high_water = dt.transaction_version(pipeline_app_id(pipeline))
@@ -1921,7 +1952,6 @@ def record_refusal(window_uri: str, err: UnfollowableSchemaChange, seq: int) -> 
     table, and records the table as waiting for a re-snapshot from the window's start on. The file is
     written whole before the merge job ends, so the commit never sees a window half-refused.
     """
-    fs, path = filesystem_for(join_uri(window_uri, f"{REFUSAL_PREFIX}{err.table}.json"))
     record = {
         "table": err.table,
         "column": err.column,
@@ -1929,8 +1959,7 @@ def record_refusal(window_uri: str, err: UnfollowableSchemaChange, seq: int) -> 
         "window": seq,
         "message": str(err),
     }
-    with fs.open_output_stream(path) as out:
-        out.write(json.dumps(record, sort_keys=True).encode())
+    write_json(join_uri(window_uri, f"{REFUSAL_PREFIX}{err.table}.json"), record)
 
 
 def refused_tables(window_uri: str) -> dict[str, dict[str, Any]]:
@@ -1943,9 +1972,9 @@ def refused_tables(window_uri: str) -> dict[str, dict[str, Any]]:
     for info in fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)):
         name = info.base_name
         if info.type == pafs.FileType.File and name.startswith(REFUSAL_PREFIX) and name.endswith(".json"):
-            with fs.open_input_stream(info.path) as stream:
-                record = json.loads(stream.read())
-            found[str(record["table"])] = record
+            record = read_json(join_uri(window_uri, name))
+            if record is not None:
+                found[str(record["table"])] = record
     return found
 
 
