@@ -20,6 +20,9 @@ from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError
 
 #: The Spark provider's connection type for Spark Connect servers (``SparkConnectHook``).
 SPARK_CONNECT_CONN_TYPE = "spark_connect"
+#: Spark's log level in a spark-submit driver: WARN, as in Spark's shells, instead of the ~500 INFO lines a
+#: merge would print into the task log (``spark.log.level``, Spark configuration docs, "Application Properties").
+SPARK_LOG_CONF = {"spark.log.level": "WARN"}
 #: What pyspark sets in a process once a remote session started (``pyspark.sql.utils.is_remote``).
 CONNECT_MODE_ENV = "SPARK_CONNECT_MODE_ENABLED"
 
@@ -67,7 +70,8 @@ class SparkJobOperator(SparkSubmitOperator):
         """Run ``spark-submit`` with ``args`` and the launcher environment plus ``env`` (not logged).
 
         The Spark SQL settings the bundled jobs rely on (UTC session time zone, microsecond Parquet
-        timestamps) are added to the operator's ``conf``; a setting the user passed wins.
+        timestamps) and the log level :data:`SPARK_LOG_CONF` are added to the operator's ``conf``; a setting
+        the user passed wins (``conf={"spark.log.level": "INFO"}`` brings Spark's INFO lines back).
 
         :param context: the task context.
         :param args: the application's arguments.
@@ -82,7 +86,7 @@ class SparkJobOperator(SparkSubmitOperator):
 
         from airflow_provider_binlog.spark_jobs.merge import SPARK_SQL_CONF
 
-        self.conf = {**SPARK_SQL_CONF, **(self.conf or {})}
+        self.conf = {**SPARK_SQL_CONF, **SPARK_LOG_CONF, **(self.conf or {})}
         conn = self._spark_connection()
         if conn.conn_type == SPARK_CONNECT_CONN_TYPE:
             self._run_connected(args, failure=failure, env=env)
