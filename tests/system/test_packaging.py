@@ -33,6 +33,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build as a release does: the sdist, then the wheel from the unpacked sdist (no build/ in the tree)."""
     out = tmp_path_factory.mktemp("dist")
     build_env = {**os.environ, "PATH": f"{Path(UV or '').parent}{os.pathsep}{os.environ['PATH']}"}
     subprocess.run(
@@ -42,8 +43,6 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "build",
             "--installer",
             "uv",
-            "--sdist",
-            "--wheel",
             "--outdir",
             str(out),
             str(REPO),
