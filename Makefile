@@ -1,6 +1,6 @@
 # Quick start: `make demo` runs the example CDC DAG end to end on a private MariaDB; `make test` runs
-# lint, types and the whole test suite (unit, integration against a private MariaDB + local Spark,
-# system tests of the example DAG).
+# lint, types, the import-layer contracts (pyproject.toml [tool.importlinter]) and the whole test suite
+# (unit, integration against a private MariaDB + local Spark, system tests of the example DAG).
 .PHONY: setup demo test lint unit benchmark clean
 
 VENV := .venv
@@ -18,6 +18,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 test: lint
 	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadfile --durations=25 tests

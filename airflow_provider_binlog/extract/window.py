@@ -20,8 +20,8 @@ from airflow_provider_binlog.extract.reader import (
 from airflow_provider_binlog.extract.tablemaps import CACHED_TABLE_MAP_EVENTS, table_map_cache
 from airflow_provider_binlog.extract.writer import TableOutput, TableWriter
 from airflow_provider_binlog.foreign_keys import MANIFEST_KEY as FOREIGN_KEYS
-from airflow_provider_binlog.grants import ACCESS_DENIED_ERRORS
-from airflow_provider_binlog.retention import binlog_bytes_between, check_retained
+from airflow_provider_binlog.monitoring.retention import binlog_bytes_between, check_retained
+from airflow_provider_binlog.source.grants import ACCESS_DENIED_ERRORS
 from airflow_provider_binlog.staging import MANIFEST_FORMAT_VERSION, clear_window, uri_of, write_manifest
 from airflow_provider_binlog.state import Window, now_iso
 
@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
 
     from airflow_provider_binlog.foreign_keys import ForeignKey
-    from airflow_provider_binlog.hooks.binlog import BinlogHook, ServerState
+    from airflow_provider_binlog.hooks.binlog import BinlogHook
+    from airflow_provider_binlog.source.server import ServerState
 
 log = logging.getLogger(__name__)
 

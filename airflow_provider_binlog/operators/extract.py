@@ -11,8 +11,9 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, IntervalOpenError
 from airflow_provider_binlog.foreign_keys import ForeignKey
-from airflow_provider_binlog.hooks.binlog import BinlogHook, TableInfo
-from airflow_provider_binlog.positions import BinlogPosition
+from airflow_provider_binlog.hooks.binlog import BinlogHook
+from airflow_provider_binlog.source.positions import BinlogPosition
+from airflow_provider_binlog.source.schema import TableInfo
 from airflow_provider_binlog.state import PipelineState, StateManager, Window
 from airflow_provider_binlog.tables import (
     check_keyless_mode,
@@ -337,8 +338,8 @@ class BinlogExtractOperator(BaseOperator):
         """
         from functools import lru_cache
 
-        from airflow_provider_binlog.probes import boundary_at
         from airflow_provider_binlog.runs import holder_states
+        from airflow_provider_binlog.windows import boundary_at
 
         locate = lru_cache(maxsize=None)(lambda moment: boundary_at(hook, server, moment))
         holders: dict[str, Any] = {

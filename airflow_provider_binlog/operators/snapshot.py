@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any, get_args
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
-from airflow_provider_binlog.hooks.binlog import BinlogHook, TableInfo
+from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.spark import SparkJobOperator
 from airflow_provider_binlog.snapshot.ledger import SnapshotMode, begin_snapshot, finish_snapshot
-from airflow_provider_binlog.snapshot.plan import CHUNK_ROWS, plan_snapshot, unique_keys
+from airflow_provider_binlog.snapshot.plan import CHUNK_ROWS, plan_snapshot
+from airflow_provider_binlog.source.schema import TableInfo, unique_keys
 from airflow_provider_binlog.state import PipelineState, Snapshot, StateManager
 from airflow_provider_binlog.tables import (
     TableKeys,
@@ -299,7 +300,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
         """
         from deltalake import DeltaTable
 
-        from airflow_provider_binlog.snapshot.plan import quote_table
+        from airflow_provider_binlog.source.sql import quote_table
         from airflow_provider_binlog.target import table_uri
 
         if any(DeltaTable.is_deltatable(table_uri(self.target_path, t)) for t in snapshot.tables):

@@ -23,7 +23,7 @@ pytest.importorskip("deltalake")
 from airflow_provider_binlog.extract.window import extract_window  # noqa: E402
 from airflow_provider_binlog.hooks.binlog import BinlogHook  # noqa: E402
 from airflow_provider_binlog.operators.extract import cascading_keys, table_targets  # noqa: E402
-from airflow_provider_binlog.positions import BinlogPosition  # noqa: E402
+from airflow_provider_binlog.source.positions import BinlogPosition  # noqa: E402
 from airflow_provider_binlog.spark_jobs import merge  # noqa: E402
 from airflow_provider_binlog.spark_jobs.cascades import CASCADES_DIR  # noqa: E402
 from airflow_provider_binlog.staging import uri_of, window_path  # noqa: E402

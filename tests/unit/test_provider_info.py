@@ -13,7 +13,8 @@ import pytest
 
 from airflow_provider_binlog import __version__
 from airflow_provider_binlog.get_provider_info import get_provider_info
-from airflow_provider_binlog.hooks.binlog import BinlogHook, derive_server_id
+from airflow_provider_binlog.hooks.binlog import BinlogHook
+from airflow_provider_binlog.source.server import derive_server_id
 
 AIRFLOW_PACKAGE = Path(airflow.__file__).parent
 
