@@ -25,7 +25,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from airflow_provider_binlog.exceptions import StateConflictError, StateError
 from airflow_provider_binlog.source.positions import BinlogPosition, file_index
 
-STATE_FORMAT_VERSION = 1
 CONFLICT_ATTEMPTS = 5
 """How often a read-modify-write of the state is tried when another writer wins the race."""
 VARIABLE_DESCRIPTION = "airflow-provider-binlog pipeline state (do not edit by hand)"

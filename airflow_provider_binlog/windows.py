@@ -1,6 +1,6 @@
 """Cutting windows: each DAG run owns exactly one half-open binlog range ``(start, end]``.
 
-Rules (ARCHITECTURE.md, "Data flow of one DAG run"):
+Rules (README, "The example DAG" and docs/guarantees.md):
 
 * a run that already cut a window reuses it, so a retry or a cleared task re-reads the same bytes;
 * a new window starts where the previous one ended (consecutive windows tile the binlog) and ends at

@@ -247,7 +247,6 @@ class ExtractStats:
     transactions: int = 0
     rolled_back: int = 0
     rows: int = 0
-    bytes: int = 0
     seconds: float = 0.0
     ddl: list[dict[str, Any]] = field(default_factory=list)
     last_commit_ts: str | None = None

@@ -22,7 +22,7 @@ from airflow_provider_binlog.extract.writer import TableOutput, TableWriter
 from airflow_provider_binlog.foreign_keys import MANIFEST_KEY as FOREIGN_KEYS
 from airflow_provider_binlog.monitoring.retention import binlog_bytes_between, check_retained
 from airflow_provider_binlog.source.grants import ACCESS_DENIED_ERRORS
-from airflow_provider_binlog.staging import MANIFEST_FORMAT_VERSION, clear_window, uri_of, write_manifest
+from airflow_provider_binlog.staging import MANIFEST_FORMAT_VERSION, clear_window, write_manifest
 from airflow_provider_binlog.state import Window, now_iso
 
 if TYPE_CHECKING:
@@ -171,6 +171,6 @@ def extract_window(
         stats.transactions,
         manifest["stats"]["binlog_bytes"],
         stats.seconds,
-        uri_of(path),
+        str(path),
     )
     return manifest

@@ -6,7 +6,7 @@ import inspect
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -115,7 +115,7 @@ class BinlogHook(BaseHook):
             try:
                 extras = parse_extras(conn.extra_dejson)
             except ValueError as err:
-                raise BinlogConfigError(f"connection {self.binlog_conn_id!r}: {err}") from None
+                raise BinlogConfigError(f"connection {self.connection_label()}: {err}") from None
             settings: dict[str, Any] = {
                 "host": conn.host or "127.0.0.1",
                 "port": int(conn.port or 3306),
@@ -169,16 +169,26 @@ class BinlogHook(BaseHook):
         """
         if not self.testing_connection:
             return None
-        frame = inspect.currentframe()
-        while frame is not None:
-            names = frame.f_locals
-            if names.get("transient_conn_id") == self.binlog_conn_id and "test_body" in names:
-                return str(getattr(names["test_body"], "connection_id", "") or "")
-            frame = frame.f_back
+        caller = _caller_locals(
+            lambda names: names.get("transient_conn_id") == self.binlog_conn_id and "test_body" in names
+        )
+        if caller is not None:
+            return str(getattr(caller["test_body"], "connection_id", "") or "")
         temporary = re.fullmatch(r"[A-Za-z0-9]{8}", self.binlog_conn_id)
         if temporary and f"AIRFLOW_CONN_{self.binlog_conn_id.upper()}" in os.environ:
             return ""  # the shape and the environment variable of a transient id, without the caller's frame
         return None
+
+    def _tested_by_the_cli(self) -> bool:
+        """Return True when ``airflow connections test`` runs this test.
+
+        That command (``cli/commands/connection_command.py``, ``connections_test``, whose ``args.conn_id``
+        is this connection) prints the message only on failure and silences logging unless ``--verbose``.
+        """
+        caller = _caller_locals(
+            lambda names: "args" in names and getattr(names["args"], "conn_id", None) == self.binlog_conn_id
+        )
+        return caller is not None and not getattr(caller["args"], "verbose", False)
 
     testing_connection = False
     """True while :meth:`test_connection` runs (set by it)."""
@@ -237,10 +247,10 @@ class BinlogHook(BaseHook):
             if code in ACCESS_DENIED_ERRORS:
                 raise BinlogConfigError(
                     f"the source {where} refused user {settings['user']!r}: {err.args[1]}. "
-                    f"Check the login and password of connection {self.binlog_conn_id!r}."
+                    f"Check the login and password of connection {self.connection_label()}."
                 ) from err
             raise SourceUnreachableError(
-                f"cannot reach the source {where} (connection {self.binlog_conn_id!r}) with "
+                f"cannot reach the source {where} (connection {self.connection_label()}) with "
                 f"connect_timeout={settings['connect_timeout']} s: {err}. The task retries; if the server is "
                 f"up but slow to log in, raise the extra connect_timeout."
             ) from err
@@ -272,7 +282,7 @@ class BinlogHook(BaseHook):
                 settings = self.sql_settings()
                 raise SourceUnreachableError(
                     f"lost the SQL connection to the source {settings['host']}:{settings['port']} (connection "
-                    f"{self.binlog_conn_id!r}; read_timeout={settings['read_timeout']} s): {err}. The task "
+                    f"{self.connection_label()}; read_timeout={settings['read_timeout']} s): {err}. The task "
                     f"retries; raise the extra read_timeout if the server answers slower than that."
                 ) from err
             raise
@@ -373,7 +383,7 @@ class BinlogHook(BaseHook):
         )
         return SourcePrivilegeError(
             self._redacted(
-                f"the source {where} refused to let {account} {action} (connection {self.binlog_conn_id!r}): "
+                f"the source {where} refused to let {account} {action} (connection {self.connection_label()}): "
                 f"{err}. {advice}\nA retry cannot succeed before that, so the task fails without retrying."
             )
         )
@@ -528,10 +538,11 @@ class BinlogHook(BaseHook):
     def test_connection(self) -> tuple[bool, str]:
         """Log in, check every binlog setting, the ``server_id`` and the user's privileges (the Test button).
 
-        The report is returned and also logged at INFO: ``airflow connections test`` prints the message
-        only on failure, its log lines always. Testing is off in Airflow by default; ``[core]
-        test_connection = Enabled`` (``AIRFLOW__CORE__TEST_CONNECTION=Enabled``) turns it on for the UI,
-        the API and the CLI.
+        The report is returned (the UI and the API show it) and logged at INFO. ``airflow connections
+        test`` prints a returned message only on failure and silences logs without ``--verbose``, so under
+        that command a successful report is printed too (:meth:`_tested_by_the_cli`). Testing is off in
+        Airflow by default; ``[core] test_connection = Enabled`` (``AIRFLOW__CORE__TEST_CONNECTION=Enabled``)
+        turns it on for the UI, the API and the CLI.
 
         :returns: ``(ok, message)``: a header line naming the server and the connection
             (:meth:`connection_label`), one ``subject=value: verdict`` line per
@@ -548,13 +559,15 @@ class BinlogHook(BaseHook):
         finally:
             self.testing_connection = False
         log.info("connection test:\n%s", message)
+        if ok and self._tested_by_the_cli():
+            print(message.replace(";\n", "\n"))  # the CLI shows nothing else of a successful test
         return ok, message
 
     def _test_report(self) -> tuple[bool, str]:
         try:
             report = self.check_privileges()
-        except Exception as err:
-            return False, self._redacted(f"connection {self.connection_label()}: {err}")
+        except Exception as err:  # the errors name the connection, the address and what to do
+            return False, self._redacted(str(err))
         state: ServerState | None = None
         try:
             state = self.server_state()
@@ -767,3 +780,13 @@ class BinlogHook(BaseHook):
             enable_logging=False,
             **kwargs,
         )
+
+
+def _caller_locals(match: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+    """Return the local names of the nearest calling frame for which ``match`` is true (None: no such frame)."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        if match(frame.f_locals):
+            return frame.f_locals
+        frame = frame.f_back
+    return None

@@ -172,7 +172,7 @@ def pipeline_health(
     :param store: where the state Variable is read (Task SDK Variables by default).
     :param cdc_dag_id: the DAG whose runs cut the windows (the ledger records no DAG id for windows).
     :param tables: the table selection, for the snapshot estimate of the headroom (see
-        :func:`~airflow_provider_binlog.monitoring.retention_of`).
+        :func:`~airflow_provider_binlog.monitoring.measure.retention_of`).
     """
     from airflow_provider_binlog.monitoring.measure import lag_of, read_pipeline, retention_of
 

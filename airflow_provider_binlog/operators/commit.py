@@ -145,9 +145,8 @@ class BinlogCommitOperator(BaseOperator):
         if manifest is None:
             raise StateError(f"the manifest of window {window.seq} is missing at {window.manifest_uri}")
         from airflow_provider_binlog.spark_jobs.merge import refused_tables
-        from airflow_provider_binlog.staging import uri_of
 
-        refused = refused_tables(uri_of(window_dir))
+        refused = refused_tables(str(window_dir))
         self._verify_merged(manifest, window.seq, refused)
         changed = [
             table for table, entry in manifest["tables"].items() if entry["rows"] and table not in refused

@@ -135,7 +135,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
         from airflow_provider_binlog.snapshot.chunks import read_json
         from airflow_provider_binlog.spark_jobs import merge as job
         from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME, SOURCE_ENV
-        from airflow_provider_binlog.staging import check_writable, storage_path, uri_of
+        from airflow_provider_binlog.staging import check_writable, storage_path
         from airflow_provider_binlog.state_history import StagedStateHistory
         from airflow_provider_binlog.state_lock import SourceStateLock
         from airflow_provider_binlog.target import check_target, target_root
@@ -165,7 +165,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
             server,
             sorted(resolved.keys),
             context=context,
-            staging_uri=lambda seq: uri_of(root / f"snapshot={seq}"),
+            staging_uri=lambda seq: str(root / f"snapshot={seq}"),
         )
         if snapshot is None:
             self.log.info("every selected table of %s has a snapshot already; nothing to read", self.pipeline)

@@ -129,7 +129,7 @@ class SourceFlavor(ABC):
         opened with ``report_slave``.
 
         :raises pymysql.err.OperationalError: 1227 when the user may not list them (see
-            :attr:`~airflow_provider_binlog.source.grants.PrivilegeModel.list_replicas`).
+            :class:`~airflow_provider_binlog.source.grants.PrivilegeModel`, ``list_replicas``).
         """
 
     @abstractmethod
