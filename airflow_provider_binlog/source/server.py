@@ -200,10 +200,18 @@ def rds_retention_hours(cur: Any) -> str | None:
     return None if row is None else str(row[0] or "")
 
 
-REQUIRED_SETTINGS = ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata", "binlog_checksum")
-"""Settings every source is judged on, in the order the Test lists them."""
-COMPRESSION_SETTINGS = ("binlog_transaction_compression", "log_bin_compress")
-"""Settings judged when the server has them (MySQL 8.0.20+, MariaDB)."""
+_MUST_EQUAL = (
+    ("binlog_format", "ROW", "row changes are only in ROW format"),
+    ("binlog_row_image", "FULL", "before/after images must hold every column"),
+)
+"""Settings that must have one value: ``(name, value, why)``."""
+_MUST_BE_OFF = {
+    "binlog_transaction_compression": "compressed transaction payloads cannot be decoded by the reader and "
+    "would be lost",
+    "log_bin_compress": "MariaDB's compressed binlog events cannot be decoded by the reader and their rows "
+    "would be lost",
+}
+"""The compression settings (MySQL 8.0.20+, MariaDB), judged when the server has them, and why each must be OFF."""
 
 
 def _on(value: str | None) -> bool:
@@ -213,7 +221,8 @@ def _on(value: str | None) -> bool:
 def setting_findings(state: ServerState, *, allow_minimal_row_metadata: bool = False) -> list[Finding]:
     """Return one finding per binlog setting, with flavor-correct fixes.
 
-    The settings are :data:`REQUIRED_SETTINGS`, then the :data:`COMPRESSION_SETTINGS` the server has, then
+    The settings are ``log_bin``, ``binlog_format``, ``binlog_row_image``, ``binlog_row_metadata``,
+    ``binlog_checksum``, then the compression settings the server has (:data:`_MUST_BE_OFF`), then
     its GTID mode variable (a note when off: the pipeline works on coordinates alone).
 
     :param allow_minimal_row_metadata: accept ``binlog_row_metadata=MINIMAL`` (the pipeline then describes
@@ -236,22 +245,13 @@ def setting_findings(state: ServerState, *, allow_minimal_row_metadata: bool = F
         if _on(v.get("log_bin"))
         else "log_bin is OFF: start the server with --log-bin (binary logging; not dynamic)",
     )
-    fmt = v.get("binlog_format", "")
-    judge(
-        "binlog_format",
-        None
-        if fmt.upper() == "ROW"
-        else f"binlog_format is {fmt or 'unset'}: row changes are only in ROW format",
-        fix("binlog_format", "ROW"),
-    )
-    image = v.get("binlog_row_image", "")
-    judge(
-        "binlog_row_image",
-        None
-        if image.upper() == "FULL"
-        else f"binlog_row_image is {image or 'unset'}: before/after images must hold every column",
-        fix("binlog_row_image", "FULL"),
-    )
+    for name, wanted, why in _MUST_EQUAL:
+        value = v.get(name, "")
+        judge(
+            name,
+            None if value.upper() == wanted else f"{name} is {value or 'unset'}: {why}",
+            fix(name, wanted),
+        )
     metadata = v.get("binlog_row_metadata", "").upper()
     judge(
         "binlog_row_metadata",
@@ -276,24 +276,9 @@ def setting_findings(state: ServerState, *, allow_minimal_row_metadata: bool = F
         None if checksum.upper() in ("CRC32", "NONE") else f"binlog_checksum {checksum} is not supported",
         fix("binlog_checksum", "CRC32"),
     )
-    if "binlog_transaction_compression" in v:
-        judge(
-            "binlog_transaction_compression",
-            "binlog_transaction_compression is ON: compressed transaction payloads cannot be decoded by the "
-            "reader and would be lost"
-            if _on(v["binlog_transaction_compression"])
-            else None,
-            fix("binlog_transaction_compression", "OFF"),
-        )
-    if "log_bin_compress" in v:
-        judge(
-            "log_bin_compress",
-            "log_bin_compress is ON: MariaDB's compressed binlog events cannot be decoded by the reader and "
-            "their rows would be lost"
-            if _on(v["log_bin_compress"])
-            else None,
-            fix("log_bin_compress", "OFF"),
-        )
+    for name, why in _MUST_BE_OFF.items():
+        if name in v:
+            judge(name, f"{name} is ON: {why}" if _on(v[name]) else None, fix(name, "OFF"))
     mode = state.strategy.gtid_mode_variable
     if mode in v:
         if _on(v[mode]):
