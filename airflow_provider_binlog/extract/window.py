@@ -22,6 +22,7 @@ from airflow_provider_binlog.extract.writer import TableOutput, TableWriter
 from airflow_provider_binlog.foreign_keys import MANIFEST_KEY as FOREIGN_KEYS
 from airflow_provider_binlog.monitoring.retention import binlog_bytes_between, check_retained
 from airflow_provider_binlog.source.grants import ACCESS_DENIED_ERRORS
+from airflow_provider_binlog.source.sql import split_table
 from airflow_provider_binlog.staging import MANIFEST_FORMAT_VERSION, clear_window, write_manifest
 from airflow_provider_binlog.state import Window, now_iso
 
@@ -45,7 +46,7 @@ def stream_options(tables: dict[str, TableTarget]) -> dict[str, Any]:
     from pymysqlreplication.event import FormatDescriptionEvent
 
     return {
-        "only_tables": sorted({name.split(".", 1)[1] for name in tables}),
+        "only_tables": sorted({split_table(name)[1] for name in tables}),
         "only_events": [*CACHED_TABLE_MAP_EVENTS, FormatDescriptionEvent, *READ_EVENTS],
         "filter_non_implemented_events": False,
         "pymysql_wrapper": ReplicationConnections(),
@@ -106,7 +107,7 @@ def extract_window(
             writer = writers[table] = TableWriter(window_dir, TableOutput(name=table, primary_key=key))
         writer.write(batch, specs)
 
-    stream = hook.stream_reader(start, schemas=[n.split(".", 1)[0] for n in tables], **stream_options(tables))
+    stream = hook.stream_reader(start, schemas=[split_table(n)[0] for n in tables], **stream_options(tables))
     try:
         reader = WindowReader(
             stream,
