@@ -1,4 +1,11 @@
-"""BinlogHook: replication connections to MySQL/MariaDB, server state and source validation."""
+"""BinlogHook: replication connections to MySQL/MariaDB, server state and source validation.
+
+The hook is the Airflow face of :mod:`airflow_provider_binlog.source`: it resolves the connection, turns the
+server's errors into the provider's exceptions (naming the connection, the address and the fix), and
+composes the source's findings into validation errors and the connection Test's report. It is longer than
+500 lines because those messages are its job and each is documented where it is written; the logic it
+uses lives in ``source/``.
+"""
 
 from __future__ import annotations
 

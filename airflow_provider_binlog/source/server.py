@@ -123,7 +123,7 @@ def read_server_state(cur: Any, flavor: SourceFlavor) -> ServerState:
     version = str(cur.fetchone()[0])
     variables = read_variables(cur)
     files = binlog_files(cur)
-    head = flavor.read_head(cur) if variables.get("log_bin", "").upper() in ("ON", "1") else None
+    head = flavor.read_head(cur) if _on(variables.get("log_bin")) else None
     return ServerState(
         flavor=flavor.name,
         version=version,
