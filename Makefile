@@ -1,6 +1,7 @@
 # Quick start: `make demo` runs the example CDC DAG end to end on a private MariaDB; `make test` runs
-# lint, types, the documentation build and the whole test suite (unit, integration against a private
-# MariaDB + local Spark, system tests of the example DAG, the wheel installed into a fresh venv).
+# lint, types, the import-layer contracts (pyproject.toml [tool.importlinter]), the documentation build and
+# the whole test suite (unit, integration against a private MariaDB + local Spark, system tests of the
+# example DAG, the wheel installed into a fresh venv).
 .PHONY: setup demo test lint docs unit benchmark clean
 
 VENV := .venv
@@ -18,6 +19,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # The how-to pages include the example DAGs by their [START howto_...] markers; warnings (a broken link,
 # a marker that moved) fail the build.

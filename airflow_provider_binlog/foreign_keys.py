@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_binlog.source.sql import split_table
+
 MANIFEST_KEY = "foreign_keys"
 """The window manifest's list of the foreign keys whose actions the merge applies (:meth:`ForeignKey.to_manifest`)."""
 CASCADE = "CASCADE"
@@ -110,7 +112,7 @@ def read_foreign_keys(cur: Any, children: Iterable[str]) -> list[ForeignKey]:
     :param children: ``db.table`` names of the selected tables.
     """
     wanted = set(children)
-    schemas = sorted({name.split(".", 1)[0] for name in wanted})
+    schemas = sorted({split_table(name)[0] for name in wanted})
     if not schemas:
         return []
     cur.execute(FOREIGN_KEYS_SQL.format(schemas=", ".join(["%s"] * len(schemas))), schemas)

@@ -70,7 +70,7 @@ def run_state(context: Any, dag_id: str | None, run_id: str) -> str:
 
 
 class ContextRunLookup:
-    """A :class:`~airflow_provider_binlog.health.RunLookup` for code running inside a task (Task SDK).
+    """A :class:`~airflow_provider_binlog.monitoring.health.RunLookup` for code running inside a task (Task SDK).
 
     :param context: the asking task's context.
     """

@@ -116,11 +116,6 @@ def window_path(staging_uri: str, pipeline: str, seq: int, conn_id: str | None =
     return storage_path(staging_uri, conn_id) / pipeline / f"window={seq}"
 
 
-def uri_of(path: ObjectStoragePath) -> str:
-    """Return a URI other processes (Spark, deltalake) can open: ``file:///...`` or ``s3://bucket/...``."""
-    return str(path)
-
-
 def check_writable(root: ObjectStoragePath) -> None:
     """Write and delete a probe file under ``root``.
 

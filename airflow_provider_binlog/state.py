@@ -23,9 +23,8 @@ import pendulum
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from airflow_provider_binlog.exceptions import StateConflictError, StateError
-from airflow_provider_binlog.positions import BinlogPosition, file_index
+from airflow_provider_binlog.source.positions import BinlogPosition, file_index
 
-STATE_FORMAT_VERSION = 1
 CONFLICT_ATTEMPTS = 5
 """How often a read-modify-write of the state is tried when another writer wins the race."""
 VARIABLE_DESCRIPTION = "airflow-provider-binlog pipeline state (do not edit by hand)"
@@ -161,7 +160,7 @@ class Snapshot(Held):
     :param rows: rows read (set when merged).
     :param finished_at: when its merge was verified (ISO-8601 UTC; None while running and in ledgers
         written before it was recorded): with ``started_at``, the measured snapshot rate
-        (:mod:`airflow_provider_binlog.snapshot.estimate`).
+        (:mod:`airflow_provider_binlog.monitoring.snapshot_estimate`).
     :param reason: why it was taken: ``initial`` (new pipeline), ``added`` (table new to the
         pipeline), ``requested`` (re-snapshot asked for), ``purged`` (binlogs were purged) or
         ``schema_change`` (a schema change the target cannot follow, see :class:`ResnapshotNeeded`).

@@ -11,7 +11,7 @@ database), with the pipeline's CDC DAG paused::
     python -m airflow_provider_binlog.state_admin hand-over --target /data/lake --table shop.customers --to shop2
     python -m airflow_provider_binlog.state_admin health   --pipeline shop [--json] [--tables 'shop.*']
 
-``health`` prints the pipeline's health summary (:mod:`~airflow_provider_binlog.health`): checkpoint,
+``health`` prints the pipeline's health summary (:mod:`~airflow_provider_binlog.monitoring.health`): checkpoint,
 open windows and snapshots with the runs holding them, last merged window, lag, headroom, last error and
 the next step; it reads the source through ``--binlog-conn-id`` (default ``binlog_default``) and may run while
 the DAG is active. Exit code 0 when nothing needs a person, 1 otherwise.
@@ -70,7 +70,7 @@ class MetadataVariableStore:
 
 
 class MetadataRunLookup:
-    """A :class:`~airflow_provider_binlog.health.RunLookup` over the metadata database (outside tasks)."""
+    """A :class:`~airflow_provider_binlog.monitoring.health.RunLookup` over the metadata database (outside tasks)."""
 
     def state(self, dag_id: str | None, run_id: str) -> str:
         """Return the run's state, or ``missing`` when the DAG has no such run."""
@@ -96,8 +96,8 @@ class MetadataRunLookup:
 
 def health(args: argparse.Namespace, store: Any) -> int:
     """Print the health summary of ``args.pipeline`` (text or JSON); return 0 when it needs nobody."""
-    from airflow_provider_binlog.health import pipeline_health
     from airflow_provider_binlog.hooks.binlog import BinlogHook
+    from airflow_provider_binlog.monitoring.health import pipeline_health
     from airflow_provider_binlog.tables import parse_tables
 
     summary = pipeline_health(

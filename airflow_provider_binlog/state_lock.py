@@ -125,7 +125,7 @@ class SourceStateLock:
     def _sql_all(self, conn: pymysql.connections.Connection, sql: str, args: Any = None) -> list[Any]:
         import pymysql
 
-        from airflow_provider_binlog.connect import LOST_CONNECTION_ERRORS
+        from airflow_provider_binlog.source.connect import LOST_CONNECTION_ERRORS
 
         try:
             with conn.cursor() as cur:

@@ -159,7 +159,7 @@ def resolve_key(
     * ``unique_keys`` given (snapshots, which cut key ranges): a table with a primary key takes it and
       refuses a different named key; a named key must be exactly the columns of one of ``unique_keys``
       (the table's UNIQUE indexes of NOT NULL columns, e.g. from
-      :func:`~airflow_provider_binlog.snapshot.plan.unique_keys`) and is returned in that index's column
+      :func:`~airflow_provider_binlog.source.schema.unique_keys`) and is returned in that index's column
       order, so every chunk is an index range.
 
     Column names compare exactly at the binlog level (the reader looks the key columns up by name in

@@ -1,6 +1,6 @@
 """Cutting windows: each DAG run owns exactly one half-open binlog range ``(start, end]``.
 
-Rules (ARCHITECTURE.md, "Data flow of one DAG run"):
+Rules (README, "The example DAG" and docs/guarantees.md):
 
 * a run that already cut a window reuses it, so a retry or a cleared task re-reads the same bytes;
 * a new window starts where the previous one ended (consecutive windows tile the binlog) and ends at
@@ -20,13 +20,23 @@ across a contiguous run of merged windows (:func:`advance_checkpoint`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pendulum
 
-from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError, StateError
-from airflow_provider_binlog.positions import BinlogPosition
+from airflow_provider_binlog.exceptions import (
+    BinlogConfigError,
+    BinlogPurgedError,
+    PipelineBusyError,
+    StateError,
+)
 from airflow_provider_binlog.runs import HolderState, has_ended, never_ended
+from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.state import Checkpoint, PipelineState, Position, Window, now_iso
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.hooks.binlog import BinlogHook
+    from airflow_provider_binlog.source.server import ServerState
 
 
 def cut_window(
@@ -158,7 +168,7 @@ def cut_interval_window(
 
     The window is ``(locate(interval_start), locate(interval_end)]`` where ``locate(t)`` is the boundary
     before the first transaction committed at or after ``t``
-    (:func:`~airflow_provider_binlog.probes.boundary_at`); a bound shared with an interval already in the
+    (:func:`~airflow_provider_binlog.windows.boundary_at`); a bound shared with an interval already in the
     ledger is taken from that window, so neighbours tile the binlog exactly. The sequence number is the
     interval end in Unix milliseconds: binlog order, whatever order the windows are cut or merged in, so
     order keys let a re-merged old window lose to newer changes. A new run over an interval whose window
@@ -252,3 +262,55 @@ def advance_checkpoint(state: PipelineState, merged: Window) -> Checkpoint:
             position, seq = window.end, window.seq
             commit_ts = window.last_commit_ts or commit_ts
     return Checkpoint(position=position, window=seq, commit_ts=commit_ts, updated_at=now_iso())
+
+
+def boundary_at(hook: BinlogHook, server: ServerState, moment: pendulum.DateTime) -> BinlogPosition:
+    """Return the transaction boundary before the first transaction committed at or after ``moment``.
+
+    This is the cut of interval windows: a window for ``[s, e)`` is ``(boundary_at(s), boundary_at(e)]``.
+    "First" is in binlog (commit) order, so the result is monotone in ``moment`` and consecutive
+    intervals tile the binlog even where commit timestamps (whole seconds, the commit statement's start
+    time) are not. The scan starts at the last file the server opened at or before ``moment`` and reads
+    only group-ending events. When no transaction at or after ``moment`` has been logged yet, the
+    result is the end of the last complete transaction; callers only ask for moments in the past.
+
+    :returns: the boundary with the GTID state there where the flavor can tell it
+        (:meth:`~airflow_provider_binlog.source.flavor.SourceFlavor.gtid_at`: MariaDB ``BINLOG_GTID_POS``;
+        MySQL has no SQL function for it, so there the GTID set is left empty).
+    :raises BinlogPurgedError: when the binlogs holding ``moment`` were purged.
+    """
+    from airflow_provider_binlog.monitoring.probes import scan_to
+
+    boundary = scan_to(hook, _file_holding(hook, server, moment), moment)
+    with hook.cursor() as cur:
+        gtids = server.strategy.gtid_at(cur, boundary.file, boundary.pos)
+    return BinlogPosition(boundary.file, boundary.pos, gtids)
+
+
+def _file_holding(hook: BinlogHook, server: ServerState, moment: pendulum.DateTime) -> str:
+    """Return the last binlog file opened at or before ``moment`` (binary search over open times).
+
+    :raises BinlogPurgedError: when the oldest file was opened after ``moment`` and older ones existed.
+    """
+    from airflow_provider_binlog.monitoring.probes import file_opened_at
+    from airflow_provider_binlog.monitoring.retention import RESNAPSHOT_REMEDY, nothing_purged
+
+    names = [name for name, _ in server.binlog_files]
+    if not names:
+        raise BinlogPurgedError("the source lists no binary logs")
+    oldest_opened = file_opened_at(hook, names[0])
+    if oldest_opened > moment:
+        if nothing_purged(hook, server):
+            return names[0]
+        raise BinlogPurgedError(
+            f"the binlogs holding {moment.isoformat()} were purged: the oldest binlog left, {names[0]}, was "
+            f"opened at {oldest_opened.isoformat()}. {RESNAPSHOT_REMEDY}"
+        )
+    low, high = 0, len(names) - 1  # invariant: names[low] was opened at or before moment
+    while low < high:
+        middle = (low + high + 1) // 2
+        if file_opened_at(hook, names[middle]) <= moment:
+            low = middle
+        else:
+            high = middle - 1
+    return names[low]

@@ -90,7 +90,7 @@ def reader_raw(args: argparse.Namespace) -> dict:
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-    from airflow_provider_binlog.positions import BinlogPosition
+    from airflow_provider_binlog.source.positions import BinlogPosition
 
     end = BinlogPosition(args.end["file"], args.end["pos"])
     settings = {"host": "127.0.0.1", "port": args.port, "user": "root", "passwd": args.password}

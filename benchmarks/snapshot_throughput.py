@@ -141,8 +141,8 @@ def run_ours(server: Any, workdir: Path, chunk_rows: int, connections: int) -> d
     import pymysql
     from pyspark.sql import SparkSession
 
-    from airflow_provider_binlog.positions import read_head
     from airflow_provider_binlog.snapshot.plan import plan_snapshot
+    from airflow_provider_binlog.source.flavor import MARIADB
     from airflow_provider_binlog.spark_jobs.merge import MANIFEST_NAME, SPARK_SQL_CONF
     from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME, run_snapshot, write_json
 
@@ -164,7 +164,7 @@ def run_ours(server: Any, workdir: Path, chunk_rows: int, connections: int) -> d
         conn = pymysql.connect(**server.connection_kwargs())
         try:
             with conn.cursor() as cur:
-                head = read_head(cur, "mariadb")
+                head = MARIADB.read_head(cur)
                 assert head is not None
                 plan = plan_snapshot(
                     cur,

@@ -2,7 +2,7 @@
 
 Each pipeline gets a ``health__<pipeline>`` task, which logs the pipeline's health summary (checkpoint,
 open windows and snapshots with the runs holding them, last merged window, lag, headroom, last error and
-the next step; :mod:`airflow_provider_binlog.health`) and returns it as JSON (XCom), and two sensors; a failing one fails the run with the sensor's message (which names the
+the next step; :mod:`airflow_provider_binlog.monitoring.health`) and returns it as JSON (XCom), and two sensors; a failing one fails the run with the sensor's message (which names the
 pipeline, the number that is off and the remedy), so the DAG's failure alerting (``on_failure_callback``,
 email, a Notifier) is the CDC alert. Settings come from environment variables read at parse time:
 
@@ -41,8 +41,8 @@ _CDC_DAG_ID = os.environ.get("BINLOG_MONITOR_CDC_DAG_ID", "binlog_cdc")
 @task
 def health(pipeline: str) -> dict[str, Any]:
     """Log the pipeline's health summary and return it as JSON; fail only when it cannot be computed."""
-    from airflow_provider_binlog.health import pipeline_health
     from airflow_provider_binlog.hooks.binlog import BinlogHook
+    from airflow_provider_binlog.monitoring.health import pipeline_health
     from airflow_provider_binlog.runs import ContextRunLookup
 
     summary = pipeline_health(

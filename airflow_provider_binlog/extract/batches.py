@@ -28,8 +28,8 @@ META_FIELDS: tuple[pa.Field, ...] = (
     pa.field("_binlog_pos", pa.int64(), nullable=False),
     pa.field("_binlog_ts", pa.timestamp("us", tz="UTC"), nullable=False),
 )
-"""Metadata columns of every change record (names are a public contract, ARCHITECTURE.md)."""
-META_NAMES = tuple(f.name for f in META_FIELDS)
+"""Metadata columns of every change record (names are a public contract: README, "Staging layout and change
+records")."""
 
 
 def change_schema(columns: Sequence[ColumnSpec]) -> pa.Schema:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import re
 import tempfile
 import time
 from collections import Counter
@@ -53,7 +52,6 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from airflow_provider_binlog.connect import LOST_CONNECTION_ERRORS, LoginTimeoutConnection
 from airflow_provider_binlog.exceptions import (
     ReplicationConnectionLostError,
     SourceUnreachableError,
@@ -72,7 +70,9 @@ from airflow_provider_binlog.extract.ddl import classify_ddl
 from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key
 from airflow_provider_binlog.extract.progress import ExtractProgress
 from airflow_provider_binlog.extract.statements import written_tables
-from airflow_provider_binlog.positions import BinlogPosition, file_index
+from airflow_provider_binlog.source.connect import LOST_CONNECTION_ERRORS, LoginTimeoutConnection
+from airflow_provider_binlog.source.positions import BinlogPosition, file_index
+from airflow_provider_binlog.source.sql import QueryKind, classify_query
 from airflow_provider_binlog.state import STATEMENT_CHARS
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,6 @@ BATCH_ROWS = 8_192
 COMPRESSED_EVENT_TYPES = {40: "TRANSACTION_PAYLOAD_EVENT"} | {
     code: "MariaDB compressed event" for code in range(165, 172)
 }
-_DML_PREFIXES = ("insert", "update", "delete", "replace", "load data")
 READ_EVENTS: tuple[type, ...] = (
     RotateEvent,
     GtidEvent,
@@ -104,8 +103,6 @@ READ_EVENTS: tuple[type, ...] = (
 )
 """The events :class:`WindowReader` acts on; the window's stream must deliver each of them
 (``NotImplementedEvent`` so that compressed transactions are seen and refused)."""
-_SAVEPOINT = re.compile(r"SAVEPOINT\s+(.+)", re.IGNORECASE | re.DOTALL)
-_ROLLBACK_TO = re.compile(r"ROLLBACK\s+(?:WORK\s+)?TO\s+(?:SAVEPOINT\s+)?(.+)", re.IGNORECASE | re.DOTALL)
 
 REPLICATION_NET_WRITE_TIMEOUT_SECONDS = 3600
 """How long the source waits for the reader to take more binlog bytes before it drops the stream (seconds)."""
@@ -125,7 +122,7 @@ class _ConnectionLost(Exception):
 class ReplicationConnection(LoginTimeoutConnection):
     """A pymysql connection whose lost-connection errors mysql-replication cannot swallow.
 
-    Its login is bounded by ``connect_timeout`` (:class:`~airflow_provider_binlog.connect.LoginTimeoutConnection`);
+    Its login is bounded by ``connect_timeout`` (:class:`~airflow_provider_binlog.source.connect.LoginTimeoutConnection`);
     reads after the login keep the stream's own timeout settings.
 
     ``BinLogStreamReader.fetchone`` (mysql-replication 1.0) catches ``OperationalError`` 2006/2013 from the
@@ -256,7 +253,6 @@ class ExtractStats:
     transactions: int = 0
     rolled_back: int = 0
     rows: int = 0
-    bytes: int = 0
     seconds: float = 0.0
     ddl: list[dict[str, Any]] = field(default_factory=list)
     last_commit_ts: str | None = None
@@ -539,36 +535,32 @@ class WindowReader:
         self.txn = _Transaction()
 
     def _query(self, event: Any, file: str, end_pos: int) -> None:
-        text = (
-            event.query.strip()
-            if isinstance(event.query, str)
-            else bytes(event.query).decode("utf-8", "replace")
-        )
-        upper = text.upper()
-        if upper == "BEGIN":
+        query = classify_query(event.query)
+        text, kind = query.text, query.kind
+        if kind is QueryKind.BEGIN:
             if not self.txn.open:
                 self._begin(None)
             return
-        if upper == "COMMIT":
+        if kind is QueryKind.COMMIT:
             self._commit(event, file, end_pos)
             return
-        if upper == "ROLLBACK":
+        if kind is QueryKind.ROLLBACK:
             self.stats.rolled_back += 1
             self._rollback()
             return
-        if match := _ROLLBACK_TO.fullmatch(text):
-            self._rollback_to(_savepoint_name(match.group(1)), file, end_pos)
+        if kind is QueryKind.ROLLBACK_TO:
+            self._rollback_to(query.savepoint, file, end_pos)
             return
-        if match := _SAVEPOINT.fullmatch(text):
-            self._savepoint(_savepoint_name(match.group(1)))
+        if kind is QueryKind.SAVEPOINT:
+            self._savepoint(query.savepoint)
             return
-        if upper.startswith(("XA START", "XA END")):
+        if kind in (QueryKind.XA_START, QueryKind.XA_END):
             return  # inside the group of an XA transaction, which ends with its XA_PREPARE event
-        if upper.startswith(("XA COMMIT", "XA ROLLBACK")):
+        if kind in (QueryKind.XA_COMMIT, QueryKind.XA_ROLLBACK):
             self._rollback()  # a group of its own that holds no rows
             return
         schema = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema or "")
-        if upper.lower().startswith(_DML_PREFIXES):
+        if kind is QueryKind.DML:
             self._statement(text, schema, file, end_pos)
             return  # a statement inside a transaction: the transaction goes on (no implicit commit)
         self._ddl(text, schema, file, end_pos)
@@ -896,14 +888,6 @@ class WindowReader:
         self.txn = _Transaction()
         self.stats.transactions += 1
         self.stats.last_commit_ts = commit_ts.isoformat()
-
-
-def _savepoint_name(text: str) -> str:
-    """Return the savepoint name of a logged statement's tail (backquoted; compared case-insensitively)."""
-    name = text.strip()
-    if len(name) >= 2 and name[0] == name[-1] == "`":
-        name = name[1:-1].replace("``", "`")
-    return name.lower()
 
 
 def _spill_head(spill_file: Any, rows: int) -> Any:

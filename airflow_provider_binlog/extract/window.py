@@ -21,16 +21,18 @@ from airflow_provider_binlog.extract.reader import (
 from airflow_provider_binlog.extract.tablemaps import CACHED_TABLE_MAP_EVENTS, table_map_cache
 from airflow_provider_binlog.extract.writer import TableOutput, TableWriter
 from airflow_provider_binlog.foreign_keys import MANIFEST_KEY as FOREIGN_KEYS
-from airflow_provider_binlog.grants import ACCESS_DENIED_ERRORS
-from airflow_provider_binlog.retention import binlog_bytes_between, check_retained
-from airflow_provider_binlog.staging import MANIFEST_FORMAT_VERSION, clear_window, uri_of, write_manifest
+from airflow_provider_binlog.monitoring.retention import binlog_bytes_between, check_retained
+from airflow_provider_binlog.source.grants import ACCESS_DENIED_ERRORS
+from airflow_provider_binlog.source.sql import split_table
+from airflow_provider_binlog.staging import MANIFEST_FORMAT_VERSION, clear_window, write_manifest
 from airflow_provider_binlog.state import Window, now_iso
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
 
     from airflow_provider_binlog.foreign_keys import ForeignKey
-    from airflow_provider_binlog.hooks.binlog import BinlogHook, ServerState
+    from airflow_provider_binlog.hooks.binlog import BinlogHook
+    from airflow_provider_binlog.source.server import ServerState
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,7 @@ def stream_options(tables: dict[str, TableTarget]) -> dict[str, Any]:
     from pymysqlreplication.event import FormatDescriptionEvent
 
     return {
-        "only_tables": sorted({name.split(".", 1)[1] for name in tables}),
+        "only_tables": sorted({split_table(name)[1] for name in tables}),
         "only_events": [*CACHED_TABLE_MAP_EVENTS, FormatDescriptionEvent, *READ_EVENTS],
         "filter_non_implemented_events": False,
         "pymysql_wrapper": ReplicationConnections(),
@@ -106,7 +108,7 @@ def extract_window(
             writer = writers[table] = TableWriter(window_dir, TableOutput(name=table, primary_key=key))
         writer.write(batch, specs)
 
-    stream = hook.stream_reader(start, schemas=[n.split(".", 1)[0] for n in tables], **stream_options(tables))
+    stream = hook.stream_reader(start, schemas=[split_table(n)[0] for n in tables], **stream_options(tables))
     try:
         reader = WindowReader(
             stream,
@@ -174,6 +176,6 @@ def extract_window(
         stats.transactions,
         manifest["stats"]["binlog_bytes"],
         stats.seconds,
-        uri_of(path),
+        str(path),
     )
     return manifest

@@ -10,7 +10,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_binlog.exceptions import MergeError, StateError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
-from airflow_provider_binlog.positions import BinlogPosition
+from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.state import (
     STATEMENT_CHARS,
     PipelineState,
@@ -145,9 +145,8 @@ class BinlogCommitOperator(BaseOperator):
         if manifest is None:
             raise StateError(f"the manifest of window {window.seq} is missing at {window.manifest_uri}")
         from airflow_provider_binlog.spark_jobs.merge import refused_tables
-        from airflow_provider_binlog.staging import uri_of
 
-        refused = refused_tables(uri_of(window_dir))
+        refused = refused_tables(str(window_dir))
         self._verify_merged(manifest, window.seq, refused)
         changed = [
             table for table, entry in manifest["tables"].items() if entry["rows"] and table not in refused
@@ -181,7 +180,7 @@ class BinlogCommitOperator(BaseOperator):
 
     def _report(self, window: Window, manifest: dict[str, Any], checkpoint: BinlogPosition) -> None:
         """Log the run's one summary line and emit the ``binlog.window.*`` metrics."""
-        from airflow_provider_binlog.metrics import emit_window
+        from airflow_provider_binlog.monitoring.metrics import emit_window
 
         extracted = int(manifest["stats"]["rows"])
         merged_tables = {table: entry["rows"] for table, entry in manifest["tables"].items() if entry["rows"]}

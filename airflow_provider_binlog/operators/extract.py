@@ -11,8 +11,9 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, IntervalOpenError
 from airflow_provider_binlog.foreign_keys import ForeignKey
-from airflow_provider_binlog.hooks.binlog import BinlogHook, TableInfo
-from airflow_provider_binlog.positions import BinlogPosition
+from airflow_provider_binlog.hooks.binlog import BinlogHook
+from airflow_provider_binlog.source.positions import BinlogPosition
+from airflow_provider_binlog.source.schema import TableInfo
 from airflow_provider_binlog.state import PipelineState, StateManager, Window
 from airflow_provider_binlog.tables import (
     check_keyless_mode,
@@ -213,7 +214,7 @@ class BinlogExtractOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         """Validate the source, cut or reuse the window, stage it and record it in the ledger."""
         from airflow_provider_binlog.extract.window import extract_window
-        from airflow_provider_binlog.staging import check_writable, storage_path, uri_of
+        from airflow_provider_binlog.staging import check_writable, storage_path
         from airflow_provider_binlog.state_history import StagedStateHistory
         from airflow_provider_binlog.state_lock import SourceStateLock
 
@@ -242,11 +243,11 @@ class BinlogExtractOperator(BaseOperator):
                 )  # fmt: skip
         window_dir, manifest = self._staged(root, window)
         if manifest is not None:
-            self.log.info("window %s is already staged at %s; reusing it", window.seq, uri_of(window_dir))
+            self.log.info("window %s is already staged at %s; reusing it", window.seq, str(window_dir))
         else:
             self.log.info(
                 "extracting window %s of %s: (%s, %s] into %s",
-                window.seq, self.pipeline, window.start, window.end, uri_of(window_dir),
+                window.seq, self.pipeline, window.start, window.end, str(window_dir),
             )  # fmt: skip
             manifest = extract_window(
                 hook,
@@ -259,7 +260,7 @@ class BinlogExtractOperator(BaseOperator):
                 skipped=skipped,
                 foreign_keys=cascading_keys(hook, server, targets, self.log),
             )
-        uri = uri_of(window_dir)
+        uri = str(window_dir)
         if window.status == "cut" or window.manifest_uri != uri:
             rows = int(manifest["stats"]["rows"])
             status = "extracted" if window.status == "cut" else window.status
@@ -337,8 +338,8 @@ class BinlogExtractOperator(BaseOperator):
         """
         from functools import lru_cache
 
-        from airflow_provider_binlog.probes import boundary_at
         from airflow_provider_binlog.runs import holder_states
+        from airflow_provider_binlog.windows import boundary_at
 
         locate = lru_cache(maxsize=None)(lambda moment: boundary_at(hook, server, moment))
         holders: dict[str, Any] = {

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any, get_args
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
-from airflow_provider_binlog.hooks.binlog import BinlogHook, TableInfo
+from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.spark import SparkJobOperator
 from airflow_provider_binlog.snapshot.ledger import SnapshotMode, begin_snapshot, finish_snapshot
-from airflow_provider_binlog.snapshot.plan import CHUNK_ROWS, plan_snapshot, unique_keys
+from airflow_provider_binlog.snapshot.plan import CHUNK_ROWS, plan_snapshot
+from airflow_provider_binlog.source.schema import TableInfo, unique_keys
 from airflow_provider_binlog.state import PipelineState, Snapshot, StateManager
 from airflow_provider_binlog.tables import (
     TableKeys,
@@ -134,7 +135,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
         from airflow_provider_binlog.snapshot.chunks import read_json
         from airflow_provider_binlog.spark_jobs import merge as job
         from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME, SOURCE_ENV
-        from airflow_provider_binlog.staging import check_writable, storage_path, uri_of
+        from airflow_provider_binlog.staging import check_writable, storage_path
         from airflow_provider_binlog.state_history import StagedStateHistory
         from airflow_provider_binlog.state_lock import SourceStateLock
         from airflow_provider_binlog.target import check_target, target_root
@@ -164,7 +165,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
             server,
             sorted(resolved.keys),
             context=context,
-            staging_uri=lambda seq: uri_of(root / f"snapshot={seq}"),
+            staging_uri=lambda seq: str(root / f"snapshot={seq}"),
         )
         if snapshot is None:
             self.log.info("every selected table of %s has a snapshot already; nothing to read", self.pipeline)
@@ -299,7 +300,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
         """
         from deltalake import DeltaTable
 
-        from airflow_provider_binlog.snapshot.plan import quote_table
+        from airflow_provider_binlog.source.sql import quote_table
         from airflow_provider_binlog.target import table_uri
 
         if any(DeltaTable.is_deltatable(table_uri(self.target_path, t)) for t in snapshot.tables):

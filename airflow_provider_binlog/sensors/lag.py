@@ -13,7 +13,7 @@ class BinlogConsumerLagSensor(PipelineSensor):
     """Wait until the lag of ``pipeline``'s target behind the source is within every given limit.
 
     The freshness gate a reporting DAG puts before reading the target. Lag (see
-    :mod:`airflow_provider_binlog.lag`) is measured as seconds (age of the oldest transaction the
+    :mod:`airflow_provider_binlog.monitoring.lag`) is measured as seconds (age of the oldest transaction the
     target lacks), bytes of binlog and transactions (GTID count) between the checkpoint and the head.
     ``fresh_until`` waits until the target holds every transaction committed before that time, e.g.
     ``"{{ data_interval_end }}"``. Each poke emits ``binlog.lag.*`` metrics; the final lag report is

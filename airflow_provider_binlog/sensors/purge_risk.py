@@ -15,7 +15,7 @@ DEFAULT_MIN_HEADROOM_SECONDS = 6 * 3600
 class BinlogPurgeRiskSensor(PipelineSensor):
     """Check that the binlogs ``pipeline`` still needs are retained with ``min_headroom_seconds`` to spare.
 
-    One measurement decides (:func:`~airflow_provider_binlog.retention.assess_retention`):
+    One measurement decides (:func:`~airflow_provider_binlog.monitoring.retention.assess_retention`):
 
     * retained with at least ``min_headroom_seconds`` left (or retention unlimited): success; the
       retention report is the XCom value;
@@ -28,7 +28,7 @@ class BinlogPurgeRiskSensor(PipelineSensor):
     A pipeline that has not run yet passes when the binlogs from the source head on (where its first
     snapshot starts) are retained long enough: while a snapshot runs the checkpoint cannot move, so the
     time the pending snapshots still need (running ones, and one of the ``tables`` no snapshot has read:
-    :mod:`~airflow_provider_binlog.snapshot.estimate`) is taken off the headroom before it is compared
+    :mod:`~airflow_provider_binlog.monitoring.snapshot_estimate`) is taken off the headroom before it is compared
     with ``min_headroom_seconds``.
 
     Use it as a guard before the first task of the CDC DAG (from the first run on) and in a monitoring
@@ -41,7 +41,7 @@ class BinlogPurgeRiskSensor(PipelineSensor):
         ``!`` exclusions as for the extract), whose snapshot time is estimated; None: only running
         snapshots are.
     :param snapshot_rows_per_second: snapshot rate to assume while the pipeline has no measured snapshot
-        (rows/s; default :data:`~airflow_provider_binlog.snapshot.estimate.DEFAULT_SNAPSHOT_ROWS_PER_SECOND`).
+        (rows/s; default :data:`~airflow_provider_binlog.monitoring.snapshot_estimate.DEFAULT_SNAPSHOT_ROWS_PER_SECOND`).
     :param binlog_conn_id: source connection.
     :param deferrable: measure in the triggerer instead of the worker.
     """

@@ -19,9 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_binlog.extract.batches import META_FIELDS, change_schema
-from airflow_provider_binlog.positions import read_head
 from airflow_provider_binlog.snapshot.plan import Chunk, TablePlan, chunk_query
 from airflow_provider_binlog.snapshot.rows import describe_columns, rows_to_batch
+from airflow_provider_binlog.source.flavor import flavor_named
+from airflow_provider_binlog.source.sql import split_table
 from airflow_provider_binlog.spark_jobs.merge import (
     atomic_output,
     join_uri,
@@ -101,17 +102,17 @@ def read_chunk(
     done = finished(snapshot_uri, table.name, chunk.index)
     if done is not None:
         return asdict(done)
-    from airflow_provider_binlog.connect import LoginTimeoutConnection
+    from airflow_provider_binlog.source.connect import LoginTimeoutConnection
 
     started = time.monotonic()
     conn = LoginTimeoutConnection(**{**source, "autocommit": True, "charset": "utf8mb4"})
     try:
         with conn.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")
-            watermark = read_head(cur, flavor)
+            watermark = flavor_named(flavor).read_head(cur)
             if watermark is None:
                 raise ChunkError("binary logging is off on the source: a snapshot needs the binlog")
-            db, name = table.name.split(".", 1)
+            db, name = split_table(table.name)
             columns = describe_columns(cur, db, name)
         described = tuple(c.spec.to_manifest() for c in columns)
         if described != table.columns:

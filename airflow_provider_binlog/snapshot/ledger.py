@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError
-from airflow_provider_binlog.positions import BinlogPosition
 from airflow_provider_binlog.runs import HolderState, has_ended, never_ended
+from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.state import Checkpoint, PipelineState, Position, Snapshot, covers, now_iso
 
 SnapshotMode = Literal["missing", "requested", "purged"]

@@ -21,21 +21,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_binlog.snapshot.rows import describe_columns
+from airflow_provider_binlog.source.schema import estimated_rows
+from airflow_provider_binlog.source.sql import quote_identifier, quote_table, split_table
+
 CHUNK_ROWS = 50_000
 """Default rows per chunk: one ``SELECT`` of this many rows takes well under a second and ~10-50 MB."""
 
 KeyValues = tuple[Any, ...]
-
-
-def quote(name: str) -> str:
-    """Return ``name`` as a backquoted MySQL identifier (MySQL manual, "Schema Object Names")."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def quote_table(name: str) -> str:
-    """Return ``db.table`` as two backquoted identifiers joined by a dot."""
-    db, table = name.split(".", 1)
-    return f"{quote(db)}.{quote(table)}"
 
 
 def encode_value(value: Any) -> Any:
@@ -121,11 +114,11 @@ def _lexicographic(
         raise ValueError(f"key {list(key)} has {len(key)} columns but the bound has {len(values)} values")
     terms, params = [], []
     for i, column in enumerate(key):
-        equal = [f"{quote(c)} = %s" for c in key[:i]]
-        terms.append("(" + " AND ".join([*equal, f"{quote(column)} {op} %s"]) + ")")
+        equal = [f"{quote_identifier(c)} = %s" for c in key[:i]]
+        terms.append("(" + " AND ".join([*equal, f"{quote_identifier(column)} {op} %s"]) + ")")
         params += [*values[:i], values[i]]
     if inclusive:
-        terms.append("(" + " AND ".join(f"{quote(c)} = %s" for c in key) + ")")
+        terms.append("(" + " AND ".join(f"{quote_identifier(c)} = %s" for c in key) + ")")
         params += list(values)
     return "(" + " OR ".join(terms) + ")", params
 
@@ -146,7 +139,7 @@ def chunk_query(
 ) -> tuple[str, list[Any]]:
     """Return the ``SELECT`` reading one chunk in key order."""
     where, params = range_condition(key, chunk)
-    order = ", ".join(quote(c) for c in key)
+    order = ", ".join(quote_identifier(c) for c in key)
     return f"SELECT {', '.join(select_list)} FROM {quote_table(table)} WHERE {where} ORDER BY {order}", params
 
 
@@ -202,7 +195,7 @@ def chunk_bounds(cur: Any, table: str, key: Sequence[str], chunk_rows: int) -> l
     """
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
-    columns, order = ", ".join(quote(c) for c in key), ", ".join(quote(c) for c in key)
+    columns, order = ", ".join(quote_identifier(c) for c in key), ", ".join(quote_identifier(c) for c in key)
     chunks: list[Chunk] = []
     lower: KeyValues | None = None
     while True:
@@ -218,37 +211,6 @@ def chunk_bounds(cur: Any, table: str, key: Sequence[str], chunk_rows: int) -> l
         if upper is None:
             return chunks
         lower = upper
-
-
-def estimated_rows(cur: Any, table: str) -> int:
-    """Return the table's row estimate from ``information_schema.TABLES`` (0 when unknown)."""
-    db, name = table.split(".", 1)
-    cur.execute(
-        "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
-        (db, name),
-    )
-    row = cur.fetchone()
-    return int(row[0] or 0) if row else 0
-
-
-def unique_keys(cur: Any, table: str) -> list[tuple[str, ...]]:
-    """Return the table's unique indexes whose columns are all NOT NULL, as column tuples in index order.
-
-    Such an index identifies rows as a primary key does (MySQL manual, "Unique Indexes": a UNIQUE index
-    permits multiple NULL values).
-    """
-    db, name = table.split(".", 1)
-    cur.execute(
-        "SELECT s.INDEX_NAME, s.COLUMN_NAME, c.IS_NULLABLE FROM information_schema.STATISTICS s "
-        "JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA = s.TABLE_SCHEMA AND c.TABLE_NAME = s.TABLE_NAME "
-        "AND c.COLUMN_NAME = s.COLUMN_NAME WHERE s.TABLE_SCHEMA = %s AND s.TABLE_NAME = %s AND s.NON_UNIQUE = 0 "
-        "ORDER BY s.INDEX_NAME, s.SEQ_IN_INDEX",
-        (db, name),
-    )
-    indexes: dict[str, list[tuple[str, str]]] = {}
-    for index, column, nullable in cur.fetchall():
-        indexes.setdefault(str(index), []).append((str(column), str(nullable)))
-    return [tuple(c for c, _ in cols) for cols in indexes.values() if all(n == "NO" for _, n in cols)]
 
 
 def plan_snapshot(
@@ -274,11 +236,9 @@ def plan_snapshot(
     :param chunk_rows: rows per chunk.
     :raises ValueError: for a column type that cannot be staged, or ``chunk_rows`` < 1.
     """
-    from airflow_provider_binlog.snapshot.rows import describe_columns
-
     tables = []
     for name, key in keys.items():
-        db, table = name.split(".", 1)
+        db, table = split_table(name)
         columns = tuple(c.spec.to_manifest() for c in describe_columns(cur, db, table))
         chunks = tuple(chunk_bounds(cur, name, key, chunk_rows))
         tables.append(TablePlan(name, tuple(key), chunks, columns, estimated_rows(cur, name)).to_json())

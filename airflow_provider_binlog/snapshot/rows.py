@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,27 +58,11 @@ from airflow_provider_binlog.extract.columns import (
     ColumnSpec,
     bit_arrow_type,
 )
-from airflow_provider_binlog.snapshot.plan import quote
+from airflow_provider_binlog.source.schema import column_descriptions
+from airflow_provider_binlog.source.sql import quote_identifier
 
 UTC = dt.timezone.utc
 
-_COLUMN_FIELDS = (
-    "COLUMN_NAME",
-    "DATA_TYPE",
-    "COLUMN_TYPE",
-    "NUMERIC_PRECISION",
-    "NUMERIC_SCALE",
-    "DATETIME_PRECISION",
-    "CHARACTER_SET_NAME",
-    "CHARACTER_OCTET_LENGTH",
-)
-COLUMNS_QUERY = (
-    f"SELECT {', '.join(_COLUMN_FIELDS)}"
-    " FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
-    " ORDER BY ORDINAL_POSITION"
-)
-"""The column descriptions :func:`describe_columns` reads (MySQL manual, "The INFORMATION_SCHEMA
-COLUMNS Table"; MariaDB KB, "Information Schema COLUMNS Table")."""
 
 _INTEGERS: dict[str, tuple[pa.DataType, pa.DataType]] = {
     "tinyint": (pa.int8(), pa.int16()),
@@ -177,8 +161,7 @@ def describe_columns(cur: Any, db: str, table: str) -> list[SourceColumn]:
     :raises ValueError: when the table has no visible columns (it does not exist), or for a column
         whose type the extractor cannot stage (the message names the column).
     """
-    cur.execute(COLUMNS_QUERY, (db, table))
-    columns = [_source_column(db, table, _as_tuple(row)) for row in cur.fetchall()]
+    columns = [_source_column(db, table, row) for row in column_descriptions(cur, db, table)]
     if not columns:
         raise ValueError(f"table `{db}`.`{table}` has no columns visible to this user (does it exist?)")
     return columns
@@ -227,14 +210,6 @@ def rows_to_batch(
 # --- column descriptions ---------------------------------------------------------------------------
 
 
-def _as_tuple(row: Any) -> tuple[Any, ...]:
-    """Return an information_schema row as a tuple in :data:`COLUMNS_QUERY` order (dict cursors too)."""
-    if isinstance(row, Mapping):
-        upper = {str(k).upper(): v for k, v in row.items()}
-        return tuple(upper[name] for name in _COLUMN_FIELDS)
-    return tuple(row)
-
-
 def _text(value: Any) -> str:
     """Return an information_schema text value as ``str`` (some servers send it as bytes)."""
     return value.decode() if isinstance(value, bytes | bytearray) else str(value or "")
@@ -245,7 +220,7 @@ def _source_column(db: str, table: str, row: tuple[Any, ...]) -> SourceColumn:
     name = _text(row[0])
     data_type, column_type = _text(row[1]).lower(), _text(row[2]).lower()
     precision, scale, fsp, charset, octets = row[3:8]
-    expr = quote(name)
+    expr = quote_identifier(name)
 
     def spec(label: str, arrow: pa.DataType, select: str = expr) -> SourceColumn:
         return SourceColumn(name, ColumnSpec(name, label, arrow), select)

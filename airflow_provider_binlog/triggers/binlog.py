@@ -1,6 +1,6 @@
 """Triggers behind the deferrable sensors: poll a pipeline's lag or purge risk from the triggerer.
 
-Each poll runs the blocking measurement (:mod:`airflow_provider_binlog.monitoring`) in a worker
+Each poll runs the blocking measurement (:mod:`airflow_provider_binlog.monitoring.measure`) in a worker
 thread via ``sync_to_async``, so the triggerer's event loop never blocks on the source. A trigger fires
 one :class:`TriggerEvent` with a JSON payload ``{"status", "message", "report"}``: ``status`` is
 ``success``, ``purged``, ``low`` (purge risk) or ``error`` (with ``error_class``); the sensor's
@@ -99,9 +99,9 @@ class BinlogLagTrigger(PipelinePollTrigger):
 
     def evaluate(self) -> dict[str, Any]:
         """Measure the lag: ``success`` once within the limits, else ``waiting``."""
-        from airflow_provider_binlog.lag import lag_verdict, parse_moment
-        from airflow_provider_binlog.metrics import emit_lag
-        from airflow_provider_binlog.monitoring import pipeline_lag
+        from airflow_provider_binlog.monitoring.lag import lag_verdict, parse_moment
+        from airflow_provider_binlog.monitoring.measure import pipeline_lag
+        from airflow_provider_binlog.monitoring.metrics import emit_lag
 
         report = pipeline_lag(self.binlog_conn_id, self.pipeline)
         emit_lag(report)
@@ -155,9 +155,9 @@ class BinlogPurgeRiskTrigger(PipelinePollTrigger):
 
     def evaluate(self) -> dict[str, Any]:
         """Measure retention and return ``success``, ``low`` or ``purged``."""
-        from airflow_provider_binlog.metrics import emit_retention
-        from airflow_provider_binlog.monitoring import pipeline_retention
-        from airflow_provider_binlog.retention import purge_risk_verdict
+        from airflow_provider_binlog.monitoring.measure import pipeline_retention
+        from airflow_provider_binlog.monitoring.metrics import emit_retention
+        from airflow_provider_binlog.monitoring.retention import purge_risk_verdict
 
         report = pipeline_retention(
             self.binlog_conn_id,

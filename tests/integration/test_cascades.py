@@ -23,10 +23,10 @@ pytest.importorskip("deltalake")
 from airflow_provider_binlog.extract.window import extract_window  # noqa: E402
 from airflow_provider_binlog.hooks.binlog import BinlogHook  # noqa: E402
 from airflow_provider_binlog.operators.extract import cascading_keys, table_targets  # noqa: E402
-from airflow_provider_binlog.positions import BinlogPosition  # noqa: E402
+from airflow_provider_binlog.source.positions import BinlogPosition  # noqa: E402
 from airflow_provider_binlog.spark_jobs import merge  # noqa: E402
 from airflow_provider_binlog.spark_jobs.cascades import CASCADES_DIR  # noqa: E402
-from airflow_provider_binlog.staging import uri_of, window_path  # noqa: E402
+from airflow_provider_binlog.staging import window_path  # noqa: E402
 from airflow_provider_binlog.state import Position, Window, now_iso  # noqa: E402
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB  # noqa: E402
 from airflow_provider_binlog.verify import compare_table  # noqa: E402
@@ -93,7 +93,7 @@ class Pipeline:
             server=state,
             foreign_keys=keys,
         )
-        merge.merge_window(self.spark, uri_of(window_dir), self.target, pipeline="fk", buckets=2)
+        merge.merge_window(self.spark, str(window_dir), self.target, pipeline="fk", buckets=2)
         self.start = state.head
         return manifest
 

@@ -7,7 +7,9 @@ from collections.abc import Iterator
 import pytest
 
 from airflow_provider_binlog.exceptions import BinlogConfigError
-from airflow_provider_binlog.hooks.binlog import BinlogHook, ReplicaHost, derive_server_id
+from airflow_provider_binlog.hooks.binlog import BinlogHook
+from airflow_provider_binlog.source.flavor import ReplicaHost
+from airflow_provider_binlog.source.server import derive_server_id
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
 pytestmark = pytest.mark.integration

@@ -5,7 +5,8 @@ from collections.abc import Iterator
 import pytest
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, SourceUnreachableError
-from airflow_provider_binlog.hooks.binlog import BinlogHook, derive_server_id
+from airflow_provider_binlog.hooks.binlog import BinlogHook
+from airflow_provider_binlog.source.server import derive_server_id
 from airflow_provider_binlog.testing.mariadb import CDC_SETTINGS, LocalMariaDB, free_port
 
 pytestmark = pytest.mark.integration

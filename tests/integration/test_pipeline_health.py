@@ -15,14 +15,14 @@ import pendulum
 import pytest
 
 from airflow_provider_binlog.exceptions import PurgeRiskError
-from airflow_provider_binlog.health import pipeline_health
 from airflow_provider_binlog.hooks.binlog import BinlogHook
-from airflow_provider_binlog.monitoring import lag_of, retention_of
-from airflow_provider_binlog.positions import BinlogPosition
-from airflow_provider_binlog.retention import purge_risk_verdict
+from airflow_provider_binlog.monitoring.health import pipeline_health
+from airflow_provider_binlog.monitoring.measure import lag_of, retention_of
+from airflow_provider_binlog.monitoring.retention import purge_risk_verdict
+from airflow_provider_binlog.monitoring.snapshot_estimate import SNAPSHOT_OVERHEAD_SECONDS
 from airflow_provider_binlog.sensors import BinlogPurgeRiskSensor
-from airflow_provider_binlog.snapshot.estimate import SNAPSHOT_OVERHEAD_SECONDS
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot
+from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.state import PipelineState, StateManager, variable_key
 from airflow_provider_binlog.state_lock import SourceStateLock
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB

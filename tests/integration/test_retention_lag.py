@@ -10,9 +10,9 @@ import pytest
 
 from airflow_provider_binlog.exceptions import BinlogPurgedError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
-from airflow_provider_binlog.lag import lag_verdict, measure_lag
-from airflow_provider_binlog.positions import BinlogPosition
-from airflow_provider_binlog.retention import assess_retention, purge_risk_verdict
+from airflow_provider_binlog.monitoring.lag import lag_verdict, measure_lag
+from airflow_provider_binlog.monitoring.retention import assess_retention, purge_risk_verdict
+from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
 pytestmark = pytest.mark.integration
@@ -173,3 +173,27 @@ def test_lag_of_a_purged_checkpoint_is_a_purge_error(hook: BinlogHook, server: L
     server.purge_binlogs_before_current()
     with pytest.raises(BinlogPurgedError, match="is no longer on the source"):
         measure_lag(hook, "p", checkpoint, None, hook.server_state(), pendulum.now("UTC"))
+
+
+def test_probes_never_end_a_group_at_a_statement_based_dml(hook: BinlogHook, server: LocalMariaDB) -> None:
+    # A statement-based transaction is BEGIN, the DML's query event (its statement's start time) and the
+    # Xid (the COMMIT's start time). The probes classify query events like the reader (source.sql): the DML
+    # lies inside the group, so neither the commit time nor an interval cut is taken from it.
+    from airflow_provider_binlog.monitoring.probes import next_commit_at
+    from airflow_provider_binlog.windows import boundary_at
+
+    before = head(hook)
+    started = pendulum.now("UTC")
+    server.execute(
+        "SET SESSION binlog_format = 'STATEMENT'",
+        "BEGIN",
+        "INSERT INTO r.t VALUES (900, 900)",
+        "DO SLEEP(2.2)",
+        "COMMIT",
+    )
+    inside = started.add(seconds=1.1)  # after the INSERT's start, before the COMMIT's
+    committed = next_commit_at(hook, before)
+    assert committed is not None
+    assert committed >= inside.start_of("second")
+    cut = boundary_at(hook, hook.server_state(), inside)
+    assert (cut.file, cut.pos) == (before.file, before.pos)

@@ -35,9 +35,9 @@ from airflow_provider_binlog.operators.extract import (  # noqa: E402
     schema_barriers,
     snapshot_covers,
 )
-from airflow_provider_binlog.positions import file_index  # noqa: E402
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot  # noqa: E402
 from airflow_provider_binlog.snapshot.plan import plan_snapshot  # noqa: E402
+from airflow_provider_binlog.source.positions import file_index  # noqa: E402
 from airflow_provider_binlog.spark_jobs.merge import merge_window  # noqa: E402
 from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME, run_snapshot, write_json  # noqa: E402
 from airflow_provider_binlog.staging import window_path  # noqa: E402

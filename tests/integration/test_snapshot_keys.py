@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_binlog.exceptions import BinlogConfigError
-from airflow_provider_binlog.hooks.binlog import BinlogHook, TableInfo
-from airflow_provider_binlog.snapshot.plan import unique_keys
+from airflow_provider_binlog.hooks.binlog import BinlogHook
+from airflow_provider_binlog.source.schema import TableInfo, unique_keys
 from airflow_provider_binlog.tables import resolve_key
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 

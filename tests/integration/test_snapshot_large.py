@@ -25,9 +25,9 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
 
-from airflow_provider_binlog.positions import read_head  # noqa: E402
 from airflow_provider_binlog.snapshot.chunks import SNAPSHOT_OP  # noqa: E402
 from airflow_provider_binlog.snapshot.plan import chunk_bounds, chunk_query, plan_snapshot  # noqa: E402
+from airflow_provider_binlog.source.flavor import MARIADB  # noqa: E402
 from airflow_provider_binlog.spark_jobs.merge import MANIFEST_NAME  # noqa: E402
 from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME, run_snapshot, write_json  # noqa: E402
 from airflow_provider_binlog.target import read_table  # noqa: E402
@@ -93,7 +93,7 @@ def test_million_row_composite_key_snapshot_arrives_exactly_once(
     conn = pymysql.connect(**mariadb.connection_kwargs())
     try:
         with conn.cursor() as cur:
-            head = read_head(cur, "mariadb")
+            head = MARIADB.read_head(cur)
             assert head is not None
             planned = time.monotonic()
             plan = plan_snapshot(

@@ -30,7 +30,7 @@ import pytest
 from conftest import Pipeline as BasePipeline
 from conftest import stored_state
 
-from airflow_provider_binlog.positions import file_index
+from airflow_provider_binlog.source.positions import file_index
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 from airflow_provider_binlog.testing.workload import SHOP_TABLES, ShopWorkload, create_shop_schema
 

@@ -13,8 +13,8 @@ import pytest
 from conftest import REPO, DagRunner, load_example_dag, load_module, stored_state
 
 from airflow_provider_binlog.hooks.binlog import BinlogHook
-from airflow_provider_binlog.lag import LagReport, measure_lag
-from airflow_provider_binlog.positions import BinlogPosition
+from airflow_provider_binlog.monitoring.lag import LagReport, measure_lag
+from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 from airflow_provider_binlog.testing.workload import ShopWorkload, create_shop_schema
 

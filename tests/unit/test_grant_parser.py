@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_binlog.grants import (
+from airflow_provider_binlog.source.grants import (
     MARIADB,
     MYSQL,
     Grant,
     Grants,
     RoleGrant,
     fix_from_error,
-    flavor_of,
     like_matches,
     parse_grant,
     parse_role_list,
+    privilege_model,
     table_levels,
 )
 
@@ -116,9 +116,9 @@ def test_current_role_values() -> None:
 
 
 def test_flavors_by_version() -> None:
-    assert flavor_of("mariadb", "10.11.19-MariaDB-0+deb12u1-log") is MARIADB
-    assert flavor_of("mariadb", "10.4.34-MariaDB").binlog_monitor[0] == "REPLICATION CLIENT"
-    assert flavor_of("mysql", "8.4.3") is MYSQL
+    assert privilege_model("mariadb", "10.11.19-MariaDB-0+deb12u1-log") is MARIADB
+    assert privilege_model("mariadb", "10.4.34-MariaDB").binlog_monitor[0] == "REPLICATION CLIENT"
+    assert privilege_model("mysql", "8.4.3") is MYSQL
 
 
 def test_fixes_from_error_messages() -> None:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_binlog.gtid import (
+from airflow_provider_binlog.source.gtid import (
     MARIADB_MAX_SEQ,
     MYSQL_MAX_GNO,
     GtidSet,

@@ -6,7 +6,7 @@ import pendulum
 import pytest
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError
-from airflow_provider_binlog.positions import BinlogPosition
+from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.state import PipelineState, Position, StateManager
 from airflow_provider_binlog.windows import advance_checkpoint, cut_interval_window, cut_window, mark_window
 

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 import pendulum
 import pytest
 
-from airflow_provider_binlog.lag import LagReport
-from airflow_provider_binlog.positions import BinlogPosition
+from airflow_provider_binlog.monitoring.lag import LagReport
+from airflow_provider_binlog.source.positions import BinlogPosition
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def received(sock: socket.socket, count: int) -> list[str]:
 
 
 def test_lag_gauges_carry_the_pipeline_tag(statsd_listener: socket.socket) -> None:
-    from airflow_provider_binlog.metrics import emit_lag
+    from airflow_provider_binlog.monitoring.metrics import emit_lag
 
     position = BinlogPosition("b.000001", 4)
     now = pendulum.now("UTC")
@@ -51,7 +51,7 @@ def test_lag_gauges_carry_the_pipeline_tag(statsd_listener: socket.socket) -> No
 
 
 def test_window_metrics(statsd_listener: socket.socket) -> None:
-    from airflow_provider_binlog.metrics import emit_window
+    from airflow_provider_binlog.monitoring.metrics import emit_window
 
     emit_window("orders", rows_extracted=120, rows_merged=120, duration_seconds=1.5)
     assert received(statsd_listener, 3) == [

@@ -13,7 +13,8 @@ import pytest
 
 from airflow_provider_binlog import __version__
 from airflow_provider_binlog.get_provider_info import get_provider_info
-from airflow_provider_binlog.hooks.binlog import BinlogHook, derive_server_id
+from airflow_provider_binlog.hooks.binlog import BinlogHook
+from airflow_provider_binlog.source.server import derive_server_id
 
 AIRFLOW_PACKAGE = Path(airflow.__file__).parent
 
@@ -35,9 +36,21 @@ def test_provider_info_names_what_the_package_ships() -> None:
     assert entry["connection-type"] == "mysql_binlog" == BinlogHook.conn_type
     assert entry["hook-class-name"] == "airflow_provider_binlog.hooks.binlog.BinlogHook"
     assert entry["hook-name"] == BinlogHook.hook_name
-    modules = [m for group in info["operators"] for m in group["python-modules"]]
-    for module in modules + info["hooks"][0]["python-modules"]:
+    modules = [
+        m
+        for kind in ("hooks", "operators", "sensors", "triggers")
+        for g in info[kind]
+        for m in g["python-modules"]
+    ]
+    for module in modules:
         __import__(module)
+    import airflow_provider_binlog.operators as operators
+    import airflow_provider_binlog.sensors as sensors
+    import airflow_provider_binlog.triggers as triggers
+
+    for package in (operators, sensors, triggers):
+        for name in package.__all__:
+            assert getattr(package, name).__module__ in modules, name
 
 
 def test_provider_info_validates_against_airflows_runtime_schema() -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pendulum
 import pytest
 
-from airflow_provider_binlog.positions import BinlogPosition
-from airflow_provider_binlog.snapshot.estimate import (
+from airflow_provider_binlog.monitoring.snapshot_estimate import (
     DEFAULT_SNAPSHOT_ROWS_PER_SECOND,
     SNAPSHOT_OVERHEAD_SECONDS,
     estimate_snapshots,
     snapshot_rate,
 )
+from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.state import Handover, PipelineState, Position, Snapshot, StateManager
 
 HEAD = BinlogPosition("mariadb-bin.000001", 400, "0-1-5")

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import pytest
 
 from airflow_provider_binlog.exceptions import PipelineBusyError, StateConflictError, StateError
-from airflow_provider_binlog.positions import BinlogPosition
+from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.state import MERGED_WINDOWS_KEPT, Held, PipelineState, StateManager, variable_key
 from airflow_provider_binlog.windows import cut_window, mark_window
 

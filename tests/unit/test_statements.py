@@ -14,7 +14,7 @@ from airflow_provider_binlog.extract.reader import (
     WindowReader,
 )
 from airflow_provider_binlog.extract.statements import written_tables
-from airflow_provider_binlog.positions import BinlogPosition
+from airflow_provider_binlog.source.positions import BinlogPosition
 
 
 @pytest.mark.parametrize(

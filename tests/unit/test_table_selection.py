@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_binlog.exceptions import BinlogConfigError
-from airflow_provider_binlog.hooks.binlog import TableInfo
 from airflow_provider_binlog.operators.extract import table_targets
+from airflow_provider_binlog.source.schema import TableInfo
 from airflow_provider_binlog.tables import KeylessTableError, parse_tables, select_tables
 
 KEYED = TableInfo("shop.orders", ["id", "total"], ["bigint", "decimal(9,2)"], ["id"])

@@ -72,34 +72,3 @@ class BinlogPosition:
     def __str__(self) -> str:
         gtid = f" gtid={self.gtid_set}" if self.gtid_set else ""
         return f"{self.file}:{self.pos}{gtid}"
-
-
-def read_head(cur: Any, flavor: str) -> BinlogPosition | None:
-    """Return the position after the last committed transaction (the binlog head), None when binlog is off.
-
-    MySQL 8.4 answers ``SHOW BINARY LOG STATUS`` (8.2+), older servers ``SHOW MASTER STATUS``
-    (MySQL manual, "SHOW BINARY LOG STATUS Statement"); both return ``Executed_Gtid_Set`` in the
-    same row. On MariaDB the GTID position of those coordinates is ``BINLOG_GTID_POS(file, pos)``
-    (MariaDB KB, "BINLOG_GTID_POS"), which is exact where reading ``@@gtid_binlog_pos`` separately
-    could race with a commit. Needs the ``BINLOG MONITOR`` (MariaDB) or ``REPLICATION CLIENT`` (MySQL)
-    privilege. Imports nothing from Airflow: snapshot chunks call it inside Spark tasks.
-
-    :param cur: a DB-API cursor on the source.
-    :param flavor: ``mysql`` or ``mariadb``.
-    """
-    import pymysql
-
-    try:
-        cur.execute("SHOW BINARY LOG STATUS")
-    except pymysql.err.ProgrammingError:
-        cur.execute("SHOW MASTER STATUS")
-    row = cur.fetchone()
-    if not row:
-        return None
-    file, pos = str(row[0]), int(row[1])
-    if flavor == "mariadb":
-        cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
-        gtid = (cur.fetchone() or [""])[0] or ""
-    else:
-        gtid = str(row[4]) if len(row) > 4 and row[4] else ""
-    return BinlogPosition(file=file, pos=pos, gtid_set=str(gtid).replace("\n", ""))

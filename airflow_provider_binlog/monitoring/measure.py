@@ -11,9 +11,10 @@ from collections.abc import Sequence
 import pendulum
 
 from airflow_provider_binlog.exceptions import StateError
-from airflow_provider_binlog.hooks.binlog import BinlogHook, ServerState
-from airflow_provider_binlog.lag import LagReport, measure_lag
-from airflow_provider_binlog.retention import RetentionReport, assess_retention
+from airflow_provider_binlog.hooks.binlog import BinlogHook
+from airflow_provider_binlog.monitoring.lag import LagReport, measure_lag
+from airflow_provider_binlog.monitoring.retention import RetentionReport, assess_retention
+from airflow_provider_binlog.source.server import ServerState
 from airflow_provider_binlog.state import PipelineState, StateManager, VariableStore
 
 
@@ -83,14 +84,18 @@ def retention_of(
     A pipeline that has not run yet (``state`` None) needs the binlogs from the source head on, where its
     first snapshot starts. The time the pending snapshots still need (running ones, and one of the
     selected tables no snapshot has read) is estimated from the tables' information_schema row counts
-    (:mod:`~airflow_provider_binlog.snapshot.estimate`).
+    (:mod:`~airflow_provider_binlog.monitoring.snapshot_estimate`).
 
     :param tables: the pipeline's table selection (names, patterns, ``!`` exclusions); empty: only the
         running snapshots are estimated.
     :param snapshot_rows_per_second: the rate to assume when no earlier snapshot was measured.
     :raises BinlogConfigError: when the selection matches no table.
     """
-    from airflow_provider_binlog.snapshot.estimate import estimate_snapshots, snapshot_rate, table_rows
+    from airflow_provider_binlog.monitoring.snapshot_estimate import (
+        estimate_snapshots,
+        snapshot_rate,
+        table_rows,
+    )
 
     checkpoint = server.head if state is None else state.checkpoint.position.to_position()
     if checkpoint is None:

@@ -4,7 +4,7 @@
 Airflow (the state of the runs holding windows and snapshots); :meth:`PipelineHealth.render` is the text
 the command line (``python -m airflow_provider_binlog.state_admin health``) and the monitor DAG print,
 and ``model_dump_json()`` its JSON form. Lag and headroom are the sensors' measurements
-(:mod:`airflow_provider_binlog.monitoring`).
+(:mod:`airflow_provider_binlog.monitoring.measure`).
 """
 
 from __future__ import annotations
@@ -85,8 +85,8 @@ class MergedWindow(BaseModel):
 class PipelineHealth(BaseModel):
     """One pipeline's health summary (JSON via ``model_dump_json()``; text via :meth:`render`).
 
-    :param lag: the lag report (:meth:`~airflow_provider_binlog.lag.LagReport.to_dict`), None if not measured.
-    :param retention: the retention report (:meth:`~airflow_provider_binlog.retention.RetentionReport.to_dict`).
+    :param lag: the lag report (:meth:`~airflow_provider_binlog.monitoring.lag.LagReport.to_dict`), None if not measured.
+    :param retention: the retention report (:meth:`~airflow_provider_binlog.monitoring.retention.RetentionReport.to_dict`).
     :param problems: what could not be measured, and why.
     :param last_error: the most pressing error the state, the source or Airflow knows of; None if none.
     :param next_step: one line: what to do next.
@@ -172,9 +172,9 @@ def pipeline_health(
     :param store: where the state Variable is read (Task SDK Variables by default).
     :param cdc_dag_id: the DAG whose runs cut the windows (the ledger records no DAG id for windows).
     :param tables: the table selection, for the snapshot estimate of the headroom (see
-        :func:`~airflow_provider_binlog.monitoring.retention_of`).
+        :func:`~airflow_provider_binlog.monitoring.measure.retention_of`).
     """
-    from airflow_provider_binlog.monitoring import lag_of, read_pipeline, retention_of
+    from airflow_provider_binlog.monitoring.measure import lag_of, read_pipeline, retention_of
 
     now = pendulum.now("UTC")
     problems: list[str] = []

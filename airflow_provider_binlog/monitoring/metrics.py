@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 from airflow.sdk.observability.stats import Stats
 
 if TYPE_CHECKING:
-    from airflow_provider_binlog.lag import LagReport
-    from airflow_provider_binlog.retention import RetentionReport
+    from airflow_provider_binlog.monitoring.lag import LagReport
+    from airflow_provider_binlog.monitoring.retention import RetentionReport
 
 
 def _tags(pipeline: str) -> dict[str, str]:

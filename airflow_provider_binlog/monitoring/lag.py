@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any
 import pendulum
 
 from airflow_provider_binlog.exceptions import BinlogConfigError
-from airflow_provider_binlog.gtid import GtidSet
-from airflow_provider_binlog.positions import BinlogPosition
-from airflow_provider_binlog.retention import binlog_bytes_between, check_retained
+from airflow_provider_binlog.monitoring.retention import binlog_bytes_between, check_retained
+from airflow_provider_binlog.source.gtid import GtidSet
+from airflow_provider_binlog.source.positions import BinlogPosition
 
 if TYPE_CHECKING:
-    from airflow_provider_binlog.hooks.binlog import BinlogHook, ServerState
+    from airflow_provider_binlog.hooks.binlog import BinlogHook
+    from airflow_provider_binlog.source.server import ServerState
     from airflow_provider_binlog.state import Snapshot
 
 
@@ -129,12 +130,12 @@ def measure_lag(
     :param snapshots: the pipeline's snapshot ledger; those ``running`` count as pending since they started.
 
     Reads at most one transaction after the checkpoint
-    (:func:`~airflow_provider_binlog.probes.next_commit_at`).
+    (:func:`~airflow_provider_binlog.monitoring.probes.next_commit_at`).
 
     :raises BinlogPurgedError: when binlogs from the checkpoint on are gone (lag is then unbounded).
     :raises SourceUnreachableError: when the source cannot be reached.
     """
-    from airflow_provider_binlog.probes import next_commit_at
+    from airflow_provider_binlog.monitoring.probes import next_commit_at
 
     check_retained(server, checkpoint, pipeline)
     head = server.head or checkpoint

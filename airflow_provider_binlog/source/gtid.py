@@ -24,6 +24,9 @@ MariaDB sets that are not a prefix of their domains (for example ``head - checkp
 ``domain-server-seq`` meaning ``1..seq``; ``seq == 0`` denotes no transaction of that domain.
 Domains in prefix form are always written as position entries, so every position formats
 exactly as MariaDB prints it.
+
+One module of about 700 lines on purpose: parsing, formatting and the set algebra of both flavors share
+the interval representation, and splitting them would split one data type.
 """
 
 from __future__ import annotations

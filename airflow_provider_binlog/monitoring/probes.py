@@ -16,13 +16,15 @@ from typing import TYPE_CHECKING, Any
 import pendulum
 
 from airflow_provider_binlog.exceptions import BinlogPurgedError, SourceUnreachableError
-from airflow_provider_binlog.hooks.binlog import ACCESS_DENIED, derive_server_id
-from airflow_provider_binlog.positions import BinlogPosition
+from airflow_provider_binlog.source.grants import ACCESS_DENIED_ERRORS
+from airflow_provider_binlog.source.positions import BinlogPosition
+from airflow_provider_binlog.source.server import derive_server_id
+from airflow_provider_binlog.source.sql import classify_query
 
 if TYPE_CHECKING:
     from pymysqlreplication import BinLogStreamReader
 
-    from airflow_provider_binlog.hooks.binlog import BinlogHook, ServerState
+    from airflow_provider_binlog.hooks.binlog import BinlogHook
 
 # ER_MASTER_FATAL_ERROR_READING_BINLOG (MySQL manual, "Server Error Message Reference"): the source
 # could not open the requested file/position, e.g. because it was purged meanwhile.
@@ -51,7 +53,7 @@ def _probe_stream(hook: BinlogHook, file: str, pos: int, events: list[type]) -> 
 
 def _translate(err: Any, hook: BinlogHook, file: str, pos: int) -> Exception:
     code = err.args[0] if err.args else None
-    if code in ACCESS_DENIED:
+    if code in ACCESS_DENIED_ERRORS:
         return hook.privilege_error(err, f"read binlog {file} from position {pos}")
     if code == _FATAL_READING_BINLOG:
         return BinlogPurgedError(f"the source cannot serve binlog {file} from position {pos}: {err.args[1]}")
@@ -93,71 +95,22 @@ def next_commit_at(hook: BinlogHook, position: BinlogPosition) -> pendulum.DateT
 
     with _probe_stream(hook, position.file, position.pos, [XidEvent, QueryEvent, XAPrepareEvent]) as stream:
         for event in stream:
-            if isinstance(event, QueryEvent) and _opens_transaction(event.query):
+            if isinstance(event, QueryEvent) and not classify_query(event.query).kind.ends_group:
                 continue
             return pendulum.from_timestamp(event.timestamp, tz="UTC")
     return None
 
 
-def _opens_transaction(query: Any) -> bool:
-    """Return True for query events inside a transaction group (they end no group)."""
-    text = (query.decode(errors="replace") if isinstance(query, bytes) else str(query)).strip().upper()
-    return text == "BEGIN" or text.startswith(("XA START", "XA BEGIN", "XA END", "SAVEPOINT", "ROLLBACK TO"))
+def scan_to(hook: BinlogHook, file: str, moment: pendulum.DateTime) -> BinlogPosition:
+    """Scan from ``file`` to the first group ending at or after ``moment``; return where that group starts.
 
+    A group ends at an ``Xid`` or ``XA_PREPARE`` event or a query event that ends it
+    (:attr:`~airflow_provider_binlog.source.sql.QueryKind.ends_group`); its timestamp is the commit time, in
+    whole seconds. Without such a group at or after ``moment``, returns the end of the last complete one.
 
-def boundary_at(hook: BinlogHook, server: ServerState, moment: pendulum.DateTime) -> BinlogPosition:
-    """Return the transaction boundary before the first transaction committed at or after ``moment``.
-
-    This is the cut of interval windows: a window for ``[s, e)`` is ``(boundary_at(s), boundary_at(e)]``.
-    "First" is in binlog (commit) order, so the result is monotone in ``moment`` and consecutive
-    intervals tile the binlog even where commit timestamps (whole seconds, the commit statement's start
-    time) are not. The scan starts at the last file the server opened at or before ``moment`` and reads
-    only group-ending events. When no transaction at or after ``moment`` has been logged yet, the
-    result is the end of the last complete transaction; callers only ask for moments in the past.
-
-    :returns: the boundary; on MariaDB with its GTID position (``BINLOG_GTID_POS``, MariaDB KB). MySQL
-        has no SQL function for the GTID state at a position, so there the GTID set is left empty.
-    :raises BinlogPurgedError: when the binlogs holding ``moment`` were purged.
+    :raises BinlogPurgedError: when ``file`` is gone.
+    :raises SourceUnreachableError: on a network error.
     """
-    boundary = _scan_to(hook, _file_holding(hook, server, moment), moment)
-    if server.flavor != "mariadb":
-        return boundary
-    with hook.cursor() as cur:
-        cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (boundary.file, boundary.pos))
-        gtids = str((cur.fetchone() or [""])[0] or "")
-    return BinlogPosition(boundary.file, boundary.pos, gtids)
-
-
-def _file_holding(hook: BinlogHook, server: ServerState, moment: pendulum.DateTime) -> str:
-    """Return the last binlog file opened at or before ``moment`` (binary search over open times).
-
-    :raises BinlogPurgedError: when the oldest file was opened after ``moment`` and older ones existed.
-    """
-    from airflow_provider_binlog.retention import RESNAPSHOT_REMEDY, nothing_purged
-
-    names = [name for name, _ in server.binlog_files]
-    if not names:
-        raise BinlogPurgedError("the source lists no binary logs")
-    oldest_opened = file_opened_at(hook, names[0])
-    if oldest_opened > moment:
-        if nothing_purged(hook, server):
-            return names[0]
-        raise BinlogPurgedError(
-            f"the binlogs holding {moment.isoformat()} were purged: the oldest binlog left, {names[0]}, was "
-            f"opened at {oldest_opened.isoformat()}. {RESNAPSHOT_REMEDY}"
-        )
-    low, high = 0, len(names) - 1  # invariant: names[low] was opened at or before moment
-    while low < high:
-        middle = (low + high + 1) // 2
-        if file_opened_at(hook, names[middle]) <= moment:
-            low = middle
-        else:
-            high = middle - 1
-    return names[low]
-
-
-def _scan_to(hook: BinlogHook, file: str, moment: pendulum.DateTime) -> BinlogPosition:
-    """Scan from ``file`` to the first group ending at or after ``moment``; return where that group starts."""
     from pymysqlreplication.event import QueryEvent, RotateEvent, XAPrepareEvent, XidEvent
 
     threshold = moment.int_timestamp + (1 if moment.microsecond else 0)  # commit times are whole seconds
@@ -168,7 +121,7 @@ def _scan_to(hook: BinlogHook, file: str, moment: pendulum.DateTime) -> BinlogPo
                 if event.timestamp:  # the fake rotate sent at connect time has none
                     boundary = BinlogPosition(str(event.next_binlog), int(event.position))
                 continue
-            if isinstance(event, QueryEvent) and _opens_transaction(event.query):
+            if isinstance(event, QueryEvent) and not classify_query(event.query).kind.ends_group:
                 continue
             if event.timestamp >= threshold:
                 return boundary

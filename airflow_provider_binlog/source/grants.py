@@ -38,6 +38,9 @@ A MariaDB session starts with its account's default role only (MariaDB KB, "SET 
 session with the roles of ``SET DEFAULT ROLE`` / ``activate_all_roles_on_login`` (MySQL manual, "Using
 Roles"); the pipeline's connections never run ``SET ROLE``, so the privileges of other granted roles do not
 count and the advice names ``SET DEFAULT ROLE`` for them.
+
+Over 500 lines because the ``SHOW GRANTS`` parser, the privilege models and the verdicts are one concept
+(what a grant line covers decides the verdict and its fix), each part documented with its sources.
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ import fnmatch
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+from airflow_provider_binlog.source.findings import Finding, Outcome
+from airflow_provider_binlog.source.sql import quote_identifier, quote_string
 
 ACCESS_DENIED_ERRORS = frozenset({1044, 1045, 1142, 1143, 1227, 1370, 1698})
 """Server errors meaning the account lacks a privilege or may not log in: 1044 ER_DBACCESS_DENIED_ERROR,
@@ -249,16 +255,6 @@ def parse_role_list(text: str) -> list[str]:
     return [_account(part) for part in _split(tokenize(text)) if part]
 
 
-def quote_name(name: str) -> str:
-    """Return ``name`` as a backquoted identifier."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def quote_string(text: str) -> str:
-    """Return ``text`` as a single-quoted SQL string literal."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
 @dataclass(frozen=True)
 class Requirement:
     """A privilege the pipeline needs on one level, and what it is for.
@@ -281,15 +277,19 @@ class Requirement:
         """Return the level as ``GRANT`` writes it: ``*.*``, ```db`.*`` or ```db`.`table```."""
         if self.database is None:
             return "*.*"
-        db = quote_name(self.database.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%"))
-        return f"{db}.*" if self.table is None else f"{quote_name(self.database)}.{quote_name(self.table)}"
+        db = quote_identifier(self.database.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%"))
+        return (
+            f"{db}.*"
+            if self.table is None
+            else f"{quote_identifier(self.database)}.{quote_identifier(self.table)}"
+        )
 
     def __str__(self) -> str:
         return f"{self.privilege} ON {self.level}"
 
 
 @dataclass(frozen=True)
-class Flavor:
+class PrivilegeModel:
     """The privilege names and statements of one server flavor (MySQL or MariaDB).
 
     :param name: ``mysql`` or ``mariadb``.
@@ -338,14 +338,14 @@ class Flavor:
         return needs
 
 
-MARIADB = Flavor(
+MARIADB = PrivilegeModel(
     name="mariadb",
     binlog_stream=("REPLICATION SLAVE", "REPLICATION REPLICA"),
     binlog_monitor=("BINLOG MONITOR", "REPLICATION CLIENT"),
     list_replicas="REPLICATION MASTER ADMIN",
     default_role_statement="SET DEFAULT ROLE {role} FOR {account};",
 )
-MYSQL = Flavor(
+MYSQL = PrivilegeModel(
     name="mysql",
     binlog_stream=("REPLICATION SLAVE",),
     binlog_monitor=("REPLICATION CLIENT", "SUPER"),
@@ -358,7 +358,7 @@ MARIADB_BEFORE_10_5_2 = dataclasses.replace(
 """MariaDB before 10.5.2 had MySQL's replication privileges (no BINLOG MONITOR yet)."""
 
 
-def flavor_of(flavor: str, version: str) -> Flavor:
+def privilege_model(flavor: str, version: str) -> PrivilegeModel:
     """Return the privilege model of a server: ``flavor`` (``mysql``/``mariadb``) and ``SELECT VERSION()``."""
     if flavor != "mariadb":
         return MYSQL
@@ -415,7 +415,7 @@ class Grants:
 
     :param user: the account's user name (``CURRENT_USER()``).
     :param host: the account's host pattern (``CURRENT_USER()``).
-    :param flavor: the server's privilege model.
+    :param privileges: the server's privilege model.
     :param grants: parsed privilege lines (of the account and its active roles).
     :param roles: roles granted to the account.
     :param active_roles: roles enabled in a new session (the default role and the roles granted to it).
@@ -424,7 +424,7 @@ class Grants:
 
     user: str
     host: str
-    flavor: Flavor
+    privileges: PrivilegeModel
     grants: list[Grant] = field(default_factory=list)
     roles: list[str] = field(default_factory=list)
     active_roles: set[str] = field(default_factory=set)
@@ -432,7 +432,11 @@ class Grants:
 
     @classmethod
     def parse(
-        cls, current_user: str, lines: Iterable[str], flavor: Flavor, current_roles: Iterable[str] = ()
+        cls,
+        current_user: str,
+        lines: Iterable[str],
+        privileges: PrivilegeModel,
+        current_roles: Iterable[str] = (),
     ) -> Grants:
         """Build from ``CURRENT_USER()``, the ``SHOW GRANTS`` lines and the session's enabled roles.
 
@@ -440,7 +444,7 @@ class Grants:
         advice) rather than guessed at.
         """
         user, _, host = current_user.rpartition("@")
-        grants = cls(user=user, host=host, flavor=flavor)
+        grants = cls(user=user, host=host, privileges=privileges)
         role_grants = []
         for line in lines:
             try:
@@ -497,12 +501,14 @@ class Grants:
 
     def list_replicas_fix(self) -> str:
         """Return the statement that lets the account list registered replicas (the server_id check)."""
-        return f"GRANT {self.flavor.list_replicas} ON *.* TO {self.account};"
+        return f"GRANT {self.privileges.list_replicas} ON *.* TO {self.account};"
 
     def default_role_fix(self, role: str) -> str:
         """Return the statement that enables ``role`` in the account's new sessions."""
         name = role.split("@", 1)[0]
-        return self.flavor.default_role_statement.format(role=quote_name(name), account=self.account)
+        return self.privileges.default_role_statement.format(
+            role=quote_identifier(name), account=self.account
+        )
 
 
 _NEEDED_PRIVILEGE = re.compile(r"you need \(at least one of\) the (.+?) privilege", re.IGNORECASE)
@@ -529,7 +535,7 @@ def fix_from_error(message: str, account: str, fixes: Sequence[str] = ()) -> str
         return f"GRANT {chosen} ON *.* TO {account};"
     denied = _COMMAND_DENIED.search(message)
     if denied and denied.group(3):
-        level = f"{quote_name(denied.group(2))}.{quote_name(denied.group(3))}"
+        level = f"{quote_identifier(denied.group(2))}.{quote_identifier(denied.group(3))}"
         fix = f"GRANT {denied.group(1).upper()} ON {level} TO {account};"
         return None if fix in fixes else fix
     return None
@@ -542,7 +548,7 @@ class PrivilegeReport:
     :param flavor: ``mysql`` or ``mariadb``.
     :param version: ``SELECT VERSION()``.
     :param grants: the account's active grants.
-    :param verdicts: one per requirement, in :meth:`Flavor.requirements` order.
+    :param verdicts: one per requirement, in :meth:`PrivilegeModel.requirements` order.
     """
 
     flavor: str
@@ -562,10 +568,52 @@ class PrivilegeReport:
         ]
         for role in self.grants.inactive_roles():
             lines.append(
-                f"  - role {quote_name(role.split('@', 1)[0])} is granted but not enabled in new sessions, so its "
+                f"  - role {quote_identifier(role.split('@', 1)[0])} is granted but not enabled in new sessions, so its "
                 f"privileges do not count; if it holds the privileges above, run {self.grants.default_role_fix(role)} "
                 "instead"
             )
         if self.grants.unparsed and self.missing:
             lines.append(f"  - (grants not understood, counted as granting nothing: {self.grants.unparsed})")
         return "\n".join(lines)
+
+    def findings(self) -> list[Finding]:
+        """Return the report as findings, one per privilege, unparsed grant line and role not enabled.
+
+        A ``privilege`` finding per requirement (wrong when missing, with its ``GRANT``), a ``grant`` note per
+        line not understood and a ``role`` note per granted role that new sessions do not enable.
+        """
+        account = f"{self.grants.user}@{self.grants.host}"
+        findings = []
+        for verdict in self.verdicts:
+            requirement = verdict.requirement
+            if verdict.missing:
+                findings.append(
+                    Finding(
+                        "privilege",
+                        str(requirement),
+                        Outcome.WRONG,
+                        f"missing: the pipeline {requirement.purpose}",
+                        f"run {verdict.fix.rstrip(';')}",
+                    )
+                )
+            elif verdict.granted_to == account:
+                findings.append(Finding("privilege", str(requirement), Outcome.OK))
+            else:
+                findings.append(
+                    Finding("privilege", str(requirement), Outcome.OK, f"(through role {verdict.granted_to})")
+                )
+        for line in self.grants.unparsed:
+            findings.append(
+                Finding("grant", line, Outcome.NOTE, "not understood, counted as granting nothing")
+            )
+        for role in self.grants.inactive_roles():
+            findings.append(
+                Finding(
+                    "role",
+                    role,
+                    Outcome.NOTE,
+                    "granted but not enabled in new sessions, so its privileges do not count",
+                    f"run {self.grants.default_role_fix(role).rstrip(';')} to use them",
+                )
+            )
+        return findings

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pendulum
 
+from airflow_provider_binlog.source.schema import estimated_rows
 from airflow_provider_binlog.state import PipelineState, Snapshot
 
 if TYPE_CHECKING:
@@ -126,16 +127,7 @@ def _elapsed(snapshot: Snapshot, now: pendulum.DateTime | None = None) -> float:
 
 def table_rows(cur: pymysql.cursors.Cursor, tables: Iterable[str]) -> dict[str, int]:
     """Return ``{"db.table": TABLE_ROWS}`` from information_schema (an estimate for InnoDB; 0 when unknown)."""
-    rows: dict[str, int] = {}
-    for name in tables:
-        db, table = name.split(".", 1)
-        cur.execute(
-            "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
-            (db, table),
-        )
-        found = cur.fetchone()
-        rows[name] = int(found[0] or 0) if found else 0
-    return rows
+    return {name: estimated_rows(cur, name) for name in tables}
 
 
 def pending_tables(state: PipelineState | None, selected: Sequence[str]) -> list[str]:

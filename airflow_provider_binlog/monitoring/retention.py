@@ -10,21 +10,21 @@ moment the file can go: a lower bound on the real headroom.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pendulum
 
 from airflow_provider_binlog.exceptions import BinlogPurgedError
-from airflow_provider_binlog.gtid import GtidSet
-from airflow_provider_binlog.positions import BinlogPosition, file_index
+from airflow_provider_binlog.source.gtid import GtidSet
+from airflow_provider_binlog.source.positions import BinlogPosition, file_index
+from airflow_provider_binlog.source.server import RetentionPolicy, rds_retention_hours, retention_policy
 
 if TYPE_CHECKING:
-    import pymysql
-
-    from airflow_provider_binlog.hooks.binlog import BinlogHook, ServerState
-    from airflow_provider_binlog.snapshot.estimate import SnapshotEstimate
+    from airflow_provider_binlog.hooks.binlog import BinlogHook
+    from airflow_provider_binlog.monitoring.snapshot_estimate import SnapshotEstimate
+    from airflow_provider_binlog.source.flavor import PurgedGtids
+    from airflow_provider_binlog.source.server import ServerState
 
 RESNAPSHOT_REMEDY = (
     "The changes in between are gone: re-snapshot every table of the pipeline, which also moves its "
@@ -32,58 +32,6 @@ RESNAPSHOT_REMEDY = (
     'pipeline\'s tables>"}, or BinlogSnapshotOperator(mode="purged")), and raise the source\'s binlog '
     "retention (binlog_expire_logs_seconds) to at least twice the longest expected outage."
 )
-
-
-@dataclass(frozen=True)
-class RetentionPolicy:
-    """How long the source keeps a binlog file after its last write.
-
-    :param seconds: retention in seconds; None when files never expire by age.
-    :param setting: the setting that decides it, as a user would change it.
-    :param notes: other settings that can purge earlier (size limits) or caveats.
-    """
-
-    seconds: int | None
-    setting: str
-    notes: tuple[str, ...] = ()
-
-
-def retention_policy(variables: Mapping[str, str], rds_retention_hours: str | None = None) -> RetentionPolicy:
-    """Return the effective retention from server variables and, on Amazon RDS/Aurora, its configuration.
-
-    :param variables: lower-case server variable names to values (``SHOW GLOBAL VARIABLES``).
-    :param rds_retention_hours: ``value`` of ``binlog retention hours`` in ``mysql.rds_configuration``
-        (``""`` for SQL NULL); None when the server is not RDS. RDS ignores the server's expiry
-        variables and with NULL purges binlogs as soon as no replica needs them (AWS RDS user guide,
-        "Setting binary log retention").
-    """
-    notes = _size_limit_notes(variables)
-    if rds_retention_hours is not None:
-        setting = "mysql.rds_configuration 'binlog retention hours'"
-        if not rds_retention_hours:
-            notes += (
-                "RDS binlog retention hours is NULL: RDS purges binlogs almost at once; call "
-                "mysql.rds_set_configuration('binlog retention hours', 168).",
-            )
-            return RetentionPolicy(0, setting, notes)
-        return RetentionPolicy(int(float(rds_retention_hours) * 3600), setting, notes)
-    seconds = int(float(variables.get("binlog_expire_logs_seconds") or 0))
-    if seconds:
-        return RetentionPolicy(seconds, "binlog_expire_logs_seconds", notes)
-    days = float(variables.get("expire_logs_days") or 0)
-    if days:
-        return RetentionPolicy(int(days * 86400), "expire_logs_days", notes)
-    return RetentionPolicy(None, "binlog_expire_logs_seconds=0 (binlogs never expire by age)", notes)
-
-
-def _size_limit_notes(variables: Mapping[str, str]) -> tuple[str, ...]:
-    limit = int(float(variables.get("max_binlog_total_size") or 0))
-    if not limit:
-        return ()
-    return (
-        f"max_binlog_total_size={limit} bytes also purges the oldest binlogs when the total grows past "
-        "it (MariaDB 11.4+); the time headroom does not cover that.",
-    )
 
 
 def binlog_bytes_between(files: list[tuple[str, int]], start: BinlogPosition, end: BinlogPosition) -> int:
@@ -102,7 +50,7 @@ def binlog_bytes_between(files: list[tuple[str, int]], start: BinlogPosition, en
 
 
 def purged_reason(
-    server: ServerState, needed: BinlogPosition, oldest_gtid_list: str | None = None
+    server: ServerState, needed: BinlogPosition, purged: PurgedGtids | None = None
 ) -> str | None:
     """Return why binlogs the pipeline needs from ``needed`` on are gone, or None when they are retained.
 
@@ -112,7 +60,8 @@ def purged_reason(
     transaction, MariaDB KB "Gtid_list_log_event") is contained in the checkpoint's GTID position.
     The GTID checks also catch ``RESET MASTER`` / a replaced server, where file names repeat.
 
-    :param oldest_gtid_list: MariaDB only: the oldest file's GTID list (``0-1-100,1-2-7``); None skips.
+    :param purged: the purged GTIDs (:meth:`~airflow_provider_binlog.source.flavor.SourceFlavor.purged_gtids`);
+        None takes what the server's variables tell (MySQL ``@@gtid_purged``; nothing on MariaDB).
     """
     names = [name for name, _ in server.binlog_files]
     if needed.file not in names:
@@ -120,13 +69,15 @@ def purged_reason(
         return f"binlog {needed.file} (needed from position {needed.pos}) is no longer on the source (oldest binlog now: {oldest})"
     if not needed.gtid_set:
         return None
+    if purged is None:
+        purged = server.strategy.purged_gtids(server.variables, server.oldest_file)
+    if purged is None:
+        return None
     checkpoint = GtidSet.parse(needed.gtid_set, server.flavor)
-    gone_text = server.gtid_purged if server.flavor == "mysql" else (oldest_gtid_list or "")
-    lost = GtidSet.parse(gone_text, server.flavor) - checkpoint
+    lost = GtidSet.parse(purged.gtids, server.flavor) - checkpoint
     if lost.is_empty:
         return None
-    what = "@@gtid_purged" if server.flavor == "mysql" else f"the GTID list of the oldest binlog {names[0]}"
-    return f"transactions {lost} were purged ({what}) but the checkpoint {needed.gtid_set} never read them"
+    return f"transactions {lost} were purged ({purged.origin}) but the checkpoint {needed.gtid_set} never read them"
 
 
 def check_retained(server: ServerState, start: BinlogPosition, pipeline: str) -> None:
@@ -255,17 +206,17 @@ def assess_retention(
     :param snapshot: the time its pending snapshots still need (see :class:`RetentionReport`).
 
     Reads the RDS retention setting and the oldest file's GTID list (MariaDB) over SQL, and the time
-    the next file was opened (:func:`~airflow_provider_binlog.probes.file_opened_at`) over the
+    the next file was opened (:func:`~airflow_provider_binlog.monitoring.probes.file_opened_at`) over the
     replication protocol.
 
     :raises BinlogConfigError: on a refused login or missing grant.
     :raises SourceUnreachableError: when the source cannot be reached.
     """
-    from airflow_provider_binlog.probes import file_opened_at
+    from airflow_provider_binlog.monitoring.probes import file_opened_at
 
     with hook.cursor() as cur:
         policy = retention_policy(server.variables, rds_retention_hours(cur))
-        gtid_list = _oldest_gtid_list(cur, server) if server.flavor == "mariadb" else None
+        purged = server.strategy.purged_gtids(server.variables, server.oldest_file, cur)
     names = [name for name, _ in server.binlog_files]
     head = server.head or checkpoint
     common: dict[str, Any] = {
@@ -277,7 +228,7 @@ def assess_retention(
         "new_pipeline": new_pipeline,
         "snapshot": snapshot,
     }
-    reason = purged_reason(server, checkpoint, gtid_list)
+    reason = purged_reason(server, checkpoint, purged)
     if reason is not None:
         return RetentionReport(
             **common,
@@ -315,34 +266,6 @@ def _headroom(
     return policy.seconds - (now - last_written).total_seconds()
 
 
-def rds_retention_hours(cur: pymysql.cursors.Cursor) -> str | None:
-    """Return RDS's ``binlog retention hours`` (``""`` for NULL), or None when the server is not RDS."""
-    import pymysql
-
-    try:
-        cur.execute("SELECT value FROM mysql.rds_configuration WHERE name = 'binlog retention hours'")
-    except (pymysql.err.ProgrammingError, pymysql.err.OperationalError):
-        return None  # no such table (not RDS) or no grant to read it
-    row = cur.fetchone()
-    return None if row is None else str(row[0] or "")
-
-
-def _oldest_gtid_list(cur: pymysql.cursors.Cursor, server: ServerState) -> str | None:
-    """Return the MariaDB GTID list opening the oldest binlog file (``0-1-100``), or None if unreadable."""
-    import pymysql
-
-    if not server.binlog_files:
-        return None
-    try:
-        cur.execute("SHOW BINLOG EVENTS IN %s LIMIT 4", (server.binlog_files[0][0],))
-    except (pymysql.err.ProgrammingError, pymysql.err.OperationalError):
-        return None  # purged in between, or no grant: the file check still stands
-    for row in cur.fetchall():
-        if str(row[2]) == "Gtid_list":
-            return str(row[5]).strip("[] ")
-    return None
-
-
 def purge_risk_verdict(report: RetentionReport, min_headroom_seconds: float) -> tuple[str, str]:
     """Judge a retention report: ``("purged" | "low" | "safe", message for the task log)``.
 
@@ -378,14 +301,12 @@ def purge_risk_verdict(report: RetentionReport, min_headroom_seconds: float) -> 
 def nothing_purged(hook: BinlogHook, server: ServerState) -> bool:
     """Return True when no transaction was ever logged before the oldest binlog the source still has.
 
-    MySQL with GTIDs: ``@@gtid_purged`` is empty. MariaDB: the oldest file's GTID list is empty. Else
-    the oldest file is the first one (index 1) the server wrote.
+    The purged GTIDs (:meth:`~airflow_provider_binlog.source.flavor.SourceFlavor.purged_gtids`: MySQL
+    ``@@gtid_purged`` with GTIDs on, MariaDB the oldest file's GTID list) are empty; when they cannot be
+    known, the oldest file is the first one (index 1) the server wrote.
     """
-    if server.flavor == "mysql" and server.variables.get("gtid_mode", "").upper() == "ON":
-        return not server.gtid_purged
-    if server.flavor == "mariadb":
-        with hook.cursor() as cur:
-            gtid_list = _oldest_gtid_list(cur, server)
-        if gtid_list is not None:
-            return not gtid_list
+    with hook.cursor() as cur:
+        purged = server.strategy.purged_gtids(server.variables, server.oldest_file, cur)
+    if purged is not None:
+        return not purged.gtids
     return bool(server.binlog_files) and file_index(server.binlog_files[0][0]) == 1

@@ -1,0 +1,218 @@
+"""The source connection's extras: one pydantic model that validates them and yields the connection form.
+
+:class:`SourceExtras` is the single definition of every extra: its type, limits, default, label and
+description. The hook validates a connection's extras with it (:func:`parse_extras`), and the
+``mysql_binlog`` connection form (``conn-fields`` in the provider info, a JSON schema per field) is built
+from it (:func:`conn_fields`), so the limits are written once.
+
+Imports pydantic and nothing from Airflow (the provider info reads it while Airflow discovers providers).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+SERVER_ID_MIN = 1
+SERVER_ID_MAX = 0xFFFFFFFF
+"""A replica ``server_id`` is an unsigned 32-bit integer, 0 excluded (MySQL manual, "Replication and
+Binary Logging Options and Variables": ``server_id``)."""
+
+SERVER_ID_BASE = 1 << 30
+SERVER_ID_SPAN = (1 << 30) - 1
+"""Derived server ids fall in ``[SERVER_ID_BASE, SERVER_ID_BASE + SERVER_ID_SPAN)``, i.e. 2^30 .. 2^31 - 2,
+above the small ids DBAs usually give real servers."""
+
+CONNECT_TIMEOUT_MAX_SECONDS = 31_536_000
+"""pymysql accepts ``connect_timeout`` in ``(0, 31536000]`` seconds (the provider uses the same bound for
+``read_timeout``)."""
+DEFAULT_CONNECT_TIMEOUT_SECONDS = 10
+"""Seconds the TCP connect and, separately, the login may take (pymysql's own default for the connect)."""
+DEFAULT_READ_TIMEOUT_SECONDS = 60
+"""Seconds a read or write of an SQL connection may wait after the login (the replication stream's reads
+are bounded by :data:`STREAM_TIMEOUT_HEARTBEATS` heartbeat periods instead)."""
+DEFAULT_HEARTBEAT_PERIOD_SECONDS = 15
+"""Seconds between the heartbeat events a source sends on an idle binlog stream (``MASTER_HEARTBEAT_PERIOD``)."""
+HEARTBEAT_PERIOD_MAX_SECONDS = 600
+"""The largest ``heartbeat_period`` accepted (the server takes up to 4294967 s, MySQL manual, "CHANGE
+REPLICATION SOURCE TO": ``SOURCE_HEARTBEAT_PERIOD``; a stream then would wait 30 minutes to notice a dead
+network)."""
+STREAM_TIMEOUT_HEARTBEATS = 3
+"""A binlog stream's reads and writes wait at most this many heartbeat periods: a live source sends
+something at least once a period, so three silent periods mean the connection is dead."""
+
+SSL_FIELDS = {"ssl_ca": "ca", "ssl_cert": "cert", "ssl_key": "key", "ssl_key_password": "password"}
+"""Flat extra fields and the key each one sets in the pymysql ``ssl`` dict (also accepted as extra ``ssl``)."""
+
+_FORM_EXCLUDED = ("ssl",)
+"""Extras the hook accepts that the form does not show (the ``ssl`` object of plain ``mysql`` connections)."""
+
+
+class SourceExtras(BaseModel):
+    """The extras of a ``mysql_binlog`` (or plain ``mysql``) connection; empty values count as unset.
+
+    Unknown extras are ignored (a ``mysql`` connection carries extras of the MySQL provider).
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    server_id: int | None = Field(
+        None,
+        ge=SERVER_ID_MIN,
+        le=SERVER_ID_MAX,
+        title="Replica server_id",
+        description=(
+            f"server_id the binlog stream presents to the source, {SERVER_ID_MIN}..{SERVER_ID_MAX}. It must "
+            "differ from the source's own server_id and from every replica's. Leave empty to derive a stable "
+            f"id from the pipeline name in [{SERVER_ID_BASE}, {SERVER_ID_BASE + SERVER_ID_SPAN}), i.e. "
+            "[2^30, 2^31 - 1). A value set here applies to every pipeline using this connection."
+        ),
+    )
+    flavor: Literal["mysql", "mariadb"] | None = Field(
+        None,
+        title="Server flavor",
+        description="mysql or mariadb; leave empty to detect it from SELECT VERSION().",
+    )
+    ssl_ca: str | None = Field(
+        None,
+        title="TLS CA certificate file",
+        description="Path on the worker of the PEM CA certificate; enables TLS and verifies the server.",
+    )
+    ssl_cert: str | None = Field(
+        None,
+        title="TLS client certificate file",
+        description="Path on the worker of the PEM client certificate (for X509 / REQUIRE SUBJECT users).",
+    )
+    ssl_key: str | None = Field(
+        None,
+        title="TLS client key file",
+        description="Path on the worker of the PEM private key of the client certificate.",
+    )
+    ssl_key_password: str | None = Field(
+        None,
+        title="TLS client key password",
+        description="Password of an encrypted client key file.",
+        json_schema_extra={"format": "password"},
+    )
+    ssl: dict[str, Any] | None = Field(
+        None, description='The pymysql ssl object ({"ca": "/path/ca.pem", ...}); or the ssl_* extras.'
+    )
+    charset: str = Field("utf8mb4", title="Character set", description="Connection character set.")
+    connect_timeout: int = Field(
+        DEFAULT_CONNECT_TIMEOUT_SECONDS,
+        ge=1,
+        le=CONNECT_TIMEOUT_MAX_SECONDS,
+        title="Connect timeout (seconds)",
+        description=(
+            "Seconds to wait for the TCP connection, and again for the login (the server's handshake and "
+            "the authentication), before giving up. Applies to SQL and replication connections."
+        ),
+    )
+    read_timeout: int = Field(
+        DEFAULT_READ_TIMEOUT_SECONDS,
+        ge=1,
+        le=CONNECT_TIMEOUT_MAX_SECONDS,
+        title="Read timeout (seconds)",
+        description=(
+            "Seconds an SQL query may wait for the server's answer (each read and write of the socket) "
+            "before the task fails and retries. The binlog stream is bounded by the heartbeat period instead."
+        ),
+    )
+    heartbeat_period: int = Field(
+        DEFAULT_HEARTBEAT_PERIOD_SECONDS,
+        ge=1,
+        le=HEARTBEAT_PERIOD_MAX_SECONDS,
+        title="Binlog heartbeat period (seconds)",
+        description=(
+            "Seconds between the heartbeats the source sends on an idle binlog stream "
+            "(MASTER_HEARTBEAT_PERIOD). A stream that receives nothing for "
+            f"{STREAM_TIMEOUT_HEARTBEATS} periods counts as lost: the task fails and retries. Default "
+            f"{DEFAULT_HEARTBEAT_PERIOD_SECONDS}, so a dead network is noticed within "
+            f"{STREAM_TIMEOUT_HEARTBEATS * DEFAULT_HEARTBEAT_PERIOD_SECONDS} s."
+        ),
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_empty(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {name: value for name, value in data.items() if value not in (None, "")}
+        return data
+
+    @model_validator(mode="after")
+    def _one_ssl_source(self) -> SourceExtras:
+        for name, key in SSL_FIELDS.items():
+            value = getattr(self, name)
+            if value is not None and self.ssl and key in self.ssl and self.ssl[key] != value:
+                raise ValueError(f"extras {name} and ssl.{key} differ; set only one")
+        return self
+
+    def ssl_options(self) -> dict[str, Any]:
+        """Return the pymysql ``ssl`` dict: the ``ssl`` object plus the ``ssl_*`` fields ({} for no TLS)."""
+        merged = dict(self.ssl or {})
+        for name, key in SSL_FIELDS.items():
+            value = getattr(self, name)
+            if value is not None:
+                merged[key] = value
+        return merged
+
+
+def parse_extras(extras: Any) -> SourceExtras:
+    """Validate a connection's extras (the parsed JSON of its ``extra``).
+
+    :raises ValueError: naming each malformed extra and what it must be (never its value when secret).
+    """
+    if not isinstance(extras, dict):
+        raise ValueError("extra must be a JSON object")
+    try:
+        return SourceExtras.model_validate(extras)
+    except ValidationError as err:
+        raise ValueError("; ".join(_describe(error, extras) for error in err.errors())) from None
+
+
+def _describe(error: Any, extras: dict[str, Any]) -> str:
+    """Return one pydantic error as the hook's message for it."""
+    name = str(error["loc"][0]) if error["loc"] else ""
+    raw = extras.get(name)
+    kind = error["type"]
+    if name == "ssl" and kind == "dict_type":
+        return 'extra \'ssl\' must be an object like {"ca": "/path/ca.pem"}; or use the extras ssl_ca, ssl_cert, ssl_key'
+    if kind in ("int_parsing", "int_from_float", "int_type"):
+        return f"extra {name}={raw!r} is not an integer"
+    if kind in ("greater_than_equal", "less_than_equal"):
+        field = SourceExtras.model_fields[name]
+        low = next(m.ge for m in field.metadata if getattr(m, "ge", None) is not None)
+        high = next(m.le for m in field.metadata if getattr(m, "le", None) is not None)
+        return f"extra {name}={raw} must be in {low}..{high}"
+    if kind == "literal_error":
+        return f"extra {name}={raw!r} must be one of {error['ctx']['expected']}"
+    if name in SSL_FIELDS or not name:
+        return str(error["msg"]).removeprefix("Value error, ")
+    return f"extra {name}: {error['msg']}"
+
+
+def conn_fields() -> dict[str, dict[str, Any]]:
+    """Return the form's extra fields in the provider info ``conn-fields`` format, from :class:`SourceExtras`.
+
+    Each field has its ``label``, ``description`` and a JSON schema whose type admits null (an empty form
+    field), with the model's limits and defaults; ``format: password`` marks a secret.
+    """
+    properties = SourceExtras.model_json_schema()["properties"]
+    fields = {}
+    for name, field in SourceExtras.model_fields.items():
+        if name in _FORM_EXCLUDED:
+            continue
+        prop = properties[name]
+        variants = prop.get("anyOf", [prop])
+        typed = next(v for v in variants if v.get("type") != "null")
+        schema: dict[str, Any] = {"type": [typed["type"], "null"]}
+        if "enum" in typed or "const" in typed:
+            schema["enum"] = [None, *typed.get("enum", [typed.get("const")])]
+        for key in ("minimum", "maximum", "format"):
+            if key in typed or key in prop:
+                schema[key] = typed.get(key, prop.get(key))
+        if field.default is not None:
+            schema["default"] = field.default
+        fields[name] = {"label": field.title, "description": field.description, "schema": schema}
+    return fields

@@ -1,0 +1,143 @@
+"""Reads of ``information_schema``: the one home of the table, column and key queries.
+
+``information_schema`` describes tables as they are now, and lists only the tables and columns the user
+holds a privilege on (MySQL manual, "INFORMATION_SCHEMA Tables"; MariaDB KB, "Information Schema Tables").
+Every function takes a DB-API cursor on the source (default cursor: rows are tuples) and imports nothing
+from Airflow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_binlog.source.sql import split_table
+
+SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
+"""Schemas of the server itself, never captured."""
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """A source table as information_schema describes it now.
+
+    :param name: ``db.table``.
+    :param columns: column names in ordinal order.
+    :param column_types: ``COLUMN_TYPE`` text per column (``bigint(20) unsigned``, ``enum('a','b')``).
+    :param primary_key: primary key column names in key order; empty when the table has none.
+    """
+
+    name: str
+    columns: list[str]
+    column_types: list[str]
+    primary_key: list[str]
+
+
+def base_tables(cur: Any) -> list[str]:
+    """Return ``db.table`` of every base table outside :data:`SYSTEM_SCHEMAS` (no views)."""
+    placeholders = ", ".join(["%s"] * len(SYSTEM_SCHEMAS))
+    cur.execute(
+        "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+        f"WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN ({placeholders})",
+        SYSTEM_SCHEMAS,
+    )
+    return [f"{db}.{name}" for db, name in cur.fetchall()]
+
+
+def schema_names(cur: Any) -> list[str]:
+    """Return the names of the databases the user can see."""
+    cur.execute("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA")
+    return [str(row[0]) for row in cur.fetchall()]
+
+
+def primary_key(cur: Any, table: str) -> list[str]:
+    """Return the primary key columns of ``db.table`` in key order ([] when it has none)."""
+    db, name = split_table(table)
+    cur.execute(
+        "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE "
+        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' "
+        "ORDER BY ORDINAL_POSITION",
+        (db, name),
+    )
+    return [str(row[0]) for row in cur.fetchall()]
+
+
+def table_info(cur: Any, table: str) -> TableInfo:
+    """Return the columns (ordinal order, with ``COLUMN_TYPE``) and primary key of ``db.table``."""
+    db, name = split_table(table)
+    cur.execute(
+        "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS "
+        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+        (db, name),
+    )
+    rows = cur.fetchall()
+    return TableInfo(
+        name=table,
+        columns=[str(r[0]) for r in rows],
+        column_types=[str(r[1]) for r in rows],
+        primary_key=primary_key(cur, table),
+    )
+
+
+def unique_keys(cur: Any, table: str) -> list[tuple[str, ...]]:
+    """Return the table's unique indexes whose columns are all NOT NULL, as column tuples in index order.
+
+    Such an index identifies rows as a primary key does (MySQL manual, "Unique Indexes": a UNIQUE index
+    permits multiple NULL values).
+    """
+    db, name = split_table(table)
+    cur.execute(
+        "SELECT s.INDEX_NAME, s.COLUMN_NAME, c.IS_NULLABLE FROM information_schema.STATISTICS s "
+        "JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA = s.TABLE_SCHEMA AND c.TABLE_NAME = s.TABLE_NAME "
+        "AND c.COLUMN_NAME = s.COLUMN_NAME WHERE s.TABLE_SCHEMA = %s AND s.TABLE_NAME = %s AND s.NON_UNIQUE = 0 "
+        "ORDER BY s.INDEX_NAME, s.SEQ_IN_INDEX",
+        (db, name),
+    )
+    indexes: dict[str, list[tuple[str, str]]] = {}
+    for index, column, nullable in cur.fetchall():
+        indexes.setdefault(str(index), []).append((str(column), str(nullable)))
+    return [tuple(c for c, _ in cols) for cols in indexes.values() if all(n == "NO" for _, n in cols)]
+
+
+def estimated_rows(cur: Any, table: str) -> int:
+    """Return ``TABLES.TABLE_ROWS`` of ``db.table``: exact for MyISAM, a sampled estimate for InnoDB (0 when unknown)."""
+    db, name = split_table(table)
+    cur.execute(
+        "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+        (db, name),
+    )
+    row = cur.fetchone()
+    return int(row[0] or 0) if row else 0
+
+
+COLUMN_FIELDS = (
+    "COLUMN_NAME",
+    "DATA_TYPE",
+    "COLUMN_TYPE",
+    "NUMERIC_PRECISION",
+    "NUMERIC_SCALE",
+    "DATETIME_PRECISION",
+    "CHARACTER_SET_NAME",
+    "CHARACTER_OCTET_LENGTH",
+)
+"""The ``information_schema.COLUMNS`` fields :func:`column_descriptions` returns, in order."""
+
+
+def column_descriptions(cur: Any, db: str, table: str) -> list[tuple[Any, ...]]:
+    """Return one tuple of :data:`COLUMN_FIELDS` per column of ``db.table``, in ordinal order.
+
+    Generated and invisible columns are included. Values come as the server sends them (text may be
+    bytes); a dict cursor's rows are turned into tuples in :data:`COLUMN_FIELDS` order.
+    """
+    cur.execute(
+        f"SELECT {', '.join(COLUMN_FIELDS)} FROM information_schema.COLUMNS "
+        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+        (db, table),
+    )
+    rows = []
+    for row in cur.fetchall():
+        if isinstance(row, dict):
+            upper = {str(k).upper(): v for k, v in row.items()}
+            row = tuple(upper[name] for name in COLUMN_FIELDS)
+        rows.append(tuple(row))
+    return rows
