@@ -48,6 +48,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from airflow_provider_binlog.contract.names import split_table_name
+
 ACCESS_DENIED_ERRORS = frozenset({1044, 1045, 1142, 1143, 1227, 1370, 1698})
 """Server errors meaning the account lacks a privilege or may not log in: 1044 ER_DBACCESS_DENIED_ERROR,
 1045 ER_ACCESS_DENIED_ERROR, 1142 ER_TABLEACCESS_DENIED_ERROR, 1143 ER_COLUMNACCESS_DENIED_ERROR, 1227
@@ -377,7 +379,7 @@ def table_levels(selection: Iterable[str], databases: Iterable[str]) -> list[tup
     for entry in selection:
         if "." not in entry.strip():
             continue
-        db_part, table_part = entry.strip().split(".", 1)
+        db_part, table_part = split_table_name(entry.strip())
         matched = [db for db in known if fnmatch.fnmatchcase(db, db_part)] if _wild(db_part) else [db_part]
         for database in matched:
             level = (database, None if _wild(table_part) else table_part)

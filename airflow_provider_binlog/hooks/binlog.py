@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
+from airflow_provider_binlog.contract.names import split_table_name
 from airflow_provider_binlog.exceptions import (
     BinlogConfigError,
     SourcePrivilegeError,
@@ -434,7 +435,7 @@ class BinlogHook(BaseHook):
         with self.cursor() as cur:
             flavor, version, grants = self.read_grants(cur)
             databases: list[str] = []
-            if any(any(c in t.split(".", 1)[0] for c in "*?[") for t in selection):
+            if any(any(c in t.partition(".")[0] for c in "*?[") for t in selection):
                 cur.execute("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA")
                 databases = [str(row[0]) for row in cur.fetchall()]
         requirements = grants.flavor.requirements(table_levels(selection, databases))
@@ -875,7 +876,7 @@ class BinlogHook(BaseHook):
 
     @staticmethod
     def _table_info(cur: pymysql.cursors.Cursor, name: str) -> TableInfo:
-        db, table = name.split(".", 1)
+        db, table = split_table_name(name)
         cur.execute(
             "SELECT COLUMN_NAME, COLUMN_TYPE, COLUMN_KEY FROM information_schema.COLUMNS "
             "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pendulum
 
+from airflow_provider_binlog.contract.names import split_table_name
 from airflow_provider_binlog.state import PipelineState, Snapshot
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ def table_rows(cur: pymysql.cursors.Cursor, tables: Iterable[str]) -> dict[str, 
     """Return ``{"db.table": TABLE_ROWS}`` from information_schema (an estimate for InnoDB; 0 when unknown)."""
     rows: dict[str, int] = {}
     for name in tables:
-        db, table = name.split(".", 1)
+        db, table = split_table_name(name)
         cur.execute(
             "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
             (db, table),

@@ -21,6 +21,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_binlog.contract.names import split_table_name
+
+PLAN_NAME = "plan.json"
+"""The plan's file in the snapshot folder, written by the snapshot operator and read by the snapshot job."""
 CHUNK_ROWS = 50_000
 """Default rows per chunk: one ``SELECT`` of this many rows takes well under a second and ~10-50 MB."""
 
@@ -34,7 +38,7 @@ def quote(name: str) -> str:
 
 def quote_table(name: str) -> str:
     """Return ``db.table`` as two backquoted identifiers joined by a dot."""
-    db, table = name.split(".", 1)
+    db, table = split_table_name(name)
     return f"{quote(db)}.{quote(table)}"
 
 
@@ -222,7 +226,7 @@ def chunk_bounds(cur: Any, table: str, key: Sequence[str], chunk_rows: int) -> l
 
 def estimated_rows(cur: Any, table: str) -> int:
     """Return the table's row estimate from ``information_schema.TABLES`` (0 when unknown)."""
-    db, name = table.split(".", 1)
+    db, name = split_table_name(table)
     cur.execute(
         "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
         (db, name),
@@ -237,7 +241,7 @@ def unique_keys(cur: Any, table: str) -> list[tuple[str, ...]]:
     Such an index identifies rows as a primary key does (MySQL manual, "Unique Indexes": a UNIQUE index
     permits multiple NULL values).
     """
-    db, name = table.split(".", 1)
+    db, name = split_table_name(table)
     cur.execute(
         "SELECT s.INDEX_NAME, s.COLUMN_NAME, c.IS_NULLABLE FROM information_schema.STATISTICS s "
         "JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA = s.TABLE_SCHEMA AND c.TABLE_NAME = s.TABLE_NAME "
@@ -278,7 +282,7 @@ def plan_snapshot(
 
     tables = []
     for name, key in keys.items():
-        db, table = name.split(".", 1)
+        db, table = split_table_name(name)
         columns = tuple(c.spec.to_manifest() for c in describe_columns(cur, db, table))
         chunks = tuple(chunk_bounds(cur, name, key, chunk_rows))
         tables.append(TablePlan(name, tuple(key), chunks, columns, estimated_rows(cur, name)).to_json())

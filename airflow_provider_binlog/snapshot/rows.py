@@ -52,6 +52,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from airflow_provider_binlog.contract.columns import UTC
 from airflow_provider_binlog.extract.charsets import UTF8, text_decoder
 from airflow_provider_binlog.extract.columns import (
     MAX_ARROW_DECIMAL_PRECISION,
@@ -59,8 +60,6 @@ from airflow_provider_binlog.extract.columns import (
     bit_arrow_type,
 )
 from airflow_provider_binlog.snapshot.plan import quote
-
-UTC = dt.timezone.utc
 
 _COLUMN_FIELDS = (
     "COLUMN_NAME",
