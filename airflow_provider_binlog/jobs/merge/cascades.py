@@ -26,6 +26,10 @@ did, before any table is merged (see ``docs/adr/0011-foreign-key-cascades.md``):
 Tables are merged parents first. A cycle of keys through several tables is refused. Parent changes and
 the child rows they touch are held on the driver: memory grows with the parent deletes and key updates of
 one window and the child rows they reach.
+
+The module is longer than the others of the merge (about 550 lines) because it is one algorithm, the
+replay above, whose steps share its row and order-key representation; split, each part would be read only
+with the others.
 """
 
 from __future__ import annotations
