@@ -146,11 +146,6 @@ class Manifest:
         """Return whether the manifest stages a snapshot (its rows replace the tables' rows)."""
         return self.kind == SNAPSHOT_KIND
 
-    @property
-    def rows(self) -> int:
-        """Return the staged change rows of all tables."""
-        return sum(entry.rows for entry in self.tables.values())
-
     def changed_tables(self) -> list[str]:
         """Return the tables with staged rows, sorted."""
         return sorted(name for name, entry in self.tables.items() if entry.rows)

@@ -39,8 +39,3 @@ def table_part(name: str) -> str:
     :raises TableNameError: if the name is not qualified.
     """
     return split_table_name(name)[1]
-
-
-def table_name(db: str, table: str) -> str:
-    """Return the qualified name ``db.table``."""
-    return f"{db}.{table}"
