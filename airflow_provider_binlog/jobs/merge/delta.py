@@ -67,7 +67,7 @@ def create_table(
     them (:func:`~airflow_provider_binlog.contract.delta.check_owner`).
 
     :param uri: table location.
-    :param schema: table schema from :func:`target_schema`.
+    :param schema: table schema from :func:`~airflow_provider_binlog.jobs.merge.window.target_schema`.
     :param table: source table name ``db.table`` (the Delta table's name).
     :param keys: key columns.
     :param buckets: bucket count.

@@ -103,8 +103,8 @@ class UnfollowableSchemaChange(MergeJobError):
     Raised for a type change that is neither a widening nor a narrowing that leaves the source's values as
     they were (INT -> VARCHAR, DATETIME -> DATE, fewer fraction digits ...): the source converted the values
     of rows the binlog does not show again, so only a new snapshot of the table makes the target exact.
-    :func:`merge_window` does not fail the window for it: the table's merge is refused
-    (:func:`record_refusal`) and the other tables of the window are merged.
+    :func:`~airflow_provider_binlog.jobs.merge.job.merge_window` does not fail the window for it: the table's merge is refused
+    (:func:`~airflow_provider_binlog.contract.refusals.record_refusal`) and the other tables of the window are merged.
 
     :param pipeline: the pipeline merging the table.
     :param table: source table name ``db.table``.
@@ -140,7 +140,7 @@ def plan_schema_change(
 
     - a window type wider than the table's (INT -> BIGINT, FLOAT -> DOUBLE, DECIMAL(10,2) ->
       DECIMAL(12,4) ...) is planned as a widening: the table is rewritten with the wider type
-      (:func:`retype_table`) before the window is merged;
+      (:func:`~airflow_provider_binlog.jobs.merge.table.retype_table`) before the window is merged;
     - a window type narrower than the table's (an old window after a widening, or a narrowing MODIFY such
       as BIGINT -> INT) keeps the table's wider type: every value fits it exactly, and the window's values
       are cast up when read. A narrowing MODIFY records the column's new MySQL type (newest window only);
@@ -151,7 +151,7 @@ def plan_schema_change(
       (:func:`replaced_columns`).
 
     :param current: the table's schema (Arrow, with metadata).
-    :param wanted: the schema the window needs (:func:`target_schema`).
+    :param wanted: the schema the window needs (:func:`~airflow_provider_binlog.jobs.merge.window.target_schema`).
     :param table: table name for messages.
     :param pipeline: the pipeline merging the table, for messages.
     :param newest: whether the window is newer than every window merged into the table, so that it may
@@ -193,10 +193,10 @@ def replaced_columns(current: pa.Schema, wanted: pa.Schema) -> list[str]:
 
     A snapshot (``StagedTable.refresh``) holds every row of the table as the source has it now: when a
     column was dropped, renamed or changed type, the merge writes the table anew with the snapshot's
-    schema instead of keeping a stale column (:func:`_rewrite_buckets`), in the same single commit.
+    schema instead of keeping a stale column (:func:`~airflow_provider_binlog.jobs.merge.table._rewrite_buckets`), in the same single commit.
 
     :param current: the Delta table's schema.
-    :param wanted: the schema the snapshot needs (:func:`target_schema`).
+    :param wanted: the schema the snapshot needs (:func:`~airflow_provider_binlog.jobs.merge.window.target_schema`).
     """
     by_lower = {f.name.lower(): f for f in wanted}
     return [

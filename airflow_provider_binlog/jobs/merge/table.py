@@ -257,7 +257,7 @@ def retype_table(
     """Rewrite every row of a table with the wider column types ``change.widened`` gives them, in one commit.
 
     deltalake has no type widening in place, so every data file is read, widened columns are cast to their
-    wider types (lossless, :func:`is_lossless_widening`), the buckets are computed again (a key column's hash form may
+    wider types (lossless, :func:`~airflow_provider_binlog.contract.types.is_lossless_widening`), the buckets are computed again (a key column's hash form may
     change, e.g. INT -> DECIMAL) and new files written. One commit replaces all files and the schema:
     ``create_write_transaction`` in ``overwrite`` mode writes a ``metaData`` action with the new schema and
     keeps the table's id, name, partitioning and configuration (owner, buckets, key); app transactions

@@ -123,7 +123,7 @@ def read_staged_changes(spark: SparkSession, files: Sequence[str], staged: pa.Sc
 
     :param spark: the session.
     :param files: staged Parquet files.
-    :param staged: staged schema from :func:`read_staged_schema`.
+    :param staged: staged schema from :func:`~airflow_provider_binlog.jobs.merge.window.read_staged_schema`.
     """
     read_schema = pa.schema([pa.field(f.name, storage_type(f.type, f.name)) for f in staged])
     df = spark.read.schema(spark_schema(read_schema)).parquet(*files)
@@ -279,7 +279,7 @@ def read_data_files(
 
     :param spark: the session.
     :param uri: table location.
-    :param files: files from :func:`current_files`.
+    :param files: files from :func:`~airflow_provider_binlog.jobs.merge.delta.current_files`.
     :param data_schema: the schema the files were written with (storage types).
     """
     return (

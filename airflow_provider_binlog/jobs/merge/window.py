@@ -49,7 +49,7 @@ class StagedTable:
     :param primary_key: primary key columns from the manifest (empty for tables without one).
     :param columns: the manifest's column descriptions (``name``, ``mysql_type``, ``arrow_type``).
     :param refresh: the rows are a snapshot of the whole table: target rows older than the window whose
-        key is not among them become tombstones (see :func:`apply_window`).
+        key is not among them become tombstones (see :func:`~airflow_provider_binlog.jobs.merge.transforms.apply_window`).
     """
 
     name: str
