@@ -10,7 +10,7 @@ defined in ``sql/sys_vars.cc`` of 9.6.0). On such a server nothing needs to be s
 
 This module is shared by the extractor (which reads the keys, see :func:`read_foreign_keys`, and records
 them in the window manifest) and the Spark merge (which applies them, see
-:mod:`airflow_provider_binlog.spark_jobs.cascades`); it imports neither Airflow nor Spark.
+:mod:`airflow_provider_binlog.jobs.merge.cascades`); it imports neither Airflow nor Spark.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_binlog.source.sql import split_table
+from airflow_provider_binlog.contract.names import database_of
 
 MANIFEST_KEY = "foreign_keys"
 """The window manifest's list of the foreign keys whose actions the merge applies (:meth:`ForeignKey.to_manifest`)."""
@@ -112,7 +112,7 @@ def read_foreign_keys(cur: Any, children: Iterable[str]) -> list[ForeignKey]:
     :param children: ``db.table`` names of the selected tables.
     """
     wanted = set(children)
-    schemas = sorted({split_table(name)[0] for name in wanted})
+    schemas = sorted({database_of(name) for name in wanted})
     if not schemas:
         return []
     cur.execute(FOREIGN_KEYS_SQL.format(schemas=", ".join(["%s"] * len(schemas))), schemas)

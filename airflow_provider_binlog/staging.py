@@ -11,20 +11,17 @@ stages it, when it must be read again, under ``window=<seq>.handover-<n>`` inste
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow.sdk import ObjectStoragePath
 
+from airflow_provider_binlog.contract.manifest import MANIFEST_NAME, Manifest, ManifestError
 from airflow_provider_binlog.exceptions import StagingError
 
 if TYPE_CHECKING:
     from airflow_provider_binlog.state import Window
-
-MANIFEST_NAME = "manifest.json"
-MANIFEST_FORMAT_VERSION = 1
 
 
 LOCAL_SCHEMES = frozenset({"", "file", "local"})
@@ -134,24 +131,24 @@ def check_writable(root: ObjectStoragePath) -> None:
         ) from err
 
 
-def read_manifest(window_dir: ObjectStoragePath) -> dict[str, Any] | None:
+def read_manifest(window_dir: ObjectStoragePath) -> Manifest | None:
     """Return the window's manifest, or None when the window is not (completely) staged.
 
-    :raises StagingError: when a manifest exists but is not valid JSON of the expected format.
+    The bytes come through the folder's ObjectStoragePath (its Airflow connection); parsing and validation
+    are :meth:`Manifest.from_text <airflow_provider_binlog.contract.manifest.Manifest.from_text>`.
+
+    :raises StagingError: when a manifest exists but is not valid JSON of a supported format.
     """
     path = window_dir / MANIFEST_NAME
     if not path.exists():
         return None
     try:
-        manifest = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise StagingError(f"the manifest {path} is corrupt: {err}") from err
-    if not isinstance(manifest, dict) or manifest.get("format_version") != MANIFEST_FORMAT_VERSION:
-        raise StagingError(f"the manifest {path} has an unknown format")
-    return manifest
+        return Manifest.from_text(path.read_bytes(), where=str(path))
+    except ManifestError as err:
+        raise StagingError(f"the manifest is corrupt or of an unknown format: {err}") from err
 
 
-def staged_manifest(window_dir: ObjectStoragePath, pipeline: str, window: Window) -> dict[str, Any] | None:
+def staged_manifest(window_dir: ObjectStoragePath, pipeline: str, window: Window) -> Manifest | None:
     """Return the manifest in ``window_dir`` when it stages exactly ``window`` of ``pipeline``, else None.
 
     The manifest is written last and atomically (:func:`write_manifest`), so one that exists means every
@@ -163,22 +160,25 @@ def staged_manifest(window_dir: ObjectStoragePath, pipeline: str, window: Window
     manifest = read_manifest(window_dir)
     if manifest is None:
         return None
-    expected = {
-        "pipeline": pipeline,
-        "window": window.seq,
-        "start": window.start.to_position().to_dict(),
-        "end": window.end.to_position().to_dict(),
-    }
-    return manifest if all(manifest.get(key) == value for key, value in expected.items()) else None
+    expected = (
+        pipeline,
+        window.seq,
+        window.start.to_position().to_dict(),
+        window.end.to_position().to_dict(),
+    )
+    found = (manifest.pipeline, manifest.window, manifest.start, manifest.end)
+    return manifest if found == expected else None
 
 
-def write_manifest(window_dir: ObjectStoragePath, manifest: dict[str, Any]) -> ObjectStoragePath:
+def write_manifest(window_dir: ObjectStoragePath, manifest: Manifest) -> ObjectStoragePath:
     """Write the manifest last and atomically (see :func:`write_atomically`).
+
+    Its bytes are :meth:`Manifest.to_text <airflow_provider_binlog.contract.manifest.Manifest.to_text>`.
 
     :returns: the manifest's path.
     """
     final = window_dir / MANIFEST_NAME
-    write_atomically(final, json.dumps(manifest, indent=2, sort_keys=True).encode())
+    write_atomically(final, manifest.to_text())
     return final
 
 

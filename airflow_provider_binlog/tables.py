@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from airflow_provider_binlog.contract.names import TableNameError, split_table_name
 from airflow_provider_binlog.exceptions import BinlogConfigError
 
 KeylessMode = Literal["skip", "fail"]
@@ -124,9 +125,10 @@ def parse_keys(keys: Mapping[str, Sequence[str]] | str | None) -> dict[str, list
         raise ValueError(f"keys must map 'db.table' to a list of columns, got {keys!r}")
     result: dict[str, list[str]] = {}
     for table, columns in (keys or {}).items():
-        db, sep, name = str(table).partition(".")
-        if not (db and sep and name):
-            raise ValueError(f"keys: table {table!r} must be qualified as 'db.table'")
+        try:
+            split_table_name(str(table))
+        except TableNameError as err:
+            raise ValueError(f"keys: table {table!r} must be qualified as 'db.table'") from err
         if isinstance(columns, str) or not columns or not all(isinstance(c, str) and c for c in columns):
             raise ValueError(f"keys[{table!r}] must be a non-empty list of column names, got {columns!r}")
         result[str(table)] = list(columns)

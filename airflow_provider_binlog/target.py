@@ -11,13 +11,20 @@ Other engines can read the tables directly (``deltalake``, ``polars.read_delta``
 plain Parquet readers over :func:`live_file_uris`); they must filter on :data:`LIVE_ROWS_PREDICATE`
 and may cast stored columns back with :func:`source_schema`.
 
-Heavy libraries are imported inside the functions, so importing this module is cheap.
+This module is the read side of the target for Airflow tasks and users: it opens tables through the
+contract's one opener (:func:`~airflow_provider_binlog.contract.delta.open_table`) with the same storage
+options the merge used, and turns contract errors into :class:`~airflow_provider_binlog.exceptions.BinlogConfigError`.
+deltalake is imported inside the functions that open a table.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from airflow_provider_binlog.contract import ContractError, uris
+from airflow_provider_binlog.contract import delta as contract_delta
+from airflow_provider_binlog.contract.columns import DELETED_COLUMN, METADATA_COLUMN_NAMES
+from airflow_provider_binlog.contract.types import recorded_arrow_type
 from airflow_provider_binlog.exceptions import BinlogConfigError
 
 if TYPE_CHECKING:
@@ -26,6 +33,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
 
+    from airflow_provider_binlog.contract.uris import StorageOptions
     from airflow_provider_binlog.state import PipelineState
 
 #: SQL predicate selecting live rows (not tombstones) of a target table.
@@ -39,19 +47,15 @@ def table_uri(target_path: str, table: str) -> str:
     :param table: qualified source table name; the first dot separates the database.
     :raises BinlogConfigError: if ``table`` is not qualified.
     """
-    from airflow_provider_binlog.spark_jobs import merge
-
     try:
-        return merge.table_uri(target_path, table)
-    except merge.MergeJobError as err:
+        return uris.table_uri(target_path, table)
+    except ContractError as err:
         raise BinlogConfigError(str(err)) from err
 
 
 def target_root(target_path: str) -> str:
     """Return the target root as recorded in a pipeline's state: an absolute path or URI, no trailing ``/``."""
-    from airflow_provider_binlog.spark_jobs import merge
-
-    return merge.join_uri(target_path)
+    return uris.join_uri(target_path)
 
 
 def check_target(
@@ -61,14 +65,14 @@ def check_target(
     tables: Iterable[str],
     *,
     recreate: bool = False,
-    storage_options: dict[str, str] | None = None,
+    storage_options: StorageOptions | None = None,
 ) -> None:
     """Refuse to write ``tables`` of a pipeline under ``target_path`` when that would start a wrong table.
 
     Three mistakes are refused before anything is written (``docs/guarantees.md``, "A target table
     belongs to one pipeline"): a target root other than the one the pipeline's state records (a typo in
     the path would otherwise start new, partial tables there); a table another pipeline owns
-    (:func:`~airflow_provider_binlog.spark_jobs.merge.check_owner`); and, unless ``recreate``, a table the
+    (:func:`~airflow_provider_binlog.contract.delta.check_owner`); and, unless ``recreate``, a table the
     pipeline has merged into before but that is gone (deleted or moved: the next window alone would
     create it anew with only its own rows).
 
@@ -77,11 +81,9 @@ def check_target(
     :param target_path: the target root the task was given.
     :param tables: the ``db.table`` names about to be written.
     :param recreate: True for a snapshot, which loads a table whole and may create it again.
-    :param storage_options: deltalake storage options.
+    :param storage_options: storage options of the target store.
     :raises BinlogConfigError: naming the mistake and the remedy.
     """
-    from airflow_provider_binlog.spark_jobs import merge
-
     root = target_root(target_path)
     if state is not None and state.target is not None and state.target != root:
         raise BinlogConfigError(
@@ -91,11 +93,11 @@ def check_target(
             f"python -m airflow_provider_binlog.state_admin set-target --pipeline {state.pipeline} --target {root}"
         )
     for table in tables:
-        dt = merge.open_table(table_uri(target_path, table), storage_options)
+        dt = contract_delta.open_table(table_uri(target_path, table), storage_options)
         if dt is not None:
             try:
-                merge.check_owner(dt, pipeline, table)
-            except merge.MergeJobError as err:
+                contract_delta.check_owner(dt, pipeline, table)
+            except ContractError as err:
                 raise BinlogConfigError(str(err)) from err
         elif state is not None and table in state.target_tables and not recreate:
             raise BinlogConfigError(
@@ -108,7 +110,7 @@ def check_target(
 
 
 def hand_over(
-    target_path: str, table: str, to_pipeline: str, *, storage_options: dict[str, str] | None = None
+    target_path: str, table: str, to_pipeline: str, *, storage_options: StorageOptions | None = None
 ) -> list[str]:
     """Give the Delta table of ``table`` to ``to_pipeline``: remove every row, then record the new owner.
 
@@ -120,43 +122,59 @@ def hand_over(
     :param target_path: target root.
     :param table: ``db.table``.
     :param to_pipeline: the new owner.
-    :param storage_options: deltalake storage options.
+    :param storage_options: storage options of the target store.
     :returns: the pipelines that had written the table.
     :raises BinlogConfigError: when there is no such table.
     """
     from deltalake import CommitProperties
 
-    from airflow_provider_binlog.spark_jobs import merge
-
     dt = open_table(target_path, table, storage_options=storage_options)
-    writers = merge.table_writers(dt)
+    writers = contract_delta.table_writers(dt)
     dt.delete(commit_properties=CommitProperties(custom_metadata={"binlog.handed_over_to": to_pipeline}))
-    dt.alter.set_table_properties({merge.OWNER_PROPERTY: to_pipeline}, raise_if_not_exists=False)
+    dt.alter.set_table_properties({contract_delta.OWNER_PROPERTY: to_pipeline}, raise_if_not_exists=False)
     return writers
 
 
-def open_table(target_path: str, table: str, *, storage_options: dict[str, str] | None = None) -> DeltaTable:
-    """Open the Delta table of a source table.
+def open_table(target_path: str, table: str, *, storage_options: StorageOptions | None = None) -> DeltaTable:
+    """Open the Delta table of a source table (:func:`~airflow_provider_binlog.contract.delta.open_table`).
 
     :param target_path: target root.
     :param table: qualified source table name ``db.table``.
-    :param storage_options: deltalake storage options (credentials, endpoints) for object stores.
+    :param storage_options: storage options (credentials, endpoints) for object stores
+        (:mod:`airflow_provider_binlog.contract.uris`).
     :raises BinlogConfigError: if there is no Delta table for ``table`` under ``target_path``.
     """
-    from deltalake import DeltaTable
-
     uri = table_uri(target_path, table)
-    options = dict(storage_options or {})
-    if not DeltaTable.is_deltatable(uri, storage_options=options):
+    dt = contract_delta.open_table(uri, storage_options)
+    if dt is None:
         raise BinlogConfigError(
             f"there is no Delta table for {table} at {uri}: check the target path, or no window with "
             "changes of this table has been merged yet"
         )
-    return DeltaTable(uri, storage_options=options)
+    return dt
+
+
+def window_merged(
+    target_path: str, table: str, pipeline: str, seq: int, storage_options: StorageOptions | None = None
+) -> bool:
+    """Return True when the table's Delta log holds the merge commit of window ``seq`` of ``pipeline``.
+
+    The merge job records each window as the Delta app transaction
+    :func:`~airflow_provider_binlog.contract.delta.window_app_id` in the same commit as its data (Delta
+    protocol, "Transaction Identifiers").
+
+    :param target_path: target root.
+    :param table: ``db.table``.
+    :param pipeline: pipeline name.
+    :param seq: window sequence number.
+    :param storage_options: storage options of the target store.
+    """
+    dt = contract_delta.open_table(table_uri(target_path, table), storage_options)
+    return dt is not None and contract_delta.already_merged(dt, pipeline, seq)
 
 
 def live_file_uris(
-    target_path: str, table: str, *, storage_options: dict[str, str] | None = None
+    target_path: str, table: str, *, storage_options: StorageOptions | None = None
 ) -> list[str]:
     """Return the data files of the table's current version, for engines that read plain Parquet.
 
@@ -178,7 +196,7 @@ def source_schema(
     table: str,
     *,
     with_metadata: bool = False,
-    storage_options: dict[str, str] | None = None,
+    storage_options: StorageOptions | None = None,
 ) -> pa.Schema:
     """Return the table's columns with the Arrow types they were staged with.
 
@@ -188,16 +206,21 @@ def source_schema(
     :param storage_options: deltalake storage options.
     :raises BinlogConfigError: if the table does not exist.
     """
+    stored = contract_delta.delta_arrow_schema(
+        open_table(target_path, table, storage_options=storage_options)
+    )
+    return _staged_schema(stored, with_metadata=with_metadata)
+
+
+def _staged_schema(stored: pa.Schema, *, with_metadata: bool) -> pa.Schema:
+    """Return a Delta table's columns (Arrow, with metadata) with the Arrow types they were staged with."""
     import pyarrow as pa
 
-    from airflow_provider_binlog.spark_jobs import merge
-
-    stored = merge.delta_arrow_schema(open_table(target_path, table, storage_options=storage_options))
     return pa.schema(
         [
-            pa.field(f.name, merge.recorded_arrow_type(f), nullable=True)
+            pa.field(f.name, recorded_arrow_type(f), nullable=True)
             for f in stored
-            if with_metadata or f.name not in merge.METADATA_COLUMN_NAMES
+            if with_metadata or f.name not in METADATA_COLUMN_NAMES
         ]
     )
 
@@ -208,7 +231,7 @@ def read_table(
     *,
     with_metadata: bool = False,
     include_tombstones: bool = False,
-    storage_options: dict[str, str] | None = None,
+    storage_options: StorageOptions | None = None,
 ) -> pa.Table:
     """Return the live rows of source table ``db.table`` with the column types it was staged with.
 
@@ -227,14 +250,11 @@ def read_table(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from airflow_provider_binlog.spark_jobs import merge
-
     dt = open_table(target_path, table, storage_options=storage_options)
-    stored = merge.delta_arrow_schema(dt)
+    stored = contract_delta.delta_arrow_schema(dt)
     data = dt.to_pyarrow_table()
     if not include_tombstones:
-        data = data.filter(pc.invert(pc.fill_null(data[merge.DELETED_COLUMN], False)))
-    fields = [f for f in stored if with_metadata or f.name not in merge.METADATA_COLUMN_NAMES]
-    schema = pa.schema([pa.field(f.name, merge.recorded_arrow_type(f), nullable=True) for f in fields])
-    columns = [data[f.name].cast(schema.field(f.name).type) for f in fields]
+        data = data.filter(pc.invert(pc.fill_null(data[DELETED_COLUMN], False)))
+    schema = _staged_schema(stored, with_metadata=with_metadata)
+    columns = [data[f.name].cast(f.type) for f in schema]
     return pa.Table.from_arrays(columns, schema=schema)

@@ -8,7 +8,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-UTC = dt.timezone.utc
+from airflow_provider_binlog.contract.columns import UTC
+from airflow_provider_binlog.contract.names import split_table_name
 
 
 @dataclass
@@ -99,7 +100,7 @@ class SourceTable:
 
 def read_source(conn: Any, table: str) -> SourceTable:
     """Read a source table (session time zone UTC) into canonical rows keyed by primary key."""
-    db, name = table.split(".", 1)
+    db, name = split_table_name(table)
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         cur.execute(

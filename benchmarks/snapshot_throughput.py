@@ -70,7 +70,8 @@ def target_checksum(target: str) -> dict[str, int]:
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
-    from airflow_provider_binlog.spark_jobs.merge import DELETED_COLUMN, table_uri
+    from airflow_provider_binlog.contract.columns import DELETED_COLUMN
+    from airflow_provider_binlog.contract.uris import table_uri
 
     # deltalake directly: airflow_provider_binlog.target imports Airflow (which would create ~/airflow).
     data = DeltaTable(table_uri(target, f"{DB}.{TABLE}")).to_pyarrow_table()
@@ -141,10 +142,12 @@ def run_ours(server: Any, workdir: Path, chunk_rows: int, connections: int) -> d
     import pymysql
     from pyspark.sql import SparkSession
 
-    from airflow_provider_binlog.snapshot.plan import plan_snapshot
+    from airflow_provider_binlog.contract.manifest import MANIFEST_NAME
+    from airflow_provider_binlog.contract.types import SPARK_SQL_CONF
+    from airflow_provider_binlog.contract.uris import write_json
+    from airflow_provider_binlog.jobs.snapshot import run_snapshot
+    from airflow_provider_binlog.snapshot.plan import PLAN_NAME, plan_snapshot
     from airflow_provider_binlog.source.flavor import MARIADB
-    from airflow_provider_binlog.spark_jobs.merge import MANIFEST_NAME, SPARK_SQL_CONF
-    from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME, run_snapshot, write_json
 
     os.environ["PYSPARK_PYTHON"] = sys.executable  # Python workers run this interpreter, as the operators do
     started = time.monotonic()

@@ -12,29 +12,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from airflow_provider_binlog.contract.columns import GTID_COLUMN, TS_COLUMN, UTC, change_schema
 from airflow_provider_binlog.extract.columns import (
     ColumnSpec,
     Converter,
     ValueConversionError,
     is_zero_date,
 )
-
-META_FIELDS: tuple[pa.Field, ...] = (
-    pa.field("_binlog_op", pa.string(), nullable=False),
-    pa.field("_binlog_window", pa.int64(), nullable=False),
-    pa.field("_binlog_seq", pa.int64(), nullable=False),
-    pa.field("_binlog_gtid", pa.string()),
-    pa.field("_binlog_file", pa.string(), nullable=False),
-    pa.field("_binlog_pos", pa.int64(), nullable=False),
-    pa.field("_binlog_ts", pa.timestamp("us", tz="UTC"), nullable=False),
-)
-"""Metadata columns of every change record (names are a public contract: README, "Staging layout and change
-records")."""
-
-
-def change_schema(columns: Sequence[ColumnSpec]) -> pa.Schema:
-    """Return the staged Arrow schema: the source columns, then :data:`META_FIELDS`."""
-    return pa.schema([pa.field(c.name, c.arrow_type) for c in columns] + list(META_FIELDS))
 
 
 class ChangeBatchBuilder:
@@ -62,7 +46,7 @@ class ChangeBatchBuilder:
         self.names = [c.name for c in columns]
         self.converters = list(converters)
         self.window = window
-        self.schema = change_schema(columns)
+        self.schema = change_schema([pa.field(c.name, c.arrow_type) for c in columns])
         self.zero_dates = 0
         self.committed = 0
         self.values: list[list[Any]] = [[] for _ in self.columns]
@@ -176,7 +160,7 @@ class ChangeBatchBuilder:
             ) from err
 
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def with_commit(batch: pa.RecordBatch, *, gtid: str | None, commit_ts: dt.datetime) -> pa.RecordBatch:
@@ -184,6 +168,6 @@ def with_commit(batch: pa.RecordBatch, *, gtid: str | None, commit_ts: dt.dateti
     count = batch.num_rows
     columns = list(batch.columns)
     names = batch.schema.names
-    columns[names.index("_binlog_gtid")] = pa.array([gtid] * count, pa.string())
-    columns[names.index("_binlog_ts")] = pa.array([commit_ts] * count, pa.timestamp("us", tz="UTC"))
+    columns[names.index(GTID_COLUMN)] = pa.array([gtid] * count, pa.string())
+    columns[names.index(TS_COLUMN)] = pa.array([commit_ts] * count, pa.timestamp("us", tz="UTC"))
     return pa.RecordBatch.from_arrays(columns, schema=batch.schema)

@@ -30,9 +30,9 @@ from typing import Any
 import pyarrow as pa
 from pymysqlreplication.constants import FIELD_TYPE
 
+from airflow_provider_binlog.contract.columns import UTC
 from airflow_provider_binlog.extract.charsets import text_decoder
 
-UTC = dt.timezone.utc
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 ZERO_DATE_SOURCES = frozenset({"out of date range", "out of datetime range", "out of datetime2 range"})
 

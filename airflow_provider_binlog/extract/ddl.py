@@ -34,6 +34,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from airflow_provider_binlog.contract.names import database_of
+
 DdlAction = Literal["ignore", "follow", "resnapshot"]
 
 _IDENT = r"(?:`(?:[^`]|``)+`|[\w$]+)"
@@ -111,7 +113,7 @@ def classify_ddl(
     for name, action, reason in found:
         lower = name.lower()
         if lower.endswith(".*"):  # every table of a database
-            tables = [t for n, t in by_lower.items() if n.split(".", 1)[0] == lower[:-2]]
+            tables = [t for n, t in by_lower.items() if database_of(n) == lower[:-2]]
         else:
             tables = [by_lower[lower]] if lower in by_lower else []
         for table in tables:

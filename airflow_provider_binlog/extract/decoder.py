@@ -41,6 +41,7 @@ from typing import Any
 from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.json_binary import parse_json
 
+from airflow_provider_binlog.contract.columns import UTC
 from airflow_provider_binlog.exceptions import UnsupportedEventError
 from airflow_provider_binlog.extract.charsets import UTF8, text_decoder
 from airflow_provider_binlog.extract.columns import (
@@ -52,7 +53,6 @@ from airflow_provider_binlog.extract.columns import (
     describe_column,
 )
 
-UTC = dt.timezone.utc
 PARTIAL_UPDATE_ROWS_EVENT = 39
 """MySQL 8.0 ``PARTIAL_UPDATE_ROWS_EVENT`` (``binlog_row_value_options=PARTIAL_JSON``)."""
 

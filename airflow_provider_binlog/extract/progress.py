@@ -7,7 +7,7 @@ A window that covers a long backlog reads for minutes or hours; between ``extrac
     bytes left, ETA 6 min 12 s
 
 Bytes are binlog bytes between the current event and the window end, from the sizes ``SHOW BINARY LOGS``
-listed when the window was cut (:func:`~airflow_provider_binlog.retention.binlog_bytes_between`); the ETA
+listed when the window was cut (:func:`~airflow_provider_binlog.monitoring.retention.binlog_bytes_between`); the ETA
 assumes the byte rate so far holds.
 """
 
@@ -17,8 +17,8 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from airflow_provider_binlog.positions import BinlogPosition
-from airflow_provider_binlog.retention import binlog_bytes_between
+from airflow_provider_binlog.monitoring.retention import binlog_bytes_between
+from airflow_provider_binlog.source.positions import BinlogPosition
 
 log = logging.getLogger(__name__)
 

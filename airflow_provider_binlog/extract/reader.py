@@ -52,6 +52,8 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from airflow_provider_binlog.contract.columns import OP_DELETE, OP_INSERT, OP_UPDATE, UTC
+from airflow_provider_binlog.contract.names import database_of
 from airflow_provider_binlog.exceptions import (
     ReplicationConnectionLostError,
     SourceUnreachableError,
@@ -219,7 +221,7 @@ class TableTarget:
 
         The key (the row moves), and the ``referenced`` columns that cascading foreign keys of selected
         child tables reference: the merge needs their old values to find the child rows the source changed
-        (:mod:`airflow_provider_binlog.spark_jobs.cascades`).
+        (:mod:`airflow_provider_binlog.jobs.merge.cascades`).
         """
         return [*self.primary_key, *(c for c in self.referenced if c not in self.primary_key)]
 
@@ -361,7 +363,7 @@ class WindowReader:
         self.start = start
         self.end = end
         self.tables = tables
-        self.schemas = {name.split(".", 1)[0] for name in tables}
+        self.schemas = {database_of(name) for name in tables}
         self.window = window
         self.sink = sink
         self.pipeline = pipeline
@@ -661,7 +663,7 @@ class WindowReader:
             wanted = {name.lower() for name in found.tables}
             written = sorted(t for t in self.tables if t.lower() in wanted)
         else:
-            written = sorted(t for t in self.tables if not schema or t.split(".", 1)[0] == schema)
+            written = sorted(t for t in self.tables if not schema or database_of(t) == schema)
         if not written:
             self.stats.statements_ignored += 1
             return
@@ -829,7 +831,7 @@ class WindowReader:
         if isinstance(event, UpdateRowsEvent):
             count = self._add_updates(event, layout, target, file, end_pos)
         elif isinstance(event, (WriteRowsEvent, DeleteRowsEvent)):
-            op = "c" if isinstance(event, WriteRowsEvent) else "d"
+            op = OP_INSERT if isinstance(event, WriteRowsEvent) else OP_DELETE
             count = self._add_images(event, layout, op, file, end_pos)
         else:
             raise UnsupportedEventError(f"unexpected rows event {type(event).__name__} at {end_pos}")
@@ -855,15 +857,15 @@ class WindowReader:
             pairs = layout.decoder.decode_updates(event)
             for before, after in pairs:
                 if any(before[i] != after[i] for i in index):
-                    builder.add_values("d", self._next_seq(), file, end_pos, before)
-                builder.add_values("u", self._next_seq(), file, end_pos, after)
+                    builder.add_values(OP_DELETE, self._next_seq(), file, end_pos, before)
+                builder.add_values(OP_UPDATE, self._next_seq(), file, end_pos, after)
             return len(pairs)
         key = target.moving_columns
         for row in event.rows:
             before, after = row["before_values"], row["after_values"]
             if key and any(before.get(k) != after.get(k) for k in key):
-                builder.add("d", self._next_seq(), file, end_pos, before, row["before_none_sources"])
-            builder.add("u", self._next_seq(), file, end_pos, after, row["after_none_sources"])
+                builder.add(OP_DELETE, self._next_seq(), file, end_pos, before, row["before_none_sources"])
+            builder.add(OP_UPDATE, self._next_seq(), file, end_pos, after, row["after_none_sources"])
         return len(event.rows)
 
     def _next_seq(self) -> int:
@@ -871,7 +873,7 @@ class WindowReader:
         return self.seq
 
     def _commit(self, event: Any, file: str, end_pos: int) -> None:
-        commit_ts = dt.datetime.fromtimestamp(event.timestamp, dt.timezone.utc)
+        commit_ts = dt.datetime.fromtimestamp(event.timestamp, UTC)
         for key, layout in self.txn.touched.items():
             if layout.table in self.stats.covered_tables:
                 layout.builder.rollback()

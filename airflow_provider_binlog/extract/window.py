@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pymysql
 
+from airflow_provider_binlog.contract.manifest import Manifest
+from airflow_provider_binlog.contract.names import database_of, table_part
 from airflow_provider_binlog.extract.columns import ColumnSpec
 from airflow_provider_binlog.extract.progress import ExtractProgress
 from airflow_provider_binlog.extract.reader import (
@@ -20,11 +22,9 @@ from airflow_provider_binlog.extract.reader import (
 )
 from airflow_provider_binlog.extract.tablemaps import CACHED_TABLE_MAP_EVENTS, table_map_cache
 from airflow_provider_binlog.extract.writer import TableOutput, TableWriter
-from airflow_provider_binlog.foreign_keys import MANIFEST_KEY as FOREIGN_KEYS
 from airflow_provider_binlog.monitoring.retention import binlog_bytes_between, check_retained
 from airflow_provider_binlog.source.grants import ACCESS_DENIED_ERRORS
-from airflow_provider_binlog.source.sql import split_table
-from airflow_provider_binlog.staging import MANIFEST_FORMAT_VERSION, clear_window, write_manifest
+from airflow_provider_binlog.staging import clear_window, write_manifest
 from airflow_provider_binlog.state import Window, now_iso
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def stream_options(tables: dict[str, TableTarget]) -> dict[str, Any]:
     from pymysqlreplication.event import FormatDescriptionEvent
 
     return {
-        "only_tables": sorted({split_table(name)[1] for name in tables}),
+        "only_tables": sorted({table_part(name) for name in tables}),
         "only_events": [*CACHED_TABLE_MAP_EVENTS, FormatDescriptionEvent, *READ_EVENTS],
         "filter_non_implemented_events": False,
         "pymysql_wrapper": ReplicationConnections(),
@@ -65,7 +65,7 @@ def extract_window(
     covers: dict[str, SnapshotCover] | None = None,
     skipped: dict[str, str] | None = None,
     foreign_keys: Sequence[ForeignKey] = (),
-) -> dict[str, Any]:
+) -> Manifest:
     """Stream ``window`` into ``window_dir`` and return the manifest written last.
 
     A statement-based write to a selected table is skipped when the table's snapshot in ``covers`` covers
@@ -108,7 +108,7 @@ def extract_window(
             writer = writers[table] = TableWriter(window_dir, TableOutput(name=table, primary_key=key))
         writer.write(batch, specs)
 
-    stream = hook.stream_reader(start, schemas=[split_table(n)[0] for n in tables], **stream_options(tables))
+    stream = hook.stream_reader(start, schemas=[database_of(n) for n in tables], **stream_options(tables))
     try:
         reader = WindowReader(
             stream,
@@ -138,22 +138,21 @@ def extract_window(
     for name, target in tables.items():
         outputs.setdefault(name, TableOutput(name=name, primary_key=target.primary_key))
         outputs[name].zero_dates = reader.zero_dates[name]
-    manifest: dict[str, Any] = {
-        "format_version": MANIFEST_FORMAT_VERSION,
-        "pipeline": pipeline,
-        "window": window.seq,
-        "run_id": window.run_id,
-        "start": start.to_dict(),
-        "end": end.to_dict(),
-        "tables": {name: outputs[name].manifest_entry() for name in sorted(outputs)},
-        "skipped": dict(sorted((skipped or {}).items())),
-        "ddl": stats.ddl,
-        "skipped_statements": stats.skipped_statements,
-        "covered_tables": stats.covered_tables,
-        FOREIGN_KEYS: [k.to_manifest() for k in foreign_keys],
-        "resnapshots": stats.resnapshots,
-        "schema_skipped_row_events": dict(sorted(stats.schema_skipped_row_events.items())),
-        "stats": {
+    manifest = Manifest(
+        pipeline=pipeline,
+        window=window.seq,
+        run_id=window.run_id,
+        start=start.to_dict(),
+        end=end.to_dict(),
+        tables={name: outputs[name].manifest_entry() for name in sorted(outputs)},
+        skipped=dict(sorted((skipped or {}).items())),
+        ddl=stats.ddl,
+        skipped_statements=stats.skipped_statements,
+        covered_tables=stats.covered_tables,
+        foreign_keys=[k.to_manifest() for k in foreign_keys],
+        resnapshots=stats.resnapshots,
+        schema_skipped_row_events=dict(sorted(stats.schema_skipped_row_events.items())),
+        stats={
             "events": stats.events,
             "transactions": stats.transactions,
             "rolled_back": stats.rolled_back,
@@ -165,16 +164,16 @@ def extract_window(
             "statements_ignored": stats.statements_ignored,
             "statements_skipped": len(stats.skipped_statements),
         },
-        "created_at": now_iso(),
-    }
+        created_at=now_iso(),
+    )
     path = write_manifest(window_dir, manifest)
     log.info(
         "window %s of %s staged: %s rows in %s transactions (%s binlog bytes) in %.2f s -> %s",
         window.seq,
         pipeline,
-        manifest["stats"]["rows"],
+        manifest.stats["rows"],
         stats.transactions,
-        manifest["stats"]["binlog_bytes"],
+        manifest.stats["binlog_bytes"],
         stats.seconds,
         str(path),
     )

@@ -10,6 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from airflow.sdk import ObjectStoragePath
 
+from airflow_provider_binlog.contract.columns import OP_COLUMN
+from airflow_provider_binlog.contract.manifest import TableEntry
 from airflow_provider_binlog.extract.columns import ColumnSpec
 
 ROW_GROUP_ROWS = 65_536
@@ -28,16 +30,16 @@ class TableOutput:
     rows: int = 0
     zero_dates: int = 0
 
-    def manifest_entry(self) -> dict[str, Any]:
-        """Return this table's entry of ``manifest["tables"]``."""
-        return {
-            "files": self.files,
-            "rows": self.rows,
-            "ops": dict(sorted(self.ops.items())),
-            "primary_key": self.primary_key,
-            "columns": [c.to_manifest() for c in self.columns],
-            "zero_dates": self.zero_dates,
-        }
+    def manifest_entry(self) -> TableEntry:
+        """Return this table's entry of the window's manifest."""
+        return TableEntry(
+            files=tuple(self.files),
+            rows=self.rows,
+            ops=dict(self.ops),
+            primary_key=tuple(self.primary_key),
+            columns=tuple(c.to_manifest() for c in self.columns),
+            zero_dates=self.zero_dates,
+        )
 
 
 class TableWriter:
@@ -69,7 +71,7 @@ class TableWriter:
             self._open_part(batch.schema, columns)
         self._pending.append(batch)
         self._pending_rows += batch.num_rows
-        ops = batch.column("_binlog_op").value_counts().to_pylist()
+        ops = batch.column(OP_COLUMN).value_counts().to_pylist()
         self.output.ops.update({entry["values"]: entry["counts"] for entry in ops})
         self.output.rows += batch.num_rows
         if self._pending_rows >= self.row_group_rows:

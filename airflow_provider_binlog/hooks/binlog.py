@@ -348,7 +348,7 @@ class BinlogHook(BaseHook):
         with self.cursor() as cur:
             flavor, version, grants = self.read_grants(cur)
             databases: list[str] = []
-            if any(any(c in t.split(".", 1)[0] for c in "*?[") for t in selection):
+            if any(any(c in t.partition(".")[0] for c in "*?[") for t in selection):
                 cur.execute("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA")
                 databases = [str(row[0]) for row in cur.fetchall()]
         requirements = grants.privileges.requirements(table_levels(selection, databases))

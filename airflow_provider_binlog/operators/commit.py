@@ -8,6 +8,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import BaseOperator
 
+from airflow_provider_binlog.contract.manifest import Manifest
 from airflow_provider_binlog.exceptions import MergeError, StateError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.source.positions import BinlogPosition
@@ -22,38 +23,17 @@ from airflow_provider_binlog.state import (
 )
 
 
-def window_merged(
-    target_path: str, table: str, pipeline: str, seq: int, storage_options: dict[str, str] | None = None
-) -> bool:
-    """Return True when the table's Delta log holds the merge commit of window ``seq`` of ``pipeline``.
-
-    The merge job records each window as the Delta app transaction ``window_app_id(pipeline, seq)``
-    in the same commit as its data (Delta protocol, "Transaction Identifiers").
-    """
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    from airflow_provider_binlog.spark_jobs.merge import window_app_id
-    from airflow_provider_binlog.target import table_uri
-
-    try:
-        delta = DeltaTable(table_uri(target_path, table), storage_options=storage_options)
-    except TableNotFoundError:
-        return False
-    return delta.transaction_version(window_app_id(pipeline, seq)) is not None
-
-
 def resnapshots_of(
-    manifest: dict[str, Any], window: Window, refused: dict[str, dict[str, Any]] | None = None
+    manifest: Manifest, window: Window, refused: dict[str, dict[str, Any]] | None = None
 ) -> list[ResnapshotNeeded]:
     """Return the state entries of the tables that need a re-snapshot after ``window``.
 
     They are the tables its manifest lists under ``resnapshots`` (a schema change the binlog does not
     carry, since that statement), and the tables whose merge of the window was ``refused`` (a type change
-    the Delta table cannot follow, see :func:`~airflow_provider_binlog.spark_jobs.merge.refused_tables`:
+    the Delta table cannot follow, see :func:`~airflow_provider_binlog.contract.refusals.refused_tables`:
     since the window's start, none of the window's changes of that table being in the target).
     """
-    detected_at = str(manifest.get("created_at") or window.cut_at)
+    detected_at = str(manifest.created_at or window.cut_at)
     merge_refused = [
         ResnapshotNeeded(
             table=table,
@@ -75,7 +55,7 @@ def resnapshots_of(
             window=window.seq,
             detected_at=detected_at,
         )
-        for entry in manifest.get("resnapshots", [])
+        for entry in manifest.resnapshots
     ]
 
 
@@ -144,13 +124,11 @@ class BinlogCommitOperator(BaseOperator):
         manifest = read_manifest(window_dir)
         if manifest is None:
             raise StateError(f"the manifest of window {window.seq} is missing at {window.manifest_uri}")
-        from airflow_provider_binlog.spark_jobs.merge import refused_tables
+        from airflow_provider_binlog.contract.refusals import refused_tables
 
-        refused = refused_tables(str(window_dir))
+        refused = refused_tables(str(window_dir), self.storage_options)
         self._verify_merged(manifest, window.seq, refused)
-        changed = [
-            table for table, entry in manifest["tables"].items() if entry["rows"] and table not in refused
-        ]
+        changed = [table for table in manifest.changed_tables() if table not in refused]
 
         needed = resnapshots_of(manifest, window, refused)
         for entry in needed:
@@ -161,7 +139,7 @@ class BinlogCommitOperator(BaseOperator):
             )  # fmt: skip
 
         def advance(current: PipelineState) -> PipelineState:
-            last_commit_ts = manifest["stats"].get("last_commit_ts")
+            last_commit_ts = manifest.stats.get("last_commit_ts")
             marked = mark_window(current, window.seq, status="merged", last_commit_ts=last_commit_ts)
             return (
                 marked.model_copy(
@@ -178,12 +156,12 @@ class BinlogCommitOperator(BaseOperator):
         self._report(window, manifest, written.checkpoint.position.to_position())
         return state_summary(written)
 
-    def _report(self, window: Window, manifest: dict[str, Any], checkpoint: BinlogPosition) -> None:
+    def _report(self, window: Window, manifest: Manifest, checkpoint: BinlogPosition) -> None:
         """Log the run's one summary line and emit the ``binlog.window.*`` metrics."""
         from airflow_provider_binlog.monitoring.metrics import emit_window
 
-        extracted = int(manifest["stats"]["rows"])
-        merged_tables = {table: entry["rows"] for table, entry in manifest["tables"].items() if entry["rows"]}
+        extracted = int(manifest.stats["rows"])
+        merged_tables = {table: manifest.tables[table].rows for table in manifest.changed_tables()}
         cut_at = pendulum.DateTime.fromisoformat(window.cut_at)
         duration = (pendulum.now("UTC") - cut_at).total_seconds()
         emit_window(self.pipeline, extracted, sum(merged_tables.values()), duration)
@@ -199,9 +177,11 @@ class BinlogCommitOperator(BaseOperator):
             checkpoint,
         )
 
-    def _verify_merged(self, manifest: dict[str, Any], seq: int, refused: dict[str, Any]) -> None:
-        for table, entry in manifest["tables"].items():
-            if not entry["rows"] or table in refused:
+    def _verify_merged(self, manifest: Manifest, seq: int, refused: dict[str, Any]) -> None:
+        from airflow_provider_binlog.target import window_merged
+
+        for table in manifest.changed_tables():
+            if table in refused:
                 continue
             if not window_merged(self.target_path, table, self.pipeline, seq, self.storage_options):
                 raise MergeError(

@@ -9,6 +9,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import BaseOperator
 
+from airflow_provider_binlog.contract.manifest import Manifest
 from airflow_provider_binlog.exceptions import BinlogConfigError, IntervalOpenError
 from airflow_provider_binlog.foreign_keys import ForeignKey
 from airflow_provider_binlog.hooks.binlog import BinlogHook
@@ -262,19 +263,19 @@ class BinlogExtractOperator(BaseOperator):
             )
         uri = str(window_dir)
         if window.status == "cut" or window.manifest_uri != uri:
-            rows = int(manifest["stats"]["rows"])
+            rows = int(manifest.stats["rows"])
             status = "extracted" if window.status == "cut" else window.status
             manager.update(lambda s: mark_window(s, window.seq, status=status, manifest_uri=uri, rows=rows))
         return {
             "pipeline": self.pipeline,
             "window": window.seq,
             "window_uri": uri,
-            "rows": int(manifest["stats"]["rows"]),
-            "read_seconds": float(manifest["stats"]["read_seconds"]),
-            "tables": {name: entry["rows"] for name, entry in manifest["tables"].items()},
+            "rows": int(manifest.stats["rows"]),
+            "read_seconds": float(manifest.stats["read_seconds"]),
+            "tables": {name: entry.rows for name, entry in manifest.tables.items()},
         }
 
-    def _staged(self, root: Any, window: Window) -> tuple[Any, dict[str, Any] | None]:
+    def _staged(self, root: Any, window: Window) -> tuple[Any, Manifest | None]:
         """Return ``(folder, manifest)`` of the window's staging; the manifest is None when it must be read.
 
         A complete manifest of exactly this window is reused: first in the folder the ledger records

@@ -13,10 +13,10 @@ from airflow_provider_binlog.tables import is_template, parse_keys
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_binlog.spark_jobs.merge import StagedWindow
+    from airflow_provider_binlog.contract.manifest import Manifest
 
 #: The PySpark application submitted by :class:`BinlogMergeOperator`.
-MERGE_APPLICATION = Path(__file__).resolve().parent.parent / "spark_jobs" / "merge.py"
+MERGE_APPLICATION = Path(__file__).resolve().parent.parent / "jobs" / "merge" / "job.py"
 _HISTORY_LIMIT = 100
 
 
@@ -40,6 +40,9 @@ class BinlogMergeOperator(SparkJobOperator):
     :param buckets: number of hash buckets of tables created by this merge (existing tables keep theirs).
     :param conn_id: Spark connection id.
     :param conf: extra Spark configuration; it overrides the settings the job needs only if you say so.
+    :param storage_options: storage options (credentials, endpoint) of the staging and target object stores,
+        in deltalake's keys (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL`` ...); handed to the job in its
+        environment (:mod:`airflow_provider_binlog.contract.uris`).
     :param kwargs: further :class:`~airflow.providers.apache.spark.operators.spark_submit.SparkSubmitOperator`
         arguments (``executor_memory``, ``env_vars``, ...), except ``application`` and ``application_args``.
     :raises ValueError: if an argument is invalid.
@@ -53,7 +56,7 @@ class BinlogMergeOperator(SparkJobOperator):
         "keys",
     )
     ui_color = "#e8f1fb"
-    job_module = "airflow_provider_binlog.spark_jobs.merge"
+    job_module = "airflow_provider_binlog.jobs.merge.job"
 
     def __init__(
         self,
@@ -66,6 +69,7 @@ class BinlogMergeOperator(SparkJobOperator):
         conn_id: str = "spark_default",
         conf: dict[str, Any] | None = None,
         name: str | None = None,
+        storage_options: dict[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         self.check_arguments(kwargs, buckets=buckets)
@@ -83,6 +87,7 @@ class BinlogMergeOperator(SparkJobOperator):
         self.window_uri = window_uri
         self.target_path = target_path
         self.buckets = buckets
+        self.storage_options = storage_options
 
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
         """Submit the merge job for the window, verify the target and return the per-table summary.
@@ -96,56 +101,67 @@ class BinlogMergeOperator(SparkJobOperator):
             Spark connection does not exist.
         :raises MergeError: if the Spark job fails or the target does not hold the window afterwards.
         """
-        from airflow_provider_binlog.operators.commit import window_merged
-        from airflow_provider_binlog.spark_jobs import merge as job
+        from airflow_provider_binlog.contract.refusals import refused_tables
         from airflow_provider_binlog.state import StateManager
-        from airflow_provider_binlog.target import check_target
+        from airflow_provider_binlog.target import check_target, window_merged
 
         self.keys = parse_keys(self.keys)
-        window = self._load_window()
-        refused = job.refused_tables(self.window_uri)
-        changed = [
-            table.name for table in window.tables if job.has_changes(table) and table.name not in refused
-        ]
+        manifest = self._load_manifest()
+        refused = refused_tables(self.window_uri, self.storage_options)
+        changed = [name for name in manifest.tables_to_merge() if name not in refused]
         pending = [
-            name for name in changed if not window_merged(self.target_path, name, self.pipeline, window.seq)
+            name
+            for name in changed
+            if not window_merged(self.target_path, name, self.pipeline, manifest.window, self.storage_options)
         ]
         if not pending:
             self.log.info(
                 "Window %s of %s: %s; Spark not started",
-                window.seq,
+                manifest.window,
                 self.pipeline,
                 "already merged into every table it changes"
                 if changed
                 else "no row changes, nothing to merge",
             )
-            return self.verify(window)
-        check_target(self.pipeline, StateManager(self.pipeline).load(), self.target_path, pending)
-        self.log.info("Merging window %s of %s into %s", window.seq, self.pipeline, self.target_path)
+            return self.verify(manifest)
+        check_target(
+            self.pipeline,
+            StateManager(self.pipeline).load(),
+            self.target_path,
+            pending,
+            storage_options=self.storage_options,
+        )
+        self.log.info("Merging window %s of %s into %s", manifest.window, self.pipeline, self.target_path)
         self.submit(
             context,
             self._application_args(),
-            failure=f"the Spark merge of window {window.seq} of pipeline {self.pipeline} failed; the "
+            failure=f"the Spark merge of window {manifest.window} of pipeline {self.pipeline} failed; the "
             f"target is unchanged for tables not yet committed, and a retry is safe",
         )
-        return self.verify(window)
+        return self.verify(manifest)
 
-    def _load_window(self) -> StagedWindow:
-        from airflow_provider_binlog.spark_jobs import merge as job
+    def _load_manifest(self) -> Manifest:
+        """Return the window's manifest after checking its pipeline and that every table has a key.
+
+        :raises StagingError: if the window is not staged completely or its manifest is invalid.
+        :raises BinlogConfigError: if it belongs to another pipeline or a table has no key.
+        """
+        from airflow_provider_binlog.contract.keys import MergeKeyError, resolve_keys
+        from airflow_provider_binlog.contract.manifest import ManifestError, require_manifest
 
         try:
-            window = job.load_window(self.window_uri)
-        except job.MergeJobError as err:
+            manifest = require_manifest(self.window_uri, self.storage_options)
+        except ManifestError as err:
             raise StagingError(str(err)) from err
+        if manifest.pipeline != self.pipeline:
+            raise BinlogConfigError(
+                f"window {self.window_uri} belongs to pipeline {manifest.pipeline!r}, not {self.pipeline!r}"
+            )
         try:
-            if window.pipeline != self.pipeline:
-                raise job.MergeJobError(
-                    f"window {self.window_uri} belongs to pipeline {window.pipeline!r}, not {self.pipeline!r}"
-                )
-            job.resolve_keys(window, self.keys)
-        except job.MergeJobError as err:
+            resolve_keys(manifest.tables_to_merge(), self.keys, window=manifest.window)
+        except MergeKeyError as err:
             raise BinlogConfigError(str(err)) from err
-        return window
+        return manifest
 
     def _application_args(self) -> list[str]:
         args = [
@@ -162,66 +178,67 @@ class BinlogMergeOperator(SparkJobOperator):
             args += ["--key", f"{table}={','.join(columns)}"]
         return args
 
-    def verify(self, window: StagedWindow) -> dict[str, Any]:
+    def verify(self, manifest: Manifest) -> dict[str, Any]:
         """Check that every table of the window holds it; return the per-table summary.
 
         A table whose merge the job refused for a schema change it cannot follow
-        (:func:`~airflow_provider_binlog.spark_jobs.merge.refused_tables`) is reported, not checked: the
+        (:func:`~airflow_provider_binlog.contract.refusals.refused_tables`) is reported, not checked: the
         window's commit records it as waiting for a re-snapshot.
 
-        :param window: the staged window.
+        :param manifest: the window's manifest.
         :raises MergeError: if a table lacks the window's app transaction.
         """
-        from deltalake import DeltaTable
+        from airflow_provider_binlog.contract.delta import open_table, pipeline_app_id, window_app_id
+        from airflow_provider_binlog.contract.refusals import refused_tables
+        from airflow_provider_binlog.target import table_uri
 
-        from airflow_provider_binlog.spark_jobs import merge as job
-
+        seq = manifest.window
         tables: dict[str, dict[str, Any]] = {}
-        refused = job.refused_tables(self.window_uri)
-        for staged in window.tables:
-            if not job.has_changes(staged):
-                tables[staged.name] = {"rows_in_window": 0, "skipped": True}
+        refused = refused_tables(self.window_uri, self.storage_options)
+        to_merge = manifest.tables_to_merge()
+        for name, entry in manifest.tables.items():
+            if name not in to_merge:
+                tables[name] = {"rows_in_window": 0, "skipped": True}
                 continue
-            if staged.name in refused:
+            if name in refused:
                 self.log.warning(
                     "%s: window %s was not merged into it (the table waits for a re-snapshot): %s",
-                    staged.name, window.seq, refused[staged.name]["message"],
+                    name, seq, refused[name]["message"],
                 )  # fmt: skip
-                tables[staged.name] = {
-                    "rows_in_window": staged.rows,
-                    "refused": refused[staged.name]["detail"],
-                }
+                tables[name] = {"rows_in_window": entry.rows, "refused": refused[name]["detail"]}
                 continue
-            uri = job.table_uri(self.target_path, staged.name)
-            if not DeltaTable.is_deltatable(uri):
+            uri = table_uri(self.target_path, name)
+            dt = open_table(uri, self.storage_options)
+            if dt is None:
                 raise MergeError(f"the merge job finished but there is no Delta table at {uri}")
-            dt = DeltaTable(uri)
-            high_water = dt.transaction_version(job.pipeline_app_id(self.pipeline))
-            marker = dt.transaction_version(job.window_app_id(self.pipeline, window.seq))
-            if high_water is None or high_water < window.seq or marker != window.seq:
+            high_water = dt.transaction_version(pipeline_app_id(self.pipeline))
+            marker = dt.transaction_version(window_app_id(self.pipeline, seq))
+            if high_water is None or high_water < seq or marker != seq:
                 raise MergeError(
-                    f"the merge job finished but {uri} does not record window {window.seq} "
-                    f"(app transaction {job.pipeline_app_id(self.pipeline)}={high_water}, "
-                    f"{job.window_app_id(self.pipeline, window.seq)}={marker})"
+                    f"the merge job finished but {uri} does not record window {seq} "
+                    f"(app transaction {pipeline_app_id(self.pipeline)}={high_water}, "
+                    f"{window_app_id(self.pipeline, seq)}={marker})"
                 )
-            tables[staged.name] = {
-                "rows_in_window": staged.rows,
-                **_commit_numbers(dt, self.pipeline, window.seq),
+            tables[name] = {
+                "rows_in_window": entry.rows,
+                **_commit_numbers(dt, self.pipeline, seq),
                 "delta_version": dt.version(),
             }
         # The job logged each table's numbers as it merged it; this line only confirms the Delta logs agree.
         self.log.info(
             "window %s is in the Delta log of %s",
-            window.seq,
+            seq,
             ", ".join(f"{name} (version {numbers['delta_version']})" for name, numbers in tables.items()),
         )
-        return {"pipeline": self.pipeline, "window": window.seq, "tables": tables}
+        return {"pipeline": self.pipeline, "window": seq, "tables": tables}
 
 
 def _commit_numbers(dt: Any, pipeline: str, seq: int) -> dict[str, Any]:
     """Return the numbers the merge job recorded in the commit info of the window's commit."""
+    from airflow_provider_binlog.contract.delta import COMMIT_PIPELINE_KEY, COMMIT_WINDOW_KEY
+
     for commit in dt.history(_HISTORY_LIMIT):
-        if commit.get("binlog.pipeline") == pipeline and commit.get("binlog.window") == seq:
+        if commit.get(COMMIT_PIPELINE_KEY) == pipeline and commit.get(COMMIT_WINDOW_KEY) == seq:
             return {
                 "rows_written": commit.get("binlog.rows_written"),
                 "buckets_touched": commit.get("binlog.buckets_touched"),

@@ -25,7 +25,7 @@ from airflow_provider_binlog.tables import (
 )
 
 #: The PySpark application submitted by :class:`BinlogSnapshotOperator`.
-SNAPSHOT_APPLICATION = Path(__file__).resolve().parent.parent / "spark_jobs" / "snapshot.py"
+SNAPSHOT_APPLICATION = Path(__file__).resolve().parent.parent / "jobs" / "snapshot.py"
 MODES = get_args(SnapshotMode)
 
 
@@ -65,10 +65,12 @@ class BinlogSnapshotOperator(SparkJobOperator):
     :param binlog_conn_id: a ``mysql`` or ``mysql_binlog`` connection.
     :param staging_conn_id: connection of the staging object store, if any.
     :param conn_id: Spark connection id.
+    :param storage_options: storage options (credentials, endpoint) of the staging and target object stores,
+        in deltalake's keys; handed to the job in its environment (:mod:`airflow_provider_binlog.contract.uris`).
     :raises ValueError: on an invalid argument.
     """
 
-    job_module = "airflow_provider_binlog.spark_jobs.snapshot"
+    job_module = "airflow_provider_binlog.jobs.snapshot"
     template_fields: Sequence[str] = (
         *SparkJobOperator.template_fields,
         "pipeline",
@@ -99,6 +101,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
         conn_id: str = "spark_default",
         conf: dict[str, Any] | None = None,
         allow_minimal_row_metadata: bool = False,
+        storage_options: dict[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         self.check_arguments(kwargs, chunk_rows=chunk_rows, max_connections=max_connections, buckets=buckets)
@@ -124,6 +127,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
         self.binlog_conn_id = binlog_conn_id
         self.staging_conn_id = staging_conn_id
         self.allow_minimal_row_metadata = allow_minimal_row_metadata
+        self.storage_options = storage_options
 
     def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]
         """Start or resume this run's snapshot, read and merge it on Spark, record it as merged.
@@ -132,9 +136,10 @@ class BinlogSnapshotOperator(SparkJobOperator):
         :raises PipelineBusyError: when another run's snapshot is reading one of the tables.
         :raises MergeError: when the Spark application fails (a retry resumes) or the target lacks the rows.
         """
-        from airflow_provider_binlog.snapshot.chunks import read_json
-        from airflow_provider_binlog.spark_jobs import merge as job
-        from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME, SOURCE_ENV
+        from airflow_provider_binlog.contract.manifest import read_manifest
+        from airflow_provider_binlog.contract.uris import join_uri, read_json
+        from airflow_provider_binlog.snapshot.chunks import SOURCE_ENV
+        from airflow_provider_binlog.snapshot.plan import PLAN_NAME
         from airflow_provider_binlog.staging import check_writable, storage_path
         from airflow_provider_binlog.state_history import StagedStateHistory
         from airflow_provider_binlog.state_lock import SourceStateLock
@@ -159,7 +164,14 @@ class BinlogSnapshotOperator(SparkJobOperator):
         manager = StateManager(self.pipeline, history=StagedStateHistory(root), lock=SourceStateLock(hook))
         state = manager.load()
         new_to_target = sorted(t for t in resolved.keys if state is None or t not in state.target_tables)
-        check_target(self.pipeline, state, self.target_path, new_to_target, recreate=True)
+        check_target(
+            self.pipeline,
+            state,
+            self.target_path,
+            new_to_target,
+            recreate=True,
+            storage_options=self.storage_options,
+        )
         snapshot = self._begin(
             manager,
             server,
@@ -181,7 +193,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
                 snapshot.seq,
             )
             return self._result(snapshot, 0)
-        if read_json(f"{snapshot.staging_uri}/{PLAN_NAME}") is None:
+        if read_json(join_uri(snapshot.staging_uri, PLAN_NAME), self.storage_options) is None:
             self._write_plan(hook, server.flavor, snapshot, {n: resolved.keys[n] for n in snapshot.tables})
         self.submit(
             context,
@@ -201,17 +213,17 @@ class BinlogSnapshotOperator(SparkJobOperator):
             f"its finished chunks",
             env={SOURCE_ENV: json.dumps(hook.sql_settings())},
         )
-        manifest = read_json(f"{snapshot.staging_uri}/{job.MANIFEST_NAME}")
+        manifest = read_manifest(snapshot.staging_uri, self.storage_options)
         if manifest is None:
             raise StagingError(
                 f"the snapshot application finished but wrote no manifest in {snapshot.staging_uri}"
             )
         self._verify(snapshot)
-        rows = int(manifest["stats"]["rows"])
+        rows = int(manifest.stats["rows"])
         manager.update(
             lambda state: finish_snapshot(state, snapshot.seq, rows, target, written=snapshot.tables)
         )
-        result = self._result(snapshot, rows, manifest["stats"])
+        result = self._result(snapshot, rows, dict(manifest.stats))
         self.log.info(
             "snapshot %s of %s merged: %s rows of %s in %s chunks, read at %.0f rows/s by %s Spark tasks",
             snapshot.seq, self.pipeline, rows, ", ".join(snapshot.tables), result["chunks"],
@@ -320,8 +332,8 @@ class BinlogSnapshotOperator(SparkJobOperator):
         keys: dict[str, list[str]],
     ) -> None:
         """Plan every table's chunks by its key and write ``plan.json`` (a retry reuses it)."""
-        from airflow_provider_binlog.snapshot.chunks import write_json
-        from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME
+        from airflow_provider_binlog.contract.uris import join_uri, write_json
+        from airflow_provider_binlog.snapshot.plan import PLAN_NAME
 
         with hook.cursor() as cur:
             plan = plan_snapshot(
@@ -342,17 +354,17 @@ class BinlogSnapshotOperator(SparkJobOperator):
                 self.chunk_rows,
                 table["key"],
             )
-        write_json(f"{snapshot.staging_uri}/{PLAN_NAME}", plan)
+        write_json(join_uri(snapshot.staging_uri, PLAN_NAME), plan, self.storage_options)
 
     def _verify(self, snapshot: Snapshot) -> None:
         """Check that every table of the snapshot records its merge commit.
 
         :raises MergeError: naming the table that does not.
         """
-        from airflow_provider_binlog.operators.commit import window_merged
+        from airflow_provider_binlog.target import window_merged
 
         for table in snapshot.tables:
-            if not window_merged(self.target_path, table, self.pipeline, snapshot.seq):
+            if not window_merged(self.target_path, table, self.pipeline, snapshot.seq, self.storage_options):
                 raise MergeError(
                     f"snapshot {snapshot.seq} of {table} is not in the target {self.target_path} (no merge commit "
                     f"for it in the table's Delta log); clear the task to resume it"

@@ -46,6 +46,8 @@ class SparkJobOperator(SparkSubmitOperator):
 
     #: Module of the bundled application: its ``application(argv)`` binds it to a command line.
     job_module: ClassVar[str]
+    #: Storage options of the staging and target stores, handed to the job in its environment.
+    storage_options: dict[str, str] | None = None
     _connect_session: Any = None
 
     @classmethod
@@ -71,7 +73,9 @@ class SparkJobOperator(SparkSubmitOperator):
 
         The Spark SQL settings the bundled jobs rely on (UTC session time zone, microsecond Parquet
         timestamps) and the log level :data:`SPARK_LOG_CONF` are added to the operator's ``conf``; a setting
-        the user passed wins (``conf={"spark.log.level": "INFO"}`` brings Spark's INFO lines back).
+        the user passed wins (``conf={"spark.log.level": "INFO"}`` brings Spark's INFO lines back). The
+        operator's :attr:`storage_options` go to the job in
+        :data:`~airflow_provider_binlog.contract.uris.STORAGE_OPTIONS_ENV` (never on the command line).
 
         :param context: the task context.
         :param args: the application's arguments.
@@ -84,9 +88,12 @@ class SparkJobOperator(SparkSubmitOperator):
         """
         from airflow.exceptions import AirflowException
 
-        from airflow_provider_binlog.spark_jobs.merge import SPARK_SQL_CONF
+        from airflow_provider_binlog.contract.types import SPARK_SQL_CONF
+        from airflow_provider_binlog.contract.uris import STORAGE_OPTIONS_ENV
 
         self.conf = {**SPARK_SQL_CONF, **SPARK_LOG_CONF, **(self.conf or {})}
+        if self.storage_options:
+            env = {**(env or {}), STORAGE_OPTIONS_ENV: json.dumps(self.storage_options)}
         conn = self._spark_connection()
         if conn.conn_type == SPARK_CONNECT_CONN_TYPE:
             self._run_connected(args, failure=failure, env=env)
@@ -109,14 +116,15 @@ class SparkJobOperator(SparkSubmitOperator):
     def _run_connected(self, args: list[str], *, failure: str, env: Mapping[str, str] | None) -> None:
         """Run the application in this process on a session of the Spark Connect server of the connection.
 
-        :raises MergeError: when the job fails (its :class:`MergeJobError`) or Spark Connect reports an
+        :raises MergeError: when the job fails (a :class:`~airflow_provider_binlog.contract.ContractError`,
+            such as the merge's ``MergeJobError``) or Spark Connect reports an
             error (server unreachable, query failed); the message starts with ``failure``.
         """
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
         from pyspark.errors import PySparkException
         from pyspark.sql import SparkSession
 
-        from airflow_provider_binlog.spark_jobs.merge import MergeJobError
+        from airflow_provider_binlog.contract import ContractError
 
         app = importlib.import_module(self.job_module).application(args)
         url = SparkConnectHook(self._conn_id).get_connection_url()
@@ -133,7 +141,7 @@ class SparkJobOperator(SparkSubmitOperator):
                 finally:
                     self._connect_session = None
                     spark.stop()
-            except (MergeJobError, PySparkException) as err:
+            except (ContractError, PySparkException) as err:
                 raise MergeError(f"{failure}: {err}") from err
         self.log.info("%s finished: %s", app.name, json.dumps(summary, sort_keys=True, default=str))
 

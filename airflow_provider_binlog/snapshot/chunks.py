@@ -18,21 +18,36 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_provider_binlog.extract.batches import META_FIELDS, change_schema
-from airflow_provider_binlog.snapshot.plan import Chunk, TablePlan, chunk_query
-from airflow_provider_binlog.snapshot.rows import describe_columns, rows_to_batch
-from airflow_provider_binlog.source.flavor import flavor_named
-from airflow_provider_binlog.source.sql import split_table
-from airflow_provider_binlog.spark_jobs.merge import (
+from airflow_provider_binlog.contract.columns import (
+    CHANGE_FIELDS,
+    FILE_COLUMN,
+    GTID_COLUMN,
+    OP_COLUMN,
+    OP_SNAPSHOT,
+    POS_COLUMN,
+    SEQ_COLUMN,
+    TS_COLUMN,
+    UTC,
+    WINDOW_COLUMN,
+    change_schema,
+)
+from airflow_provider_binlog.contract.names import split_table_name
+from airflow_provider_binlog.contract.uris import (
+    StorageOptions,
     atomic_output,
     join_uri,
     read_json,
     write_json,
 )
+from airflow_provider_binlog.snapshot.plan import Chunk, TablePlan, chunk_query
+from airflow_provider_binlog.snapshot.rows import describe_columns, rows_to_batch
+from airflow_provider_binlog.source.flavor import flavor_named
 
+SOURCE_ENV = "BINLOG_SNAPSHOT_SOURCE"
+"""Environment variable in which the snapshot operator hands the source's pymysql settings (JSON) to the job,
+whose read tasks pass them to :func:`read_chunk`: the password is on no command line."""
 FETCH_ROWS = 10_000
 """Rows fetched from the server per round trip and per Parquet row group."""
-SNAPSHOT_OP = "r"
 
 
 class ChunkError(Exception):
@@ -73,9 +88,11 @@ def stats_file(table: str, index: int) -> str:
     return f"{table}/chunk-{index:06d}.json"
 
 
-def finished(snapshot_uri: str, table: str, index: int) -> ChunkResult | None:
+def finished(
+    snapshot_uri: str, table: str, index: int, storage_options: StorageOptions | None = None
+) -> ChunkResult | None:
     """Return the result of a chunk already read, or None."""
-    stats = read_json(join_uri(snapshot_uri, stats_file(table, index)))
+    stats = read_json(join_uri(snapshot_uri, stats_file(table, index)), storage_options)
     return None if stats is None else ChunkResult(**stats)
 
 
@@ -85,7 +102,13 @@ def order_seq(index: int, row: int) -> int:
 
 
 def read_chunk(
-    source: dict[str, Any], flavor: str, snapshot_uri: str, seq: int, table: TablePlan, chunk: Chunk
+    source: dict[str, Any],
+    flavor: str,
+    snapshot_uri: str,
+    seq: int,
+    table: TablePlan,
+    chunk: Chunk,
+    storage_options: StorageOptions | None = None,
 ) -> dict[str, Any]:
     """Read one chunk into ``<snapshot_uri>/<db.table>/chunk-<n>.parquet`` unless it is done already.
 
@@ -95,11 +118,12 @@ def read_chunk(
     :param seq: the snapshot's sequence number (``_binlog_window`` of its rows).
     :param table: the table's plan.
     :param chunk: the chunk to read.
+    :param storage_options: storage options of the staging store.
     :returns: the chunk's :class:`ChunkResult` as a dict.
     :raises ChunkError: when the table's columns differ from the plan (a DDL during the snapshot) or
         binary logging is off.
     """
-    done = finished(snapshot_uri, table.name, chunk.index)
+    done = finished(snapshot_uri, table.name, chunk.index, storage_options)
     if done is not None:
         return asdict(done)
     from airflow_provider_binlog.source.connect import LoginTimeoutConnection
@@ -112,7 +136,7 @@ def read_chunk(
             watermark = flavor_named(flavor).read_head(cur)
             if watermark is None:
                 raise ChunkError("binary logging is off on the source: a snapshot needs the binlog")
-            db, name = split_table(table.name)
+            db, name = split_table_name(table.name)
             columns = describe_columns(cur, db, name)
         described = tuple(c.spec.to_manifest() for c in columns)
         if described != table.columns:
@@ -121,7 +145,7 @@ def read_chunk(
                 f"{[c['name'] for c in table.columns]}, now {[c['name'] for c in described]}. Start the snapshot again "
                 f"in a new run (a retry of this one keeps the old plan)."
             )
-        read_at = dt.datetime.now(dt.timezone.utc)
+        read_at = dt.datetime.now(UTC)
         sql, params = chunk_query(table.name, [c.select_expr for c in columns], table.key, chunk)
         rows, zero_dates = _write_rows(
             conn,
@@ -134,6 +158,7 @@ def read_chunk(
             seq,
             watermark.to_dict(),
             read_at,
+            storage_options,
         )
     finally:
         conn.close()
@@ -147,7 +172,7 @@ def read_chunk(
         read_at=read_at.isoformat(),
         seconds=round(time.monotonic() - started, 3),
     )
-    write_json(join_uri(snapshot_uri, stats_file(table.name, chunk.index)), asdict(result))
+    write_json(join_uri(snapshot_uri, stats_file(table.name, chunk.index)), asdict(result), storage_options)
     return asdict(result)
 
 
@@ -162,15 +187,16 @@ def _write_rows(
     seq: int,
     watermark: dict[str, Any],
     read_at: dt.datetime,
+    storage_options: StorageOptions | None,
 ) -> tuple[int, int]:
     """Stream the chunk's rows into its Parquet file (temporary name, then rename); return (rows, zero dates)."""
     import pymysql.cursors
 
-    schema = change_schema([c.spec for c in columns])
+    schema = change_schema([pa.field(c.spec.name, c.spec.arrow_type) for c in columns])
     rows = zero_dates = 0
     with (
         conn.cursor(pymysql.cursors.SSCursor) as cur,
-        atomic_output(join_uri(snapshot_uri, chunk_file(table, index))) as out,
+        atomic_output(join_uri(snapshot_uri, chunk_file(table, index)), storage_options) as out,
     ):
         writer = pq.ParquetWriter(out, schema, compression="zstd")
         cur.execute(sql, params)
@@ -189,12 +215,12 @@ def _snapshot_meta(
 ) -> list[pa.Array]:
     """Return the ``_binlog_*`` columns of ``count`` snapshot rows (op ``r``, the chunk's watermark)."""
     values: dict[str, Any] = {
-        "_binlog_op": pa.array([SNAPSHOT_OP] * count, pa.string()),
-        "_binlog_window": pa.array([seq] * count, pa.int64()),
-        "_binlog_seq": pa.array([order_seq(index, first + i) for i in range(count)], pa.int64()),
-        "_binlog_gtid": pa.nulls(count, pa.string()),
-        "_binlog_file": pa.array([watermark["file"]] * count, pa.string()),
-        "_binlog_pos": pa.array([watermark["pos"]] * count, pa.int64()),
-        "_binlog_ts": pa.array([read_at] * count, pa.timestamp("us", tz="UTC")),
+        OP_COLUMN: pa.array([OP_SNAPSHOT] * count, pa.string()),
+        WINDOW_COLUMN: pa.array([seq] * count, pa.int64()),
+        SEQ_COLUMN: pa.array([order_seq(index, first + i) for i in range(count)], pa.int64()),
+        GTID_COLUMN: pa.nulls(count, pa.string()),
+        FILE_COLUMN: pa.array([watermark["file"]] * count, pa.string()),
+        POS_COLUMN: pa.array([watermark["pos"]] * count, pa.int64()),
+        TS_COLUMN: pa.array([read_at] * count, pa.timestamp("us", tz="UTC")),
     }
-    return [values[f.name] for f in META_FIELDS]
+    return [values[f.name] for f in CHANGE_FIELDS]

@@ -21,10 +21,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_binlog.contract.names import split_table_name
 from airflow_provider_binlog.snapshot.rows import describe_columns
 from airflow_provider_binlog.source.schema import estimated_rows
-from airflow_provider_binlog.source.sql import quote_identifier, quote_table, split_table
+from airflow_provider_binlog.source.sql import quote_identifier, quote_table
 
+PLAN_NAME = "plan.json"
+"""The plan's file in the snapshot folder, written by the snapshot operator and read by the snapshot job."""
 CHUNK_ROWS = 50_000
 """Default rows per chunk: one ``SELECT`` of this many rows takes well under a second and ~10-50 MB."""
 
@@ -238,7 +241,7 @@ def plan_snapshot(
     """
     tables = []
     for name, key in keys.items():
-        db, table = split_table(name)
+        db, table = split_table_name(name)
         columns = tuple(c.spec.to_manifest() for c in describe_columns(cur, db, table))
         chunks = tuple(chunk_bounds(cur, name, key, chunk_rows))
         tables.append(TablePlan(name, tuple(key), chunks, columns, estimated_rows(cur, name)).to_json())

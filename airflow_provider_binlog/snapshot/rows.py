@@ -52,6 +52,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from airflow_provider_binlog.contract.columns import UTC
 from airflow_provider_binlog.extract.charsets import UTF8, text_decoder
 from airflow_provider_binlog.extract.columns import (
     MAX_ARROW_DECIMAL_PRECISION,
@@ -60,9 +61,6 @@ from airflow_provider_binlog.extract.columns import (
 )
 from airflow_provider_binlog.source.schema import column_descriptions
 from airflow_provider_binlog.source.sql import quote_identifier
-
-UTC = dt.timezone.utc
-
 
 _INTEGERS: dict[str, tuple[pa.DataType, pa.DataType]] = {
     "tinyint": (pa.int8(), pa.int16()),

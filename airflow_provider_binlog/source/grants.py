@@ -51,6 +51,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from airflow_provider_binlog.contract.names import split_table_name
 from airflow_provider_binlog.source.findings import Finding, Outcome
 from airflow_provider_binlog.source.sql import quote_identifier, quote_string
 
@@ -377,7 +378,7 @@ def table_levels(selection: Iterable[str], databases: Iterable[str]) -> list[tup
     for entry in selection:
         if "." not in entry.strip():
             continue
-        db_part, table_part = entry.strip().split(".", 1)
+        db_part, table_part = split_table_name(entry.strip())
         matched = [db for db in known if fnmatch.fnmatchcase(db, db_part)] if _wild(db_part) else [db_part]
         for database in matched:
             level = (database, None if _wild(table_part) else table_part)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_binlog.source.sql import split_table
+from airflow_provider_binlog.contract.names import split_table_name
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 """Schemas of the server itself, never captured."""
@@ -52,7 +52,7 @@ def schema_names(cur: Any) -> list[str]:
 
 def primary_key(cur: Any, table: str) -> list[str]:
     """Return the primary key columns of ``db.table`` in key order ([] when it has none)."""
-    db, name = split_table(table)
+    db, name = split_table_name(table)
     cur.execute(
         "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE "
         "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' "
@@ -64,7 +64,7 @@ def primary_key(cur: Any, table: str) -> list[str]:
 
 def table_info(cur: Any, table: str) -> TableInfo:
     """Return the columns (ordinal order, with ``COLUMN_TYPE``) and primary key of ``db.table``."""
-    db, name = split_table(table)
+    db, name = split_table_name(table)
     cur.execute(
         "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS "
         "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
@@ -85,7 +85,7 @@ def unique_keys(cur: Any, table: str) -> list[tuple[str, ...]]:
     Such an index identifies rows as a primary key does (MySQL manual, "Unique Indexes": a UNIQUE index
     permits multiple NULL values).
     """
-    db, name = split_table(table)
+    db, name = split_table_name(table)
     cur.execute(
         "SELECT s.INDEX_NAME, s.COLUMN_NAME, c.IS_NULLABLE FROM information_schema.STATISTICS s "
         "JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA = s.TABLE_SCHEMA AND c.TABLE_NAME = s.TABLE_NAME "
@@ -101,7 +101,7 @@ def unique_keys(cur: Any, table: str) -> list[tuple[str, ...]]:
 
 def estimated_rows(cur: Any, table: str) -> int:
     """Return ``TABLES.TABLE_ROWS`` of ``db.table``: exact for MyISAM, a sampled estimate for InnoDB (0 when unknown)."""
-    db, name = split_table(table)
+    db, name = split_table_name(table)
     cur.execute(
         "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
         (db, name),

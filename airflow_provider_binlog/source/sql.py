@@ -28,6 +28,8 @@ import enum
 import re
 from dataclasses import dataclass
 
+from airflow_provider_binlog.contract.names import split_table_name
+
 
 def quote_identifier(name: str) -> str:
     """Return ``name`` as a backquoted identifier (``a`b`` -> ```a``b```)."""
@@ -39,26 +41,12 @@ def quote_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-def split_table(name: str) -> tuple[str, str]:
-    """Return ``(database, table)`` of a ``db.table`` name, split at the first dot.
-
-    A database name cannot contain a dot in the provider's names (they come from information_schema
-    joined with a dot); a table name may.
-
-    :raises ValueError: when ``name`` has no dot or an empty part.
-    """
-    db, dot, table = name.partition(".")
-    if not dot or not db or not table:
-        raise ValueError(f"not a db.table name: {name!r}")
-    return db, table
-
-
 def quote_table(name: str) -> str:
     """Return ``db.table`` as two backquoted identifiers joined by a dot.
 
     :raises ValueError: when ``name`` is not ``db.table``.
     """
-    db, table = split_table(name)
+    db, table = split_table_name(name)
     return f"{quote_identifier(db)}.{quote_identifier(table)}"
 
 

@@ -20,13 +20,16 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
 
+
 from airflow_provider_binlog.extract.window import extract_window  # noqa: E402
 from airflow_provider_binlog.hooks.binlog import BinlogHook  # noqa: E402
+from airflow_provider_binlog.jobs.merge.cascades import CASCADES_DIR  # noqa: E402
+from airflow_provider_binlog.jobs.merge.job import merge_window  # noqa: E402
 from airflow_provider_binlog.operators.extract import cascading_keys, table_targets  # noqa: E402
 from airflow_provider_binlog.source.positions import BinlogPosition  # noqa: E402
-from airflow_provider_binlog.spark_jobs import merge  # noqa: E402
-from airflow_provider_binlog.spark_jobs.cascades import CASCADES_DIR  # noqa: E402
-from airflow_provider_binlog.staging import window_path  # noqa: E402
+from airflow_provider_binlog.staging import (
+    window_path,  # noqa: E402
+)
 from airflow_provider_binlog.state import Position, Window, now_iso  # noqa: E402
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB  # noqa: E402
 from airflow_provider_binlog.verify import compare_table  # noqa: E402
@@ -93,7 +96,7 @@ class Pipeline:
             server=state,
             foreign_keys=keys,
         )
-        merge.merge_window(self.spark, str(window_dir), self.target, pipeline="fk", buckets=2)
+        merge_window(self.spark, str(window_dir), self.target, pipeline="fk", buckets=2)
         self.start = state.head
         return manifest
 
@@ -153,7 +156,7 @@ def test_parent_key_updates_and_deletes_reach_every_child_in_one_window(pipeline
         f"DELETE FROM {db}.tree WHERE id = 3",
     )
     manifest = pipeline.run()
-    assert sorted(k["child"].split(".")[1] for k in manifest["foreign_keys"]) == [
+    assert sorted(k["child"].split(".")[1] for k in manifest.foreign_keys) == [
         "c_cascade",
         "c_null",
         "c_null",
@@ -176,7 +179,7 @@ def test_a_later_window_cascades_from_rows_an_earlier_window_synthesised(pipelin
     pipeline.run()
     pipeline.assert_target_equals_source()
     window = pipeline.staging / "fk" / f"window={pipeline.seq}"
-    merge.merge_window(pipeline.spark, str(window), pipeline.target, pipeline="fk", buckets=2)  # a re-run
+    merge_window(pipeline.spark, str(window), pipeline.target, pipeline="fk", buckets=2)  # a re-run
     pipeline.assert_target_equals_source()
 
 
@@ -191,5 +194,5 @@ def test_a_child_whose_parent_is_not_selected_is_warned_about(
     assert any(
         f"{db}.orphan" in w and f"parent {db}.other is not in the table selection" in w for w in warnings
     )
-    assert all(k["child"] != f"{db}.orphan" for k in manifest["foreign_keys"])
+    assert all(k["child"] != f"{db}.orphan" for k in manifest.foreign_keys)
     pipeline.assert_target_equals_source((*TABLES, "orphan"))

@@ -50,7 +50,7 @@ class Recorder:
             tables={name: TableTarget(name, key) for name, key in tables.items()},
             window_dir=window_path(str(self.staging), "test", seq),
             server=state,
-        )
+        ).to_json()
 
     def rows(self, table: str, seq: int = 1) -> list[dict[str, Any]]:
         folder = self.staging / "test" / f"window={seq}" / table

@@ -25,7 +25,28 @@ import pytest
 pytest.importorskip("pyspark")
 deltalake = pytest.importorskip("deltalake")
 
-from airflow_provider_binlog.spark_jobs import merge  # noqa: E402
+from airflow_provider_binlog.contract.columns import CHANGE_FIELDS, DELETED_COLUMN  # noqa: E402
+from airflow_provider_binlog.contract.delta import (  # noqa: E402
+    BUCKETS_PROPERTY,
+    already_merged,
+    delta_arrow_schema,
+    pipeline_app_id,
+    window_app_id,
+)
+from airflow_provider_binlog.contract.keys import MergeKeyError  # noqa: E402
+from airflow_provider_binlog.contract.manifest import (  # noqa: E402
+    SNAPSHOT_KIND,
+    WINDOW_KIND,
+    Manifest,
+    ManifestMissingError,
+    TableEntry,
+    write_manifest,
+)
+from airflow_provider_binlog.contract.refusals import refused_tables  # noqa: E402
+from airflow_provider_binlog.jobs.application import MergeJobError  # noqa: E402
+from airflow_provider_binlog.jobs.merge import table as merge_table_module  # noqa: E402
+from airflow_provider_binlog.jobs.merge.files import STAGING_DIR  # noqa: E402
+from airflow_provider_binlog.jobs.merge.job import main, merge_window  # noqa: E402
 from airflow_provider_binlog.target import live_file_uris, read_table, table_uri  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -74,7 +95,7 @@ def stage_window(
     """
     window_dir = staging / pipeline / f"window={seq}"
     window_dir.mkdir(parents=True)
-    manifest_tables: dict[str, Any] = {}
+    manifest_tables: dict[str, TableEntry] = {}
     seq_in_window = 0
     for name, spec in tables.items():
         rows = []
@@ -93,8 +114,8 @@ def stage_window(
                 }
             )
         schema = spec.schema
-        for column, arrow_type in merge.CHANGE_COLUMNS:
-            schema = schema.append(pa.field(column, arrow_type))
+        for f in CHANGE_FIELDS:  # nullable, so that tests can stage rows breaking the contract
+            schema = schema.append(f.with_nullable(True))
         data = pa.Table.from_pylist(rows, schema=schema)
         files = []
         if data.num_rows:
@@ -107,32 +128,30 @@ def stage_window(
                     pq.write_table(part, window_dir / relative)
                     files.append(relative)
         ops = {op: sum(1 for o, _ in spec.changes if o == op) for op in "cud"}
-        manifest_tables[name] = {
-            "files": files,
-            "rows": data.num_rows,
-            "ops": ops,
-            "primary_key": spec.primary_key,
-            "columns": [
+        manifest_tables[name] = TableEntry(
+            files=tuple(files),
+            rows=data.num_rows,
+            ops=ops,
+            primary_key=tuple(spec.primary_key),
+            columns=tuple(
                 {"name": f.name, "mysql_type": spec.mysql_types.get(f.name, "?"), "arrow_type": str(f.type)}
                 for f in spec.schema
-            ],
-        }
-    manifest = {
-        "format_version": 1,
-        "pipeline": pipeline,
-        "window": seq,
-        "start": {"file": "mysql-bin.000001", "pos": 4, "gtid_set": f"0-1-{seq * 1000}"},
-        "end": {"file": "mysql-bin.000001", "pos": 4 + 100 * seq_in_window, "gtid_set": f"0-1-{seq * 1001}"},
-        "tables": manifest_tables,
-        "ddl": [],
-        **({"kind": kind} if kind else {}),
-    }
-    (window_dir / "manifest.json").write_text(json.dumps(manifest))
+            ),
+        )
+    manifest = Manifest(
+        pipeline=pipeline,
+        window=seq,
+        start={"file": "mysql-bin.000001", "pos": 4, "gtid_set": f"0-1-{seq * 1000}"},
+        end={"file": "mysql-bin.000001", "pos": 4 + 100 * seq_in_window, "gtid_set": f"0-1-{seq * 1001}"},
+        tables=manifest_tables,
+        kind=kind or WINDOW_KIND,
+    )
+    write_manifest(str(window_dir), manifest)
     return str(window_dir)
 
 
 def run_merge(spark, window_uri: str, target: str, **kwargs: Any) -> dict[str, Any]:
-    return merge.merge_window(spark, window_uri, target, pipeline=PIPELINE, **kwargs)
+    return merge_window(spark, window_uri, target, pipeline=PIPELINE, **kwargs)
 
 
 def rows(table: pa.Table, sort_by: str = "id") -> list[dict[str, Any]]:
@@ -223,7 +242,7 @@ def test_a_snapshot_replaces_the_rows_older_than_it_and_keeps_newer_changes(spar
     )
     run_merge(spark, stage_window(staging, 3, orders([("u", order(2, "paid", "2.50"))])), target)
     snapshot = orders([("r", order(1, "shipped", "1.00")), ("r", order(4, "new", "4.00"))])
-    run_merge(spark, stage_window(staging, 2, snapshot, kind="snapshot"), target)
+    run_merge(spark, stage_window(staging, 2, snapshot, kind=SNAPSHOT_KIND), target)
 
     meta = read_table(target, "shop.orders", with_metadata=True, include_tombstones=True)
     assert rows(
@@ -277,7 +296,7 @@ def test_a_commit_that_loses_to_another_writer_is_planned_again(spark, staging, 
     )
     late = stage_window(staging, 3, orders([("u", order(i, "paid", f"{i}.00")) for i in range(1, 40)]))
     early = stage_window(staging, 2, orders([("u", order(i, "packed", f"{i}.00")) for i in range(1, 40)]))
-    original = merge.commit_window
+    original = merge_table_module.commit_window
     calls: list[int] = []
 
     def commit_after_a_rival(dt, removed, added, *, seq, **kwargs):
@@ -286,7 +305,7 @@ def test_a_commit_that_loses_to_another_writer_is_planned_again(spark, staging, 
             run_merge(spark, early, target)
         return original(dt, removed, added, seq=seq, **kwargs)
 
-    monkeypatch.setattr(merge, "commit_window", commit_after_a_rival)
+    monkeypatch.setattr(merge_table_module, "commit_window", commit_after_a_rival)
     run_merge(spark, late, target)
     assert calls == [3, 2, 3]  # the rival's commit won the race; the late window was planned again
     live = read_table(target, "shop.orders", with_metadata=True)
@@ -357,8 +376,8 @@ def test_out_of_order_windows_give_the_same_target(spark, staging, tmp_path):
     )
     # the high-water app transaction stays at the newest window; each window has its own marker
     table = deltalake.DeltaTable(table_uri(out_of_order, "shop.orders"))
-    assert table.transaction_version(merge.pipeline_app_id(PIPELINE)) == 2
-    assert table.transaction_version(merge.window_app_id(PIPELINE, 1)) == 1
+    assert table.transaction_version(pipeline_app_id(PIPELINE)) == 2
+    assert table.transaction_version(window_app_id(PIPELINE, 1)) == 1
 
 
 def test_primary_key_update_moves_the_row(spark, staging, target):
@@ -396,9 +415,7 @@ def keyless_window(staging: Path) -> str:
 def test_table_without_primary_key_is_refused(spark, staging, target):
     window = keyless_window(staging)
 
-    with pytest.raises(
-        merge.MergeJobError, match=r"shop\.access_log has no primary key.*--key shop\.access_log="
-    ):
+    with pytest.raises(MergeKeyError, match=r"shop\.access_log has no primary key.*--key shop\.access_log="):
         run_merge(spark, window, target)
     assert not Path(target).exists()  # refused before any table was touched
 
@@ -422,10 +439,10 @@ def test_main_refuses_keyless_table_and_accepts_key_argument(
     window = keyless_window(staging)
     args = ["--window-uri", window, "--target", target, "--pipeline", PIPELINE]
 
-    assert merge.main(args) == 2
+    assert main(args) == 2
     assert "shop.access_log has no primary key" in json.loads(capsys.readouterr().out.strip())["error"]
 
-    assert merge.main([*args, "--key", "shop.access_log=host,at", "--buckets", "4"]) == 0
+    assert main([*args, "--key", "shop.access_log=host,at", "--buckets", "4"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["window"] == 1
     assert summary["tables"]["shop.access_log"]["rows_in_window"] == 3
@@ -492,7 +509,7 @@ def test_unfollowable_type_change_refuses_only_its_table(spark, staging, target)
     summary = run_merge(spark, w2, target)
 
     assert "refused" in summary["tables"]["shop.items"]
-    (refusal,) = merge.refused_tables(w2).values()
+    (refusal,) = refused_tables(w2).values()
     assert (refusal["table"], refusal["column"], refusal["window"]) == ("shop.items", "qty", 2)
     assert "int32" in refusal["detail"]
     assert "string" in refusal["detail"]
@@ -606,7 +623,7 @@ def test_all_types_round_trip_exactly(spark, staging, target):
 def test_time_column_is_stored_as_int64_microseconds_with_its_type_recorded(spark, staging, target):
     run_merge(spark, all_types_window(staging), target)
 
-    stored = merge.delta_arrow_schema(deltalake.DeltaTable(table_uri(target, "shop.types")))
+    stored = delta_arrow_schema(deltalake.DeltaTable(table_uri(target, "shop.types")))
 
     assert stored.field("tm").type == pa.int64()
     assert stored.field("tm").metadata[b"binlog.arrow_type"] == b"duration[us]"
@@ -712,7 +729,7 @@ def test_new_files_use_int64_microsecond_timestamps_and_no_partition_column(type
         if p.name.startswith(("_SUCCESS", ".")) or p.name.endswith(".crc")
     ]
     assert leftovers == []
-    assert not (table_dir / merge.STAGING_DIR).exists()
+    assert not (table_dir / STAGING_DIR).exists()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -745,7 +762,7 @@ def test_bucket_count_is_fixed_when_the_table_is_created(spark, staging, target)
     run_merge(spark, stage_window(staging, 2, orders(inserts[16:])), target, buckets=64)
 
     table = deltalake.DeltaTable(table_uri(target, "shop.orders"))
-    assert table.metadata().configuration[merge.BUCKETS_PROPERTY] == "4"
+    assert table.metadata().configuration[BUCKETS_PROPERTY] == "4"
     assert set(files_by_bucket(target, "shop.orders")) <= {0, 1, 2, 3}
     assert read_table(target, "shop.orders").num_rows == 32
 
@@ -780,14 +797,14 @@ def test_incomplete_window_is_refused(spark, staging, target):
     window = stage_window(staging, 1, orders([("c", order(1, "new", "1.00"))]))
     os.remove(os.path.join(window, "manifest.json"))
 
-    with pytest.raises(merge.MergeJobError, match="not staged completely"):
+    with pytest.raises(ManifestMissingError, match="not staged completely"):
         run_merge(spark, window, target)
 
 
 def test_window_of_another_pipeline_is_refused(spark, staging, target):
     window = stage_window(staging, 1, orders([("c", order(1, "new", "1.00"))]), pipeline="other")
 
-    with pytest.raises(merge.MergeJobError, match="belongs to pipeline 'other'"):
+    with pytest.raises(MergeJobError, match="belongs to pipeline 'other'"):
         run_merge(spark, window, target)
 
 
@@ -878,7 +895,7 @@ def test_operator_merges_a_window_over_spark_connect(staging, target, spark, spa
         assert result["tables"]["shop.orders"]["rows_in_window"] == 2
 
     assert rows(read_table(target, "shop.orders")) == [{"id": 2, "status": "paid", "amount": Decimal("2.50")}]
-    assert merge.already_merged(deltalake.DeltaTable(table_uri(target, "shop.orders")), PIPELINE, 2)
+    assert already_merged(deltalake.DeltaTable(table_uri(target, "shop.orders")), PIPELINE, 2)
     assert spark.range(3).count() == 3  # the operator made and stopped a session of its own
 
 
@@ -973,13 +990,13 @@ def test_file_uris_for_window_and_target(spark, staging, tmp_path):
     window = stage_window(staging, 1, orders([("c", order(1, "new", "1.00"))]))
     target_uri = f"file://{tmp_path}/target_uri"
 
-    merge.merge_window(spark, f"file://{window}", target_uri, pipeline=PIPELINE)
+    merge_window(spark, f"file://{window}", target_uri, pipeline=PIPELINE)
 
     assert rows(read_table(target_uri, "shop.orders")) == [
         {"id": 1, "status": "new", "amount": Decimal("1.00")}
     ]
     assert (tmp_path / "target_uri" / "shop" / "orders" / "_delta_log").is_dir()
-    assert not (tmp_path / "target_uri" / "shop" / "orders" / merge.STAGING_DIR).exists()
+    assert not (tmp_path / "target_uri" / "shop" / "orders" / STAGING_DIR).exists()
 
 
 # Twelve rows cycling through the all-types rows: every value sits in several buckets, and the all-null
@@ -1017,7 +1034,7 @@ def reader_predicates(data: pa.Table) -> list[pc.Expression]:
         ]
         if not pa.types.is_boolean(value.type):
             predicates += [column >= value, column < value]
-    return predicates + [~pc.field(merge.DELETED_COLUMN)]
+    return predicates + [~pc.field(DELETED_COLUMN)]
 
 
 def test_filtered_reads_see_every_matching_row(spark, filter_target):

@@ -26,9 +26,14 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
 
+
+from airflow_provider_binlog.contract.manifest import Manifest  # noqa: E402
+from airflow_provider_binlog.contract.uris import write_json  # noqa: E402
 from airflow_provider_binlog.extract.reader import TableTarget  # noqa: E402
 from airflow_provider_binlog.extract.window import extract_window  # noqa: E402
 from airflow_provider_binlog.hooks.binlog import BinlogHook  # noqa: E402
+from airflow_provider_binlog.jobs.merge.job import merge_window  # noqa: E402
+from airflow_provider_binlog.jobs.snapshot import run_snapshot  # noqa: E402
 from airflow_provider_binlog.operators.commit import resnapshots_of  # noqa: E402
 from airflow_provider_binlog.operators.extract import (  # noqa: E402
     capture_start,
@@ -36,10 +41,11 @@ from airflow_provider_binlog.operators.extract import (  # noqa: E402
     snapshot_covers,
 )
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot  # noqa: E402
-from airflow_provider_binlog.snapshot.plan import plan_snapshot  # noqa: E402
+from airflow_provider_binlog.snapshot.plan import (
+    PLAN_NAME,  # noqa: E402
+    plan_snapshot,  # noqa: E402
+)
 from airflow_provider_binlog.source.positions import file_index  # noqa: E402
-from airflow_provider_binlog.spark_jobs.merge import merge_window  # noqa: E402
-from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME, run_snapshot, write_json  # noqa: E402
 from airflow_provider_binlog.staging import window_path  # noqa: E402
 from airflow_provider_binlog.state import Checkpoint, PipelineState, Position, Snapshot, now_iso  # noqa: E402
 from airflow_provider_binlog.tables import parse_tables  # noqa: E402
@@ -67,7 +73,7 @@ class Flow:
     spark: Any
     state: PipelineState
     hook: BinlogHook = field(default_factory=lambda: BinlogHook(pipeline=PIPELINE))
-    manifests: list[dict[str, Any]] = field(default_factory=list)
+    manifests: list[Manifest] = field(default_factory=list)
     snapshots: list[Snapshot] = field(default_factory=list)
 
     @property
@@ -156,7 +162,7 @@ class Flow:
         merged = mark_window(state, window.seq, status="merged")
         self.state = (
             merged.model_copy(update={"checkpoint": advance_checkpoint(merged, merged.window(window.seq))})
-            .with_target(self.target, [t for t, e in manifest["tables"].items() if e["rows"]])
+            .with_target(self.target, manifest.changed_tables())
             .with_resnapshots_needed(resnapshots_of(manifest, window))
         )
         self.manifests.append(manifest)
@@ -182,14 +188,11 @@ class Flow:
             return f"{name}: source columns {sorted(source_columns)}, target columns {sorted(target_columns)}"
         return None
 
-    def ddl_effects(self, manifest: dict[str, Any], table: str) -> list[tuple[str, str]]:
+    def ddl_effects(self, manifest: Manifest, table: str) -> list[tuple[str, str]]:
         """Return ``(action, statement)`` of each DDL decision the manifest records for ``table``."""
         name = f"{self.db}.{table}"
         return [
-            (e["action"], d["query"][:60])
-            for d in manifest["ddl"]
-            for e in d["effects"]
-            if e["table"] == name
+            (e["action"], d["query"][:60]) for d in manifest.ddl for e in d["effects"] if e["table"] == name
         ]
 
 
@@ -308,10 +311,10 @@ def flow(mariadb: LocalMariaDB, spark: Any, tmp_path_factory: pytest.TempPathFac
 def test_add_column_with_default_is_resnapshotted_and_existing_rows_show_it(flow: Flow) -> None:
     first = flow.manifests[0]
     name = f"{flow.db}.t_default"
-    assert [a for a, _ in flow.ddl_effects(first, "t_default")] == ["resnapshot"], first["ddl"]
-    assert [r["table"] for r in first["resnapshots"]].count(name) == 1
-    assert first["schema_skipped_row_events"][name] >= 3  # the update, the insert and the delete after it
-    assert first["tables"][name]["rows"] == 10  # only the update before the ALTER
+    assert [a for a, _ in flow.ddl_effects(first, "t_default")] == ["resnapshot"], first.ddl
+    assert [r["table"] for r in first.resnapshots].count(name) == 1
+    assert first.schema_skipped_row_events[name] >= 3  # the update, the insert and the delete after it
+    assert first.tables[name].rows == 10  # only the update before the ALTER
     (resnapshot,) = [s for s in flow.snapshots[1:] if name in s.tables]
     assert resnapshot.reason == "schema_change"
     assert not flow.state.resnapshots_needed
@@ -359,12 +362,12 @@ def test_online_schema_change_cut_over_under_writes(flow: Flow) -> None:
 
 def test_a_table_keeps_flowing_beside_the_schema_changes_of_others(flow: Flow) -> None:
     name = f"{flow.db}.t_flow"
-    assert flow.manifests[0]["schema_skipped_row_events"].keys() == {
+    assert flow.manifests[0].schema_skipped_row_events.keys() == {
         f"{flow.db}.{t}" for t in ("t_default", "t_rename", "t_trunc", "t_drop", "t_osc")
     }
     first = flow.manifests[0]
-    staged = pq.read_table(flow.root / "staging" / PIPELINE / f"window={first['window']}" / name).to_pylist()
-    last_ddl = max((file_index(d["file"]), d["pos"]) for d in first["ddl"])
+    staged = pq.read_table(flow.root / "staging" / PIPELINE / f"window={first.window}" / name).to_pylist()
+    last_ddl = max((file_index(d["file"]), d["pos"]) for d in first.ddl)
     assert any(
         (file_index(r["_binlog_file"]), r["_binlog_pos"]) > last_ddl for r in staged
     )  # after every DDL

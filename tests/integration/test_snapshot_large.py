@@ -25,11 +25,17 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
 
+from airflow_provider_binlog.contract.manifest import MANIFEST_NAME  # noqa: E402
+from airflow_provider_binlog.contract.uris import write_json  # noqa: E402
+from airflow_provider_binlog.jobs.snapshot import run_snapshot  # noqa: E402
 from airflow_provider_binlog.snapshot.chunks import SNAPSHOT_OP  # noqa: E402
-from airflow_provider_binlog.snapshot.plan import chunk_bounds, chunk_query, plan_snapshot  # noqa: E402
+from airflow_provider_binlog.snapshot.plan import (  # noqa: E402
+    PLAN_NAME,
+    chunk_bounds,
+    chunk_query,
+    plan_snapshot,
+)
 from airflow_provider_binlog.source.flavor import MARIADB  # noqa: E402
-from airflow_provider_binlog.spark_jobs.merge import MANIFEST_NAME  # noqa: E402
-from airflow_provider_binlog.spark_jobs.snapshot import PLAN_NAME, run_snapshot, write_json  # noqa: E402
 from airflow_provider_binlog.target import read_table  # noqa: E402
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB  # noqa: E402
 
@@ -120,7 +126,7 @@ def test_million_row_composite_key_snapshot_arrives_exactly_once(
     assert len(tenants_of_bounds) > 1
 
     started = time.monotonic()
-    caplog.set_level(logging.INFO, logger="airflow_provider_binlog.spark_jobs.snapshot")
+    caplog.set_level(logging.INFO, logger="airflow_provider_binlog.jobs.snapshot")
     summary = run_snapshot(
         spark,
         snapshot_uri,

@@ -55,7 +55,7 @@ class Recorder:
         )
         window = self.staging / "test" / "window=1"
         staged = {name: pq.read_table(window / name) for name in tables if (window / name).exists()}
-        return manifest, staged
+        return manifest.to_json(), staged
 
 
 @pytest.fixture

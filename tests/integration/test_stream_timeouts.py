@@ -79,7 +79,7 @@ def _extract(hook: BinlogHook, table: str, start: BinlogPosition, end: BinlogPos
         window_dir=window_path(str(staging), "heartbeat", 1),
         server=hook.server_state(),
     )
-    return int(manifest["stats"]["rows"])
+    return int(manifest.stats["rows"])
 
 
 def test_a_network_that_goes_silent_mid_window_fails_the_extract_within_three_heartbeats(

@@ -24,10 +24,23 @@ deltalake = pytest.importorskip("deltalake")
 
 from test_merge import StagedTableSpec, stage_window  # noqa: E402
 
+from airflow_provider_binlog.contract.columns import BUCKET_COLUMN  # noqa: E402
+from airflow_provider_binlog.contract.delta import (  # noqa: E402
+    BUCKETS_PROPERTY,
+    OWNER_PROPERTY,
+    PRIMARY_KEY_PROPERTY,
+    delta_arrow_schema,
+    pipeline_app_id,
+    window_app_id,
+)
+from airflow_provider_binlog.contract.refusals import refused_tables  # noqa: E402
+from airflow_provider_binlog.contract.types import MYSQL_TYPE_KEY  # noqa: E402
 from airflow_provider_binlog.extract.reader import TableTarget  # noqa: E402
 from airflow_provider_binlog.extract.window import extract_window  # noqa: E402
 from airflow_provider_binlog.hooks.binlog import BinlogHook  # noqa: E402
-from airflow_provider_binlog.spark_jobs import merge  # noqa: E402
+from airflow_provider_binlog.jobs.merge.job import merge_window  # noqa: E402
+from airflow_provider_binlog.jobs.merge.schema import UnfollowableSchemaChange, plan_schema_change  # noqa: E402
+from airflow_provider_binlog.jobs.merge.window import target_schema  # noqa: E402
 from airflow_provider_binlog.staging import window_path  # noqa: E402
 from airflow_provider_binlog.state import Position, Window, now_iso  # noqa: E402
 from airflow_provider_binlog.target import read_table, table_uri  # noqa: E402
@@ -196,7 +209,7 @@ def built(mariadb: LocalMariaDB, spark: Any, tmp_path_factory: pytest.TempPathFa
         built.windows[3] = cutter.cut(3, tables)
 
         def run(seq: int) -> dict[str, Any]:
-            return merge.merge_window(spark, built.windows[seq], built.target, pipeline=PIPELINE)
+            return merge_window(spark, built.windows[seq], built.target, pipeline=PIPELINE)
 
         for seq in (1, 2, 3):
             built.summaries[seq] = _timed(built, f"merge window {seq}", lambda seq=seq: run(seq))
@@ -205,8 +218,8 @@ def built(mariadb: LocalMariaDB, spark: Any, tmp_path_factory: pytest.TempPathFa
 
         texted = f"{db}.texted"
         before = read_table(built.target, texted).to_pylist()
-        merge.merge_window(spark, texted_window, built.target, pipeline=PIPELINE)  # refuses the table
-        built.refusal = merge.refused_tables(texted_window).get(texted, {})
+        merge_window(spark, texted_window, built.target, pipeline=PIPELINE)  # refuses the table
+        built.refusal = refused_tables(texted_window).get(texted, {})
         built.unfollowable_rows = (before, read_table(built.target, texted).to_pylist())
         rows = mariadb.execute("SELECT id, c FROM texted", database=db)
         snapshot = StagedTableSpec(
@@ -218,7 +231,7 @@ def built(mariadb: LocalMariaDB, spark: Any, tmp_path_factory: pytest.TempPathFa
         built.resnapshot = _timed(
             built,
             "merge the re-snapshot",
-            lambda: merge.merge_window(spark, snapshot_window, built.target, pipeline=PIPELINE),
+            lambda: merge_window(spark, snapshot_window, built.target, pipeline=PIPELINE),
         )
         yield built
 
@@ -259,12 +272,12 @@ def test_owner_buckets_key_and_merged_windows_survive_the_rewrite(built: Built) 
     dt_ = _delta(built, TABLE)
     configuration = dt_.metadata().configuration
 
-    assert configuration[merge.OWNER_PROPERTY] == PIPELINE
-    assert configuration[merge.BUCKETS_PROPERTY] == "16"
-    assert json.loads(configuration[merge.PRIMARY_KEY_PROPERTY]) == ["id"]
-    assert dt_.metadata().partition_columns == [merge.BUCKET_COLUMN]
-    assert [dt_.transaction_version(merge.window_app_id(PIPELINE, seq)) for seq in (1, 2, 3)] == [1, 2, 3]
-    assert dt_.transaction_version(merge.pipeline_app_id(PIPELINE)) == 3
+    assert configuration[OWNER_PROPERTY] == PIPELINE
+    assert configuration[BUCKETS_PROPERTY] == "16"
+    assert json.loads(configuration[PRIMARY_KEY_PROPERTY]) == ["id"]
+    assert dt_.metadata().partition_columns == [BUCKET_COLUMN]
+    assert [dt_.transaction_version(window_app_id(PIPELINE, seq)) for seq in (1, 2, 3)] == [1, 2, 3]
+    assert dt_.transaction_version(pipeline_app_id(PIPELINE)) == 3
 
 
 def test_a_re_merge_after_the_rewrite_changes_nothing(built: Built) -> None:
@@ -274,10 +287,8 @@ def test_a_re_merge_after_the_rewrite_changes_nothing(built: Built) -> None:
 
 
 def test_column_metadata_records_the_new_source_types(built: Built) -> None:
-    schema = merge.delta_arrow_schema(_delta(built, TABLE))
-    mysql_types = {
-        f.name: f.metadata[merge.MYSQL_TYPE_KEY.encode()].decode() for f in schema if f.name in TYPES
-    }
+    schema = delta_arrow_schema(_delta(built, TABLE))
+    mysql_types = {f.name: f.metadata[MYSQL_TYPE_KEY.encode()].decode() for f in schema if f.name in TYPES}
 
     # The narrowed n and vc keep their stored (and read-back) types and record the source's new types.
     assert mysql_types == {
@@ -336,16 +347,14 @@ def test_a_change_that_rounds_stored_values_is_not_followed(old: str, new: str, 
 
     def schema(mysql: str) -> pa.Schema:
         staged = pa.schema([("id", pa.int32()), ("c", arrow[mysql])])
-        return merge.target_schema(
-            staged, [{"name": "c", "mysql_type": mysql, "arrow_type": str(arrow[mysql])}]
-        )
+        return target_schema(staged, [{"name": "c", "mysql_type": mysql, "arrow_type": str(arrow[mysql])}])
 
-    with pytest.raises(merge.UnfollowableSchemaChange, match=reason) as caught:
-        merge.plan_schema_change(schema(old), schema(new), "db.t", pipeline=PIPELINE)
+    with pytest.raises(UnfollowableSchemaChange, match=reason) as caught:
+        plan_schema_change(schema(old), schema(new), "db.t", pipeline=PIPELINE)
     assert caught.value.column == "c"
     # An older window staged before a widening is only cast up; it never carries a MODIFY.
     if reason != "neither a widening nor a narrowing":
-        older = merge.plan_schema_change(schema(old), schema(new), "db.t", pipeline=PIPELINE, newest=False)
+        older = plan_schema_change(schema(old), schema(new), "db.t", pipeline=PIPELINE, newest=False)
         assert (older.widened, older.new_fields) == ({}, [])
 
 
@@ -368,4 +377,4 @@ def test_a_re_snapshot_gives_the_column_its_new_type_in_its_own_commit(
     )
     assert _rewrites(built, "texted") == []  # the snapshot's own commit replaced the schema
     assert _delta(built, "texted").schema().to_arrow().field("c").type == pa.string()
-    assert configuration[merge.OWNER_PROPERTY] == PIPELINE
+    assert configuration[OWNER_PROPERTY] == PIPELINE

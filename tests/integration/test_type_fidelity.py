@@ -511,7 +511,7 @@ def test_charsets_without_an_exact_codec_are_refused(
 def test_merged_target_reads_back_the_expected_values(
     staged: dict[str, Staged], spark: Any, tmp_path: Path
 ) -> None:
-    from airflow_provider_binlog.spark_jobs.merge import merge_window
+    from airflow_provider_binlog.jobs.merge.job import merge_window
     from airflow_provider_binlog.target import read_table
 
     some = next(iter(staged.values()))

@@ -5,7 +5,7 @@ import logging
 import pytest
 
 from airflow_provider_binlog.extract.progress import ExtractProgress
-from airflow_provider_binlog.positions import BinlogPosition
+from airflow_provider_binlog.source.positions import BinlogPosition
 
 FILES = [("bin.000001", 1_000), ("bin.000002", 4_000), ("bin.000003", 500)]
 

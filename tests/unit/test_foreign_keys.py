@@ -14,7 +14,7 @@ from airflow_provider_binlog.foreign_keys import (
     referenced_columns,
     split_by_selection,
 )
-from airflow_provider_binlog.spark_jobs.cascades import ParentChange, replay
+from airflow_provider_binlog.jobs.merge.cascades import ParentChange, replay
 
 
 def fk(

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from airflow_provider_binlog.contract.manifest import Manifest
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot
 from airflow_provider_binlog.snapshot.plan import Chunk, decode_value, encode_value
@@ -232,9 +233,12 @@ def test_the_commit_records_what_the_manifest_found_and_the_merge_refused() -> N
     from airflow_provider_binlog.operators.commit import resnapshots_of
 
     state, window, _ = cut_window(fresh(), run_id="r1", head=BinlogPosition("b.000002", 900))
-    manifest = {
-        "created_at": "2026-01-01T00:00:00+00:00",
-        "resnapshots": [
+    manifest = Manifest(
+        pipeline="shop",
+        window=window.seq,
+        tables={},
+        created_at="2026-01-01T00:00:00+00:00",
+        resnapshots=[
             {
                 "table": "shop.a",
                 "since": {"file": "b.000002", "pos": 700},
@@ -244,7 +248,7 @@ def test_the_commit_records_what_the_manifest_found_and_the_merge_refused() -> N
                 "window": window.seq,
             }
         ],
-    }
+    )
     refused = {"shop.b": {"table": "shop.b", "column": "qty", "detail": "changed type from int32 to string"}}
     found = resnapshots_of(manifest, window, refused)
     assert [(r.table, r.since.pos, r.window) for r in found] == [

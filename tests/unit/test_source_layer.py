@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_provider_binlog.contract.names import split_table_name
 from airflow_provider_binlog.source.config import conn_fields, parse_extras
 from airflow_provider_binlog.source.findings import Outcome
 from airflow_provider_binlog.source.flavor import MARIADB, MYSQL, flavor_of_version
 from airflow_provider_binlog.source.server import ServerState, setting_findings
-from airflow_provider_binlog.source.sql import QueryKind, classify_query, quote_table, split_table
+from airflow_provider_binlog.source.sql import QueryKind, classify_query, quote_table
 
 GOOD = {
     "log_bin": "ON",
@@ -108,10 +109,10 @@ def test_savepoint_names_are_unquoted_and_case_folded() -> None:
 
 
 def test_table_names_split_at_the_first_dot_and_quote() -> None:
-    assert split_table("shop.order.items") == ("shop", "order.items")
+    assert split_table_name("shop.order.items") == ("shop", "order.items")
     assert quote_table("sh`op.t") == "`sh``op`.`t`"
-    with pytest.raises(ValueError, match="not a db.table name"):
-        split_table("orders")
+    with pytest.raises(ValueError, match="not qualified as 'db.table'"):
+        split_table_name("orders")
 
 
 def test_one_model_validates_the_extras_and_yields_the_form() -> None:

@@ -10,8 +10,13 @@ import pytest
 
 deltalake = pytest.importorskip("deltalake")
 
+from airflow_provider_binlog.contract.types import (  # noqa: E402
+    ARROW_TYPE_KEY,
+    TypeMapError,
+    parse_arrow_type,
+    storage_type,
+)
 from airflow_provider_binlog.exceptions import BinlogConfigError  # noqa: E402
-from airflow_provider_binlog.spark_jobs import merge  # noqa: E402
 from airflow_provider_binlog.target import (  # noqa: E402
     live_file_uris,
     read_table,
@@ -58,7 +63,7 @@ def test_table_uri_refuses_unqualified_name():
     ],
 )
 def test_arrow_type_names_parse_back(arrow_type):
-    assert merge.parse_arrow_type(str(arrow_type)) == arrow_type
+    assert parse_arrow_type(str(arrow_type)) == arrow_type
 
 
 @pytest.mark.parametrize(
@@ -74,16 +79,16 @@ def test_arrow_type_names_parse_back(arrow_type):
     ],
 )
 def test_storage_types(staged, stored):
-    assert merge.storage_type(staged, "c") == stored
+    assert storage_type(staged, "c") == stored
 
 
 def test_unstorable_type_is_refused_naming_the_column():
-    with pytest.raises(merge.MergeJobError, match="column 'ts' has Arrow type timestamp\\[ns\\]"):
-        merge.storage_type(pa.timestamp("ns"), "ts")
+    with pytest.raises(TypeMapError, match="column 'ts' has Arrow type timestamp\\[ns\\]"):
+        storage_type(pa.timestamp("ns"), "ts")
 
 
 def _field(name: str, stored: pa.DataType, staged: str | None = None) -> pa.Field:
-    return pa.field(name, stored, metadata={merge.ARROW_TYPE_KEY: staged} if staged else None)
+    return pa.field(name, stored, metadata={ARROW_TYPE_KEY: staged} if staged else None)
 
 
 @pytest.fixture

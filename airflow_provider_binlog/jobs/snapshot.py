@@ -1,7 +1,7 @@
 """Read a planned snapshot in parallel Spark tasks, stage it, and merge it into the Delta tables (PySpark app).
 
-Run it with ``spark-submit snapshot.py --snapshot-uri <staging>/<pipeline>/snapshot=<seq> --target
-<target> --pipeline <name> [--max-connections 4] [--buckets 16]``; the source's pymysql settings come
+Run it with ``spark-submit jobs/snapshot.py --snapshot-uri <staging>/<pipeline>/snapshot=<seq> --target
+<target> --pipeline <name> [--max-connections 4] [--buckets 16] [--storage-option KEY=VALUE ...]``; the source's pymysql settings come
 in the environment variable ``BINLOG_SNAPSHOT_SOURCE`` (JSON), so the password is on no command line.
 The plan (``plan.json``, written by
 :class:`~airflow_provider_binlog.operators.snapshot.BinlogSnapshotOperator`) lists every table's key
@@ -12,7 +12,7 @@ chunks. Steps:
    (:func:`~airflow_provider_binlog.snapshot.chunks.read_chunk`). The driver logs progress (chunks done of
    total, rows, rows/s) every few seconds from the stats files.
 2. The manifest is written last, in the window manifest format with ``"kind": "snapshot"``.
-3. The staged snapshot is merged like a window (:func:`~airflow_provider_binlog.spark_jobs.merge.merge_window`,
+3. The staged snapshot is merged like a window (:func:`~airflow_provider_binlog.jobs.merge.job.merge_window`,
    which replaces each table's rows, see ``apply_window``'s ``refresh_seq``).
 
 It prints one JSON summary line to stdout and exits non-zero on failure. It needs
@@ -35,36 +35,43 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
-from airflow_provider_binlog.snapshot.chunks import ChunkResult, finished, read_chunk, read_json, write_json
-from airflow_provider_binlog.snapshot.plan import Chunk, TablePlan
-from airflow_provider_binlog.spark_jobs.merge import (
-    MANIFEST_NAME,
+from airflow_provider_binlog.contract.columns import OP_SNAPSHOT
+from airflow_provider_binlog.contract.manifest import (
     SNAPSHOT_KIND,
+    Manifest,
+    TableEntry,
+    read_manifest,
+    write_manifest,
+)
+from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, join_uri, read_json
+from airflow_provider_binlog.jobs.application import (
     Application,
     MergeJobError,
+    add_storage_option_argument,
     configure_session,
-    filesystem_for,
-    join_uri,
-    merge_window,
+    job_storage_options,
     run_application,
 )
+from airflow_provider_binlog.jobs.merge.job import merge_window
+from airflow_provider_binlog.snapshot.chunks import SOURCE_ENV, ChunkResult, finished, read_chunk
+from airflow_provider_binlog.snapshot.plan import PLAN_NAME, Chunk, TablePlan
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-log = logging.getLogger("airflow_provider_binlog.spark_jobs.snapshot")
+log = logging.getLogger(__name__)
 
-PLAN_NAME = "plan.json"
-SOURCE_ENV = "BINLOG_SNAPSHOT_SOURCE"
 PROGRESS_SECONDS = 5.0
 
 
-def load_plan(snapshot_uri: str) -> tuple[dict[str, Any], list[TablePlan]]:
+def load_plan(
+    snapshot_uri: str, storage_options: StorageOptions | None = None
+) -> tuple[dict[str, Any], list[TablePlan]]:
     """Return the plan document and its table plans.
 
     :raises MergeJobError: when the snapshot folder has no plan.
     """
-    plan = read_json(join_uri(snapshot_uri, PLAN_NAME))
+    plan = read_json(join_uri(snapshot_uri, PLAN_NAME), storage_options)
     if plan is None:
         raise MergeJobError(f"{join_uri(snapshot_uri, PLAN_NAME)} does not exist: run the snapshot operator")
     return plan, [TablePlan.from_json(t) for t in plan["tables"]]
@@ -75,7 +82,9 @@ CHUNK_LIST_SCHEMA = "table_plan string, chunk string"
 CHUNK_DONE_SCHEMA = "table_name string, chunk_index long, rows long"
 
 
-def _read_task(source: dict[str, Any], flavor: str, snapshot_uri: str, seq: int) -> Any:
+def _read_task(
+    source: dict[str, Any], flavor: str, snapshot_uri: str, seq: int, storage_options: StorageOptions | None
+) -> Any:
     """Return the ``mapInArrow`` function that reads the chunks of its partition, one after another.
 
     Each input row names a table plan and a chunk (JSON text); each output row reports a finished chunk. The
@@ -89,9 +98,8 @@ def _read_task(source: dict[str, Any], flavor: str, snapshot_uri: str, seq: int)
                 batch.column("table_plan").to_pylist(), batch.column("chunk").to_pylist(), strict=True
             ):
                 table = TablePlan.from_json(json.loads(table_json))
-                done = read_chunk(
-                    source, flavor, snapshot_uri, seq, table, Chunk.from_json(json.loads(chunk_json))
-                )
+                chunk = Chunk.from_json(json.loads(chunk_json))
+                done = read_chunk(source, flavor, snapshot_uri, seq, table, chunk, storage_options)
                 yield pa.RecordBatch.from_pydict(
                     {"table_name": [done["table"]], "chunk_index": [done["index"]], "rows": [done["rows"]]}
                 )
@@ -102,8 +110,11 @@ def _read_task(source: dict[str, Any], flavor: str, snapshot_uri: str, seq: int)
 class Progress:
     """Log chunks done of total, rows and rows/s of a snapshot every :data:`PROGRESS_SECONDS` seconds."""
 
-    def __init__(self, snapshot_uri: str, tables: list[TablePlan]) -> None:
+    def __init__(
+        self, snapshot_uri: str, tables: list[TablePlan], storage_options: StorageOptions | None = None
+    ) -> None:
         self.snapshot_uri = snapshot_uri
+        self.storage_options = storage_options
         self.total = sum(len(t.chunks) for t in tables)
         self.seen: dict[tuple[str, int], ChunkResult] = {}
         self.started = time.monotonic()
@@ -118,7 +129,7 @@ class Progress:
 
     def scan(self) -> None:
         """Read the stats files of chunks finished since the last scan."""
-        fs, root = filesystem_for(self.snapshot_uri)
+        fs, root = filesystem_for(self.snapshot_uri, self.storage_options)
         selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
         for info in fs.get_file_info(selector):
             name = info.base_name
@@ -127,7 +138,7 @@ class Progress:
             table = info.path.rsplit("/", 2)[-2]
             index = int(name[len("chunk-") : -len(".json")])
             if (table, index) not in self.seen:
-                done = finished(self.snapshot_uri, table, index)
+                done = finished(self.snapshot_uri, table, index, self.storage_options)
                 if done is not None:
                     self.seen[(table, index)] = done
 
@@ -154,12 +165,13 @@ def read_chunks(
     source: dict[str, Any],
     *,
     max_connections: int,
+    storage_options: StorageOptions | None = None,
 ) -> tuple[list[ChunkResult], int]:
     """Read every chunk not read yet, at most ``max_connections`` at a time; return (all results, tasks used).
 
     :raises MergeJobError: when a chunk is still missing after the Spark job (it failed).
     """
-    progress = Progress(snapshot_uri, tables)
+    progress = Progress(snapshot_uri, tables, storage_options)
     progress.scan()
     progress.rows_at_start = progress.rows
     pending = [
@@ -186,7 +198,8 @@ def read_chunks(
         )
         chunks = spark.createDataFrame(pending, CHUNK_LIST_SCHEMA).repartition(tasks)
         job = chunks.mapInArrow(
-            _read_task(source, plan["flavor"], snapshot_uri, int(plan["seq"])), CHUNK_DONE_SCHEMA
+            _read_task(source, plan["flavor"], snapshot_uri, int(plan["seq"]), storage_options),
+            CHUNK_DONE_SCHEMA,
         )
         failure: list[BaseException] = []
 
@@ -220,44 +233,42 @@ def read_chunks(
 
 def snapshot_manifest(
     plan: dict[str, Any], tables: list[TablePlan], results: list[ChunkResult], read_seconds: float, tasks: int
-) -> dict[str, Any]:
-    """Return the staged snapshot's manifest (window manifest format, ``"kind": "snapshot"``)."""
-    entries: dict[str, Any] = {}
+) -> Manifest:
+    """Return the staged snapshot's manifest (``kind`` :data:`~airflow_provider_binlog.contract.manifest.SNAPSHOT_KIND`)."""
+    entries: dict[str, TableEntry] = {}
     for table in tables:
         mine = sorted((r for r in results if r.table == table.name), key=lambda r: r.index)
         rows = sum(r.rows for r in mine)
-        entries[table.name] = {
-            "files": [r.file for r in mine],
-            "rows": rows,
-            "ops": {"r": rows} if rows else {},
-            "primary_key": list(table.key),
-            "columns": list(table.columns),
-            "zero_dates": sum(r.zero_dates for r in mine),
-            "chunks": len(mine),
-        }
+        entries[table.name] = TableEntry(
+            files=tuple(r.file for r in mine),
+            rows=rows,
+            ops={OP_SNAPSHOT: rows} if rows else {},
+            primary_key=tuple(table.key),
+            columns=tuple(table.columns),
+            zero_dates=sum(r.zero_dates for r in mine),
+            chunks=len(mine),
+        )
     marks = sorted((tuple(r.watermark.values()) for r in results), key=lambda w: (w[0], w[1]))
     rows = sum(r.rows for r in results)
-    return {
-        "format_version": 1,
-        "kind": SNAPSHOT_KIND,
-        "pipeline": plan["pipeline"],
-        "window": plan["seq"],
-        "run_id": plan["run_id"],
-        "start": plan["start"],
-        "tables": entries,
-        "ddl": [],
-        "watermarks": {
+    return Manifest(
+        kind=SNAPSHOT_KIND,
+        pipeline=plan["pipeline"],
+        window=int(plan["seq"]),
+        run_id=plan["run_id"],
+        start=plan["start"],
+        tables=entries,
+        watermarks={
             "lowest": list(marks[0]) if marks else None,
             "highest": list(marks[-1]) if marks else None,
         },
-        "stats": {
+        stats={
             "rows": rows,
             "chunks": len(results),
             "read_tasks": tasks,
             "read_seconds": round(read_seconds, 3),
             "chunk_seconds": round(sum(r.seconds for r in results), 3),
         },
-    }
+    )
 
 
 def run_snapshot(
@@ -269,8 +280,11 @@ def run_snapshot(
     source: dict[str, Any],
     max_connections: int = 4,
     buckets: int = 16,
+    storage_options: StorageOptions | None = None,
 ) -> dict[str, Any]:
     """Read (or finish reading) the planned snapshot, write its manifest, merge it; return the summary.
+
+    :param storage_options: storage options of the staging and target stores.
 
     :raises MergeJobError: if the plan is missing or belongs to another pipeline, a chunk fails, or the
         merge fails.
@@ -278,20 +292,26 @@ def run_snapshot(
     if max_connections < 1:
         raise MergeJobError(f"max_connections must be >= 1, got {max_connections}")
     configure_session(spark)
-    plan, tables = load_plan(snapshot_uri)
+    plan, tables = load_plan(snapshot_uri, storage_options)
     if plan["pipeline"] != pipeline:
         raise MergeJobError(
             f"snapshot {snapshot_uri} belongs to pipeline {plan['pipeline']!r}, not {pipeline!r}"
         )
-    manifest = read_json(join_uri(snapshot_uri, MANIFEST_NAME))
+    manifest = read_manifest(snapshot_uri, storage_options)
     if manifest is None:
         started = time.monotonic()
         results, tasks = read_chunks(
-            spark, snapshot_uri, plan, tables, source, max_connections=max_connections
+            spark,
+            snapshot_uri,
+            plan,
+            tables,
+            source,
+            max_connections=max_connections,
+            storage_options=storage_options,
         )
         manifest = snapshot_manifest(plan, tables, results, time.monotonic() - started, tasks)
-        write_json(join_uri(snapshot_uri, MANIFEST_NAME), manifest)
-    stats = manifest["stats"]
+        write_manifest(snapshot_uri, manifest, storage_options)
+    stats = manifest.stats
     log.info(
         "snapshot %s staged: %s rows in %s chunks, read in %.1f s by %s Spark tasks (%.0f rows/s)",
         plan["seq"],
@@ -301,7 +321,9 @@ def run_snapshot(
         stats["read_tasks"],
         stats["rows"] / max(stats["read_seconds"], 1e-6),
     )
-    summary = merge_window(spark, snapshot_uri, target, pipeline=pipeline, buckets=buckets)
+    summary = merge_window(
+        spark, snapshot_uri, target, pipeline=pipeline, buckets=buckets, storage_options=storage_options
+    )
     return {**summary, "snapshot": stats}
 
 
@@ -319,6 +341,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--max-connections", type=int, default=4, help="source connections (read tasks) at most"
     )
     parser.add_argument("--buckets", type=int, default=16, help="bucket count of tables created now")
+    add_storage_option_argument(parser)
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
 
@@ -347,6 +370,7 @@ def application(argv: Sequence[str]) -> Application:
             source=json.loads(source_text),
             max_connections=args.max_connections,
             buckets=args.buckets,
+            storage_options=job_storage_options(args.storage_option),
         )
 
     return Application(f"binlog-snapshot-{args.pipeline}", args.log_level, job)

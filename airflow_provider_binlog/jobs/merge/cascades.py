@@ -26,6 +26,10 @@ did, before any table is merged (see ``docs/adr/0011-foreign-key-cascades.md``):
 Tables are merged parents first. A cycle of keys through several tables is refused. Parent changes and
 the child rows they touch are held on the driver: memory grows with the parent deletes and key updates of
 one window and the child rows they reach.
+
+The module is longer than the others of the merge (about 550 lines) because it is one algorithm, the
+replay above, whose steps share its row and order-key representation; split, each part would be read only
+with the others.
 """
 
 from __future__ import annotations
@@ -39,6 +43,27 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from airflow_provider_binlog.contract.columns import (
+    BUCKET_COLUMN,
+    CHANGE_COLUMN_NAMES,
+    CHANGE_FIELDS,
+    DELETED_COLUMN,
+    OP_COLUMN,
+    OP_DELETE,
+    OP_UPDATE,
+    SEQ_COLUMN,
+    WINDOW_COLUMN,
+)
+from airflow_provider_binlog.contract.delta import already_merged, delta_arrow_schema, open_table
+from airflow_provider_binlog.contract.types import recorded_arrow_type, storage_type
+from airflow_provider_binlog.contract.uris import (
+    StorageOptions,
+    filesystem_for,
+    join_uri,
+    read_json,
+    table_uri,
+    write_json,
+)
 from airflow_provider_binlog.foreign_keys import (
     ACTING_RULES,
     CASCADE,
@@ -47,36 +72,13 @@ from airflow_provider_binlog.foreign_keys import (
     ForeignKeyCycleError,
     parents_first,
 )
-from airflow_provider_binlog.spark_jobs.merge import (
-    ARROW_TYPE_KEY,
-    BUCKET_COLUMN,
-    CHANGE_COLUMN_NAMES,
-    CHANGE_COLUMNS,
-    DELETED_COLUMN,
-    OP_COLUMN,
-    SEQ_COLUMN,
-    WINDOW_COLUMN,
-    MergeJobError,
-    StagedTable,
-    StagedWindow,
-    already_merged,
-    delta_arrow_schema,
-    filesystem_for,
-    join_uri,
-    open_table,
-    parse_arrow_type,
-    read_json,
-    read_manifest,
-    read_staged_schema,
-    storage_type,
-    table_uri,
-    write_json,
-)
+from airflow_provider_binlog.jobs.application import MergeJobError
+from airflow_provider_binlog.jobs.merge.window import StagedTable, StagedWindow, read_staged_schema
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-log = logging.getLogger("airflow_provider_binlog.spark_jobs.cascades")
+log = logging.getLogger(__name__)
 
 CASCADES_DIR = "_binlog_cascades"
 """Folder under the target root holding the synthesised child changes of windows being merged."""
@@ -132,7 +134,7 @@ def window_foreign_keys(window: StagedWindow) -> list[ForeignKey]:
 
     :raises MergeJobError: when the manifest's ``foreign_keys`` entry is malformed.
     """
-    entries = read_manifest(window.uri).get(MANIFEST_KEY) or []
+    entries = window.manifest.foreign_keys
     try:
         return [ForeignKey.from_manifest(entry) for entry in entries]
     except (KeyError, TypeError, ValueError) as err:
@@ -146,7 +148,7 @@ def with_cascades(
     target: str,
     *,
     key_overrides: Mapping[str, Sequence[str]] | None = None,
-    storage_options: Mapping[str, str] | None = None,
+    storage_options: StorageOptions | None = None,
 ) -> StagedWindow:
     """Return the window with its tables parents first and each child's synthesised changes added.
 
@@ -155,7 +157,7 @@ def with_cascades(
     :param window: the staged window.
     :param target: target root.
     :param key_overrides: user-named keys of tables without a primary key.
-    :param storage_options: deltalake storage options.
+    :param storage_options: storage options of the staging and target stores.
     :raises MergeJobError: on a cycle of keys through several tables, a child without a key or a
         malformed manifest.
     """
@@ -169,14 +171,14 @@ def with_cascades(
     except ForeignKeyCycleError as err:
         raise MergeJobError(f"window {window.seq} of {window.pipeline}: {err}") from err
     folder = cascade_folder(target, window.pipeline, window.seq)
-    extra = _read_done(folder)
+    extra = _read_done(folder, storage_options)
     if extra is None:
         children = sorted({k.child for k in keys})
         if all(_merged(target, name, window, storage_options) for name in children):
             extra = {}  # a re-run after success: every child already holds the window
         else:
             extra = _compute(window, target, keys, order, key_overrides or {}, storage_options)
-            _write_done(folder, extra)
+            _write_done(folder, extra, storage_options)
     tables = []
     for name in order:
         staged = by_name[name]
@@ -187,11 +189,11 @@ def with_cascades(
     return replace(window, tables=tuple(tables))
 
 
-def drop_cascades(window: StagedWindow, target: str) -> None:
+def drop_cascades(window: StagedWindow, target: str, storage_options: StorageOptions | None = None) -> None:
     """Delete the window's synthesised changes once every table of the window is merged (cleanup only)."""
     import pyarrow.fs as pafs
 
-    fs, path = filesystem_for(cascade_folder(target, window.pipeline, window.seq))
+    fs, path = filesystem_for(cascade_folder(target, window.pipeline, window.seq), storage_options)
     try:
         if fs.get_file_info(path).type != pafs.FileType.NotFound:
             fs.delete_dir(path)
@@ -199,23 +201,24 @@ def drop_cascades(window: StagedWindow, target: str) -> None:
         log.warning("could not delete the cascade folder %s: %s", path, err)
 
 
-def _merged(target: str, table: str, window: StagedWindow, storage_options: Mapping[str, str] | None) -> bool:
+def _merged(target: str, table: str, window: StagedWindow, storage_options: StorageOptions | None) -> bool:
     dt = open_table(table_uri(target, table), storage_options)
     return dt is not None and already_merged(dt, window.pipeline, window.seq)
 
 
-def _read_done(folder: str) -> dict[str, tuple[str, int]] | None:
-    done = read_json(join_uri(folder, DONE_NAME))
+def _read_done(folder: str, storage_options: StorageOptions | None) -> dict[str, tuple[str, int]] | None:
+    done = read_json(join_uri(folder, DONE_NAME), storage_options)
     if done is None:
         return None
     return {name: (join_uri(folder, file), int(rows)) for name, (file, rows) in done.items()}
 
 
-def _write_done(folder: str, extra: Mapping[str, tuple[str, int]]) -> None:
+def _write_done(
+    folder: str, extra: Mapping[str, tuple[str, int]], storage_options: StorageOptions | None
+) -> None:
     body = {name: [file.rsplit("/", 1)[-1], rows] for name, (file, rows) in extra.items()}
-    write_json(
-        join_uri(folder, DONE_NAME), body
-    )  # whole or absent: a half-written list would stop every re-run
+    # whole or absent: a half-written list would stop every re-run
+    write_json(join_uri(folder, DONE_NAME), body, storage_options)
 
 
 def _compute(
@@ -224,19 +227,26 @@ def _compute(
     keys: Sequence[ForeignKey],
     order: Sequence[str],
     key_overrides: Mapping[str, Sequence[str]],
-    storage_options: Mapping[str, str] | None,
+    storage_options: StorageOptions | None,
 ) -> dict[str, tuple[str, int]]:
     """Replay every child table, parents first; write each one's rows; return ``{table: (file, rows)}``."""
     by_name = {t.name: t for t in window.tables}
-    manifest_tables = read_manifest(window.uri).get("tables") or {}
-    parents = {k.parent for k in keys if (manifest_tables.get(k.parent) or {}).get("ops", {"d": 1}).get("d")}
+    manifest_tables = window.manifest.tables
+    # A parent without a count of its deletes (not in the manifest, no ops) is read; one without deletes is not.
+    parents = {
+        k.parent
+        for k in keys
+        if k.parent not in manifest_tables
+        or not manifest_tables[k.parent].ops
+        or manifest_tables[k.parent].ops.get(OP_DELETE)
+    }
     changes: dict[str, list[ParentChange]] = {}
     extra: dict[str, tuple[str, int]] = {}
     folder = cascade_folder(target, window.pipeline, window.seq)
     for name in order:
         staged = by_name[name]
         own = (
-            staged_parent_changes(staged, window.pipeline) if name in parents else []
+            staged_parent_changes(staged, window.pipeline, storage_options) if name in parents else []
         )  # no 'd' row: no change
         child_keys = [k for k in keys if k.child == name]
         if not child_keys:
@@ -249,11 +259,14 @@ def _compute(
             )
         incoming = {k.name: (own if k.parent == name else changes.get(k.parent, [])) for k in child_keys}
         dt = open_table(table_uri(target, name), storage_options)
-        result = ChildRows(staged, dt, pk, window.pipeline).replay(name, child_keys, incoming)
+        result = ChildRows(staged, dt, pk, window.pipeline, storage_options).replay(
+            name, child_keys, incoming
+        )
         changes[name] = sorted([*own, *result.changes], key=lambda c: c.order)
         if result.rows:
             file = join_uri(folder, f"{name}.parquet")
-            write_rows(file, result.rows, _file_schema(staged, dt, window.pipeline))
+            schema = _file_schema(staged, dt, window.pipeline, storage_options)
+            write_rows(file, result.rows, schema, storage_options)
             extra[name] = (file, len(result.rows))
             log.info("%s: %d child changes synthesised for window %d", name, len(result.rows), window.seq)
     return extra
@@ -264,13 +277,15 @@ def _stored(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, storage_type(f.type, f.name)) for f in schema])
 
 
-def _staged_dataset(staged: StagedTable, pipeline: str) -> tuple[Any, pa.Schema]:
+def _staged_dataset(
+    staged: StagedTable, pipeline: str, storage_options: StorageOptions | None
+) -> tuple[Any, pa.Schema]:
     """Return a pyarrow dataset over a table's staged files (their unified schema) and its storage schema."""
     import pyarrow.dataset as ds
 
-    schema = read_staged_schema(staged, pipeline=pipeline)
-    fs, _ = filesystem_for(staged.files[0])
-    paths = [filesystem_for(uri)[1] for uri in staged.files]
+    schema = read_staged_schema(staged, pipeline=pipeline, storage_options=storage_options)
+    fs, _ = filesystem_for(staged.files[0], storage_options)
+    paths = [filesystem_for(uri, storage_options)[1] for uri in staged.files]
     return ds.dataset(paths, schema=schema, format="parquet", filesystem=fs), _stored(schema)
 
 
@@ -292,24 +307,27 @@ def _scan(dataset: Any, condition: Any) -> pa.Table:
     return pa.Table.from_batches(batches, schema=dataset.schema)
 
 
-def staged_parent_changes(staged: StagedTable, pipeline: str) -> list[ParentChange]:
+def staged_parent_changes(
+    staged: StagedTable, pipeline: str, storage_options: StorageOptions | None = None
+) -> list[ParentChange]:
     """Return the deletes and paired updates (``d`` then ``u`` at the next seq, same event) of a table.
 
     Read on the driver with pyarrow: the ``d`` rows of the window, then the ``u`` rows right after them.
 
     :param staged: the parent's staged table.
     :param pipeline: the pipeline merging the window, for messages.
+    :param storage_options: storage options of the staging store.
     """
     import pyarrow.compute as pc
 
     if not staged.files:
         return []
-    dataset, stored = _staged_dataset(staged, pipeline)
-    deletes = _scan(dataset, pc.field(OP_COLUMN) == "d").cast(stored).to_pylist()
+    dataset, stored = _staged_dataset(staged, pipeline, storage_options)
+    deletes = _scan(dataset, pc.field(OP_COLUMN) == OP_DELETE).cast(stored).to_pylist()
     if not deletes:
         return []
     after = pa.array(sorted({r[SEQ_COLUMN] + 1 for r in deletes}), pa.int64())
-    updates = _scan(dataset, (pc.field(OP_COLUMN) == "u") & pc.field(SEQ_COLUMN).isin(after))
+    updates = _scan(dataset, (pc.field(OP_COLUMN) == OP_UPDATE) & pc.field(SEQ_COLUMN).isin(after))
     following = {_order(r): r for r in updates.cast(stored).to_pylist()}
     result = []
     for delete in sorted(deletes, key=_order):
@@ -326,15 +344,23 @@ class ChildRows:
     :param dt: its Delta table, if it exists.
     :param pk: its key columns.
     :param pipeline: the pipeline merging the window, for messages.
+    :param storage_options: storage options of the staging store.
     """
 
-    def __init__(self, staged: StagedTable, dt: DeltaTable | None, pk: Sequence[str], pipeline: str) -> None:
+    def __init__(
+        self,
+        staged: StagedTable,
+        dt: DeltaTable | None,
+        pk: Sequence[str],
+        pipeline: str,
+        storage_options: StorageOptions | None = None,
+    ) -> None:
         self.pk = list(pk)
         self.sources: list[tuple[Any, pa.Schema | None]] = []
         if dt is not None:
             self.sources.append((dt.to_pyarrow_dataset(), None))
         if staged.files:
-            self.sources.append(_staged_dataset(staged, pipeline))
+            self.sources.append(_staged_dataset(staged, pipeline, storage_options))
         self.versions: dict[tuple[Any, ...], list[Row]] = {}
         self.asked: dict[str, set[tuple[Any, ...]]] = {}
 
@@ -448,13 +474,15 @@ def replay(
         for ident in sorted(holders[position].get(old, set()), key=repr):
             before = state[ident]
             after = _acted(before, key, action, new, change)
-            if after[OP_COLUMN] != "d" and tuple(after.get(c) for c in pk) != ident:  # the row moved
-                gone = {**before, OP_COLUMN: "d", WINDOW_COLUMN: order[0], SEQ_COLUMN: order[1]}
+            if after[OP_COLUMN] != OP_DELETE and tuple(after.get(c) for c in pk) != ident:  # the row moved
+                gone = {**before, OP_COLUMN: OP_DELETE, WINDOW_COLUMN: order[0], SEQ_COLUMN: order[1]}
                 gone.update({name: after[name] for name in _EVENT_COLUMNS})
                 gone.pop(DELETED_COLUMN, None)
                 emit(gone)
             emit(after)
-            caused = ParentChange(order=order, old=before, new=None if after[OP_COLUMN] == "d" else after)
+            caused = ParentChange(
+                order=order, old=before, new=None if after[OP_COLUMN] == OP_DELETE else after
+            )
             result.changes.append(caused)
             for again, other in enumerate(keys):  # a self-referencing key acts on the same table again
                 if other.parent == table:
@@ -478,14 +506,14 @@ def _acted(
         after.update(zip(key.columns, values, strict=True))
     cause = change.new if change.new is not None else change.old
     after.update({name: cause.get(name) for name in _EVENT_COLUMNS})
-    after[OP_COLUMN] = "d" if deleted else "u"
+    after[OP_COLUMN] = OP_DELETE if deleted else OP_UPDATE
     after[WINDOW_COLUMN], after[SEQ_COLUMN] = change.order
     return after
 
 
 def _held(row: Row, key: ForeignKey) -> tuple[Any, ...] | None:
     """Return the parent key a live child row holds in ``key``'s columns (None if deleted or NULL)."""
-    if row.get(DELETED_COLUMN) or row.get(OP_COLUMN) == "d":
+    if row.get(DELETED_COLUMN) or row.get(OP_COLUMN) == OP_DELETE:
         return None
     values = tuple(row.get(c) for c in key.columns)
     return None if any(v is None for v in values) else values
@@ -495,29 +523,33 @@ def _order(row: Row) -> OrderKey:
     return (int(row[WINDOW_COLUMN]), int(row[SEQ_COLUMN]))
 
 
-def _file_schema(staged: StagedTable, dt: DeltaTable | None, pipeline: str) -> pa.Schema:
+def _file_schema(
+    staged: StagedTable, dt: DeltaTable | None, pipeline: str, storage_options: StorageOptions | None
+) -> pa.Schema:
     """Return the schema of a child's extra change file: its staged schema, else the one its target records."""
     if staged.files:
-        return read_staged_schema(staged, pipeline=pipeline)
+        return read_staged_schema(staged, pipeline=pipeline, storage_options=storage_options)
     assert dt is not None  # a child with versions but no staged files has a target table
     fields = []
     for f in delta_arrow_schema(dt):
         if f.name in CHANGE_COLUMN_NAMES or f.name in (DELETED_COLUMN, BUCKET_COLUMN):
             continue
-        staged_type = (f.metadata or {}).get(ARROW_TYPE_KEY.encode())
-        fields.append(pa.field(f.name, parse_arrow_type(staged_type.decode()) if staged_type else f.type))
-    return pa.schema([*fields, *(pa.field(name, t) for name, t in CHANGE_COLUMNS)])
+        fields.append(pa.field(f.name, recorded_arrow_type(f)))
+    return pa.schema([*fields, *(pa.field(f.name, f.type) for f in CHANGE_FIELDS)])
 
 
-def write_rows(uri: str, rows: Sequence[Row], schema: pa.Schema) -> None:
+def write_rows(
+    uri: str, rows: Sequence[Row], schema: pa.Schema, storage_options: StorageOptions | None = None
+) -> None:
     """Write change rows (storage-typed Python values) as one Parquet file with the staged ``schema``.
 
     :param uri: the file's location.
     :param rows: change rows.
     :param schema: the child's staged schema (values are cast to it from their storage types).
+    :param storage_options: storage options of the target store.
     """
     stored = pa.schema([pa.field(f.name, storage_type(f.type, f.name)) for f in schema])
     table = pa.Table.from_pylist([{f.name: row.get(f.name) for f in schema} for row in rows], schema=stored)
-    fs, path = filesystem_for(uri)
+    fs, path = filesystem_for(uri, storage_options)
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     pq.write_table(table.cast(schema), path, filesystem=fs)

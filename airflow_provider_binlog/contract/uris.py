@@ -1,0 +1,159 @@
+"""Locations of staged windows and target tables, and the one way to open them with storage options.
+
+Storage options are the currency for credentials and endpoints of object stores, end to end: the
+deltalake (``object_store``) keys such as ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+``AWS_SESSION_TOKEN``, ``AWS_REGION``, ``AWS_ENDPOINT_URL`` and ``AWS_ALLOW_HTTP`` (case-insensitive,
+as deltalake reads them). deltalake takes them as they are; :func:`filesystem_for` turns them into a
+pyarrow filesystem for the files the provider reads and writes itself (manifests, Parquet footers,
+bucket files, JSON records). Without options the store's ambient credentials apply (environment,
+instance profile), as for pyarrow and deltalake alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from airflow_provider_binlog.contract import ContractError
+from airflow_provider_binlog.contract.names import split_table_name
+
+StorageOptions = Mapping[str, str]
+"""deltalake-style storage options (see the module docstring)."""
+STORAGE_OPTIONS_ENV = "BINLOG_STORAGE_OPTIONS"
+"""Environment variable through which the operators hand storage options (JSON object) to a Spark job, so
+that credentials appear on no command line (:func:`storage_options_from_env`)."""
+
+_S3_SCHEMES = frozenset({"s3", "s3a"})
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
+def join_uri(base: str, *parts: str) -> str:
+    """Join a local path or URI with relative parts using ``/``.
+
+    :param base: local path (made absolute) or URI such as ``s3://bucket/prefix``.
+    :param parts: relative path parts.
+    """
+    root = base if "://" in base else os.path.abspath(base)
+    return "/".join([root.rstrip("/"), *(part.strip("/") for part in parts)])
+
+
+def table_uri(target: str, table: str) -> str:
+    """Return the location of the Delta table holding source table ``db.table``: ``<target>/<db>/<table>``.
+
+    :param target: target root (local path or URI).
+    :param table: qualified source table name.
+    :raises TableNameError: if the name is not qualified.
+    """
+    db, name = split_table_name(table)
+    return join_uri(target, db, name)
+
+
+def storage_options_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Return the storage options a Spark job was handed in :data:`STORAGE_OPTIONS_ENV` (empty when unset).
+
+    :param environ: the environment (default ``os.environ``).
+    :raises ContractError: if the variable does not hold a JSON object of strings.
+    """
+    text = (os.environ if environ is None else environ).get(STORAGE_OPTIONS_ENV)
+    if not text:
+        return {}
+    try:
+        options = json.loads(text)
+    except ValueError as err:
+        raise ContractError(f"{STORAGE_OPTIONS_ENV} is not JSON: {err}") from err
+    if not isinstance(options, dict) or not all(isinstance(v, str) for v in options.values()):
+        raise ContractError(f"{STORAGE_OPTIONS_ENV} must hold a JSON object of strings")
+    return {str(k): v for k, v in options.items()}
+
+
+def _option(options: StorageOptions, *names: str) -> str | None:
+    lowered = {k.lower(): v for k, v in options.items()}
+    for name in names:
+        if lowered.get(name.lower()):
+            return lowered[name.lower()]
+    return None
+
+
+def s3_filesystem(options: StorageOptions) -> pafs.S3FileSystem:
+    """Return a pyarrow S3 filesystem configured from deltalake-style storage options.
+
+    ``AWS_ENDPOINT_URL`` (or ``AWS_ENDPOINT``) becomes the endpoint override, its ``http://`` scheme (or
+    ``AWS_ALLOW_HTTP=true``) plain HTTP; keys and region as named. Options pyarrow has no use for
+    (deltalake's locking or conditional-put settings) are ignored here.
+
+    :param options: storage options.
+    """
+    endpoint = _option(options, "AWS_ENDPOINT_URL", "AWS_ENDPOINT", "endpoint_url", "endpoint")
+    scheme = "https"
+    if endpoint is not None and "://" in endpoint:
+        scheme, endpoint = endpoint.split("://", 1)
+    elif (_option(options, "AWS_ALLOW_HTTP", "allow_http") or "").lower() in _TRUE:
+        scheme = "http"
+    return pafs.S3FileSystem(
+        access_key=_option(options, "AWS_ACCESS_KEY_ID", "access_key_id"),
+        secret_key=_option(options, "AWS_SECRET_ACCESS_KEY", "secret_access_key"),
+        session_token=_option(options, "AWS_SESSION_TOKEN", "session_token"),
+        region=_option(options, "AWS_REGION", "AWS_DEFAULT_REGION", "region"),
+        endpoint_override=endpoint,
+        scheme=scheme,
+    )
+
+
+def filesystem_for(uri: str, storage_options: StorageOptions | None = None) -> tuple[pafs.FileSystem, str]:
+    """Return the pyarrow filesystem and path for a local path or URI.
+
+    :param uri: local path or URI (``file://``, ``s3://``, ``gs://``, ``hdfs://`` ...).
+    :param storage_options: deltalake-style options; honoured for ``s3://`` (:func:`s3_filesystem`).
+    :raises ContractError: if options are given for a scheme they cannot be applied to.
+    """
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), os.path.abspath(uri)
+    scheme, rest = uri.split("://", 1)
+    if scheme.lower() in _S3_SCHEMES and storage_options:
+        return s3_filesystem(storage_options), rest
+    if storage_options and scheme.lower() != "file":
+        raise ContractError(
+            f"storage options are applied to s3:// locations only, not to {uri}; leave them out and give the "
+            f"{scheme}:// credentials through the environment the tasks and Spark run in"
+        )
+    return pafs.FileSystem.from_uri(uri)
+
+
+@contextlib.contextmanager
+def atomic_output(uri: str, storage_options: StorageOptions | None = None) -> Iterator[Any]:
+    """Yield an output stream for ``uri`` that is written under a temporary name and renamed on success.
+
+    Readers never see half a file; a failure leaves only the temporary file, never ``uri``. On object
+    stores the rename is a copy of a whole object, so readers still see all of it or nothing.
+    """
+    fs, path = filesystem_for(uri, storage_options)
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+    with fs.open_output_stream(temporary) as out:
+        yield out
+    fs.move(temporary, path)
+
+
+def read_json(uri: str, storage_options: StorageOptions | None = None) -> dict[str, Any] | None:
+    """Return the JSON object at ``uri``, or None when the file does not exist.
+
+    :raises ValueError: if the file is not JSON.
+    """
+    fs, path = filesystem_for(uri, storage_options)
+    try:
+        with fs.open_input_stream(path) as stream:
+            return dict(json.loads(stream.read()))
+    except FileNotFoundError:
+        return None
+
+
+def write_json(uri: str, document: Mapping[str, Any], storage_options: StorageOptions | None = None) -> None:
+    """Write ``document`` to ``uri`` atomically (:func:`atomic_output`), keys sorted, indented."""
+    with atomic_output(uri, storage_options) as out:
+        out.write(json.dumps(document, indent=2, sort_keys=True).encode())

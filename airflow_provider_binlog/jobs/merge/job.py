@@ -1,0 +1,171 @@
+"""The merge application: merge every table of a staged window, and its command line.
+
+Run it with ``spark-submit merge/job.py --window-uri <staging>/<pipeline>/window=<seq> --target <target>
+--pipeline <name> [--key db.table=col1,col2 ...] [--buckets 16] [--storage-option KEY=VALUE ...]``. It
+prints one JSON summary line to stdout and exits non-zero on failure
+(:func:`~airflow_provider_binlog.jobs.application.run_application`). Over Spark Connect the operator runs
+``application(argv).job`` on its session instead. How one table is merged:
+:mod:`airflow_provider_binlog.jobs.merge.table`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_binlog.contract.keys import parse_key_overrides
+from airflow_provider_binlog.contract.refusals import record_refusal
+from airflow_provider_binlog.contract.uris import StorageOptions
+from airflow_provider_binlog.jobs.application import (
+    Application,
+    MergeJobError,
+    add_storage_option_argument,
+    configure_session,
+    job_storage_options,
+    run_application,
+)
+from airflow_provider_binlog.jobs.merge.schema import UnfollowableSchemaChange
+from airflow_provider_binlog.jobs.merge.table import merge_table
+from airflow_provider_binlog.jobs.merge.window import load_window, window_keys
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+def merge_window(
+    spark: SparkSession,
+    window_uri: str,
+    target: str,
+    *,
+    pipeline: str,
+    key_overrides: Mapping[str, Sequence[str]] | None = None,
+    buckets: int = 16,
+    storage_options: StorageOptions | None = None,
+) -> dict[str, Any]:
+    """Merge every table of a staged window into the target; return the summary.
+
+    Keys are checked for all tables before any table is touched. Each table is committed atomically;
+    tables already holding the window are skipped, so a failed run can simply be repeated. Tables are
+    merged parents first, with the child changes of the manifest's ``foreign_keys`` added
+    (:func:`~airflow_provider_binlog.jobs.merge.cascades.with_cascades`).
+
+    :param spark: the session (its SQL settings are adjusted by :func:`configure_session`).
+    :param window_uri: window directory ``<staging>/<pipeline>/window=<seq>``.
+    :param target: target root; table ``db.t`` lives at ``<target>/db/t``.
+    :param pipeline: pipeline name; must match the manifest.
+    :param key_overrides: user-named keys for tables without a primary key, by ``db.table``.
+    :param buckets: bucket count for tables created by this merge.
+    :param storage_options: storage options of the staging and target stores
+        (:mod:`airflow_provider_binlog.contract.uris`).
+    :raises MergeJobError: if the window is incomplete, belongs to another pipeline or a table cannot
+        be merged.
+    """
+    if buckets < 1:
+        raise MergeJobError(f"buckets must be >= 1, got {buckets}")
+    configure_session(spark)
+    window = load_window(window_uri, storage_options)
+    if window.pipeline != pipeline:
+        raise MergeJobError(
+            f"window {window_uri} belongs to pipeline {window.pipeline!r}, not {pipeline!r}: check the paths"
+        )
+    from airflow_provider_binlog.jobs.merge.cascades import drop_cascades, with_cascades
+
+    window = with_cascades(window, target, key_overrides=key_overrides, storage_options=storage_options)
+    keys = window_keys(window, key_overrides)
+    tables: dict[str, dict[str, Any]] = {}
+    for staged in window.tables:
+        try:
+            result = merge_table(
+                spark,
+                staged,
+                target=target,
+                pipeline=pipeline,
+                seq=window.seq,
+                keys=keys.get(staged.name, ()),
+                buckets=buckets,
+                storage_options=storage_options,
+            )
+        except UnfollowableSchemaChange as err:
+            if staged.refresh:
+                raise  # a snapshot replaces the schema (replaced_columns); this is a bug, not the source
+            log.warning("%s: window %d is not merged into it: %s", staged.name, window.seq, err)
+            record_refusal(
+                window_uri,
+                table=err.table,
+                column=err.column,
+                detail=err.detail,
+                window=window.seq,
+                message=str(err),
+                storage_options=storage_options,
+            )
+            tables[staged.name] = {"refused": str(err), "skipped": True}
+            continue
+        tables[staged.name] = asdict(result)
+    drop_cascades(window, target, storage_options)
+    return {"pipeline": pipeline, "window": window.seq, "tables": tables}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse the command line of the merge application.
+
+    :param argv: arguments without the program name (default ``sys.argv[1:]``).
+    """
+    parser = argparse.ArgumentParser(description="Merge a staged binlog window into Delta Lake tables.")
+    parser.add_argument(
+        "--window-uri", required=True, help="staged window dir <staging>/<pipeline>/window=<seq>"
+    )
+    parser.add_argument("--target", required=True, help="target root; table db.t is at <target>/db/t")
+    parser.add_argument("--pipeline", required=True, help="pipeline name (must match the manifest)")
+    parser.add_argument(
+        "--key", action="append", default=[], metavar="DB.TABLE=COL[,COL]", help="key of a table without PK"
+    )
+    parser.add_argument("--buckets", type=int, default=16, help="bucket count of tables created now")
+    add_storage_option_argument(parser)
+    parser.add_argument("--log-level", default="INFO")
+    return parser.parse_args(argv)
+
+
+def application(argv: Sequence[str]) -> Application:
+    """Bind the merge application to its command line (see :func:`parse_args`).
+
+    Storage options come from ``--storage-option`` and the environment
+    (:func:`~airflow_provider_binlog.jobs.application.job_storage_options`), read when the job runs.
+
+    :param argv: arguments without the program name.
+    """
+    args = parse_args(argv)
+    return Application(
+        f"binlog-merge-{args.pipeline}",
+        args.log_level,
+        lambda spark: merge_window(
+            spark,
+            args.window_uri,
+            args.target,
+            pipeline=args.pipeline,
+            key_overrides=parse_key_overrides(args.key),
+            buckets=args.buckets,
+            storage_options=job_storage_options(args.storage_option),
+        ),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the merge application under spark-submit; print the JSON summary line, return the exit code.
+
+    :param argv: command line arguments without the program name (default ``sys.argv[1:]``).
+    """
+    return run_application(application(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    # Run the package's copy of this module (spark-submit runs this file as __main__), which the helpers it
+    # imports (cascades) share with it.
+    from airflow_provider_binlog.jobs.merge import job as _job
+
+    sys.exit(_job.main())

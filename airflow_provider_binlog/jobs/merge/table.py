@@ -1,0 +1,424 @@
+"""Merging one staged table of a window into its Delta table, in one atomic commit.
+
+How a table is merged (copy-on-write by bucket, see ``docs/adr/0001-delta-commit-in-spark-driver.md``):
+
+1. Skip the table if its Delta log already holds the app transaction of this window.
+2. Create the Delta table on first use (partitioned by ``_binlog_bucket``, bucket count and key stored in
+   its configuration), or add the window's new columns to it and, when the window needs a wider column type,
+   rewrite the table with it in one commit first (:func:`retype_table`; a type change the table cannot
+   follow raises :class:`~airflow_provider_binlog.jobs.merge.schema.UnfollowableSchemaChange`).
+3. Spark reads the window with an explicit schema, computes each row's bucket
+   (``pmod(xxhash64(key), buckets)``), reads the current files of the touched buckets only (file list
+   from the Delta log), keeps the newest change per key (order key ``(_binlog_window, _binlog_seq)``,
+   deletes become tombstones) and writes the new bucket contents as plain Parquet.
+4. The driver validates the new files' footers, moves them into the table's ``_binlog_bucket=<n>/``
+   folders and commits remove-old + add-new in one Delta commit that also records the window as app
+   transactions, so readers never see half a window and a re-run is a no-op.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from airflow_provider_binlog.contract.columns import BUCKET_COLUMN
+from airflow_provider_binlog.contract.delta import (
+    COMMIT_PIPELINE_KEY,
+    COMMIT_WINDOW_KEY,
+    already_merged,
+    check_owner,
+    delta_arrow_schema,
+    open_table,
+    pipeline_app_id,
+    window_app_id,
+)
+from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, table_uri
+from airflow_provider_binlog.jobs.application import MergeJobError
+from airflow_provider_binlog.jobs.merge.delta import (
+    check_table_key,
+    commit_window,
+    create_table,
+    current_files,
+    table_buckets,
+)
+from airflow_provider_binlog.jobs.merge.files import PlacedFile, remove_files, write_bucket_files
+from airflow_provider_binlog.jobs.merge.schema import (
+    SchemaChange,
+    apply_schema_change,
+    plan_schema_change,
+    replaced_columns,
+)
+from airflow_provider_binlog.jobs.merge.transforms import (
+    apply_window,
+    bucket_of,
+    col,
+    conform_changes,
+    profile_changes,
+    read_data_files,
+    read_staged_changes,
+    spark_type,
+)
+from airflow_provider_binlog.jobs.merge.window import (
+    StagedTable,
+    has_changes,
+    read_staged_schema,
+    target_schema,
+)
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+COMMIT_ATTEMPTS = 5
+"""A table's merge is planned again this many times when another writer commits to it in between."""
+
+
+@dataclass
+class TableResult:
+    """What merging one table did (one entry of the JSON summary).
+
+    :param rows_in_window: change rows of the table in the window.
+    :param rows_written: rows in the new bucket files (live rows and tombstones).
+    :param buckets_touched: buckets the window touched.
+    :param files_removed: data files the commit removed.
+    :param files_added: data files the commit added.
+    :param skipped: whether the table was skipped (already merged, or no changes).
+    :param delta_version: table version after the merge (``None`` if there is no table).
+    :param widened: columns whose type the merge changed by rewriting the table first (:func:`retype_table`):
+        widened, or replaced by a snapshot.
+    """
+
+    rows_in_window: int = 0
+    rows_written: int = 0
+    buckets_touched: int = 0
+    files_removed: int = 0
+    files_added: int = 0
+    skipped: bool = False
+    delta_version: int | None = None
+    widened: list[str] = field(default_factory=list)
+
+
+def _replanned_on_conflict(merge: Callable[..., TableResult]) -> Callable[..., TableResult]:
+    """Run ``merge`` again (it re-reads the table) when its commit loses to another writer of the table.
+
+    Up to :data:`COMMIT_ATTEMPTS` attempts; a snapshot merge and a window merge of the same table may
+    run at once, and :func:`commit_window` accepts a commit only on the version the merge read.
+    """
+
+    @functools.wraps(merge)
+    def attempts(spark: SparkSession, staged: StagedTable, **kwargs: Any) -> TableResult:
+        from deltalake.exceptions import CommitFailedError
+
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                return merge(spark, staged, **kwargs)
+            except CommitFailedError as err:
+                log.warning(
+                    "%s: another writer committed while window %d was merged (attempt %d of %d): %s",
+                    staged.name,
+                    kwargs["seq"],
+                    attempt,
+                    COMMIT_ATTEMPTS,
+                    err,
+                )
+                last = err
+        raise MergeJobError(
+            f"{staged.name}: every one of {COMMIT_ATTEMPTS} attempts to commit window {kwargs['seq']} lost to "
+            f"another writer of the same Delta table; retry the merge: {last}"
+        )
+
+    return attempts
+
+
+@_replanned_on_conflict
+def merge_table(
+    spark: SparkSession,
+    staged: StagedTable,
+    *,
+    target: str,
+    pipeline: str,
+    seq: int,
+    keys: Sequence[str],
+    buckets: int,
+    storage_options: StorageOptions | None = None,
+) -> TableResult:
+    """Merge one staged table of a window into its Delta table (one atomic commit).
+
+    When another writer commits to the table between reading it and committing (a snapshot merge beside
+    a window merge), the merge is planned again from the new version (:func:`_replanned_on_conflict`).
+
+    :param spark: the session.
+    :param staged: the staged table.
+    :param target: target root.
+    :param pipeline: pipeline name.
+    :param seq: window sequence number.
+    :param keys: key columns.
+    :param buckets: bucket count for a new table (an existing table keeps its own).
+    :param storage_options: storage options of the staging and target stores.
+    :raises MergeJobError: if the window cannot be merged into the table.
+    :raises TableOwnerError: if another pipeline owns the table.
+    """
+    uri = table_uri(target, staged.name)
+    if not has_changes(staged):
+        log.info("%s: no changes in window %d; nothing to do", staged.name, seq)
+        return TableResult(skipped=True)
+    dt = open_table(uri, storage_options)
+    if dt is not None and already_merged(dt, pipeline, seq):
+        log.info(
+            "%s: window %d already merged (app transaction %s in version %d); skipping",
+            staged.name,
+            seq,
+            window_app_id(pipeline, seq),
+            dt.version(),
+        )
+        return TableResult(rows_in_window=staged.rows, skipped=True, delta_version=dt.version())
+    started = time.monotonic()
+    staged_schema = read_staged_schema(staged, pipeline=pipeline, storage_options=storage_options)
+    _check_key_columns(staged_schema, keys, staged.name)
+    wanted = target_schema(staged_schema, staged.columns)
+    widened: list[str] = []
+    replaced: pa.Schema | None = None
+    if dt is None:
+        dt = create_table(
+            uri,
+            wanted,
+            table=staged.name,
+            keys=keys,
+            buckets=buckets,
+            pipeline=pipeline,
+            storage_options=storage_options,
+        )
+    else:
+        check_owner(dt, pipeline, staged.name)
+        keys = check_table_key(dt, keys, staged.name)
+        changed = replaced_columns(delta_arrow_schema(dt), wanted) if staged.refresh else []
+        if changed:
+            replaced = wanted
+            log.info(
+                "%s: snapshot %d replaces the table's schema (columns %s are gone or changed type)",
+                staged.name, seq, changed,
+            )  # fmt: skip
+        else:
+            high_water = dt.transaction_version(pipeline_app_id(pipeline))
+            newest = high_water is None or seq > high_water
+            change = plan_schema_change(
+                delta_arrow_schema(dt),
+                wanted,
+                staged.name,
+                pipeline=pipeline,
+                newest=newest,
+            )
+            if change.widened:
+                retype_table(
+                    spark, dt, uri, change, keys, pipeline=pipeline, seq=seq, storage_options=storage_options
+                )
+                widened = sorted(change.widened)
+            apply_schema_change(dt, change, update_metadata=newest)
+            dt.update_incremental()
+    result = _rewrite_buckets(
+        spark,
+        dt,
+        uri,
+        staged,
+        staged_schema,
+        keys,
+        pipeline=pipeline,
+        seq=seq,
+        replaced=replaced,
+        storage_options=storage_options,
+    )
+    result.widened = widened
+    log.info(
+        "%s: merged window %d in %.1f s: %s", staged.name, seq, time.monotonic() - started, asdict(result)
+    )
+    return result
+
+
+def retype_table(
+    spark: SparkSession,
+    dt: DeltaTable,
+    uri: str,
+    change: SchemaChange,
+    keys: Sequence[str],
+    *,
+    pipeline: str,
+    seq: int,
+    storage_options: StorageOptions | None = None,
+) -> None:
+    """Rewrite every row of a table with the wider column types ``change.widened`` gives them, in one commit.
+
+    deltalake has no type widening in place, so every data file is read, widened columns are cast to their
+    wider types (lossless, :func:`~airflow_provider_binlog.contract.types.is_lossless_widening`), the buckets are computed again (a key column's hash form may
+    change, e.g. INT -> DECIMAL) and new files written. One commit replaces all files and the schema:
+    ``create_write_transaction`` in ``overwrite`` mode writes a ``metaData`` action with the new schema and
+    keeps the table's id, name, partitioning and configuration (owner, buckets, key); app transactions
+    (windows merged) are table state that an overwrite does not touch, so re-merges of earlier windows
+    stay no-ops (measured with deltalake 1.6.6). Like :func:`commit_window`, the commit is accepted only on
+    the version the files were read from (``max_commit_retries=0``): on a conflict the merge is planned
+    again (:func:`_replanned_on_conflict`) and sees the table as the other writer left it.
+
+    :param spark: the session.
+    :param dt: the table, at the version the merge read.
+    :param uri: table location.
+    :param change: the plan from :func:`plan_schema_change` (its ``widened`` columns).
+    :param keys: key columns (the table's spelling).
+    :param pipeline: pipeline name (commit info).
+    :param seq: sequence number of the window that needs the new types (commit info, file names).
+    :param storage_options: storage options of the target store.
+    :raises deltalake.exceptions.CommitFailedError: if another writer committed since ``dt`` was read.
+    """
+    from deltalake import CommitProperties
+    from deltalake.transaction import AddAction
+
+    started = time.monotonic()
+    old_schema = delta_arrow_schema(dt)
+    new_schema = pa.schema([change.widened.get(f.name, f) for f in old_schema])
+    old_data = pa.schema([f for f in old_schema if f.name != BUCKET_COLUMN])
+    new_data = pa.schema([f for f in new_schema if f.name != BUCKET_COLUMN])
+    by_lower = {f.name.lower(): f for f in new_data}
+    key_fields = [(by_lower[k.lower()].name, by_lower[k.lower()].type) for k in keys]
+    buckets = table_buckets(dt)
+    removed = current_files(dt, range(buckets))
+    placed: list[PlacedFile] = []
+    if removed:
+        rows = read_data_files(spark, uri, removed, old_data).select(
+            *[col(f.name).cast(spark_type(f.type)).alias(f.name) for f in new_data]
+        )
+        rows = rows.withColumn(BUCKET_COLUMN, bucket_of(key_fields, buckets))
+        placed = write_bucket_files(
+            rows.repartition(buckets, col(BUCKET_COLUMN)),
+            uri,
+            new_data,
+            seq=seq,
+            buckets=range(buckets),
+            storage_options=storage_options,
+        )
+    now_ms = int(time.time() * 1000)
+    info = {
+        COMMIT_PIPELINE_KEY: pipeline,
+        COMMIT_WINDOW_KEY: seq,
+        "binlog.widened": json.dumps(
+            {name: f"{old_schema.field(name).type} -> {f.type}" for name, f in change.widened.items()}
+        ),
+        "binlog.files_removed": len(removed),
+        "binlog.files_added": len(placed),
+    }
+    try:
+        dt.create_write_transaction(
+            [
+                AddAction(f.path, f.size, {BUCKET_COLUMN: str(f.bucket)}, now_ms, True, f.stats)
+                for f in placed
+            ],
+            mode="overwrite",
+            schema=new_schema,
+            partition_by=[BUCKET_COLUMN],
+            commit_properties=CommitProperties(custom_metadata=info, max_commit_retries=0),
+        )
+    except BaseException:
+        remove_files(filesystem_for(uri, storage_options)[0], [p.location for p in placed])
+        raise
+    dt.update_incremental()
+    log.info(
+        "%s: widened %s for window %d by rewriting %d files into %d in %.1f s (version %d)",
+        uri,
+        info["binlog.widened"],
+        seq,
+        len(removed),
+        len(placed),
+        time.monotonic() - started,
+        dt.version(),
+    )
+
+
+def _check_key_columns(staged: pa.Schema, keys: Sequence[str], table: str) -> None:
+    names = {n.lower() for n in staged.names}
+    missing = [k for k in keys if k.lower() not in names]
+    if missing:
+        raise MergeJobError(f"key columns {missing} of {table} are not in its staged files ({staged.names})")
+
+
+def _rewrite_buckets(
+    spark: SparkSession,
+    dt: DeltaTable,
+    uri: str,
+    staged: StagedTable,
+    staged_schema: pa.Schema,
+    keys: Sequence[str],
+    *,
+    pipeline: str,
+    seq: int,
+    replaced: pa.Schema | None = None,
+    storage_options: StorageOptions | None = None,
+) -> TableResult:
+    """Compute and commit the new content of the buckets the window touches.
+
+    :param replaced: the table's new schema when a snapshot replaces it (:func:`replaced_columns`): every
+        bucket is rewritten with it and the commit replaces the schema too.
+    :param storage_options: storage options of the target store.
+    """
+    stored = pa.schema([f for f in delta_arrow_schema(dt) if f.name != BUCKET_COLUMN])
+    table_schema = replaced if replaced is not None else delta_arrow_schema(dt)
+    data_schema = pa.schema([f for f in table_schema if f.name != BUCKET_COLUMN])
+    by_lower = {f.name.lower(): f for f in data_schema}
+    key_fields = [(by_lower[k.lower()].name, by_lower[k.lower()].type) for k in keys]
+    key_names = [name for name, _ in key_fields]
+    buckets = table_buckets(dt)
+
+    changes = conform_changes(read_staged_changes(spark, staged.files, staged_schema), data_schema)
+    changes = changes.withColumn(BUCKET_COLUMN, bucket_of(key_fields, buckets)).persist()
+    fs = filesystem_for(uri, storage_options)[0]
+    try:
+        profile = profile_changes(changes, key_names, staged.name)
+        touched = list(range(buckets)) if staged.refresh else sorted(profile.rows_by_bucket)
+        removed = current_files(dt, touched)
+        current = None
+        if removed:
+            current = read_data_files(spark, uri, removed, stored)
+            if replaced is not None:
+                current = conform_changes(current, data_schema)
+            current = current.withColumn(BUCKET_COLUMN, bucket_of(key_fields, buckets))
+        merged = apply_window(
+            current, changes, key_names, len(touched), refresh_seq=seq if staged.refresh else None
+        )
+        placed = write_bucket_files(
+            merged, uri, data_schema, seq=seq, buckets=touched, storage_options=storage_options
+        )
+    finally:
+        changes.unpersist()
+    result = TableResult(
+        rows_in_window=profile.rows,
+        rows_written=sum(p.rows for p in placed),
+        buckets_touched=len(touched),
+        files_removed=len(removed),
+        files_added=len(placed),
+    )
+    info = _commit_info(pipeline, seq, result)
+    try:
+        commit_window(dt, removed, placed, pipeline=pipeline, seq=seq, custom_metadata=info, schema=replaced)
+    except BaseException:
+        remove_files(fs, [p.location for p in placed])
+        raise
+    dt.update_incremental()
+    result.delta_version = dt.version()
+    return result
+
+
+def _commit_info(pipeline: str, seq: int, result: TableResult) -> dict[str, Any]:
+    return {
+        COMMIT_PIPELINE_KEY: pipeline,
+        COMMIT_WINDOW_KEY: seq,
+        "binlog.rows_in_window": result.rows_in_window,
+        "binlog.rows_written": result.rows_written,
+        "binlog.buckets_touched": result.buckets_touched,
+        "binlog.files_removed": result.files_removed,
+        "binlog.files_added": result.files_added,
+    }

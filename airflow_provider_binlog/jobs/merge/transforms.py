@@ -1,0 +1,289 @@
+"""Spark transformations of the merge: pure functions of DataFrames, and the Spark types they use.
+
+A window's changes are read with an explicit schema (:func:`read_staged_changes`), shaped like the
+table's rows (:func:`conform_changes`), given their bucket (:func:`bucket_of`), checked and counted per
+bucket (:func:`profile_changes`), and merged with the current rows of the touched buckets, newest change
+per key (:func:`apply_window`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from airflow_provider_binlog.contract.columns import (
+    BUCKET_COLUMN,
+    DELETED_COLUMN,
+    OP_COLUMN,
+    OP_DELETE,
+    OPS,
+    SEQ_COLUMN,
+    WINDOW_COLUMN,
+)
+from airflow_provider_binlog.contract.types import storage_type
+from airflow_provider_binlog.jobs.application import MergeJobError
+from airflow_provider_binlog.jobs.merge.delta import data_file_uri
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType, StructType
+
+    from airflow_provider_binlog.jobs.merge.delta import DataFile
+
+_SOURCE_RANK = "__binlog_source_rank"
+_IN_SNAPSHOT = "__binlog_in_snapshot"
+_ROW_NUMBER = "__binlog_row_number"
+
+
+def spark_type(arrow_type: pa.DataType) -> DataType:
+    """Return the Spark SQL type for a stored Arrow type (see :func:`storage_type`).
+
+    :param arrow_type: Arrow type as stored in Delta.
+    :raises MergeJobError: if the type is not a storage type.
+    """
+    from pyspark.sql import types as T
+
+    t = arrow_type
+    simple: list[tuple[Any, DataType]] = [
+        (pa.types.is_boolean, T.BooleanType()),
+        (pa.types.is_int8, T.ByteType()),
+        (pa.types.is_int16, T.ShortType()),
+        (pa.types.is_int32, T.IntegerType()),
+        (pa.types.is_int64, T.LongType()),
+        (pa.types.is_float32, T.FloatType()),
+        (pa.types.is_float64, T.DoubleType()),
+        (pa.types.is_string, T.StringType()),
+        (pa.types.is_binary, T.BinaryType()),
+        (pa.types.is_date32, T.DateType()),
+    ]
+    for predicate, spark in simple:
+        if predicate(t):
+            return spark
+    if pa.types.is_decimal128(t):
+        return T.DecimalType(t.precision, t.scale)
+    if pa.types.is_timestamp(t):
+        return T.TimestampNTZType() if t.tz is None else T.TimestampType()
+    raise MergeJobError(f"Arrow type {t} is not a Delta storage type")
+
+
+def spark_schema(schema: pa.Schema) -> StructType:
+    """Return the Spark schema (all fields nullable) for an Arrow schema of storage types.
+
+    :param schema: Arrow schema whose types are Delta storage types.
+    """
+    from pyspark.sql import types as T
+
+    return T.StructType([T.StructField(f.name, spark_type(f.type), True) for f in schema])
+
+
+def col(name: str) -> Column:
+    """Return a Spark column reference that is safe for any column name (dots, spaces, backticks).
+
+    :param name: column name.
+    """
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def canonical_key(name: str, arrow_type: pa.DataType) -> Column:
+    """Return a key column in the form it is hashed in, stable under lossless widening of its type.
+
+    Integers hash as ``bigint``, floats as ``double`` and decimals as ``decimal(38, scale)``.
+
+    :param name: key column name.
+    :param arrow_type: the column's storage type.
+    """
+    if pa.types.is_integer(arrow_type):
+        return col(name).cast("bigint")
+    if pa.types.is_floating(arrow_type):
+        return col(name).cast("double")
+    if pa.types.is_decimal(arrow_type):
+        return col(name).cast(f"decimal(38,{arrow_type.scale})")
+    return col(name)
+
+
+def bucket_of(keys: Sequence[tuple[str, pa.DataType]], buckets: int) -> Column:
+    """Return the bucket column expression ``pmod(xxhash64(canonical key...), buckets)`` as ``int``.
+
+    :param keys: key columns with their storage types.
+    :param buckets: number of buckets of the table.
+    """
+    from pyspark.sql import functions as F
+
+    hashed = F.xxhash64(*[canonical_key(name, t) for name, t in keys])
+    return F.pmod(hashed, F.lit(buckets)).cast("int").alias(BUCKET_COLUMN)
+
+
+def read_staged_changes(spark: SparkSession, files: Sequence[str], staged: pa.Schema) -> DataFrame:
+    """Read a table's staged change files with an explicit schema (no inference across files).
+
+    :param spark: the session.
+    :param files: staged Parquet files.
+    :param staged: staged schema from :func:`~airflow_provider_binlog.jobs.merge.window.read_staged_schema`.
+    """
+    read_schema = pa.schema([pa.field(f.name, storage_type(f.type, f.name)) for f in staged])
+    df = spark.read.schema(spark_schema(read_schema)).parquet(*files)
+    return df.select(*[col(f.name) for f in staged])
+
+
+def conform_changes(changes: DataFrame, data_schema: pa.Schema) -> DataFrame:
+    """Shape staged changes like the table's data files: table columns and types, tombstone flag.
+
+    Columns the window lacks are null; window columns narrower than the table's are cast up.
+
+    :param changes: staged changes from :func:`read_staged_changes`.
+    :param data_schema: the table's schema without the partition column.
+    """
+    from pyspark.sql import functions as F
+
+    present = {c.lower(): c for c in changes.columns}
+    columns = []
+    for f in data_schema:
+        target = spark_type(f.type)
+        if f.name == DELETED_COLUMN:
+            columns.append(F.coalesce(col(OP_COLUMN) == F.lit(OP_DELETE), F.lit(False)).alias(DELETED_COLUMN))
+        elif f.name.lower() in present:
+            columns.append(col(present[f.name.lower()]).cast(target).alias(f.name))
+        else:
+            columns.append(F.lit(None).cast(target).alias(f.name))
+    return changes.select(*columns)
+
+
+def latest_change_per_key(rows: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """Keep, for each key, the row with the newest order key ``(_binlog_window, _binlog_seq)``.
+
+    On equal order keys (a window merged again) the target's row (``__binlog_source_rank`` 0) wins over
+    the window's (1), so re-merges leave rows unchanged. The rank column is dropped.
+
+    :param rows: rows carrying ``_binlog_bucket``, the key columns and ``__binlog_source_rank``.
+    :param keys: key column names.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    order = Window.partitionBy(col(BUCKET_COLUMN), *[col(k) for k in keys]).orderBy(
+        col(WINDOW_COLUMN).desc(), col(SEQ_COLUMN).desc(), col(_SOURCE_RANK).asc()
+    )
+    ranked = rows.withColumn(_ROW_NUMBER, F.row_number().over(order))
+    return ranked.where(col(_ROW_NUMBER) == 1).drop(_ROW_NUMBER, _SOURCE_RANK)
+
+
+def apply_window(
+    current: DataFrame | None,
+    changes: DataFrame,
+    keys: Sequence[str],
+    partitions: int,
+    *,
+    refresh_seq: int | None = None,
+) -> DataFrame:
+    """Return the new content of the touched buckets: current rows and changes, newest per key.
+
+    Rows are hash-partitioned by bucket first so each bucket is computed (and written) by one task;
+    the per-key window then needs no second shuffle.
+
+    With ``refresh_seq`` (a snapshot with that sequence number, all buckets touched) a live target row
+    whose order key is below the snapshot's and whose key the snapshot does not hold becomes a tombstone
+    with order key ``(refresh_seq, 0)``: the row was deleted while the binlog was not followed (or
+    before a re-snapshot), and rows written by windows after the snapshot started are kept.
+
+    :param current: current rows of the touched buckets (``None`` if they hold no files yet).
+    :param changes: conformed changes with ``_binlog_bucket``.
+    :param keys: key column names.
+    :param partitions: number of shuffle partitions (the number of touched buckets is a good choice).
+    :param refresh_seq: the snapshot's sequence number when ``changes`` is a whole-table snapshot.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    rows = changes.withColumn(_SOURCE_RANK, F.lit(1))
+    if current is not None:
+        rows = current.withColumn(_SOURCE_RANK, F.lit(0)).unionByName(rows)
+    rows = rows.repartition(max(1, partitions), col(BUCKET_COLUMN))
+    if refresh_seq is None:
+        return latest_change_per_key(rows, keys)
+    per_key = Window.partitionBy(col(BUCKET_COLUMN), *[col(k) for k in keys])
+    rows = rows.withColumn(_IN_SNAPSHOT, F.max(col(_SOURCE_RANK)).over(per_key))
+    latest = latest_change_per_key(rows, keys)
+    stale = (col(_IN_SNAPSHOT) == 0) & (col(WINDOW_COLUMN) < F.lit(refresh_seq)) & ~col(DELETED_COLUMN)
+    latest = latest.withColumn(_IN_SNAPSHOT, stale)  # evaluated once, before the columns it reads change
+    tombstone = {
+        DELETED_COLUMN: F.lit(True),
+        OP_COLUMN: F.lit(OP_DELETE),
+        WINDOW_COLUMN: F.lit(refresh_seq).cast("long"),
+        SEQ_COLUMN: F.lit(0).cast("long"),
+    }
+    for name, value in tombstone.items():
+        latest = latest.withColumn(name, F.when(col(_IN_SNAPSHOT), value).otherwise(col(name)))
+    return latest.drop(_IN_SNAPSHOT)
+
+
+@dataclass(frozen=True)
+class WindowProfile:
+    """Row counts of a window's changes per bucket.
+
+    :param rows_by_bucket: number of change rows per touched bucket.
+    """
+
+    rows_by_bucket: Mapping[int, int]
+
+    @property
+    def rows(self) -> int:
+        """Return the total number of change rows."""
+        return sum(self.rows_by_bucket.values())
+
+
+def profile_changes(changes: DataFrame, keys: Sequence[str], table: str) -> WindowProfile:
+    """Count changes per bucket and validate ops, keys and order keys in one Spark job.
+
+    :param changes: conformed changes with ``_binlog_bucket``.
+    :param keys: key column names.
+    :param table: table name for messages.
+    :raises MergeJobError: if an op is unknown or a key or order key column is null.
+    """
+    from pyspark.sql import functions as F
+
+    bad_op = ~F.coalesce(col(OP_COLUMN).isin(*OPS), F.lit(False))
+    null_key = F.lit(False)
+    for k in keys:
+        null_key = null_key | col(k).isNull()
+    null_order = col(WINDOW_COLUMN).isNull() | col(SEQ_COLUMN).isNull()
+    stats = (
+        changes.groupBy(col(BUCKET_COLUMN))
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.sum(bad_op.cast("long")).alias("bad_op"),
+            F.sum(null_key.cast("long")).alias("null_key"),
+            F.sum(null_order.cast("long")).alias("null_order"),
+        )
+        .collect()
+    )
+    problems = {
+        f"an op other than {'/'.join(OPS)}": sum(r["bad_op"] for r in stats),
+        f"a null key column {list(keys)}": sum(r["null_key"] for r in stats),
+        "a null _binlog_window or _binlog_seq": sum(r["null_order"] for r in stats),
+    }
+    for what, count in problems.items():
+        if count:
+            raise MergeJobError(f"{count} staged change rows of {table} have {what}; fix the extractor")
+    return WindowProfile({int(r[BUCKET_COLUMN]): int(r["rows"]) for r in stats})
+
+
+def read_data_files(
+    spark: SparkSession, uri: str, files: Sequence[DataFile], data_schema: pa.Schema
+) -> DataFrame:
+    """Read data files of a table with its schema (without the partition column).
+
+    :param spark: the session.
+    :param uri: table location.
+    :param files: files from :func:`~airflow_provider_binlog.jobs.merge.delta.current_files`.
+    :param data_schema: the schema the files were written with (storage types).
+    """
+    return (
+        spark.read.schema(spark_schema(data_schema))
+        .parquet(*[data_file_uri(uri, f.path) for f in files])
+        .select(*[col(f.name) for f in data_schema])
+    )

@@ -1,0 +1,221 @@
+"""The staged window as the merge reads it: its tables, their keys, and their schemas.
+
+The manifest (:mod:`airflow_provider_binlog.contract.manifest`) says which files hold which table; the
+Parquet footers say the staged Arrow schema, which :func:`target_schema` maps to the Delta table's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_provider_binlog.contract import ContractError
+from airflow_provider_binlog.contract.columns import (
+    BUCKET_COLUMN,
+    CHANGE_COLUMN_NAMES,
+    CHANGE_FIELDS,
+    DELETED_COLUMN,
+    REQUIRED_CHANGE_COLUMNS,
+)
+from airflow_provider_binlog.contract.keys import resolve_keys
+from airflow_provider_binlog.contract.manifest import Manifest, require_manifest
+from airflow_provider_binlog.contract.manifest import has_changes as stages_changes
+from airflow_provider_binlog.contract.types import (
+    ARROW_TYPE_KEY,
+    MYSQL_TYPE_KEY,
+    is_lossless_widening,
+    parse_arrow_type,
+    storage_type,
+)
+from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, join_uri
+from airflow_provider_binlog.jobs.application import MergeJobError
+from airflow_provider_binlog.jobs.merge.schema import UnfollowableSchemaChange
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StagedTable:
+    """One source table of a staged window.
+
+    :param name: qualified name ``db.table``.
+    :param files: absolute locations of the table's Parquet change files.
+    :param rows: number of change rows the manifest announces.
+    :param primary_key: primary key columns from the manifest (empty for tables without one).
+    :param columns: the manifest's column descriptions (``name``, ``mysql_type``, ``arrow_type``).
+    :param refresh: the rows are a snapshot of the whole table: target rows older than the window whose
+        key is not among them become tombstones (see :func:`~airflow_provider_binlog.jobs.merge.transforms.apply_window`).
+    """
+
+    name: str
+    files: tuple[str, ...]
+    rows: int
+    primary_key: tuple[str, ...]
+    columns: tuple[Mapping[str, Any], ...] = ()
+    refresh: bool = False
+
+
+@dataclass(frozen=True)
+class StagedWindow:
+    """A complete staged window (its manifest was written).
+
+    :param uri: window directory.
+    :param pipeline: pipeline name from the manifest.
+    :param seq: window sequence number.
+    :param tables: staged tables in manifest order.
+    """
+
+    uri: str
+    pipeline: str
+    seq: int
+    tables: tuple[StagedTable, ...]
+    manifest: Manifest
+
+
+def staged_window(window_uri: str, manifest: Manifest) -> StagedWindow:
+    """Return the window a manifest stages, its file names resolved against the window folder.
+
+    :param window_uri: the folder the manifest was read from.
+    :param manifest: the validated manifest.
+    """
+    tables = tuple(
+        StagedTable(
+            name=name,
+            files=tuple(join_uri(window_uri, f) for f in entry.files),
+            rows=entry.rows,
+            primary_key=entry.primary_key,
+            columns=entry.columns,
+            refresh=manifest.is_snapshot,
+        )
+        for name, entry in manifest.tables.items()
+    )
+    return StagedWindow(
+        uri=window_uri, pipeline=manifest.pipeline, seq=manifest.window, tables=tables, manifest=manifest
+    )
+
+
+def load_window(window_uri: str, storage_options: StorageOptions | None = None) -> StagedWindow:
+    """Read and validate the staged window at ``window_uri``.
+
+    :param window_uri: window folder ``<staging>/<pipeline>/window=<seq>`` (or a snapshot folder).
+    :param storage_options: storage options of the staging store.
+    :raises ManifestMissingError: if the window is incomplete (no manifest).
+    :raises ManifestError: if its manifest is not valid.
+    """
+    return staged_window(window_uri, require_manifest(window_uri, storage_options))
+
+
+def has_changes(table: StagedTable) -> bool:
+    """Return whether a staged table has anything to merge (:func:`~airflow_provider_binlog.contract.manifest.has_changes`)."""
+    return stages_changes(table.files, table.rows, snapshot=table.refresh)
+
+
+def window_keys(
+    window: StagedWindow, overrides: Mapping[str, Sequence[str]] | None = None
+) -> dict[str, tuple[str, ...]]:
+    """Return the merge key of every table of the window with changes (:func:`~airflow_provider_binlog.contract.keys.resolve_keys`).
+
+    :raises MergeKeyError: naming the table, if a table has no key or an override contradicts its key.
+    """
+    return resolve_keys(
+        {t.name: t.primary_key for t in window.tables if has_changes(t)}, overrides, window=window.seq
+    )
+
+
+def read_staged_schema(
+    table: StagedTable, *, pipeline: str, storage_options: StorageOptions | None = None
+) -> pa.Schema:
+    """Read the Arrow schema of a table's staged files from their Parquet footers.
+
+    The files of one window normally share one schema; if a DDL in the window changed it, the schemas
+    are unified: new columns are added and each column gets the widest of its types
+    (:func:`is_lossless_widening`). The source columns come in the manifest's column order, then the change
+    metadata columns.
+
+    :param table: staged table with at least one file.
+    :param pipeline: the pipeline merging the window, for messages.
+    :param storage_options: storage options of the staging store.
+    :raises UnfollowableSchemaChange: if a column's type changed within the window to one that is neither
+        wider nor narrower (INT -> VARCHAR).
+    :raises MergeJobError: if the footers conflict otherwise or change metadata columns are missing.
+    """
+    schemas = []
+    for uri in table.files:
+        fs, path = filesystem_for(uri, storage_options)
+        try:
+            schemas.append(pq.read_schema(path, filesystem=fs))
+        except (OSError, pa.ArrowException) as err:
+            raise MergeJobError(f"cannot read the Parquet footer of staged file {uri}: {err}") from err
+    widest: dict[str, pa.DataType] = {}
+    for f in (f for schema in schemas for f in schema):
+        have = widest.setdefault(f.name, f.type)
+        if is_lossless_widening(have, f.type):
+            widest[f.name] = f.type
+        elif not is_lossless_widening(f.type, have):
+            raise UnfollowableSchemaChange(
+                pipeline=pipeline,
+                table=table.name,
+                column=f.name,
+                detail=f"changed type within the window from {have} to {f.type}, which is neither a widening "
+                "nor a narrowing",
+            )
+    # Arrow does not promote every lossless widening (date32 -> timestamp): widen the fields first.
+    schemas = [pa.schema([f.with_type(widest[f.name]) for f in schema]) for schema in schemas]
+    try:
+        unified = pa.unify_schemas(schemas, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise MergeJobError(f"staged files of {table.name} have conflicting schemas: {err}") from err
+    missing = [c for c in REQUIRED_CHANGE_COLUMNS if c not in unified.names]
+    if missing:
+        raise MergeJobError(f"staged files of {table.name} lack the change columns {missing}")
+    declared = [c.get("name") for c in table.columns]
+    ordered = [n for n in declared if n in unified.names]
+    ordered += [n for n in unified.names if n not in ordered and n not in CHANGE_COLUMN_NAMES]
+    ordered += [f.name for f in CHANGE_FIELDS if f.name in unified.names]
+    return pa.schema([unified.field(n).remove_metadata() for n in ordered])
+
+
+def _declared_arrow_type(column: Mapping[str, Any] | None, staged: pa.DataType, name: str) -> pa.DataType:
+    """Return the manifest's Arrow type for a column when it is consistent with the file's, else the file's."""
+    text = (column or {}).get("arrow_type")
+    if not text:
+        return staged
+    try:
+        declared = parse_arrow_type(str(text))
+    except ContractError:
+        return staged
+    if storage_type(declared, name).equals(storage_type(staged, name)):
+        return declared
+    return staged
+
+
+def target_schema(staged: pa.Schema, columns: Sequence[Mapping[str, Any]] = ()) -> pa.Schema:
+    """Return the Delta table schema (as Arrow) for a staged table schema.
+
+    Source columns get their storage types (:func:`storage_type`) and record the staged Arrow type and
+    MySQL type in their metadata; then come the change columns, ``_binlog_deleted`` and the partition
+    column ``_binlog_bucket``. Every field is nullable.
+
+    :param staged: staged schema from :func:`read_staged_schema`.
+    :param columns: the manifest's column descriptions.
+    :raises MergeJobError: if a column type cannot be stored.
+    """
+    by_name = {str(c.get("name")): c for c in columns}
+    fields = []
+    for f in staged:
+        if f.name in CHANGE_COLUMN_NAMES:
+            continue
+        column = by_name.get(f.name)
+        metadata = {ARROW_TYPE_KEY: str(_declared_arrow_type(column, f.type, f.name))}
+        if column and column.get("mysql_type"):
+            metadata[MYSQL_TYPE_KEY] = str(column["mysql_type"])
+        fields.append(pa.field(f.name, storage_type(f.type, f.name), nullable=True, metadata=metadata))
+    fields += [f.with_nullable(True) for f in CHANGE_FIELDS]
+    fields.append(pa.field(DELETED_COLUMN, pa.bool_(), nullable=True))
+    fields.append(pa.field(BUCKET_COLUMN, pa.int32(), nullable=True))
+    return pa.schema(fields)
