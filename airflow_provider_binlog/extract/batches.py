@@ -18,6 +18,7 @@ from airflow_provider_binlog.extract.columns import (
     ValueConversionError,
     is_zero_date,
 )
+from airflow_provider_binlog.spark_jobs.truncate import TRUNCATE_OP
 
 META_FIELDS: tuple[pa.Field, ...] = (
     pa.field("_binlog_op", pa.string(), nullable=False),
@@ -177,6 +178,26 @@ class ChangeBatchBuilder:
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def truncate_marker(
+    *, window: int, seq: int, gtid: str | None, file: str, pos: int, commit_ts: dt.datetime
+) -> pa.RecordBatch:
+    """Return the one-row batch of a truncate marker: :data:`META_FIELDS` only, ``_binlog_op`` = ``t``.
+
+    A reader of the staged files sees every data column of the row as NULL (the column is absent from the
+    marker's part file); the merge removes every row of the table ordered before it
+    (:mod:`airflow_provider_binlog.spark_jobs.truncate`).
+
+    :param seq: its ``_binlog_seq``, in the window's order with the row changes.
+    :param pos: end position of the statement's event.
+    :param commit_ts: the statement's commit time (UTC).
+    """
+    values = [TRUNCATE_OP, window, seq, gtid, file, pos, commit_ts]
+    return pa.RecordBatch.from_arrays(
+        [pa.array([v], f.type) for v, f in zip(values, META_FIELDS, strict=True)],
+        schema=pa.schema(META_FIELDS),
+    )
 
 
 def with_commit(batch: pa.RecordBatch, *, gtid: str | None, commit_ts: dt.datetime) -> pa.RecordBatch:

@@ -326,9 +326,16 @@ class ChildRows:
     :param dt: its Delta table, if it exists.
     :param pk: its key columns.
     :param pipeline: the pipeline merging the window, for messages.
+
+    Versions ordered before the child's truncate floor or the window's truncate marker of it
+    (:func:`~airflow_provider_binlog.spark_jobs.truncate.plan`) are left out: a ``TRUNCATE`` of the child
+    removed those rows, so no later parent change acts on them.
     """
 
     def __init__(self, staged: StagedTable, dt: DeltaTable | None, pk: Sequence[str], pipeline: str) -> None:
+        from airflow_provider_binlog.spark_jobs import truncate
+
+        self.cut = truncate.plan(dt, staged, pipeline).cut
         self.pk = list(pk)
         self.sources: list[tuple[Any, pa.Schema | None]] = []
         if dt is not None:
@@ -346,7 +353,9 @@ class ChildRows:
             if BUCKET_COLUMN in table.column_names:
                 table = table.drop_columns([BUCKET_COLUMN])
             for row in (table if stored is None else table.cast(stored)).to_pylist():
-                if tuple(row.get(c) for c in columns) in values:
+                if tuple(row.get(c) for c in columns) in values and (
+                    self.cut is None or _order(row) >= self.cut
+                ):
                     rows.append(row)
         return rows
 

@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
+    from airflow_provider_binlog.spark_jobs.truncate import Truncation
+
 log = logging.getLogger("airflow_provider_binlog.spark_jobs.merge")
 
 APP_ID_PREFIX = "airflow-provider-binlog"
@@ -361,6 +363,8 @@ class StagedTable:
     :param columns: the manifest's column descriptions (``name``, ``mysql_type``, ``arrow_type``).
     :param refresh: the rows are a snapshot of the whole table: target rows older than the window whose
         key is not among them become tombstones (see :func:`apply_window`).
+    :param markers: truncate markers among the rows (the manifest's ``ops``; see
+        :mod:`~airflow_provider_binlog.spark_jobs.truncate`).
     """
 
     name: str
@@ -369,6 +373,12 @@ class StagedTable:
     primary_key: tuple[str, ...]
     columns: tuple[Mapping[str, Any], ...] = ()
     refresh: bool = False
+    markers: int = 0
+
+    @property
+    def markers_only(self) -> bool:
+        """Return whether every staged row is a truncate marker (no data column, maybe no source table)."""
+        return 0 < self.markers == self.rows
 
 
 @dataclass(frozen=True)
@@ -467,6 +477,7 @@ def parse_window(window_uri: str, manifest: Mapping[str, Any]) -> StagedWindow:
                 primary_key=tuple(spec.get("primary_key") or ()),
                 columns=tuple(spec.get("columns") or ()),
                 refresh=refresh,
+                markers=int((spec.get("ops") or {}).get("t") or 0),
             )
             for name, spec in tables_spec.items()
         )
@@ -521,7 +532,7 @@ def resolve_keys(
     named = {name: tuple(cols) for name, cols in (overrides or {}).items()}
     keys: dict[str, tuple[str, ...]] = {}
     for table in window.tables:
-        if not has_changes(table):
+        if not has_changes(table) or table.markers_only:  # the merge takes the Delta table's own key
             continue
         override = named.get(table.name)
         if table.primary_key:
@@ -1405,6 +1416,7 @@ def commit_window(
     seq: int,
     custom_metadata: Mapping[str, Any],
     schema: pa.Schema | None = None,
+    app_transactions: Mapping[str, int] | None = None,
 ) -> None:
     """Commit remove-old + add-new in one Delta commit that records the window as app transactions.
 
@@ -1428,6 +1440,7 @@ def commit_window(
     :param seq: window sequence number.
     :param custom_metadata: extra commit info (summary numbers).
     :param schema: the table's new schema (Arrow, with the partition column), if it changes.
+    :param app_transactions: further app transactions ``{app id: version}`` to record (a truncate floor).
     """
     from deltalake import CommitProperties, Transaction
     from deltalake import Schema as DeltaSchema
@@ -1448,6 +1461,7 @@ def commit_window(
         app_transactions=[
             Transaction(pipeline_app_id(pipeline), high_water, now_ms),
             Transaction(window_app_id(pipeline, seq), seq, now_ms),
+            *(Transaction(app, version, now_ms) for app, version in (app_transactions or {}).items()),
         ],
     )
     if schema is not None:
@@ -1587,9 +1601,15 @@ def merge_table(
             dt.version(),
         )
         return TableResult(rows_in_window=staged.rows, skipped=True, delta_version=dt.version())
+    from airflow_provider_binlog.spark_jobs import truncate
+
     started = time.monotonic()
+    truncation = truncate.plan(dt, staged, pipeline)
     staged_schema = read_staged_schema(staged, pipeline=pipeline)
-    _check_key_columns(staged_schema, keys, staged.name)
+    if staged.markers_only:
+        keys = truncate.table_key(dt, staged.name)
+    else:
+        _check_key_columns(staged_schema, keys, staged.name)
     wanted = target_schema(staged_schema, staged.columns)
     widened: list[str] = []
     replaced: pa.Schema | None = None
@@ -1629,7 +1649,16 @@ def merge_table(
             apply_schema_change(dt, change, update_metadata=newest)
             dt.update_incremental()
     result = _rewrite_buckets(
-        spark, dt, uri, staged, staged_schema, keys, pipeline=pipeline, seq=seq, replaced=replaced
+        spark,
+        dt,
+        uri,
+        staged,
+        staged_schema,
+        keys,
+        pipeline=pipeline,
+        seq=seq,
+        replaced=replaced,
+        truncation=truncation,
     )
     result.widened = widened
     log.info(
@@ -1745,12 +1774,19 @@ def _rewrite_buckets(
     pipeline: str,
     seq: int,
     replaced: pa.Schema | None = None,
+    truncation: Truncation | None = None,
 ) -> TableResult:
     """Compute and commit the new content of the buckets the window touches.
 
     :param replaced: the table's new schema when a snapshot replaces it (:func:`replaced_columns`): every
         bucket is rewritten with it and the commit replaces the schema too.
+    :param truncation: the truncate markers of the table and window
+        (:func:`~airflow_provider_binlog.spark_jobs.truncate.plan`): one above the table's floor touches every
+        bucket.
     """
+    from airflow_provider_binlog.spark_jobs import truncate
+
+    truncation = truncation or truncate.Truncation()
     stored = pa.schema([f for f in delta_arrow_schema(dt) if f.name != BUCKET_COLUMN])
     table_schema = replaced if replaced is not None else delta_arrow_schema(dt)
     data_schema = pa.schema([f for f in table_schema if f.name != BUCKET_COLUMN])
@@ -1760,11 +1796,13 @@ def _rewrite_buckets(
     buckets = table_buckets(dt)
 
     changes = conform_changes(read_staged_changes(spark, staged.files, staged_schema), data_schema)
+    changes = truncate.without_truncated(changes, truncation)
     changes = changes.withColumn(BUCKET_COLUMN, bucket_of(key_fields, buckets)).persist()
     fs = filesystem_for(uri)[0]
     try:
         profile = profile_changes(changes, key_names, staged.name)
-        touched = list(range(buckets)) if staged.refresh else sorted(profile.rows_by_bucket)
+        every = staged.refresh or truncation.empties
+        touched = list(range(buckets)) if every else sorted(profile.rows_by_bucket)
         removed = current_files(dt, touched)
         current = None
         if removed:
@@ -1772,6 +1810,7 @@ def _rewrite_buckets(
             if replaced is not None:
                 current = conform_changes(current, data_schema)
             current = current.withColumn(BUCKET_COLUMN, bucket_of(key_fields, buckets))
+            current = truncate.tombstone_truncated(current, truncation, current.columns)
         merged = apply_window(
             current, changes, key_names, len(touched), refresh_seq=seq if staged.refresh else None
         )
@@ -1787,7 +1826,16 @@ def _rewrite_buckets(
     )
     info = _commit_info(pipeline, seq, result)
     try:
-        commit_window(dt, removed, placed, pipeline=pipeline, seq=seq, custom_metadata=info, schema=replaced)
+        commit_window(
+            dt,
+            removed,
+            placed,
+            pipeline=pipeline,
+            seq=seq,
+            custom_metadata=info,
+            schema=replaced,
+            app_transactions=truncation.app_transactions(pipeline),
+        )
     except BaseException:
         remove_files(fs, [p.location for p in placed])
         raise
