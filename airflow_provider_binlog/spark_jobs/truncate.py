@@ -9,8 +9,11 @@ staged row with ``_binlog_op`` = :data:`TRUNCATE_OP`, the statement's order key 
 2. turns every live target row ordered before that marker into a tombstone carrying the marker's order key
    and coordinates (rows of newer windows merged earlier, a backfill merged out of order, stay);
 3. applies the rows after the marker as usual, all in the window's one Delta commit per table, which also
-   records the marker's order key as the table's **floor**: the app transaction
-   ``airflow-provider-binlog:<pipeline>:truncated`` (:func:`floor_app_id`), version ``window << 32 | seq``.
+   records the marker's order key as the table's **floor**: the app transactions
+   ``airflow-provider-binlog:<pipeline>:truncated.window`` and ``...truncated.seq`` (:func:`floor_app_ids`),
+   whose versions are the marker's ``_binlog_window`` and ``_binlog_seq`` (two: a window seq is a Unix time in
+   milliseconds, ~41 bits, and a snapshot's ``_binlog_seq`` uses up to 63; a Delta app transaction version
+   is one signed 64-bit integer).
 
 Every later merge of the table (an older window merged after the truncate, a snapshot that started before
 it) drops its rows ordered below the floor: they were removed by the statement, and a key the target did
@@ -56,30 +59,14 @@ TRUNCATE_OP = "t"
 """``_binlog_op`` of a truncate marker (the staged contract's fifth op, beside ``c``/``u``/``d``/``r``)."""
 OrderKey = tuple[int, int]
 """``(_binlog_window, _binlog_seq)``."""
-_SEQ_BITS = 32
 _MARKER_COLUMNS = ("_binlog_gtid", "_binlog_file", "_binlog_pos", "_binlog_ts")
 """Coordinates a tombstone takes from the marker that removed its row."""
 
 
-def floor_app_id(pipeline: str) -> str:
-    """Return the app transaction id holding a table's floor (its newest merged truncate marker)."""
-    return f"{pipeline_app_id(pipeline)}:truncated"
-
-
-def encode(order: OrderKey) -> int:
-    """Return an order key as one app transaction version: ``window << 32 | seq``.
-
-    :raises MergeJobError: when ``seq`` does not fit 32 bits (more than 4 billion changes in one window).
-    """
-    window, seq = order
-    if not 0 <= seq < 1 << _SEQ_BITS or window < 0:
-        raise MergeJobError(f"truncate marker order key {order} cannot be recorded (seq beyond 32 bits)")
-    return window << _SEQ_BITS | seq
-
-
-def decode(version: int) -> OrderKey:
-    """Return the order key :func:`encode` made ``version`` of."""
-    return version >> _SEQ_BITS, version & ((1 << _SEQ_BITS) - 1)
+def floor_app_ids(pipeline: str) -> tuple[str, str]:
+    """Return the app transaction ids holding a table's floor: its window seq, and its ``_binlog_seq``."""
+    prefix = f"{pipeline_app_id(pipeline)}:truncated"
+    return f"{prefix}.window", f"{prefix}.seq"
 
 
 @dataclass(frozen=True)
@@ -110,13 +97,25 @@ class Truncation:
         """Return ``{app id: version}`` the merge commit records: the new floor when the window raises it."""
         if not self.empties or self.marker is None:
             return {}
-        return {floor_app_id(pipeline): encode(self.marker)}
+        return dict(zip(floor_app_ids(pipeline), self.marker, strict=True))
 
 
 def table_floor(table: DeltaTable | None, pipeline: str) -> OrderKey | None:
-    """Return a table's floor (:func:`floor_app_id`), None when no marker was merged into it."""
-    version = None if table is None else table.transaction_version(floor_app_id(pipeline))
-    return None if version is None else decode(version)
+    """Return a table's floor (:func:`floor_app_ids`), None when no marker was merged into it.
+
+    :raises MergeJobError: when the table's log holds one half of the floor only (not written by this module).
+    """
+    if table is None:
+        return None
+    window, seq = (table.transaction_version(app) for app in floor_app_ids(pipeline))
+    if window is None and seq is None:
+        return None
+    if window is None or seq is None:
+        raise MergeJobError(
+            f"{table.table_uri}: the truncate floor app transactions {floor_app_ids(pipeline)} are not both set "
+            f"({window}, {seq}); the merge commits them together, so another writer changed them"
+        )
+    return window, seq
 
 
 def window_marker(staged: StagedTable) -> tuple[OrderKey, dict[str, Any]] | None:

@@ -26,9 +26,9 @@ from airflow_provider_binlog.extract.window import extract_window  # noqa: E402
 from airflow_provider_binlog.hooks.binlog import BinlogHook  # noqa: E402
 from airflow_provider_binlog.operators.extract import gone_targets  # noqa: E402
 from airflow_provider_binlog.spark_jobs.merge import merge_window, table_uri  # noqa: E402
-from airflow_provider_binlog.spark_jobs.truncate import decode, floor_app_id  # noqa: E402
+from airflow_provider_binlog.spark_jobs.truncate import table_floor  # noqa: E402
 from airflow_provider_binlog.staging import window_path  # noqa: E402
-from airflow_provider_binlog.state import Checkpoint, PipelineState, Position, Window, now_iso  # noqa: E402
+from airflow_provider_binlog.state import StateManager, Window  # noqa: E402
 from airflow_provider_binlog.target import read_table  # noqa: E402
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB  # noqa: E402
 from airflow_provider_binlog.verify import compare_table  # noqa: E402
@@ -102,13 +102,7 @@ def staged(mariadb: LocalMariaDB, spark: Any, tmp_path_factory: pytest.TempPathF
         hook = BinlogHook(pipeline=PIPELINE)
         head = hook.server_state().head
         assert head is not None
-        state = PipelineState(
-            pipeline=PIPELINE,
-            source_identity="test",
-            flavor="mariadb",
-            revision=0,
-            checkpoint=Checkpoint(position=Position.of(head), window=0, updated_at=now_iso()),
-        )
+        state = StateManager(PIPELINE).initial("test", "mariadb", head)  # window seqs: Unix time in ms
         root = tmp_path_factory.mktemp("trunc")
         windows: list[Window] = []
         manifests: list[dict[str, Any]] = []
@@ -214,9 +208,10 @@ def test_truncated_rows_are_tombstones_at_the_marker(staged: Staged, order: str)
     uri = table_uri(staged.target(order), f"{staged.db}.t")
     rows = DeltaTable(uri).to_pyarrow_table().to_pylist()
     marker_window = staged.manifests[4]["window"]
-    floor = DeltaTable(uri).transaction_version(floor_app_id(PIPELINE))
-    assert floor is not None
-    assert decode(floor)[0] == marker_window
+    assert table_floor(DeltaTable(uri), PIPELINE) == (
+        marker_window,
+        staged.manifests[4]["ddl"][0]["effects"][0]["marker_seq"],
+    )
     truncated = {r["id"] for r in rows if r["_binlog_deleted"] and r["_binlog_window"] == marker_window}
     # what the last TRUNCATE removed: the live rows the target held when its window was merged
     assert truncated == TRUNCATED_BY_WINDOW_4[order]
