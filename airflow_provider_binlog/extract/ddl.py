@@ -148,9 +148,11 @@ def classify_ddl(
 _RANK: dict[_Decision, int] = {"ignore": 0, "follow": 1, "truncated": 2, "dropped": 2, "resnapshot": 3}
 _Found = list[tuple[str, _Decision, str]]
 
-STRICT_MODES = {"STRICT_TRANS_TABLES": 1 << 22, "STRICT_ALL_TABLES": 1 << 23}
-"""``sql_mode`` bits of the strict modes, the same in MySQL (``sql/system_variables.h``, ``MODE_STRICT_*``)
-and MariaDB (``sql/sql_class.h``); the query event logs the session's mode as these bits."""
+STRICT_MODES = {"STRICT_TRANS_TABLES": 1 << 21, "STRICT_ALL_TABLES": 1 << 22}
+"""``sql_mode`` bits of the strict modes, the same in MySQL and MariaDB (``sql/sql_class.h``: ``MODE_REAL_AS_FLOAT``
+is bit 0, each mode after it the next bit, ``MODE_STRICT_TRANS_TABLES`` bit 21); the query event logs the
+session's mode as these bits (measured on MariaDB 10.11: its default mode logs ``STRICT_TRANS_TABLES`` as
+``1 << 21``)."""
 
 
 def is_strict(sql_mode: int | None) -> bool:
