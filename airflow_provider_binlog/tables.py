@@ -68,6 +68,14 @@ def split_selection(selection: Iterable[str]) -> tuple[list[str], list[str]]:
     return includes, excludes
 
 
+def takes(selection: Iterable[str], name: str) -> bool:
+    """Return whether the selection takes the ``db.table`` ``name`` (an include matches it, no exclusion does)."""
+    includes, excludes = split_selection(selection)
+    return any(fnmatch.fnmatchcase(name, p) for p in includes) and not any(
+        fnmatch.fnmatchcase(name, p) for p in excludes
+    )
+
+
 def select_tables(selection: Iterable[str], existing: Iterable[str]) -> list[str]:
     """Return the ``existing`` ``db.table`` names the selection takes, in the order the includes name them.
 

@@ -32,6 +32,10 @@ OP_SNAPSHOT = "r"
 """A row read by a snapshot chunk (not a binlog change)."""
 OPS: tuple[str, ...] = (OP_INSERT, OP_UPDATE, OP_DELETE, OP_SNAPSHOT)
 """Every op a staged change row may carry."""
+OP_TRUNCATE = "t"
+"""A truncate marker: the table was emptied (``TRUNCATE``, ``DROP TABLE``, ``RENAME TABLE`` away) at the row's
+place in the order; every data column is NULL. The merge takes markers out before it checks :data:`OPS`
+(:mod:`airflow_provider_binlog.jobs.merge.truncate`, ``docs/adr/0015-truncate-marker.md``)."""
 
 CHANGE_FIELDS: tuple[pa.Field, ...] = (
     pa.field(OP_COLUMN, pa.string(), nullable=False),

@@ -120,6 +120,8 @@ class Manifest:
     :param foreign_keys: cascading foreign keys the merge applies.
     :param resnapshots: tables that need a re-snapshot from a point in the window on.
     :param schema_skipped_row_events: row events left out after a schema change, per table.
+    :param dropped: tables dropped or renamed away in the window (table, position, GTID, statement), each
+        emptied in the target by a truncate marker (``docs/adr/0015-truncate-marker.md``).
     :param watermarks: lowest and highest chunk watermark (snapshots only).
     """
 
@@ -139,6 +141,7 @@ class Manifest:
     foreign_keys: list[Any] = field(default_factory=list)
     resnapshots: list[Any] = field(default_factory=list)
     schema_skipped_row_events: Mapping[str, int] = field(default_factory=dict)
+    dropped: list[Any] = field(default_factory=list)
     watermarks: Mapping[str, Any] | None = None
 
     @property
@@ -178,6 +181,7 @@ class Manifest:
             "foreign_keys": list(self.foreign_keys),
             "resnapshots": list(self.resnapshots),
             "schema_skipped_row_events": dict(sorted(self.schema_skipped_row_events.items())),
+            "dropped": list(self.dropped),
             "watermarks": None if self.watermarks is None else dict(self.watermarks),
         }
         return {key: value for key, value in body.items() if value is not None}
@@ -225,6 +229,7 @@ class Manifest:
                 foreign_keys=list(body.get("foreign_keys") or []),
                 resnapshots=list(body.get("resnapshots") or []),
                 schema_skipped_row_events=dict(body.get("schema_skipped_row_events") or {}),
+                dropped=list(body.get("dropped") or []),
                 watermarks=body.get("watermarks"),
             )
         except ContractError as err:

@@ -12,7 +12,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_binlog.contract.columns import GTID_COLUMN, TS_COLUMN, UTC, change_schema
+from airflow_provider_binlog.contract.columns import (
+    CHANGE_FIELDS,
+    GTID_COLUMN,
+    OP_TRUNCATE,
+    TS_COLUMN,
+    UTC,
+    change_schema,
+)
 from airflow_provider_binlog.extract.columns import (
     ColumnSpec,
     Converter,
@@ -161,6 +168,26 @@ class ChangeBatchBuilder:
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def truncate_marker(
+    *, window: int, seq: int, gtid: str | None, file: str, pos: int, commit_ts: dt.datetime
+) -> pa.RecordBatch:
+    """Return the one-row batch of a truncate marker: :data:`CHANGE_FIELDS` only, ``_binlog_op`` = ``t``.
+
+    A reader of the staged files sees every data column of the row as NULL (the column is absent from the
+    marker's part file); the merge removes every row of the table ordered before it
+    (:mod:`airflow_provider_binlog.jobs.merge.truncate`).
+
+    :param seq: its ``_binlog_seq``, in the window's order with the row changes.
+    :param pos: end position of the statement's event.
+    :param commit_ts: the statement's commit time (UTC).
+    """
+    values = [OP_TRUNCATE, window, seq, gtid, file, pos, commit_ts]
+    return pa.RecordBatch.from_arrays(
+        [pa.array([v], f.type) for v, f in zip(values, CHANGE_FIELDS, strict=True)],
+        schema=pa.schema(CHANGE_FIELDS),
+    )
 
 
 def with_commit(batch: pa.RecordBatch, *, gtid: str | None, commit_ts: dt.datetime) -> pa.RecordBatch:

@@ -14,13 +14,16 @@ statement is parsed with sqlglot's ``mysql`` dialect and every selected table it
   default (or ``DEFAULT NULL``), not generated, not ``AUTO_INCREMENT`` and not a ``TIMESTAMP`` (which
   MySQL may make ``NOT NULL DEFAULT CURRENT_TIMESTAMP`` implicitly); ``DROP COLUMN``; ``MODIFY`` and
   ``CHANGE`` that keep the column's name (the merge follows the new type, see ``docs/schema-changes.md``);
-  ``CREATE TABLE`` (also ``LIKE`` and ``AS SELECT``): a new table is captured from its first row.
+  ``CREATE TABLE`` (also ``LIKE`` and ``AS SELECT``): a new table is captured from its first row;
+  ``TRUNCATE TABLE``, ``DROP TABLE``, ``DROP DATABASE`` and the source of a ``RENAME TABLE``: the table is
+  emptied at the statement's place in the order (:attr:`DdlEffect.empties`; the extract stages a truncate
+  marker, ``docs/adr/0015-truncate-marker.md``).
 * ``resnapshot``: the binlog does not carry what the target needs: every other ``ADD COLUMN``, ``CHANGE``
   or ``RENAME COLUMN`` that renames, primary key changes, ``CONVERT TO CHARACTER SET``,
-  ``CREATE OR REPLACE TABLE``, a ``RENAME TABLE`` whose destination is selected,
-  ``TRUNCATE`` and ``DROP TABLE`` (the table's rows all change at once without row events; a re-snapshot is
-  exact in its end state), and anything that cannot be parsed or is not known to be harmless while it names
-  a selected table. The rule over-approximates: an extra snapshot costs time, a missed one loses rows.
+  ``CREATE OR REPLACE TABLE``, the destination of a ``RENAME TABLE``, a ``MODIFY``/``CHANGE`` of a column's
+  type under a ``sql_mode`` without strict mode (the server may clamp or cut stored values without row
+  events), and anything that cannot be parsed or is not known to be harmless while it names a selected
+  table. The rule over-approximates: an extra snapshot costs time, a missed one loses rows.
 
 Names are matched case-insensitively (``lower_case_table_names`` differs between servers; a false match
 costs one snapshot). Unqualified names take the statement's default database (the ``db`` of its query
@@ -37,6 +40,11 @@ from typing import Any, Literal
 from airflow_provider_binlog.contract.names import database_of
 
 DdlAction = Literal["ignore", "follow", "resnapshot"]
+Emptied = Literal["", "truncated", "dropped"]
+"""How a followed statement empties a table: ``truncated`` (``TRUNCATE``), ``dropped`` (``DROP TABLE``,
+``DROP DATABASE``, renamed away), or ``''`` (it does not)."""
+_Decision = Literal["ignore", "follow", "truncated", "dropped", "resnapshot"]
+"""What :func:`_effects` finds per table: an action, or a ``follow`` that empties the table."""
 
 _IDENT = r"(?:`(?:[^`]|``)+`|[\w$]+)"
 _NAME = rf"{_IDENT}(?:\s*\.\s*{_IDENT})?"
@@ -78,11 +86,14 @@ class DdlEffect:
     :param table: the selected table, ``db.table`` as the pipeline names it.
     :param action: see :data:`DdlAction`.
     :param reason: why, in a few words (for the task log and the manifest).
+    :param empties: whether the statement removes every row of the table at its place in the order
+        (action ``follow``): the extract stages a truncate marker there (:data:`Emptied`).
     """
 
     table: str
     action: DdlAction
     reason: str
+    empties: Emptied = ""
 
 
 NEW_TABLE = "CREATE TABLE: a new table is captured from its first row"
@@ -90,7 +101,12 @@ NEW_TABLE = "CREATE TABLE: a new table is captured from its first row"
 
 
 def classify_ddl(
-    sql: str, default_schema: str | None, selected: Iterable[str], captured: Iterable[str] = ()
+    sql: str,
+    default_schema: str | None,
+    selected: Iterable[str],
+    captured: Iterable[str] = (),
+    *,
+    sql_mode: int | None = None,
 ) -> list[DdlEffect]:
     """Return the effect of the DDL statement ``sql`` on each of the ``selected`` tables it touches.
 
@@ -99,17 +115,22 @@ def classify_ddl(
     :param selected: ``db.table`` names of the tables the pipeline captures.
     :param captured: those of them the target already holds rows of: a ``CREATE TABLE`` of such a name (its
         table was dropped or renamed in an earlier window, when the extract no longer saw it) is re-snapshotted,
-        so the old rows do not stay beside the new table's.
+        so the old rows do not stay beside the new table's (the target keeps the old table's columns, which
+        only a snapshot replaces).
+    :param sql_mode: the session's ``sql_mode`` bits from the query event's status variables (``Q_SQL_MODE_CODE``),
+        None when the event carries none: a ``MODIFY``/``CHANGE`` under a mode with neither
+        ``STRICT_TRANS_TABLES`` nor ``STRICT_ALL_TABLES`` is re-snapshotted (:func:`is_strict`).
     :returns: one effect per selected table the statement touches (``ignore`` ones included), sorted by
         table; empty when it touches none. A statement that cannot be parsed touches every selected table
         whose name appears in its text, with action ``resnapshot``.
     """
     by_lower = {name.lower(): name for name in selected}
     in_target = {name.lower() for name in captured}
-    found = _effects(sql, default_schema or "")
+    found = _effects(sql, default_schema or "", strict=is_strict(sql_mode))
     if found is None:
         return _unparsed(sql, by_lower)
     effects: dict[str, DdlEffect] = {}
+    ranks: dict[str, int] = {}
     for name, action, reason in found:
         lower = name.lower()
         if lower.endswith(".*"):  # every table of a database
@@ -119,17 +140,41 @@ def classify_ddl(
         for table in tables:
             if reason == NEW_TABLE and table.lower() in in_target:
                 action, reason = "resnapshot", "CREATE TABLE of a name the target holds rows of"
-            known = effects.get(table)
-            if known is None or _RANK[action] > _RANK[known.action]:
-                effects[table] = DdlEffect(table, action, reason)
+            known = ranks.get(table)
+            if known is None or _RANK[action] > known:
+                ranks[table] = _RANK[action]
+                effects[table] = _effect(table, action, reason)
     return [effects[t] for t in sorted(effects)]
 
 
-_RANK = {"ignore": 0, "follow": 1, "resnapshot": 2}
-_Found = list[tuple[str, DdlAction, str]]
+_RANK: dict[_Decision, int] = {"ignore": 0, "follow": 1, "truncated": 2, "dropped": 2, "resnapshot": 3}
+_Found = list[tuple[str, _Decision, str]]
+
+STRICT_MODES = {"STRICT_TRANS_TABLES": 1 << 21, "STRICT_ALL_TABLES": 1 << 22}
+"""``sql_mode`` bits of the strict modes, the same in MySQL and MariaDB (``sql/sql_class.h``: ``MODE_REAL_AS_FLOAT``
+is bit 0, each mode after it the next bit, ``MODE_STRICT_TRANS_TABLES`` bit 21); the query event logs the
+session's mode as these bits (measured on MariaDB 10.11: its default mode logs ``STRICT_TRANS_TABLES`` as
+``1 << 21``)."""
 
 
-def _effects(sql: str, schema: str) -> _Found | None:
+def is_strict(sql_mode: int | None) -> bool:
+    """Return whether a session ``sql_mode`` (bits, None when not logged) refuses values that do not fit.
+
+    Under strict mode an ``ALTER TABLE ... MODIFY`` whose stored values do not fit the new type fails; without
+    it the server clamps numbers and cuts text with warnings only, and logs no row event for the rows it
+    changed. None (no ``Q_SQL_MODE_CODE`` in the event) is taken as strict, the default since MySQL 5.7 and
+    MariaDB 10.2.4.
+    """
+    return sql_mode is None or any(sql_mode & bit for bit in STRICT_MODES.values())
+
+
+def _effect(table: str, decision: _Decision, reason: str) -> DdlEffect:
+    if decision == "truncated" or decision == "dropped":
+        return DdlEffect(table, "follow", reason, empties=decision)
+    return DdlEffect(table, decision, reason)
+
+
+def _effects(sql: str, schema: str, *, strict: bool = True) -> _Found | None:
     """Return ``[(db.table, action, reason)]`` for every table the statement names, None when unparsed."""
     import sqlglot
     from sqlglot import exp
@@ -150,10 +195,10 @@ def _effects(sql: str, schema: str) -> _Found | None:
         return None
     statement = statements[0]
     if isinstance(statement, exp.Alter) and str(statement.args.get("kind") or "").upper() == "TABLE":
-        return _alter(statement, schema)
+        return _alter(statement, schema, strict=strict)
     if isinstance(statement, exp.TruncateTable):
         return [
-            (_qualify(t, schema), "resnapshot", "TRUNCATE TABLE removed every row")
+            (_qualify(t, schema), "truncated", "TRUNCATE TABLE removed every row: a truncate marker")
             for t in statement.expressions
         ]
     if isinstance(statement, exp.Drop):
@@ -163,8 +208,11 @@ def _effects(sql: str, schema: str) -> _Found | None:
     return None
 
 
-def _alter(statement: Any, schema: str) -> _Found:
-    """Return the effect of ``ALTER TABLE`` on its table (the strongest of its actions)."""
+def _alter(statement: Any, schema: str, *, strict: bool) -> _Found:
+    """Return the effect of ``ALTER TABLE`` on its table (the strongest of its actions).
+
+    ``strict``: whether the session's ``sql_mode`` was strict (:func:`is_strict`).
+    """
     from sqlglot import exp
 
     table = _qualify(statement.this, schema)
@@ -181,6 +229,15 @@ def _alter(statement: Any, schema: str) -> _Found:
                 found.append(
                     (table, "resnapshot", f"CHANGE renames column {renamed_from.name} to {new_name}")
                 )
+            elif not strict:
+                found.append(
+                    (
+                        table,
+                        "resnapshot",
+                        f"MODIFY/CHANGE of column {new_name} under a sql_mode without STRICT_TRANS_TABLES or "
+                        "STRICT_ALL_TABLES may clamp or cut stored values without row events",
+                    )
+                )
             else:
                 found.append((table, "follow", f"MODIFY/CHANGE of column {new_name} keeps its name"))
         elif isinstance(action, exp.RenameColumn):
@@ -195,7 +252,7 @@ def _alter(statement: Any, schema: str) -> _Found:
                 found.append((table, "resnapshot", f"DROP {what or '?'}"))
         elif isinstance(action, exp.AlterRename):
             destination = _qualify(action.this, schema)
-            found.append((table, "resnapshot", f"renamed to {destination}"))
+            found.append((table, "dropped", f"renamed to {destination}: emptied by a truncate marker"))
             found.append((destination, "resnapshot", f"renamed from {table}"))
         elif kind == "AddConstraint" and action.find(exp.PrimaryKey) is not None:
             found.append((table, "resnapshot", "primary key added"))
@@ -247,12 +304,12 @@ def _drop(statement: Any, schema: str) -> _Found:
         return []
     if what == "TABLE":
         return [
-            (_qualify(t, schema), "resnapshot", "DROP TABLE removed every row")
+            (_qualify(t, schema), "dropped", "DROP TABLE removed every row: a truncate marker")
             for t in statement.args["tables"]
         ]
     if what in ("DATABASE", "SCHEMA"):
         return [
-            (f"{t.name}.*", "resnapshot", f"DROP {what} removed every table")
+            (f"{t.name}.*", "dropped", f"DROP {what} removed every table: a truncate marker")
             for t in statement.args["tables"]
         ]
     return []
@@ -275,9 +332,11 @@ def _create(match: re.Match[str], schema: str) -> _Found:
 
 
 def _rename_tables(pairs: str, schema: str) -> _Found | None:
-    """Return the effects of ``RENAME TABLE a TO b, c TO d``: every source and destination is re-snapshotted.
+    """Return the effects of ``RENAME TABLE a TO b, c TO d``.
 
-    A source no longer exists afterwards (as after ``DROP TABLE``); a destination holds another table's rows.
+    A source no longer exists afterwards: it is emptied, as by ``DROP TABLE`` (a name that is also a
+    destination, as ``t`` in the cut-over ``t TO _t_old, _t_new TO t``, is re-snapshotted: the stronger
+    action). A destination holds another table's rows: re-snapshotted.
     """
     from airflow_provider_binlog.extract.statements import qualify_name
 
@@ -287,7 +346,9 @@ def _rename_tables(pairs: str, schema: str) -> _Found | None:
         if match is None:
             return None
         source, destination = qualify_name(match.group(1), schema), qualify_name(match.group(2), schema)
-        found.append((source, "resnapshot", f"RENAME TABLE {source} TO {destination} removed it"))
+        found.append(
+            (source, "dropped", f"RENAME TABLE {source} TO {destination} removed it: a truncate marker")
+        )
         found.append((destination, "resnapshot", f"RENAME TABLE {source} TO {destination} replaced it"))
     return found
 

@@ -60,7 +60,7 @@ from airflow_provider_binlog.exceptions import (
     UndecodableValueError,
     UnsupportedEventError,
 )
-from airflow_provider_binlog.extract.batches import ChangeBatchBuilder, with_commit
+from airflow_provider_binlog.extract.batches import ChangeBatchBuilder, truncate_marker, with_commit
 from airflow_provider_binlog.extract.columns import (
     ColumnSpec,
     ValueConversionError,
@@ -208,6 +208,9 @@ class TableTarget:
         re-snapshotted, see :func:`~airflow_provider_binlog.extract.ddl.classify_ddl`).
     :param barriers: schema changes of the table waiting for a re-snapshot (from the pipeline's state; the
         reader adds those it finds): a change is staged only when every barrier :meth:`SchemaBarrier.stages` it.
+    :param gone: the table no longer exists on the source, but the target holds it: none of its row changes
+        are staged (a ``DROP TABLE`` or ``RENAME TABLE`` at or after them empties it), only the truncate marker
+        of the statement that removed it, when the window holds that statement.
     """
 
     name: str
@@ -227,10 +230,11 @@ class TableTarget:
 
     barriers: list[SchemaBarrier] = field(default_factory=list)
     captured: bool = False
+    gone: bool = False
 
     def stages(self, key: tuple[int, int]) -> bool:
-        """Return whether a change whose event ends at ``key`` is staged (see ``since`` and ``barriers``)."""
-        if self.since is not None and key <= self.since.key:
+        """Return whether a change whose event ends at ``key`` is staged (see ``since``, ``barriers``, ``gone``)."""
+        if self.gone or (self.since is not None and key <= self.since.key):
             return False
         return all(b.stages(key) for b in self.barriers)
 
@@ -263,6 +267,7 @@ class ExtractStats:
     covered_tables: dict[str, int] = field(default_factory=dict)
     resnapshots: list[dict[str, Any]] = field(default_factory=list)
     schema_skipped_row_events: Counter[str] = field(default_factory=Counter)
+    dropped: list[dict[str, Any]] = field(default_factory=list)
 
 
 LayoutKey = tuple[str, tuple[Any, ...]]
@@ -376,6 +381,7 @@ class WindowReader:
         self.current_layout: dict[str, LayoutKey] = {}
         self.layout_of_list: dict[int, _Layout] = {}
         self.zero_dates: Counter[str] = Counter()
+        self.committed_tables: set[str] = set()
         self.position = start
 
     def run(self) -> ExtractStats:
@@ -565,23 +571,39 @@ class WindowReader:
         if kind is QueryKind.DML:
             self._statement(text, schema, file, end_pos)
             return  # a statement inside a transaction: the transaction goes on (no implicit commit)
-        self._ddl(text, schema, file, end_pos)
+        self._ddl(
+            text, schema, file, end_pos, sql_mode=getattr(event, "sql_mode", None), timestamp=event.timestamp
+        )
         self._rollback()  # DDL commits implicitly and carries no rows: a transaction boundary
 
-    def _ddl(self, text: str, schema: str, file: str, end_pos: int) -> None:
+    def _ddl(
+        self, text: str, schema: str, file: str, end_pos: int, *, sql_mode: int | None, timestamp: int
+    ) -> None:
         """Decide what a DDL statement means for the selected tables (:func:`~airflow_provider_binlog.extract.ddl.classify_ddl`).
 
         Each decision goes to the task log and the manifest (``ddl``). A table the target cannot follow gets a
         :class:`SchemaBarrier` at the statement: this window stages none of its later changes (unless a
         snapshot ordered before the window covers the change), and the manifest lists it under
-        ``resnapshots``, which the window's commit records in the pipeline state.
+        ``resnapshots``, which the window's commit records in the pipeline state. A followed statement that
+        empties a table (``TRUNCATE``, ``DROP TABLE``, renamed away) stages a truncate marker
+        (:meth:`_empty`).
+
+        :param sql_mode: the session's ``sql_mode`` bits logged with the statement (``Q_SQL_MODE_CODE``), if any.
+        :param timestamp: the statement's start time (Unix seconds), the commit time of its implicit commit.
         """
         effects = classify_ddl(
-            text, schema, self.tables, [t.name for t in self.tables.values() if t.captured]
+            text,
+            schema,
+            self.tables,
+            [t.name for t in self.tables.values() if t.captured],
+            sql_mode=sql_mode,
         )
         if not effects:
             return
         at = BinlogPosition(file, end_pos)
+        decisions: list[dict[str, Any]] = [
+            {"table": e.table, "action": e.action, "reason": e.reason} for e in effects
+        ]
         self.stats.ddl.append(
             {
                 "gtid": self.txn.gtid,
@@ -589,10 +611,13 @@ class WindowReader:
                 "query": text[:STATEMENT_CHARS],
                 "file": file,
                 "pos": end_pos,
-                "effects": [{"table": e.table, "action": e.action, "reason": e.reason} for e in effects],
+                "effects": decisions,
             }
         )
-        for effect in effects:
+        for effect, decision in zip(effects, decisions, strict=True):
+            if effect.empties:
+                decision["empties"] = effect.empties
+                decision["marker_seq"] = self._empty(effect, text, at, timestamp)
             if effect.action != "resnapshot":
                 log.info(
                     "window %s of %s: %s at %s (GTID %s): %s (%s)",
@@ -625,6 +650,53 @@ class WindowReader:
                 "until that snapshot is merged the target shows the table as it was before this statement",
                 self.window, self.pipeline, effect.table, at, self.txn.gtid, effect.reason, effect.table,
             )  # fmt: skip
+
+    def _empty(self, effect: Any, text: str, at: BinlogPosition, timestamp: int) -> int | None:
+        """Stage a truncate marker of ``effect.table`` at the statement's place in the order; return its seq.
+
+        The marker (``_binlog_op = 't'``, every data column NULL, see
+        :mod:`~airflow_provider_binlog.jobs.merge.truncate`) tells the merge to remove every row of the table
+        ordered before it. It is staged where the table's row changes would be (:meth:`TableTarget.stages`, or
+        the table is ``gone``), when the target holds the table or this window committed rows of it: a
+        marker of a table the target never held has nothing to remove. A dropped table is listed under
+        ``dropped`` in the manifest; one whose rows this window staged is then taken as held by the target, so
+        a ``CREATE TABLE`` of its name later in the window is re-snapshotted (only a snapshot replaces the
+        old table's columns).
+
+        :returns: the marker's ``_binlog_seq``, None when no marker was staged.
+        """
+        target = self.tables[effect.table]
+        staged = target.gone or target.stages(at.key)
+        held = target.captured or effect.table in self.committed_tables
+        seq = None
+        if staged and held and effect.table not in self.stats.covered_tables:
+            seq = self._next_seq()
+            commit_ts = dt.datetime.fromtimestamp(timestamp, dt.timezone.utc)
+            marker = truncate_marker(
+                window=self.window, seq=seq, gtid=self.txn.gtid, file=at.file, pos=at.pos, commit_ts=commit_ts
+            )
+            self.sink(effect.table, marker, [], target.primary_key)
+            if effect.empties == "dropped":
+                target.captured = True
+        if effect.empties == "dropped":
+            self.stats.dropped.append(
+                {
+                    "table": effect.table,
+                    "since": {"file": at.file, "pos": at.pos},
+                    "gtid": self.txn.gtid,
+                    "statement": text[:STATEMENT_CHARS],
+                    "window": self.window,
+                    "marker_seq": seq,
+                }
+            )
+        log.info(
+            "window %s of %s: %s %s at %s (GTID %s): %s",
+            self.window, self.pipeline, effect.table, effect.empties, at, self.txn.gtid,
+            f"truncate marker staged (seq {seq}); the merge removes every row ordered before it"
+            if seq is not None
+            else "no truncate marker: the target holds no rows of it ordered before the statement",
+        )  # fmt: skip
+        return seq
 
     def _load_query(self, event: Any, file: str, end_pos: int) -> None:
         """Act on a statement-based ``LOAD DATA`` (an Execute_load_query event) like on any DML statement.
@@ -884,6 +956,8 @@ class WindowReader:
                     spilled = with_commit(batch, gtid=self.txn.gtid, commit_ts=commit_ts)
                     self.sink(layout.table, spilled, layout.specs, self.tables[layout.table].primary_key)
             layout.builder.commit(self.txn.gtid, commit_ts)
+            if layout.builder.committed or self.txn.spilled.get(key):
+                self.committed_tables.add(layout.table)
             if layout.builder.committed >= BATCH_ROWS:
                 self._flush(layout)
         self.txn.close_spills()

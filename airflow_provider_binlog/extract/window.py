@@ -87,6 +87,10 @@ def extract_window(
     this window on (``resnapshots``, recorded in the state by the window's commit) and, per table, the row
     events left out because of such a schema change (``schema_skipped_row_events``; see
     :class:`~airflow_provider_binlog.extract.reader.SchemaBarrier`).
+    A statement that empties a table (``TRUNCATE``, ``DROP TABLE``, renamed away) stages a truncate marker
+    at its place in the order (``_binlog_op`` = ``t``, :mod:`~airflow_provider_binlog.jobs.merge.truncate`);
+    the tables dropped or renamed away are listed under ``dropped`` (table, position, GTID, statement, the
+    marker's seq or None when the target held no rows of it).
 
     :raises BinlogPurgedError: when the window start was purged.
     :raises UnsupportedEventError: on events that cannot be decoded without loss.
@@ -152,6 +156,7 @@ def extract_window(
         foreign_keys=[k.to_manifest() for k in foreign_keys],
         resnapshots=stats.resnapshots,
         schema_skipped_row_events=dict(sorted(stats.schema_skipped_row_events.items())),
+        dropped=stats.dropped,
         stats={
             "events": stats.events,
             "transactions": stats.transactions,

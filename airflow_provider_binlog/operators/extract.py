@@ -23,6 +23,7 @@ from airflow_provider_binlog.tables import (
     parse_tables,
     skipped_warning,
     table_keys,
+    takes,
 )
 from airflow_provider_binlog.windows import cut_interval_window, cut_window, mark_window
 
@@ -113,6 +114,27 @@ def captured_tables(state: PipelineState | None) -> set[str]:
     if state is None:
         return set()
     return {*state.target_tables, *(t for s in state.snapshots for t in s.tables)}
+
+
+def gone_targets(
+    state: PipelineState | None, selection: Sequence[str], existing: Iterable[str]
+) -> dict[str, Any]:
+    """Return a ``gone`` target per table the target holds that the source no longer has but the selection takes.
+
+    Such a table was dropped or renamed away (:class:`~airflow_provider_binlog.extract.reader.TableTarget`). The
+    window stages none of their row changes, only the truncate marker of the statement that removed them
+    when the window holds it, so the target is emptied at that statement's place in the order
+    (``docs/adr/0015-truncate-marker.md``). Their key is the Delta table's own (the merge reads it there).
+    """
+    from airflow_provider_binlog.extract.reader import TableTarget
+
+    known = set(existing)
+    held = state.target_tables if state is not None else []
+    return {
+        name: TableTarget(name, [], captured=True, gone=True)
+        for name in sorted(held)
+        if name not in known and takes(selection, name)
+    }
 
 
 def snapshot_covers(state: PipelineState | None, tables: Iterable[str]) -> dict[str, Any]:
@@ -230,7 +252,9 @@ class BinlogExtractOperator(BaseOperator):
         check_writable(root)
         manager = StateManager(self.pipeline, history=StagedStateHistory(root), lock=SourceStateLock(hook))
         known = manager.load()
-        targets, skipped = self._targets(hook.describe_tables(selection), known)
+        described = hook.describe_tables(selection)
+        targets, skipped = self._targets(described, known)
+        targets.update(gone_targets(known, selection, described))
         current, window = self._cut(manager, server, hook, context, known)
         for target in targets.values():
             target.barriers = schema_barriers(current, target.name, window.seq)

@@ -57,7 +57,7 @@ from airflow_provider_binlog.windows import advance_checkpoint, cut_window, mark
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PIPELINE = "ddl"
-TABLES = ("t_default", "t_rename", "t_trunc", "t_drop", "t_osc", "t_flow")
+TABLES = ("t_default", "t_rename", "t_trunc", "t_drop", "t_osc", "t_flow", "t_narrow", "t_strict")
 PT_OSC = shutil.which("pt-online-schema-change")
 BUCKETS = 2
 """Few buckets: the tables are small, and each bucket costs a Spark task per merge."""
@@ -291,6 +291,15 @@ def flow(mariadb: LocalMariaDB, spark: Any, tmp_path_factory: pytest.TempPathFac
             "CREATE TABLE t_drop (id INT PRIMARY KEY, w INT NOT NULL)",
             "INSERT INTO t_drop SELECT seq, seq * 3 FROM seq_1_to_30",
         )
+        for table, sql_mode in (("t_narrow", ""), ("t_strict", "@@GLOBAL.sql_mode")):  # one session each
+            flow.sql(
+                f"UPDATE {table} SET v = 'before' WHERE id <= 10",
+                f"SET SESSION sql_mode = {sql_mode or repr(sql_mode)}",
+                # values that do not fit only under non-strict mode: 'r100' and longer are cut to 3 characters
+                f"ALTER TABLE {table} MODIFY v VARCHAR({3 if table == 't_narrow' else 150})",
+                f"UPDATE {table} SET v = 'aft' WHERE id BETWEEN 5 AND 15",
+                f"INSERT INTO {table} (id, v) VALUES (1001, 'new')",
+            )
         pt_osc(mariadb, db, "t_osc", "ADD COLUMN extra VARCHAR(10) NOT NULL DEFAULT 'osc'")
         time.sleep(0.3)  # writes after the cut-over too
         writer.stop()
@@ -336,18 +345,43 @@ def test_renamed_column_is_resnapshotted_without_a_stale_column(flow: Flow) -> N
 
 
 def test_truncate_removes_rows_before_it_and_keeps_rows_after_it(flow: Flow) -> None:
-    assert [a for a, _ in flow.ddl_effects(flow.manifests[0], "t_trunc")] == ["resnapshot"]
+    name = f"{flow.db}.t_trunc"
+    first = flow.manifests[0]
+    assert [a for a, _ in flow.ddl_effects(first, "t_trunc")] == ["follow"]
+    assert first.tables[name].ops == {"c": 3, "t": 1, "u": 10}  # a marker, no row event left out
+    assert all(name not in s.tables for s in flow.snapshots[1:])  # exact without a re-snapshot
     assert flow.mismatch("t_trunc") is None
-    ids = sorted(r["id"] for r in read_table(flow.target, f"{flow.db}.t_trunc").to_pylist())
+    ids = sorted(r["id"] for r in read_table(flow.target, name).to_pylist())
     assert ids == [5, 7, 1002]
 
 
 def test_dropped_and_created_again_with_another_schema(flow: Flow) -> None:
     decided = flow.ddl_effects(flow.manifests[0], "t_drop")
-    # the DROP's barrier holds the name until the re-snapshot; the CREATE of a new table is followed
-    assert [(a, q.split()[0]) for a, q in decided] == [("resnapshot", "DROP"), ("follow", "CREATE")]
+    # the DROP empties the target at its place; the CREATE of a name the target holds is re-snapshotted,
+    # which replaces the old table's columns
+    assert [(a, q.split()[0]) for a, q in decided] == [("follow", "DROP"), ("resnapshot", "CREATE")]
+    (dropped,) = [d for d in flow.manifests[0].dropped if d["table"] == f"{flow.db}.t_drop"]
+    assert dropped["marker_seq"] is not None
     assert flow.mismatch("t_drop") is None  # the old rows and the old column 'v' are gone
     assert len(read_table(flow.target, f"{flow.db}.t_drop")) == 29
+
+
+def test_narrowing_under_a_non_strict_sql_mode_is_resnapshotted(flow: Flow) -> None:
+    name = f"{flow.db}.t_narrow"
+    (decided,) = flow.ddl_effects(flow.manifests[0], "t_narrow")
+    assert decided[0] == "resnapshot"
+    assert any(name in s.tables for s in flow.snapshots[1:])
+    assert flow.mismatch("t_narrow") is None  # the server cut 'r100' to 'r10' without a row event
+    rows = {r["id"]: r["v"] for r in read_table(flow.target, name).to_pylist()}
+    assert rows[100] == "r10"
+    assert rows[1001] == "new"
+
+
+def test_a_type_change_under_strict_mode_is_followed(flow: Flow) -> None:
+    name = f"{flow.db}.t_strict"
+    assert [a for a, _ in flow.ddl_effects(flow.manifests[0], "t_strict")] == ["follow"]
+    assert all(name not in s.tables for s in flow.snapshots[1:])
+    assert flow.mismatch("t_strict") is None
 
 
 def test_online_schema_change_cut_over_under_writes(flow: Flow) -> None:
@@ -363,7 +397,7 @@ def test_online_schema_change_cut_over_under_writes(flow: Flow) -> None:
 def test_a_table_keeps_flowing_beside_the_schema_changes_of_others(flow: Flow) -> None:
     name = f"{flow.db}.t_flow"
     assert flow.manifests[0].schema_skipped_row_events.keys() == {
-        f"{flow.db}.{t}" for t in ("t_default", "t_rename", "t_trunc", "t_drop", "t_osc")
+        f"{flow.db}.{t}" for t in ("t_default", "t_rename", "t_drop", "t_osc", "t_narrow")
     }
     first = flow.manifests[0]
     staged = pq.read_table(flow.root / "staging" / PIPELINE / f"window={first.window}" / name).to_pylist()
@@ -372,6 +406,6 @@ def test_a_table_keeps_flowing_beside_the_schema_changes_of_others(flow: Flow) -
         (file_index(r["_binlog_file"]), r["_binlog_pos"]) > last_ddl for r in staged
     )  # after every DDL
     assert [s.tables for s in flow.snapshots[1:]] == [
-        [f"{flow.db}.{t}" for t in ("t_default", "t_drop", "t_osc", "t_rename", "t_trunc")]
+        [f"{flow.db}.{t}" for t in ("t_default", "t_drop", "t_narrow", "t_osc", "t_rename")]
     ]
     assert flow.mismatch("t_flow") is None

@@ -78,8 +78,6 @@ def test_changes_the_row_images_carry_are_followed(sql: str) -> None:
         "ALTER TABLE orders ADD COLUMN (a INT, b INT)",
         "ALTER TABLE orders TRUNCATE PARTITION p0",
         "ALTER TABLE orders DROP PARTITION p0",
-        "TRUNCATE TABLE orders",
-        "TRUNCATE shop.orders",
         "CREATE OR REPLACE TABLE orders (id INT PRIMARY KEY)",
     ],
 )
@@ -105,23 +103,77 @@ def test_a_new_table_is_captured_from_its_first_row(sql: str) -> None:
     assert again.action == "resnapshot"
 
 
-def test_drop_table_and_drop_database_touch_every_named_table() -> None:
+def emptied(sql: str, schema: str = "shop") -> dict[str, str]:
+    """Return ``{table: empties}`` of the followed effects that empty a table (a truncate marker)."""
+    return {e.table: e.empties for e in classify_ddl(sql, schema, SELECTED) if e.empties}
+
+
+@pytest.mark.parametrize("sql", ["TRUNCATE TABLE orders", "TRUNCATE shop.orders", "truncate `shop`.`orders`"])
+def test_truncate_is_followed_with_a_truncate_marker(sql: str) -> None:
+    (effect,) = classify_ddl(sql, "shop", SELECTED)
+    assert (effect.table, effect.action, effect.empties) == ("shop.orders", "follow", "truncated")
+
+
+def test_drop_table_and_drop_database_empty_every_named_table() -> None:
     assert effects("DROP TABLE IF EXISTS orders, other.orders") == {
-        "shop.orders": "resnapshot",
-        "other.orders": "resnapshot",
+        "shop.orders": "follow",
+        "other.orders": "follow",
     }
-    assert set(effects("DROP DATABASE shop")) == {"shop.orders", "shop.items", "shop._orders_new"}
+    assert emptied("DROP TABLE IF EXISTS orders, other.orders") == {
+        "shop.orders": "dropped",
+        "other.orders": "dropped",
+    }
+    assert emptied("DROP DATABASE shop") == {
+        "shop.orders": "dropped",
+        "shop.items": "dropped",
+        "shop._orders_new": "dropped",
+    }
 
 
-def test_online_schema_change_cut_over_resnapshots_both_names() -> None:
-    found = effects(
-        "RENAME TABLE `shop`.`orders` TO `shop`.`_orders_old`, `shop`.`_orders_new` TO `shop`.`orders`"
-    )
-    assert found == {"shop.orders": "resnapshot", "shop._orders_new": "resnapshot"}
+def test_a_table_renamed_away_is_emptied_and_a_renamed_destination_resnapshotted() -> None:
+    assert effects("RENAME TABLE orders TO orders_archive") == {"shop.orders": "follow"}
+    assert emptied("RENAME TABLE orders TO orders_archive") == {"shop.orders": "dropped"}
     assert effects("ALTER TABLE items RENAME TO orders") == {
-        "shop.items": "resnapshot",
+        "shop.items": "follow",
         "shop.orders": "resnapshot",
     }
+    assert emptied("ALTER TABLE items RENAME TO orders") == {"shop.items": "dropped"}
+
+
+def test_online_schema_change_cut_over_resnapshots_the_table_and_empties_the_shadow() -> None:
+    sql = "RENAME TABLE `shop`.`orders` TO `shop`.`_orders_old`, `shop`.`_orders_new` TO `shop`.`orders`"
+    # orders is both renamed away and replaced: the re-snapshot is the stronger action
+    assert effects(sql) == {"shop.orders": "resnapshot", "shop._orders_new": "follow"}
+    assert emptied(sql) == {"shop._orders_new": "dropped"}
+
+
+STRICT = 1 << 21 | 1 << 30  # STRICT_TRANS_TABLES and another mode bit
+LAX = (1 << 30) | (1 << 1) | (1 << 23)  # neither strict mode (NO_ZERO_IN_DATE is bit 23)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE orders MODIFY c TINYINT",
+        "ALTER TABLE orders MODIFY COLUMN c VARCHAR(3) NOT NULL",
+        "ALTER TABLE orders CHANGE c c SMALLINT",
+    ],
+)
+def test_a_type_change_under_a_non_strict_sql_mode_is_resnapshotted(sql: str) -> None:
+    (lax,) = classify_ddl(sql, "shop", SELECTED, sql_mode=LAX)
+    assert lax.action == "resnapshot"
+    assert "STRICT_TRANS_TABLES" in lax.reason
+    for strict in (STRICT, 1 << 22, None):  # STRICT_ALL_TABLES; None: the event logged no sql_mode
+        assert [e.action for e in classify_ddl(sql, "shop", SELECTED, sql_mode=strict)] == ["follow"]
+
+
+def test_a_non_strict_sql_mode_changes_nothing_else() -> None:
+    for sql, action in [
+        ("ALTER TABLE orders ADD COLUMN c INT", "follow"),
+        ("ALTER TABLE orders ADD INDEX i (a)", "ignore"),
+        ("ALTER TABLE orders DROP COLUMN c", "follow"),
+    ]:
+        assert [e.action for e in classify_ddl(sql, "shop", SELECTED, sql_mode=LAX)] == [action]
 
 
 @pytest.mark.parametrize(

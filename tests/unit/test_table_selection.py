@@ -5,7 +5,7 @@ import pytest
 from airflow_provider_binlog.exceptions import BinlogConfigError
 from airflow_provider_binlog.operators.extract import table_targets
 from airflow_provider_binlog.source.schema import TableInfo
-from airflow_provider_binlog.tables import KeylessTableError, parse_tables, select_tables
+from airflow_provider_binlog.tables import KeylessTableError, parse_tables, select_tables, takes
 
 KEYED = TableInfo("shop.orders", ["id", "total"], ["bigint", "decimal(9,2)"], ["id"])
 KEYLESS = TableInfo("shop.log", ["at", "msg"], ["datetime", "text"], [])
@@ -71,3 +71,11 @@ def test_named_key_makes_a_keyless_table_usable() -> None:
 def test_named_key_must_exist_even_when_keyless_tables_are_skipped() -> None:
     with pytest.raises(BinlogConfigError, match=r"names columns \['nope'\]"):
         table_targets({"shop.log": KEYLESS}, {"shop.log": ["nope"]}, keyless_tables="skip")
+
+
+def test_takes_tells_whether_the_selection_takes_a_name_that_may_no_longer_exist() -> None:
+    selection = ["shop.*", "!shop._*", "other.orders"]
+    assert takes(selection, "shop.orders")
+    assert takes(selection, "other.orders")
+    assert not takes(selection, "shop._orders_new")  # excluded
+    assert not takes(selection, "other.items")  # not included

@@ -345,6 +345,10 @@ class ChildRows:
     :param pk: its key columns.
     :param pipeline: the pipeline merging the window, for messages.
     :param storage_options: storage options of the staging store.
+
+    Versions ordered before the child's truncate floor or the window's truncate marker of it
+    (:func:`~airflow_provider_binlog.jobs.merge.truncate.plan`) are left out: a ``TRUNCATE`` of the child
+    removed those rows, so no later parent change acts on them.
     """
 
     def __init__(
@@ -355,6 +359,9 @@ class ChildRows:
         pipeline: str,
         storage_options: StorageOptions | None = None,
     ) -> None:
+        from airflow_provider_binlog.jobs.merge import truncate
+
+        self.cut = truncate.plan(dt, staged, pipeline, storage_options).cut
         self.pk = list(pk)
         self.sources: list[tuple[Any, pa.Schema | None]] = []
         if dt is not None:
@@ -372,7 +379,9 @@ class ChildRows:
             if BUCKET_COLUMN in table.column_names:
                 table = table.drop_columns([BUCKET_COLUMN])
             for row in (table if stored is None else table.cast(stored)).to_pylist():
-                if tuple(row.get(c) for c in columns) in values:
+                if tuple(row.get(c) for c in columns) in values and (
+                    self.cut is None or _order(row) >= self.cut
+                ):
                     rows.append(row)
         return rows
 

@@ -168,6 +168,7 @@ def commit_window(
     seq: int,
     custom_metadata: Mapping[str, Any],
     schema: pa.Schema | None = None,
+    app_transactions: Mapping[str, int] | None = None,
 ) -> None:
     """Commit remove-old + add-new in one Delta commit that records the window as app transactions.
 
@@ -191,6 +192,7 @@ def commit_window(
     :param seq: window sequence number.
     :param custom_metadata: extra commit info (summary numbers).
     :param schema: the table's new schema (Arrow, with the partition column), if it changes.
+    :param app_transactions: further app transactions ``{app id: version}`` to record (a truncate floor).
     """
     from deltalake import CommitProperties, Transaction
     from deltalake import Schema as DeltaSchema
@@ -211,6 +213,7 @@ def commit_window(
         app_transactions=[
             Transaction(pipeline_app_id(pipeline), high_water, now_ms),
             Transaction(window_app_id(pipeline, seq), seq, now_ms),
+            *(Transaction(app, version, now_ms) for app, version in (app_transactions or {}).items()),
         ],
     )
     if schema is not None:

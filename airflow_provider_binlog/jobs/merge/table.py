@@ -76,6 +76,8 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import SparkSession
 
+    from airflow_provider_binlog.jobs.merge.truncate import Truncation
+
 log = logging.getLogger(__name__)
 
 COMMIT_ATTEMPTS = 5
@@ -181,9 +183,15 @@ def merge_table(
             dt.version(),
         )
         return TableResult(rows_in_window=staged.rows, skipped=True, delta_version=dt.version())
+    from airflow_provider_binlog.jobs.merge import truncate
+
     started = time.monotonic()
+    truncation = truncate.plan(dt, staged, pipeline, storage_options)
     staged_schema = read_staged_schema(staged, pipeline=pipeline, storage_options=storage_options)
-    _check_key_columns(staged_schema, keys, staged.name)
+    if staged.markers_only:
+        keys = truncate.table_key(dt, staged.name)
+    else:
+        _check_key_columns(staged_schema, keys, staged.name)
     wanted = target_schema(staged_schema, staged.columns)
     widened: list[str] = []
     replaced: pa.Schema | None = None
@@ -235,6 +243,7 @@ def merge_table(
         seq=seq,
         replaced=replaced,
         storage_options=storage_options,
+        truncation=truncation,
     )
     result.widened = widened
     log.info(
@@ -358,13 +367,20 @@ def _rewrite_buckets(
     seq: int,
     replaced: pa.Schema | None = None,
     storage_options: StorageOptions | None = None,
+    truncation: Truncation | None = None,
 ) -> TableResult:
     """Compute and commit the new content of the buckets the window touches.
 
     :param replaced: the table's new schema when a snapshot replaces it (:func:`replaced_columns`): every
         bucket is rewritten with it and the commit replaces the schema too.
     :param storage_options: storage options of the target store.
+    :param truncation: the truncate markers of the table and window
+        (:func:`~airflow_provider_binlog.jobs.merge.truncate.plan`): one above the table's floor touches every
+        bucket.
     """
+    from airflow_provider_binlog.jobs.merge import truncate
+
+    truncation = truncation or truncate.Truncation()
     stored = pa.schema([f for f in delta_arrow_schema(dt) if f.name != BUCKET_COLUMN])
     table_schema = replaced if replaced is not None else delta_arrow_schema(dt)
     data_schema = pa.schema([f for f in table_schema if f.name != BUCKET_COLUMN])
@@ -374,11 +390,13 @@ def _rewrite_buckets(
     buckets = table_buckets(dt)
 
     changes = conform_changes(read_staged_changes(spark, staged.files, staged_schema), data_schema)
+    changes = truncate.without_truncated(changes, truncation)
     changes = changes.withColumn(BUCKET_COLUMN, bucket_of(key_fields, buckets)).persist()
     fs = filesystem_for(uri, storage_options)[0]
     try:
         profile = profile_changes(changes, key_names, staged.name)
-        touched = list(range(buckets)) if staged.refresh else sorted(profile.rows_by_bucket)
+        every = staged.refresh or truncation.empties
+        touched = list(range(buckets)) if every else sorted(profile.rows_by_bucket)
         removed = current_files(dt, touched)
         current = None
         if removed:
@@ -386,6 +404,7 @@ def _rewrite_buckets(
             if replaced is not None:
                 current = conform_changes(current, data_schema)
             current = current.withColumn(BUCKET_COLUMN, bucket_of(key_fields, buckets))
+            current = truncate.tombstone_truncated(current, truncation, current.columns)
         merged = apply_window(
             current, changes, key_names, len(touched), refresh_seq=seq if staged.refresh else None
         )
@@ -403,7 +422,16 @@ def _rewrite_buckets(
     )
     info = _commit_info(pipeline, seq, result)
     try:
-        commit_window(dt, removed, placed, pipeline=pipeline, seq=seq, custom_metadata=info, schema=replaced)
+        commit_window(
+            dt,
+            removed,
+            placed,
+            pipeline=pipeline,
+            seq=seq,
+            custom_metadata=info,
+            schema=replaced,
+            app_transactions=truncation.app_transactions(pipeline),
+        )
     except BaseException:
         remove_files(fs, [p.location for p in placed])
         raise

@@ -20,6 +20,7 @@ from airflow_provider_binlog.contract.columns import (
     CHANGE_COLUMN_NAMES,
     CHANGE_FIELDS,
     DELETED_COLUMN,
+    OP_TRUNCATE,
     REQUIRED_CHANGE_COLUMNS,
 )
 from airflow_provider_binlog.contract.keys import resolve_keys
@@ -50,6 +51,8 @@ class StagedTable:
     :param columns: the manifest's column descriptions (``name``, ``mysql_type``, ``arrow_type``).
     :param refresh: the rows are a snapshot of the whole table: target rows older than the window whose
         key is not among them become tombstones (see :func:`~airflow_provider_binlog.jobs.merge.transforms.apply_window`).
+    :param markers: truncate markers among the rows (the manifest's ``ops``; see
+        :mod:`~airflow_provider_binlog.jobs.merge.truncate`).
     """
 
     name: str
@@ -58,6 +61,12 @@ class StagedTable:
     primary_key: tuple[str, ...]
     columns: tuple[Mapping[str, Any], ...] = ()
     refresh: bool = False
+    markers: int = 0
+
+    @property
+    def markers_only(self) -> bool:
+        """Return whether every staged row is a truncate marker (no data column, maybe no source table)."""
+        return 0 < self.markers == self.rows
 
 
 @dataclass(frozen=True)
@@ -91,6 +100,7 @@ def staged_window(window_uri: str, manifest: Manifest) -> StagedWindow:
             primary_key=entry.primary_key,
             columns=entry.columns,
             refresh=manifest.is_snapshot,
+            markers=entry.ops.get(OP_TRUNCATE, 0),
         )
         for name, entry in manifest.tables.items()
     )
@@ -123,7 +133,10 @@ def window_keys(
     :raises MergeKeyError: naming the table, if a table has no key or an override contradicts its key.
     """
     return resolve_keys(
-        {t.name: t.primary_key for t in window.tables if has_changes(t)}, overrides, window=window.seq
+        # A table with only truncate markers merges by the Delta table's own key.
+        {t.name: t.primary_key for t in window.tables if has_changes(t) and not t.markers_only},
+        overrides,
+        window=window.seq,
     )
 
 
