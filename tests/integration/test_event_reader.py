@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import random
 from collections.abc import Iterator
 from typing import Any
 
 import pymysql
 import pytest
-from test_decoder import RANDOM_DDL, _random_row, exact, head, through_library
+from test_decoder import RANDOM_ROW_CHANGES, exact, through_library, write_random_rows
 
 from airflow_provider_binlog.extract.events import codes
 from airflow_provider_binlog.extract.events.feeds import read_binlog_file, read_binlog_socket
@@ -28,28 +27,6 @@ pytestmark = pytest.mark.integration
 
 _server_ids = itertools.count(32_000)
 _KINDS = {"write": "insert", "update": "update", "delete": "delete"}
-
-
-def _workload(server: LocalMariaDB, database: str) -> tuple[str, int]:
-    """Write 400 random rows of every decoded type, update a third, delete a fifth; return the start."""
-    server.execute(RANDOM_DDL, database=database)
-    rng = random.Random(20261124)
-    rows = [_random_row(rng, key) for key in range(400)]
-    start = head(server)
-    conn = pymysql.connect(**server.connection_kwargs(database=database))
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SET SESSION time_zone = '+00:00'")
-            marks = ", ".join(["%s"] * len(rows[0]))
-            for first in range(0, len(rows), 25):
-                cur.executemany(f"INSERT INTO r VALUES ({marks})", rows[first : first + 25])
-            conn.commit()
-            cur.execute("UPDATE r SET vc = CONCAT(LEFT(IFNULL(vc, ''), 99), 'ü'), t = NULL WHERE id % 3 = 0")
-            cur.execute("DELETE FROM r WHERE id % 5 = 0")
-            conn.commit()
-    finally:
-        conn.close()
-    return start
 
 
 def _from_file(server: LocalMariaDB, start: tuple[str, int]) -> list[Event]:
@@ -69,16 +46,18 @@ def _row_events(events: list[Event], database: str) -> list[tuple[str, str, list
 
 
 def test_mariadb_binlog_file_decodes_like_mysql_replication(mariadb: LocalMariaDB, source_db: str) -> None:
-    start = _workload(mariadb, source_db)
+    start = write_random_rows(mariadb, source_db, 20261124)
     gtid_pos = str(mariadb.execute("SELECT @@gtid_binlog_pos")[0][0])
     events = _from_file(mariadb, start)
     ours = _row_events(events, source_db)
     library = through_library(mariadb, start, source_db)
-    assert sum(len(rows) for _, _, rows in ours) == 400 + 134 + 80
+    assert sum(len(rows) for _, _, rows in ours) == RANDOM_ROW_CHANGES
     assert exact(ours) == exact(library)
     gtids = [e.data.gtid for e in events if isinstance(e.data, MariadbGtid)]
     assert gtids[-1] == gtid_pos  # one domain: the last GTID of the file is the server's position
-    assert len(gtids) == 1 + 16 + 1  # CREATE TABLE, 16 insert batches, one update+delete transaction
+    assert (
+        len(gtids) == 16 + 2
+    )  # 16 insert batches, the UPDATE, the DELETE (autocommit; the DDL is before start)
     assert events[-1].name == "ROTATE"
     assert events[0].data.flavor == "mariadb"
     assert events[0].data.checksum == 1  # binlog_checksum=CRC32: every event above passed its check
@@ -101,7 +80,7 @@ def _from_socket(server: LocalMariaDB, start: tuple[str, int]) -> Iterator[Event
 
 
 def test_socket_and_file_give_the_same_events(mariadb: LocalMariaDB, source_db: str) -> None:
-    start = _workload(mariadb, source_db)
+    start = write_random_rows(mariadb, source_db, 20261124)
     from_file = _from_file(mariadb, start)
     from_socket = [e for e in _from_socket(mariadb, start) if e.file == start[0]]
     # The dump thread re-sends the file's FORMAT_DESCRIPTION for a start after 4, with end position 0

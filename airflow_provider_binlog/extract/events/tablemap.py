@@ -14,8 +14,9 @@ completely (an ALTER changes the table id and the metadata), so a cached definit
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pymysqlreplication.constants import FIELD_TYPE
 
@@ -339,30 +340,37 @@ def _bits_msb_first(raw: bytes, count: int) -> list[bool]:
     return [bool(raw[i // 8] >> (7 - i % 8) & 1) for i in range(count)]
 
 
-def _integers(raw: bytes) -> list[int]:
+_T = TypeVar("_T")
+
+
+def _all(raw: bytes, read: Callable[[bytes, int], tuple[_T, int]]) -> list[_T]:
+    """Return every item of ``raw`` read back to back with ``read(raw, pos) -> (item, next pos)``."""
     out, pos = [], 0
     while pos < len(raw):
-        value, pos = packed_integer(raw, pos)
-        out.append(value)
+        item, pos = read(raw, pos)
+        out.append(item)
     return out
+
+
+def _integers(raw: bytes) -> list[int]:
+    """Return the packed integers of an optional metadata field."""
+    return _all(raw, packed_integer)
 
 
 def _strings(raw: bytes) -> list[bytes]:
-    out, pos = [], 0
-    while pos < len(raw):
-        value, pos = packed_bytes(raw, pos)
-        out.append(value)
-    return out
+    """Return the packed strings of an optional metadata field."""
+    return _all(raw, packed_bytes)
+
+
+def _members(raw: bytes, pos: int) -> tuple[list[bytes], int]:
+    count, pos = packed_integer(raw, pos)
+    names = []
+    for _ in range(count):
+        name, pos = packed_bytes(raw, pos)
+        names.append(name)
+    return names, pos
 
 
 def _member_lists(raw: bytes) -> list[list[bytes]]:
     """Return the ENUM/SET member names per column: a packed count, then that many packed strings."""
-    out, pos = [], 0
-    while pos < len(raw):
-        count, pos = packed_integer(raw, pos)
-        members = []
-        for _ in range(count):
-            name, pos = packed_bytes(raw, pos)
-            members.append(name)
-        out.append(members)
-    return out
+    return _all(raw, _members)
