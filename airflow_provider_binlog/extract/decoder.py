@@ -197,6 +197,8 @@ class RowDecoder:
         self.zero_dates = 0
         """Zero or invalid DATE/DATETIME values decoded (as None) so far; the caller may reset it."""
         self._present = (1 << len(self.columns)) - 1
+        self.full_bitmap = self._present.to_bytes((len(self.columns) + 7) // 8, "little")
+        """The columns-present bitmap of a full image (every column present)."""
         self.source, namespace = _generate(self.columns)
         exec(compile(self.source, f"<RowDecoder {len(self.columns)} columns>", "exec"), namespace)
         self._rows: Callable[[bytes, int, int], tuple[list[list[Any]], int, int]] = namespace["rows"]

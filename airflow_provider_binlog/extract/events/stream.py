@@ -30,6 +30,8 @@ from airflow_provider_binlog.extract.events.parsers import (
 from airflow_provider_binlog.extract.events.tablemap import TableMap, TableMapParser
 from airflow_provider_binlog.extract.events.wire import packed_integer
 
+UINT32 = struct.Struct("<I")
+
 
 class ChecksumMismatchError(UnsupportedEventError):
     """An event's CRC32 does not match its bytes (a corrupt file or a broken transfer)."""
@@ -73,7 +75,7 @@ class RowsEvent:
     :param number_of_columns: columns in the images. :param columns_present_bitmap: of the (before) image.
     :param columns_present_bitmap2: of the after image (updates only).
     :param body: the row images. :param partial: a PARTIAL_UPDATE_ROWS event.
-    :param where: the event, for error messages.
+    :param origin: ``(type code, raw event, in a payload)``, for error messages (:attr:`where`).
     """
 
     __slots__ = (
@@ -85,7 +87,7 @@ class RowsEvent:
         "columns_present_bitmap2",
         "body",
         "partial",
-        "where",
+        "_origin",
         "_reader",
     )
 
@@ -99,7 +101,7 @@ class RowsEvent:
         present_after: bytes | None,
         body: bytes,
         partial: bool,
-        where: str,
+        origin: tuple[int, RawEvent, bool],
         reader: EventReader,
     ) -> None:
         self.kind = kind
@@ -110,8 +112,13 @@ class RowsEvent:
         self.columns_present_bitmap2 = present_after
         self.body = body
         self.partial = partial
-        self.where = where
+        self._origin = origin
         self._reader = reader
+
+    @property
+    def where(self) -> str:
+        """Return the event and its table, for error messages."""
+        return f"{_describe(*self._origin)} on {self.table_map.name}"
 
     @property
     def schema(self) -> str:
@@ -155,12 +162,16 @@ class RowsEvent:
             layout has a column :class:`RowDecoder` cannot decode, the rows do not match the table map, or
             the event carries JSON diffs (``binlog_row_value_options=PARTIAL_JSON``).
         """
-        decoder = self._reader.decoder(self.table_map, self.where)
-        decoder.check_image(self.number_of_columns, self.columns_present_bitmap, self.where)
+        decoder = self.table_map.decoder or self._reader.decoder(self.table_map, self.where)
+        if (
+            self.number_of_columns != len(decoder.columns)
+            or self.columns_present_bitmap != decoder.full_bitmap
+        ):
+            decoder.check_image(self.number_of_columns, self.columns_present_bitmap, self.where)
         if self.kind != "update":
             return decoder.decode_rows_bytes(self.body, self)
-        if not self.partial and self.columns_present_bitmap2 is not None:
-            decoder.check_image(self.number_of_columns, self.columns_present_bitmap2, self.where)
+        if not self.partial and self.columns_present_bitmap2 != decoder.full_bitmap:
+            decoder.check_image(self.number_of_columns, self.columns_present_bitmap2 or b"", self.where)
         return decoder.decode_updates_bytes(self.body, partial=self.partial, event=self)
 
 
@@ -189,35 +200,26 @@ class EventReader:
         :raises UnsupportedEventError: for events that cannot be skipped and are not read (:data:`.codes.REFUSED`),
             rows events of an unknown table id, and malformed events.
         """
+        checksum = 0
         for raw in raw_events:
-            yield from self.decode(raw)
+            data = raw.data
+            timestamp, type_code, server_id, size, end_pos, flags = HEADER.unpack_from(data)
+            if type_code == codes.FORMAT_DESCRIPTION:
+                self._format_description(data, flags, raw)
+                checksum = 4 if self.verify_checksums and self.format and self.format.checksum else 0
+                yield Event(
+                    type_code, timestamp, server_id, end_pos, flags, raw.file, raw.start, False, self.format
+                )
+                continue
+            if checksum and zlib.crc32(data[:-4]) != UINT32.unpack_from(data, size - 4)[0]:
+                where = _describe(type_code, raw, False)
+                raise ChecksumMismatchError(f"{where}: CRC32 checksum mismatch; the binlog bytes are corrupt")
+            parsed = self._body(type_code, data[HEADER_SIZE : size - checksum], server_id, raw, False)
+            yield Event(type_code, timestamp, server_id, end_pos, flags, raw.file, raw.start, False, parsed)
+            if type_code == codes.TRANSACTION_PAYLOAD:
+                yield from self._payload_events(parsed, raw, end_pos)
 
-    def decode(self, raw: RawEvent) -> Iterator[Event]:
-        """Yield the event of one raw event (and, for a TRANSACTION_PAYLOAD, its inner events after it)."""
-        data = raw.data
-        timestamp, type_code, server_id, size, end_pos, flags = HEADER.unpack_from(data)
-        where = f"{codes.NAMES.get(type_code, f'event type {type_code}')} at {raw.file}:{raw.start}"
-        if type_code == codes.FORMAT_DESCRIPTION:
-            self._format_description(data, flags, where)
-            event = Event(
-                type_code, timestamp, server_id, end_pos, flags, raw.file, raw.start, False, self.format
-            )
-            yield event
-            return
-        checksum = 4 if self.format is not None and self.format.checksum else 0
-        if (
-            checksum
-            and self.verify_checksums
-            and zlib.crc32(data[:-4]) != struct.unpack_from("<I", data, size - 4)[0]
-        ):
-            raise ChecksumMismatchError(f"{where}: CRC32 checksum mismatch; the binlog bytes are corrupt")
-        body = memoryview(data)[HEADER_SIZE : size - checksum]
-        parsed = self._body(type_code, bytes(body), server_id, where)
-        yield Event(type_code, timestamp, server_id, end_pos, flags, raw.file, raw.start, False, parsed)
-        if type_code == codes.TRANSACTION_PAYLOAD:
-            yield from self._payload_events(parsed, raw, end_pos)
-
-    def _format_description(self, data: bytes, flags: int, where: str) -> None:
+    def _format_description(self, data: bytes, flags: int, raw: RawEvent) -> None:
         description = parsers.parse_format_description(data[HEADER_SIZE:])
         if description.checksum and self.verify_checksums:
             stored = struct.unpack_from("<I", data, len(data) - 4)[0]
@@ -227,6 +229,7 @@ class EventReader:
                 cleared[17] &= ~BINLOG_IN_USE & 0xFF
                 computed = zlib.crc32(cleared)
             if computed != stored:
+                where = _describe(codes.FORMAT_DESCRIPTION, raw, False)
                 raise ChecksumMismatchError(f"{where}: CRC32 checksum mismatch; the binlog bytes are corrupt")
         self.format = description
         table_id_size = 4 if description.post_header_length(codes.TABLE_MAP) == 6 else 6
@@ -241,31 +244,31 @@ class EventReader:
         pos = 0
         while pos < len(inner):
             timestamp, type_code, server_id, size, _, flags = HEADER.unpack_from(inner, pos)
-            where = f"{codes.NAMES.get(type_code, f'event type {type_code}')} in the payload at {raw.file}:{raw.start}"
-            parsed = self._body(type_code, bytes(inner[pos + HEADER_SIZE : pos + size]), server_id, where)
+            parsed = self._body(type_code, inner[pos + HEADER_SIZE : pos + size], server_id, raw, True)
             yield Event(type_code, timestamp, server_id, end_pos, flags, raw.file, raw.start, True, parsed)
             pos += size
 
-    def _body(self, type_code: int, body: bytes, server_id: int, where: str) -> Any:
+    def _body(self, type_code: int, body: bytes, server_id: int, raw: RawEvent, in_payload: bool) -> Any:
         """Return the parsed body of an event of ``type_code`` (None for types the extractor ignores)."""
-        if self.format is None:
-            raise UnsupportedEventError(
-                f"{where}: no FORMAT_DESCRIPTION event before it; read from the file's start"
-            )
-        refused = codes.REFUSED.get(type_code)
-        if refused:
-            raise UnsupportedEventError(f"{where}: {refused}")
+        if self.format is None or type_code in codes.REFUSED:
+            where = _describe(type_code, raw, in_payload)
+            if self.format is None:
+                raise UnsupportedEventError(
+                    f"{where}: no FORMAT_DESCRIPTION event before it; read from the file's start"
+                )
+            raise UnsupportedEventError(f"{where}: {codes.REFUSED[type_code]}")
         try:
-            return self._parse(type_code, body, server_id, where)
+            kind = codes.ROWS_KINDS.get(type_code)
+            if kind is not None:
+                return self._rows(type_code, kind, body, (type_code, raw, in_payload))
+            return self._parse(type_code, body, server_id)
         except (IndexError, struct.error, ValueError) as err:
+            where = _describe(type_code, raw, in_payload)
             raise UnsupportedEventError(f"{where}: the event cannot be parsed ({err})") from err
 
-    def _parse(self, type_code: int, body: bytes, server_id: int, where: str) -> Any:
+    def _parse(self, type_code: int, body: bytes, server_id: int) -> Any:
         assert self.format is not None
         assert self._parser is not None
-        kind = codes.ROWS_KINDS.get(type_code)
-        if kind is not None:
-            return self._rows(type_code, kind, body, where)
         if type_code == codes.TABLE_MAP:
             table_map = self._parser.parse(body)
             self.table_maps[table_map.table_id] = table_map
@@ -294,7 +297,7 @@ class EventReader:
             return parsers.parse_xa_prepare(body)
         return None
 
-    def _rows(self, type_code: int, kind: str, body: bytes, where: str) -> RowsEvent:
+    def _rows(self, type_code: int, kind: str, body: bytes, origin: tuple[int, RawEvent, bool]) -> RowsEvent:
         """Parse a rows event's post-header and column bitmaps; the row images stay bytes.
 
         Post-header: table id (6 bytes, 4 for a 6-byte post-header), flags (2); v2 events then hold the
@@ -312,7 +315,8 @@ class EventReader:
         table_map = self.table_maps.get(table_id)
         if table_map is None:
             raise UnsupportedEventError(
-                f"{where}: its table id {table_id} has no TABLE_MAP event before it; read from a transaction start"
+                f"{_describe(*origin)}: its table id {table_id} has no TABLE_MAP event before it; read from a "
+                f"transaction start"
             )
         count, pos = packed_integer(body, pos)
         size = (count + 7) // 8
@@ -320,10 +324,9 @@ class EventReader:
         present_after = None
         if kind == "update":
             present_after, pos = body[pos : pos + size], pos + size
-        where = f"{where} on {table_map.name}"
         partial = type_code == codes.PARTIAL_UPDATE_ROWS
         return RowsEvent(
-            kind, table_map, flags, count, present, present_after, body[pos:], partial, where, self
+            kind, table_map, flags, count, present, present_after, body[pos:], partial, origin, self
         )
 
     def decoder(self, table_map: TableMap, where: str) -> RowDecoder:
@@ -342,6 +345,12 @@ class EventReader:
             decoder = self._decoders[key] = RowDecoder(table_map.columns)
         table_map.decoder = decoder
         return decoder
+
+
+def _describe(type_code: int, raw: RawEvent, in_payload: bool) -> str:
+    """Return ``TYPE at file:offset`` (``in the payload at`` for events inside a TRANSACTION_PAYLOAD)."""
+    name = codes.NAMES.get(type_code, f"event type {type_code}")
+    return f"{name} {'in the payload ' if in_payload else ''}at {raw.file}:{raw.start}"
 
 
 def _inflate(payload: parsers.TransactionPayload, raw: RawEvent) -> bytes:
