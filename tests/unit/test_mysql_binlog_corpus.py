@@ -334,3 +334,12 @@ def test_rotation_is_followed_to_the_next_file(tmp_path: Path) -> None:
     events = list(EventReader().events(read_binlog_file(tmp_path / "binlog.000004")))
     assert [e.file for e in events if e.name == "FORMAT_DESCRIPTION"] == ["binlog.000004", "binlog.000005"]
     assert sum(1 for e in events if isinstance(e.data, RowsEvent)) == 2
+
+
+def test_reading_from_a_later_position_decodes_with_the_files_format_description() -> None:
+    path = DATA / RMC / "mysql-enum-string-set.000001"
+    whole = list(EventReader().events(read_binlog_file(path)))
+    last_gtid = [e for e in whole if e.name == "GTID"][-1]  # the DELETE's transaction
+    tail = list(EventReader().events(read_binlog_file(path, last_gtid.start)))
+    assert [e.start for e in tail] == [4] + [e.start for e in whole if e.start >= last_gtid.start]
+    assert rows_of(tail) == [rows_of(whole)[-1]]

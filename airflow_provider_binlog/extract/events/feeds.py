@@ -63,10 +63,13 @@ def read_binlog_file(
     directory, from the ROTATE's position, while that file exists and is another file (a relay log's
     ROTATEs in the middle of a file are the source's and are not followed).
 
+    From a ``start`` after 4, the file's FORMAT_DESCRIPTION (at 4) is yielded first, as the dump thread
+    sends it over the socket: the events after it cannot be decoded without it.
+
     :param start: an event boundary (4 = the first event, the FORMAT_DESCRIPTION).
     :raises UnsupportedEventError: when the file does not start with the binlog magic bytes, or ends
-        inside an event (a file being written is read up to its last complete event only when that is its
-        end: a truncated event is an error).
+        inside an event (a truncated file, or one the server is writing: read it up to a position the
+        server reported instead).
     """
     current = Path(path)
     while True:
@@ -96,6 +99,11 @@ def _events_of(path: Path, start: int) -> Iterator[RawEvent]:
     with open(path, "rb") as handle:
         if handle.read(4) != MAGIC:
             raise UnsupportedEventError(f"{path} is not a binlog file (it does not start with fe 62 69 6e)")
+        if start > 4:
+            header = handle.read(19)
+            if len(header) < 19 or header[4] != codes.FORMAT_DESCRIPTION:
+                raise UnsupportedEventError(f"{path} has no FORMAT_DESCRIPTION event at offset 4")
+            yield RawEvent(name, 4, header + handle.read(_SIZE.unpack_from(header, 9)[0] - 19))
         handle.seek(start)
         buffer = b""  # the bytes read but not yet yielded, starting at ``offset``
         offset = start
