@@ -9,14 +9,16 @@ file.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import itertools
 from collections.abc import Iterator
 from typing import Any
 
 import pymysql
 import pytest
-from test_decoder import RANDOM_ROW_CHANGES, exact, through_library, write_random_rows
+from test_decoder import RANDOM_ROW_CHANGES, exact, head, stream_events, through_library, write_random_rows
 
+from airflow_provider_binlog.extract.columns import charset_of
 from airflow_provider_binlog.extract.events import codes
 from airflow_provider_binlog.extract.events.feeds import read_binlog_file, read_binlog_socket
 from airflow_provider_binlog.extract.events.parsers import MariadbGtid
@@ -91,3 +93,59 @@ def test_socket_and_file_give_the_same_events(mariadb: LocalMariaDB, source_db: 
     assert from_socket[0].end_pos == 0
     assert [_identity(e) for e in from_socket[1:]] == [_identity(e) for e in from_file[1:]]
     assert sum(1 for e in from_socket if isinstance(e.data, RowsEvent)) >= 17
+
+
+WIDE_DDL = """CREATE TABLE w (
+  id INT PRIMARY KEY, g GEOMETRY, p POINT, b64 BIT(64), b1 BIT(1), d6530 DECIMAL(65,30), c255 CHAR(255),
+  bn BINARY(10), l1 VARCHAR(300) CHARACTER SET latin1, u16 VARCHAR(20) CHARACTER SET utf16,
+  big ENUM({members}), s64 SET({set_members}), t6 TIME(6), dt3 DATETIME(3), ts6 TIMESTAMP(6) NULL,
+  mb MEDIUMBLOB, lt LONGTEXT, tt TINYTEXT CHARACTER SET ascii, y YEAR, f FLOAT, db DOUBLE,
+  hidden INT INVISIBLE
+) DEFAULT CHARSET=utf8mb4"""
+_ATTRIBUTES = (
+    "type",
+    "name",
+    "unsigned",
+    "max_length",
+    "length_size",
+    "precision",
+    "decimals",
+    "fsp",
+    "bits",
+    "size",
+)
+
+
+def test_table_maps_parse_like_mysql_replication(mariadb: LocalMariaDB, source_db: str) -> None:
+    """Every column attribute the decoder reads, on a table of the awkward cases, against the library's."""
+    members = ", ".join(f"'m{i}'" for i in range(300))  # 300 members: a 2-byte ENUM
+    set_members = ", ".join(f"'s{i}'" for i in range(64))  # 64 members: an 8-byte SET
+    mariadb.execute(WIDE_DDL.format(members=members, set_members=set_members), database=source_db)
+    start = head(mariadb)
+    mariadb.execute(
+        "INSERT INTO w (id, g, p, b64, b1, d6530, c255, bn, l1, u16, big, s64, t6, dt3, ts6, mb, lt, tt, y, f, db, "
+        "hidden) VALUES (1, ST_GeomFromText('LINESTRING(0 0,1 1)'), POINT(1, 2), b'1', b'1', 1.5, 'ü', 'ab', "
+        "'é', 'x', 'm299', 's0,s63', '-838:59:58.999999', '2024-02-29 23:59:59.999', '2038-01-19 03:14:07.5', "
+        "'blob', 'long', 'tiny', 2155, 1.5, 2.5, 7), (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+        "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+        database=source_db,
+    )
+    events = _from_file(mariadb, start)
+    ours = next(e.data for e in events if e.type_code == codes.TABLE_MAP and e.data.schema == source_db)
+    library = next(iter(stream_events(mariadb, start, source_db))).columns
+    assert [[getattr(c, a, None) or None for a in _ATTRIBUTES] for c in ours.columns] == [
+        [getattr(c, a, None) or None for a in _ATTRIBUTES] for c in library
+    ]
+    assert [charset_of(c) for c in ours.columns] == [charset_of(c) for c in library]
+    assert [(c.enum_values, c.set_values) for c in ours.columns] == [
+        (c.enum_values, c.set_values) for c in library
+    ]
+    assert ours.columns[2].type != ours.columns[3].type  # POINT is GEOMETRY (255), BIT(64) is BIT (16)
+    ((_, _, rows),) = _row_events(events, source_db)
+    values = dict(zip([c.name for c in ours.columns], rows[0], strict=True))
+    assert values["c255"] == "ü"  # CHAR(255) utf8mb4: 1020 bytes, the length's high bits in the real type
+    assert values["u16"] == "x"  # utf16, which the library path refuses
+    assert (values["big"], values["s64"]) == ("m299", "s0,s63")
+    assert values["t6"] == -dt.timedelta(hours=838, minutes=59, seconds=58, microseconds=999999)
+    assert (values["b64"], values["bn"], values["l1"], values["hidden"]) == (1, b"ab" + bytes(8), "é", 7)
+    assert rows[1] == [2] + [None] * 21
