@@ -1,11 +1,16 @@
 """Extract throughput: our window extract (to Parquet) vs. a raw mysql-replication loop vs. mariadb-binlog.
 
-All three read the same binlog range, written by sysbench ``oltp_write_only`` on a private MariaDB,
-in one run of this script (the machines are shared and noisy: compare ratios within one run).
-Each reader runs in its own process; its peak RSS comes from ``wait4``. Results are printed as a
-Markdown table and, with ``--write-docs``, written to ``docs/benchmarks.md``.
+All readers read the same binlog range, written on a private MariaDB by sysbench ``oltp_write_only``
+(``--workload oltp``) or by this script on a table of 24 columns of mixed types (``--workload mixed``:
+per event one insert, one update of a whole row and one delete), in one run of this script (the machines
+are shared and noisy: compare ratios within one run). A fourth reader is our own event reader alone
+(``extract/events``: COM_BINLOG_DUMP, decode every row of the selected tables, no output), to show what
+the extract would gain from reading through it. Each reader runs in its own process; its peak RSS comes
+from ``wait4``. Results are printed as a Markdown table and, with ``--write-docs``, written to
+``docs/benchmarks.md``.
 
     python benchmarks/extract_throughput.py --events 60000 --write-docs
+    python benchmarks/extract_throughput.py --workload mixed --events 30000
 """
 
 from __future__ import annotations
@@ -24,6 +29,79 @@ from results_doc import write_block
 
 REPO = Path(__file__).resolve().parent.parent
 TABLES = 4
+C_DECODER = "mariadb-binlog --verbose (C)"
+RAW_LOOP = "raw mysql-replication loop"
+MIXED_DDL = """CREATE TABLE mixed.t (
+  id INT PRIMARY KEY, ti TINYINT, su SMALLINT UNSIGNED, mi MEDIUMINT, i INT, bu BIGINT UNSIGNED,
+  d DECIMAL(12,4), f FLOAT, db DOUBLE, y YEAR, da DATE, dt DATETIME(6), ts TIMESTAMP(3) NULL, t TIME,
+  vc VARCHAR(64), ch CHAR(20), txt TEXT, vb VARBINARY(32), en ENUM('new','paid','shipped','done'),
+  st SET('a','b','c','d'), bt BIT(8), j JSON, bl BLOB, k INT
+) DEFAULT CHARSET=utf8mb4"""
+"""The ``--workload mixed`` table: 24 columns of the types the decoder handles."""
+
+
+def workload_tables(workload: str) -> list[str]:
+    """Return the ``db.table`` names the workload writes."""
+    if workload == "mixed":
+        return ["mixed.t"]
+    return [f"sbtest.sbtest{i}" for i in range(1, TABLES + 1)]
+
+
+def mixed_row(key: int) -> tuple:  # type: ignore[type-arg]
+    """Return the values of row ``key`` of the mixed table (deterministic, every column set)."""
+    return (
+        key, key % 128, key % 65536, key % 8388608 - 4194304, key * 7, key * 1_000_003,
+        f"{key % 100000}.{key % 10000:04d}", key / 7, key / 13, 1901 + key % 250,
+        f"20{key % 30:02d}-{1 + key % 12:02d}-{1 + key % 28:02d}",
+        f"2024-{1 + key % 12:02d}-{1 + key % 28:02d} 12:{key % 60:02d}:{key % 60:02d}.{key % 1000000:06d}",
+        f"2021-{1 + key % 12:02d}-{1 + key % 28:02d} 10:00:{key % 60:02d}.{key % 1000:03d}",
+        f"{key % 800}:{key % 60:02d}:{key % 60:02d}", f"name-{key}", f"c{key % 1000}",
+        "text " * (key % 20), bytes([key % 256]) * 8, ("new", "paid", "shipped", "done")[key % 4],
+        ",".join(m for n, m in enumerate("abcd") if key >> n & 1), key % 256,
+        json.dumps({"key": key, "tags": ["x", "y"]}), bytes([key % 251]) * 16, key,
+    )  # fmt: skip
+
+
+MIXED_NAMES = ["id", "ti", "su", "mi", "i", "bu", "d", "f", "db", "y", "da", "dt", "ts", "t", "vc", "ch", "txt", "vb",
+               "en", "st", "bt", "j", "bl", "k"]  # fmt: skip
+
+
+def mixed_run(server, events: int) -> None:  # type: ignore[no-untyped-def]
+    """Write ``events`` transactions to ``mixed.t``: insert row ``1000 + n``, update all its columns, delete row ``n``.
+
+    The table is loaded with rows 0..999 first (before the measured range); 3 row changes per event.
+    """
+    import pymysql
+
+    marks = ", ".join(["%s"] * len(MIXED_NAMES))
+    assignments = ", ".join(f"{name} = %s" for name in MIXED_NAMES[1:])
+    conn = pymysql.connect(**server.connection_kwargs(database="mixed"))
+    try:
+        with conn.cursor() as cur:
+            for n in range(events):
+                key = 1000 + n
+                cur.execute(f"INSERT INTO t VALUES ({marks})", mixed_row(key))
+                cur.execute(f"UPDATE t SET {assignments} WHERE id = %s", (*mixed_row(key + 7)[1:], key))
+                cur.execute("DELETE FROM t WHERE id = %s", (n,))
+                conn.commit()
+    finally:
+        conn.close()
+
+
+def mixed_prepare(server) -> None:  # type: ignore[no-untyped-def]
+    """Create ``mixed.t`` and load rows 0..999."""
+    import pymysql
+
+    server.execute("CREATE DATABASE mixed")
+    server.execute(MIXED_DDL)
+    conn = pymysql.connect(**server.connection_kwargs(database="mixed"))
+    try:
+        with conn.cursor() as cur:
+            marks = ", ".join(["%s"] * len(MIXED_NAMES))
+            cur.executemany(f"INSERT INTO t VALUES ({marks})", [mixed_row(k) for k in range(1000)])
+        conn.commit()
+    finally:
+        conn.close()
 
 
 def sysbench(server, command: str, *extra: str) -> None:  # type: ignore[no-untyped-def]
@@ -50,7 +128,11 @@ def head(server) -> dict:  # type: ignore[no-untyped-def]
 
 
 def measure(command: list[str]) -> tuple[dict, float, int]:
-    """Run a reader process; return (its JSON report, wall seconds, peak RSS in KiB)."""
+    """Run a reader process; return (its JSON report, wall seconds, peak RSS in KiB).
+
+    The report gets ``cpu_seconds``: user + system time of the process and its children (``wait4``), which
+    other jobs on a shared machine disturb less than wall time.
+    """
     started = time.monotonic()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, env=os.environ.copy())
     out = proc.stdout.read() if proc.stdout else b""
@@ -59,6 +141,7 @@ def measure(command: list[str]) -> tuple[dict, float, int]:
     if proc.returncode != 0:
         raise SystemExit(f"{command[:3]} failed with {proc.returncode}")
     report = json.loads(out.decode().strip().splitlines()[-1]) if out.strip() else {}
+    report["cpu_seconds"] = usage.ru_utime + usage.ru_stime
     return report, time.monotonic() - started, int(usage.ru_maxrss)
 
 
@@ -73,7 +156,7 @@ def reader_ours(args: argparse.Namespace) -> dict:
     window = Window(
         seq=1, start=Position(**args.start), end=Position(**args.end), run_id="bench", cut_at=now_iso()
     )
-    tables = {f"sbtest.sbtest{i}": TableTarget(f"sbtest.sbtest{i}", ["id"]) for i in range(1, TABLES + 1)}
+    tables = {name: TableTarget(name, ["id"]) for name in workload_tables(args.workload)}
     started = time.monotonic()
     manifest = extract_window(
         hook,
@@ -114,6 +197,29 @@ def reader_raw(args: argparse.Namespace) -> dict:
     return {"rows": rows, "seconds": time.monotonic() - started}
 
 
+def reader_events(args: argparse.Namespace) -> dict:
+    """Read the range with our event reader over COM_BINLOG_DUMP and decode every row of the workload's tables."""
+    import pymysql
+
+    from airflow_provider_binlog.extract.events.feeds import read_binlog_socket
+    from airflow_provider_binlog.extract.events.stream import EventReader, RowsEvent
+    from airflow_provider_binlog.positions import BinlogPosition
+
+    end = BinlogPosition(args.end["file"], args.end["pos"])
+    wanted = set(workload_tables(args.workload))
+    started, rows = time.monotonic(), 0
+    conn = pymysql.connect(host="127.0.0.1", port=args.port, user="root", password=args.password)
+    raw = read_binlog_socket(conn, server_id=4243, file=args.start["file"], position=args.start["pos"])
+    for event in EventReader().events(raw):
+        if BinlogPosition(event.file, event.start).key >= end.key:
+            break
+        data = event.data
+        if isinstance(data, RowsEvent) and data.table_map.name in wanted:
+            rows += len(data.rows())
+    conn.close()
+    return {"rows": rows, "seconds": time.monotonic() - started}
+
+
 def mariadb_binlog_command(server, start: dict, end: dict) -> list[str]:  # type: ignore[no-untyped-def]
     files = [name for name, _ in server.execute("SHOW BINARY LOGS")]
     chosen = files[files.index(start["file"]) : files.index(end["file"]) + 1]
@@ -131,7 +237,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=60_000, help="sysbench events (4 row changes each)")
     parser.add_argument("--write-docs", action="store_true")
-    parser.add_argument("--reader", choices=["ours", "raw"])
+    parser.add_argument("--workload", choices=["oltp", "mixed"], default="oltp")
+    parser.add_argument("--reader", choices=["ours", "raw", "events"])
     parser.add_argument("--start", type=json.loads)
     parser.add_argument("--end", type=json.loads)
     parser.add_argument("--port", type=int)
@@ -139,7 +246,7 @@ def main() -> int:
     parser.add_argument("--staging")
     args = parser.parse_args()
     if args.reader:
-        result = reader_ours(args) if args.reader == "ours" else reader_raw(args)
+        result = {"ours": reader_ours, "raw": reader_raw, "events": reader_events}[args.reader](args)
         print(json.dumps(result))
         return 0
     return run_benchmark(args)
@@ -148,57 +255,70 @@ def main() -> int:
 def run_benchmark(args: argparse.Namespace) -> int:
     from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
-    if shutil.which("sysbench") is None:
+    if args.workload == "oltp" and shutil.which("sysbench") is None:
         raise SystemExit("sysbench is not installed: apt-get install sysbench (make benchmark does)")
     workdir = Path(tempfile.mkdtemp(prefix="binlog-bench-"))
     with LocalMariaDB(base_dir=workdir / "mariadb") as server:
-        server.execute("CREATE DATABASE sbtest")
-        sysbench(server, "prepare")
-        start = head(server)
-        sysbench(server, "run", f"--events={args.events}", "--time=0", "--threads=2", "--rand-seed=1")
+        if args.workload == "mixed":
+            mixed_prepare(server)
+            start = head(server)
+            mixed_run(server, args.events)
+        else:
+            server.execute("CREATE DATABASE sbtest")
+            sysbench(server, "prepare")
+            start = head(server)
+            sysbench(server, "run", f"--events={args.events}", "--time=0", "--threads=2", "--rand-seed=1")
         end = head(server)
         os.environ["AIRFLOW_CONN_BINLOG_DEFAULT"] = server.uri()
         common = [f"--start={json.dumps(start)}", f"--end={json.dumps(end)}", f"--port={server.port}"]
         common += [f"--password={server.root_password}", f"--staging={workdir / 'staging'}"]
+        common += [f"--workload={args.workload}"]
         me = [sys.executable, __file__]
         results = {
             "ours (extract to Parquet)": measure([*me, "--reader", "ours", *common]),
-            "raw mysql-replication loop": measure([*me, "--reader", "raw", *common]),
-            "mariadb-binlog --verbose (C)": measure(mariadb_binlog_command(server, start, end)),
+            "our event reader alone (decode, no output)": measure([*me, "--reader", "events", *common]),
+            RAW_LOOP: measure([*me, "--reader", "raw", *common]),
+            C_DECODER: measure(mariadb_binlog_command(server, start, end)),
         }
     shutil.rmtree(workdir, ignore_errors=True)
-    table = render(results, args.events)
+    table = render(results, args.events, args.workload)
     print(table)
     if args.write_docs:
-        write_docs(table)
+        write_docs(table, args.workload)
     return 0
 
 
-def render(results: dict[str, tuple[dict, float, int]], events: int) -> str:
-    raw_rate = None
+def render(results: dict[str, tuple[dict, float, int]], events: int, workload: str = "oltp") -> str:
+    """Return the Markdown table: wall and CPU rates, ratios to the raw loop (wall) and the C decoder (CPU)."""
     lines = [
-        "| reader | row changes | seconds | rows/s | vs. raw loop | peak RSS (MiB) |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| reader | row changes | seconds | rows/s | vs. raw loop | CPU s | rows/CPU s | vs. C (CPU) | peak RSS (MiB) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    rates = {}
+    rates, cpu_rates = {}, {}
     for name, (report, wall, _rss) in results.items():
-        seconds = report.get("seconds", wall)
-        rates[name] = report["rows"] / seconds
-    raw_rate = rates["raw mysql-replication loop"]
+        rates[name] = report["rows"] / report.get("seconds", wall)
+        cpu_rates[name] = report["rows"] / max(report["cpu_seconds"], 1e-9)
     for name, (report, wall, rss) in results.items():
-        seconds = report.get("seconds", wall)
         lines.append(
-            f"| {name} | {report['rows']} | {seconds:.1f} | {rates[name]:,.0f} | "
-            f"{rates[name] / raw_rate:.2f}x | {rss / 1024:.0f} |"
+            f"| {name} | {report['rows']} | {report.get('seconds', wall):.1f} | {rates[name]:,.0f} | "
+            f"{rates[name] / rates[RAW_LOOP]:.2f}x | {report['cpu_seconds']:.1f} | {cpu_rates[name]:,.0f} | "
+            f"{cpu_rates[name] / cpu_rates[C_DECODER]:.2f}x | {rss / 1024:.0f} |"
         )
-    header = (
-        f"sysbench oltp_write_only, {events} events, {TABLES} tables, MariaDB 10.11, one run on "
-        f"{os.cpu_count()} cores ({time.strftime('%Y-%m-%d')})\n\n"
+    what = (
+        f"mixed workload (one table of 24 columns of mixed types; insert, whole-row update, delete), {events} events"
+        if workload == "mixed"
+        else f"sysbench oltp_write_only, {events} events, {TABLES} tables"
     )
+    header = f"{what}, MariaDB 10.11, one run on {os.cpu_count()} cores ({time.strftime('%Y-%m-%d')})\n\n"
     return header + "\n".join(lines)
 
 
-def write_docs(table: str) -> None:
+def write_docs(table: str, workload: str = "oltp") -> None:
+    if workload == "mixed":
+        write_block(
+            "extract_throughput_mixed", "Extract throughput (`benchmarks/extract_throughput.py`)", table
+        )
+        return
     write_block("extract_throughput", "Extract throughput (`benchmarks/extract_throughput.py`)", table)
 
 

@@ -42,6 +42,8 @@ MAX_ARROW_DECIMAL_PRECISION = 38
 """DECIMAL(p>38) does not fit decimal128 (nor Spark/Delta decimals): such columns are staged as text."""
 MAX_INT64_BITS = 63
 """BIT(n) with n <= 63 fits int64; BIT(64) is staged as decimal128(20,0), like BIGINT UNSIGNED."""
+VECTOR = 242
+"""MySQL 9.0's VECTOR binlog type code (``MYSQL_TYPE_VECTOR``): little-endian float32s, stored like a BLOB."""
 _LIBRARY_CHARSETS = {"utf8": "utf8mb4", "cp1252": "latin1", "koi8_r": "koi8r", "koi8_u": "koi8u"}
 """mysql-replication's codec name (``character_set_name``) -> server character set, where they differ."""
 _LIBRARY_EXACT = frozenset({"utf8mb4", "utf8mb3", "utf8", "ascii", "latin1"})
@@ -153,6 +155,9 @@ def column_spec(column: Any) -> ColumnSpec:
     if code in _BLOB_TYPES:
         binary = is_binary(column)
         return ColumnSpec(name, "blob" if binary else "text", pa.binary() if binary else pa.string())
+    if code == VECTOR:
+        dims = getattr(column, "dimensions", None)
+        return ColumnSpec(name, f"vector({dims})" if dims else "vector", pa.list_(pa.float32()))
     raise ValueError(f"column {name!r} has binlog type code {code}, which the extractor cannot stage")
 
 

@@ -39,7 +39,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pymysqlreplication.constants import FIELD_TYPE
-from pymysqlreplication.json_binary import parse_json
 
 from airflow_provider_binlog.contract.columns import UTC
 from airflow_provider_binlog.exceptions import UnsupportedEventError
@@ -47,11 +46,12 @@ from airflow_provider_binlog.extract.charsets import UTF8, text_decoder
 from airflow_provider_binlog.extract.columns import (
     MAX_ARROW_DECIMAL_PRECISION,
     MAX_INT64_BITS,
+    VECTOR,
     ValueConversionError,
     charset_of,
-    converter,
     describe_column,
 )
+from airflow_provider_binlog.extract.json_binary import json_text
 
 PARTIAL_UPDATE_ROWS_EVENT = 39
 """MySQL 8.0 ``PARTIAL_UPDATE_ROWS_EVENT`` (``binlog_row_value_options=PARTIAL_JSON``)."""
@@ -89,6 +89,7 @@ _OTHERS = {
     FIELD_TYPE.BIT,
     FIELD_TYPE.GEOMETRY,
     FIELD_TYPE.JSON,
+    VECTOR,
 }
 SUPPORTED_TYPES = frozenset(_INTEGERS) | _STRINGS | _BLOBS | _OTHERS
 """Binlog column type codes :class:`RowDecoder` decodes (the pre-5.6 temporal types are not among them)."""
@@ -196,6 +197,8 @@ class RowDecoder:
         self.zero_dates = 0
         """Zero or invalid DATE/DATETIME values decoded (as None) so far; the caller may reset it."""
         self._present = (1 << len(self.columns)) - 1
+        self.full_bitmap = self._present.to_bytes((len(self.columns) + 7) // 8, "little")
+        """The columns-present bitmap of a full image (every column present)."""
         self.source, namespace = _generate(self.columns)
         exec(compile(self.source, f"<RowDecoder {len(self.columns)} columns>", "exec"), namespace)
         self._rows: Callable[[bytes, int, int], tuple[list[list[Any]], int, int]] = namespace["rows"]
@@ -236,23 +239,25 @@ class RowDecoder:
         partial = getattr(event, "event_type", None) == PARTIAL_UPDATE_ROWS_EVENT
         return self._decode_updates(_remaining_body(event), partial, event)
 
-    def decode_rows_bytes(self, body: bytes) -> list[list[Any]]:
+    def decode_rows_bytes(self, body: bytes, event: Any = None) -> list[list[Any]]:
         """Return the rows encoded in ``body``: full row images back to back, as in a WRITE/DELETE event.
 
+        :param event: what errors name: an object with ``where`` (the event's description), or None.
         :raises UnsupportedEventError: when ``body`` does not decode with this layout.
         """
-        return self._decode_rows(body, None)
+        return self._decode_rows(body, event)
 
     def decode_updates_bytes(
-        self, body: bytes, *, partial: bool = False
+        self, body: bytes, *, partial: bool = False, event: Any = None
     ) -> list[tuple[list[Any], list[Any]]]:
         """Return the ``(before, after)`` rows encoded in ``body``: pairs of full row images.
 
         :param partial: the body is a ``PARTIAL_UPDATE_ROWS_EVENT``'s (each after image starts with
             its ``binlog_row_value_options``).
+        :param event: what errors name (see :meth:`decode_rows_bytes`).
         :raises UnsupportedEventError: when ``body`` does not decode with this layout, or holds JSON diffs.
         """
-        return self._decode_updates(body, partial, None)
+        return self._decode_updates(body, partial, event)
 
     def _decode_rows(self, body: bytes, event: Any) -> list[list[Any]]:
         return self._checked(lambda: self._rows(body, 0, len(body)), body, event)
@@ -330,16 +335,24 @@ class RowDecoder:
 
     def _check_image(self, event: Any, bitmap: bytes) -> None:
         """Refuse an event whose image lacks columns, or whose column count differs from the layout."""
-        count = getattr(event, "number_of_columns", len(self.columns))
+        self.check_image(getattr(event, "number_of_columns", len(self.columns)), bitmap, _where(event))
+
+    def check_image(self, count: int, bitmap: bytes, where: str) -> None:
+        """Refuse a rows event of ``count`` columns whose image lacks columns or whose count differs.
+
+        :param bitmap: the event's columns-present bitmap (bit ``i`` of byte ``i // 8``, low bit first).
+        :param where: the event, for the message.
+        :raises UnsupportedEventError: naming the missing columns and ``binlog_row_image=FULL``.
+        """
         if count != len(self.columns):
             raise UnsupportedEventError(
-                f"{_where(event)}: the event has {count} columns, its table map {len(self.columns)}"
+                f"{where}: the event has {count} columns, its table map {len(self.columns)}"
             )
         present = int.from_bytes(bitmap, "little") & self._present
         if present != self._present:
             missing = [c.name for i, c in enumerate(self.columns) if not present >> i & 1]
             raise UnsupportedEventError(
-                f"{_where(event)}: the row image lacks columns {missing}; the extractor needs full row "
+                f"{where}: the row image lacks columns {missing}; the extractor needs full row "
                 f"images (binlog_row_image=FULL)"
             )
 
@@ -354,6 +367,8 @@ def _where(event: Any) -> str:
     """Return where an event is, for error messages ("row data" when decoding bare bytes)."""
     if event is None:
         return "row data"
+    if isinstance(getattr(event, "where", None), str):  # the event reader's events describe themselves
+        return str(event.where)
     table = f"{getattr(event, 'schema', '?')}.{getattr(event, 'table', '?')}"
     return f"{type(event).__name__} on {table} ending at {getattr(event.packet, 'log_pos', '?')}"
 
@@ -399,7 +414,8 @@ class _Namespace:
             "FROMTS": dt.datetime.fromtimestamp,
             "EPOCH": dt.datetime(1970, 1, 1, tzinfo=UTC),
             "UTC": UTC,
-            "PJ": parse_json,
+            "JT": json_text,
+            "UNPACK": struct.unpack,
         }
 
     def add(self, name: str, value: Any) -> str:
@@ -460,6 +476,33 @@ def _decimal_groups(precision: int, scale: int) -> list[tuple[int, int]]:
     if scale % 9:
         groups.append((_DIG2BYTES[scale % 9], scale % 9))
     return groups
+
+
+def decode_decimal(raw: bytes, precision: int, scale: int) -> decimal.Decimal:
+    """Return the DECIMAL(``precision``, ``scale``) stored in ``raw``.
+
+    The format is ``decimal2bin``'s (see :func:`_emit_decimal`); used for the DECIMAL values inside
+    MySQL's binary JSON.
+
+    :raises ValueError: when ``raw`` is shorter than the format's width.
+    """
+    groups = _decimal_groups(precision, scale)
+    width = sum(size for size, _ in groups)
+    if len(raw) < width:
+        raise ValueError(f"DECIMAL({precision},{scale}) needs {width} bytes, got {len(raw)}")
+    data = bytearray(raw[:width])
+    negative = not data[0] & 0x80
+    data[0] ^= 0x80
+    if negative:
+        data = bytearray(b ^ 0xFF for b in data)
+    digits, pos = [], 0
+    for size, count in groups:
+        digits.append(str(int.from_bytes(data[pos : pos + size], "big")).zfill(count))
+        pos += size
+    integral = precision - scale
+    text = "".join(digits)
+    whole, fraction = text[:integral].lstrip("0") or "0", text[integral:]
+    return decimal.Decimal(("-" if negative else "") + whole + ("." + fraction if fraction else ""))
 
 
 def _emit_decimal(v: str, column: Any, ns: _Namespace) -> list[str]:
@@ -651,15 +694,24 @@ def _emit_geometry(v: str, column: Any, ns: _Namespace) -> list[str]:
 def _emit_json(v: str, column: Any, ns: _Namespace) -> list[str]:
     """MySQL JSON is a BLOB of binary JSON (MySQL source ``sql-common/json_binary.cc``).
 
-    The library's parser reads it, then the value becomes text exactly as :func:`columns.converter`
-    writes it; an empty value is None, as the library decodes it.
+    :func:`~airflow_provider_binlog.extract.json_binary.json_text` makes it the text
+    :func:`columns.converter` writes; an empty value is None, as the library decodes it.
     """
     width = _length_size(column)
-    convert = ns.add(f"JSON_{v}", converter(column))
     return [
         f"n = {_little_endian(width)}",
         f"e = pos + {width} + n",
-        f"{v} = {convert}(PJ(buf[pos + {width}], buf[pos + {width + 1}:e]), None) if n else None",
+        f"{v} = JT(buf[pos + {width}:e]) if n else None",
+        "pos = e",
+    ]
+
+
+def _emit_vector(v: str, column: Any, ns: _Namespace) -> list[str]:
+    """MySQL 9 VECTOR is stored like a BLOB: a length, then little-endian float32s (``Field_vector``)."""
+    width = _length_size(column)
+    return [
+        f"e = pos + {width} + {_little_endian(width)}",
+        f"{v} = list(UNPACK('<%df' % ((e - pos - {width}) // 4), buf[pos + {width}:e]))",
         "pos = e",
     ]
 
@@ -722,6 +774,7 @@ _EMITTERS: dict[int, Callable[[str, Any, _Namespace], list[str]]] = {
     **dict.fromkeys(_BLOBS, _emit_blob),
     FIELD_TYPE.GEOMETRY: _emit_geometry,
     FIELD_TYPE.JSON: _emit_json,
+    VECTOR: _emit_vector,
     FIELD_TYPE.ENUM: _emit_enum,
     FIELD_TYPE.SET: _emit_set,
     FIELD_TYPE.BIT: _emit_bit,

@@ -523,12 +523,21 @@ def _random_row(rng: random.Random, key: int) -> tuple[Any, ...]:
     )
 
 
-def test_random_rows_match_the_library_path(mariadb: LocalMariaDB, source_db: str) -> None:
-    mariadb.execute(RANDOM_DDL, database=source_db)
-    rng = random.Random(20240229)
+RANDOM_ROW_CHANGES = 400 + 134 + 80
+"""Row changes :func:`write_random_rows` logs: 400 inserts, 134 updates (id % 3 = 0), 80 deletes (id % 5 = 0)."""
+
+
+def write_random_rows(server: LocalMariaDB, database: str, seed: int) -> tuple[str, int]:
+    """Create table ``r`` (:data:`RANDOM_DDL`) and log random rows into it; return the binlog head before them.
+
+    400 inserts in batches of 25 (one transaction each under autocommit), then one UPDATE of every third
+    row and one DELETE of every fifth.
+    """
+    server.execute(RANDOM_DDL, database=database)
+    rng = random.Random(seed)
     rows = [_random_row(rng, key) for key in range(400)]
-    start = head(mariadb)
-    conn = pymysql.connect(**mariadb.connection_kwargs(database=source_db))
+    start = head(server)
+    conn = pymysql.connect(**server.connection_kwargs(database=database))
     try:
         with conn.cursor() as cur:
             cur.execute("SET SESSION time_zone = '+00:00'")
@@ -539,9 +548,14 @@ def test_random_rows_match_the_library_path(mariadb: LocalMariaDB, source_db: st
             cur.execute("DELETE FROM r WHERE id % 5 = 0")
     finally:
         conn.close()
+    return start
+
+
+def test_random_rows_match_the_library_path(mariadb: LocalMariaDB, source_db: str) -> None:
+    start = write_random_rows(mariadb, source_db, 20240229)
     events, _ = decoded(mariadb, start, source_db)
     library = through_library(mariadb, start, source_db)
-    assert sum(len(rows) for _, _, rows in events) == 400 + 134 + 80
+    assert sum(len(rows) for _, _, rows in events) == RANDOM_ROW_CHANGES
     assert exact(events) == exact(library)
 
 

@@ -1,0 +1,191 @@
+"""Where raw binlog events come from: binlog files, or the replication socket.
+
+A feed yields :class:`RawEvent` s, each one event's bytes (common header to checksum) with the file it
+is in and its start offset; :class:`~.stream.EventReader` does the rest, whatever the feed.
+
+Binlog file layout: MySQL internals, "Binary Log Overview" / "Binlog File": the magic bytes
+``fe 62 69 6e``, then events back to back from offset 4, each ``event_size`` bytes long as its common
+header says. A file that ends with a ROTATE event continues in the file the ROTATE names.
+
+The replication socket: MySQL internals, "COM_BINLOG_DUMP" (MariaDB KB, "COM_BINLOG_DUMP"): after the
+login (pymysql's), the client sends the command (start position, flags, its server id, file name) and
+the server answers with one packet per event, ``00`` then the event's bytes, until an EOF packet
+(non-blocking dumps) or the connection's end. The server first sends an artificial ROTATE naming the file
+(its ``log_pos`` is 0) and, from a position after 4, the file's FORMAT_DESCRIPTION with ``log_pos`` 0.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_binlog.exceptions import UnsupportedEventError
+from airflow_provider_binlog.extract.events import codes
+
+MAGIC = b"\xfebin"
+"""The first 4 bytes of every binlog file."""
+_SIZE = struct.Struct("<I")
+_READ_CHUNK = 1 << 20
+COM_BINLOG_DUMP = 0x12
+BINLOG_DUMP_NON_BLOCK = 0x01
+"""COM_BINLOG_DUMP flag: end the dump with an EOF packet at the end of the binlog instead of waiting."""
+BINLOG_SEND_ANNOTATE_ROWS_EVENT = 0x02
+"""MariaDB COM_BINLOG_DUMP flag: send the ANNOTATE_ROWS events (the statements), as the files hold them."""
+LOG_EVENT_ARTIFICIAL = 0x20
+"""Header flag of events the dump thread makes up (the first ROTATE); they are not in any file."""
+MARIADB_SLAVE_CAPABILITY_GTID = 4
+"""``@mariadb_slave_capability``: the replica understands GTID events (older ones get BEGIN queries instead)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RawEvent:
+    """One event's bytes and where it is.
+
+    :param file: the binlog file's name (no directory). :param start: its offset in the file.
+    :param data: header, body and checksum (when the server writes one).
+    """
+
+    file: str
+    start: int
+    data: bytes
+
+
+def read_binlog_file(
+    path: str | os.PathLike[str], start: int = 4, *, follow_rotations: bool = True
+) -> Iterator[RawEvent]:
+    """Yield the events of the binlog file ``path`` from offset ``start``, then of the files it rotates to.
+
+    A file that ends with a ROTATE event is followed by the file the ROTATE names, in the same
+    directory, from the ROTATE's position, while that file exists and is another file (a relay log's
+    ROTATEs in the middle of a file are the source's and are not followed).
+
+    From a ``start`` after 4, the file's FORMAT_DESCRIPTION (at 4) is yielded first, as the dump thread
+    sends it over the socket: the events after it cannot be decoded without it.
+
+    :param start: an event boundary (4 = the first event, the FORMAT_DESCRIPTION).
+    :raises UnsupportedEventError: when the file does not start with the binlog magic bytes, or ends
+        inside an event (a truncated file, or one the server is writing: read it up to a position the
+        server reported instead).
+    """
+    current = Path(path)
+    while True:
+        rotate: tuple[str, int] | None = None
+        checksum = 0
+        for event in _events_of(current, start):
+            yield event
+            kind = event.data[4]
+            if kind == codes.FORMAT_DESCRIPTION:
+                checksum = 4 if event.data[-5] else 0
+            rotate = _rotation(event.data, checksum) if kind == codes.ROTATE else None
+        if not follow_rotations or rotate is None:
+            return
+        following = current.with_name(rotate[0])
+        if following == current or not following.exists():
+            return
+        current, start = following, rotate[1]
+
+
+def _rotation(data: bytes, checksum: int) -> tuple[str, int]:
+    """Return ``(next file, position)`` of a ROTATE event's bytes (``checksum``: its checksum's size)."""
+    return data[27 : len(data) - checksum].decode("utf-8"), struct.unpack_from("<Q", data, 19)[0]
+
+
+def _events_of(path: Path, start: int) -> Iterator[RawEvent]:
+    name = path.name
+    with open(path, "rb") as handle:
+        if handle.read(4) != MAGIC:
+            raise UnsupportedEventError(f"{path} is not a binlog file (it does not start with fe 62 69 6e)")
+        if start > 4:
+            header = handle.read(19)
+            if len(header) < 19 or header[4] != codes.FORMAT_DESCRIPTION:
+                raise UnsupportedEventError(f"{path} has no FORMAT_DESCRIPTION event at offset 4")
+            yield RawEvent(name, 4, header + handle.read(_SIZE.unpack_from(header, 9)[0] - 19))
+        handle.seek(start)
+        buffer = b""  # the bytes read but not yet yielded, starting at ``offset``
+        offset = start
+        while chunk := handle.read(_READ_CHUNK):
+            buffer += chunk
+            pos = 0
+            while len(buffer) - pos >= 19:
+                size = _SIZE.unpack_from(buffer, pos + 9)[0]
+                if size < 19:
+                    raise UnsupportedEventError(
+                        f"{name}:{offset} holds an event of {size} bytes: not a binlog event"
+                    )
+                if len(buffer) - pos < size:
+                    break
+                yield RawEvent(name, offset, buffer[pos : pos + size])
+                pos += size
+                offset += size
+            buffer = buffer[pos:]
+        if buffer:
+            raise UnsupportedEventError(
+                f"{name} ends inside an event at offset {offset} ({len(buffer)} bytes left)"
+            )
+
+
+def read_binlog_socket(
+    connection: Any,
+    *,
+    server_id: int,
+    file: str,
+    position: int = 4,
+    flavor: str = "mariadb",
+    blocking: bool = False,
+) -> Iterator[RawEvent]:
+    """Yield the events a COM_BINLOG_DUMP from ``(file, position)`` streams over ``connection``.
+
+    Events are yielded as they are in the files: the artificial ROTATE only tells the file name,
+    heartbeats are dropped, and a FORMAT_DESCRIPTION sent with ``log_pos`` 0 is yielded at its place in
+    the file (4). Later ROTATEs move the file name on.
+
+    :param connection: an open pymysql connection of a user with REPLICATION SLAVE; it serves nothing else
+        until the dump ends (close it to stop a blocking dump).
+    :param server_id: this reader's id on the source (unique among its replicas).
+    :param flavor: ``mariadb`` or ``mysql``: MariaDB is asked for GTID events (``@mariadb_slave_capability``).
+    :param blocking: wait for new events at the end of the binlog instead of ending there.
+    :raises pymysql.err.OperationalError: for the server's errors (a purged file, a bad position, ...).
+    """
+    with connection.cursor() as cur:
+        cur.execute("SELECT @@global.binlog_checksum")
+        checksum = 0 if str(cur.fetchone()[0]).upper() == "NONE" else 4
+        cur.execute("SET @master_binlog_checksum = @@global.binlog_checksum")
+        if flavor == "mariadb":
+            cur.execute(f"SET @mariadb_slave_capability = {MARIADB_SLAVE_CAPABILITY_GTID}")
+    name = file.encode("utf-8")
+    flags = 0 if blocking else BINLOG_DUMP_NON_BLOCK
+    if flavor == "mariadb":
+        flags |= BINLOG_SEND_ANNOTATE_ROWS_EVENT
+    command = struct.pack("<BIHI", COM_BINLOG_DUMP, position, flags, server_id) + name
+    # A command packet: 3-byte length, sequence id 0, then the command (pymysql's own framing).
+    connection._write_bytes(struct.pack("<I", len(command))[:3] + b"\x00" + command)
+    connection._next_seq_id = 1
+    current = file
+    while True:
+        packet = connection._read_packet()
+        if packet.is_eof_packet():
+            return
+        data = packet.get_all_data()
+        if data[0] != 0:
+            continue
+        event = bytes(data[1:])
+        kind, size, end, event_flags = event[4], *struct.unpack_from("<IIH", event, 9)
+        if kind == codes.ROTATE:
+            next_file = _rotation(event, checksum)[0]
+            if event_flags & LOG_EVENT_ARTIFICIAL or end == 0:
+                current = next_file
+                continue
+            yield RawEvent(current, end - size, event)
+            current = next_file
+            continue
+        if kind in (codes.HEARTBEAT, codes.HEARTBEAT_V2):
+            continue
+        if end == 0:  # the FORMAT_DESCRIPTION re-sent for a start after 4 (or another made-up event)
+            if kind == codes.FORMAT_DESCRIPTION:
+                yield RawEvent(current, 4, event)
+            continue
+        yield RawEvent(current, end - size, event)

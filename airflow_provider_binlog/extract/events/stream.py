@@ -1,0 +1,376 @@
+"""Turn raw binlog events (from a file or the replication socket) into decoded events.
+
+:class:`EventReader` keeps what the events before decide: the FORMAT_DESCRIPTION (checksum algorithm,
+post-header lengths, flavor) and the table maps by table id. It verifies each event's CRC32
+(``zlib.crc32`` over the event without its last 4 bytes), dispatches on the type code to the parsers of
+:mod:`.parsers` and :mod:`.tablemap`, inflates TRANSACTION_PAYLOAD events (zstd) and yields their inner
+events after them, and leaves row images undecoded until :meth:`RowsEvent.rows` is called, so rows of
+tables nobody reads cost nothing. Row images are decoded by
+:class:`~airflow_provider_binlog.extract.decoder.RowDecoder`, one per table layout.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_binlog.exceptions import UnsupportedEventError
+from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key, unsupported_reason
+from airflow_provider_binlog.extract.events import codes, parsers
+from airflow_provider_binlog.extract.events.feeds import RawEvent
+from airflow_provider_binlog.extract.events.parsers import (
+    BINLOG_IN_USE,
+    HEADER,
+    HEADER_SIZE,
+    FormatDescription,
+)
+from airflow_provider_binlog.extract.events.tablemap import TableMap, TableMapParser
+from airflow_provider_binlog.extract.events.wire import packed_integer
+
+UINT32 = struct.Struct("<I")
+
+
+class ChecksumMismatchError(UnsupportedEventError):
+    """An event's CRC32 does not match its bytes (a corrupt file or a broken transfer)."""
+
+
+@dataclass(slots=True)
+class Event:
+    """One decoded binlog event.
+
+    :param type_code: the event type (:mod:`.codes`). :param timestamp: header time, seconds since the epoch.
+    :param server_id: the server that wrote it. :param end_pos: the header's ``log_pos``, the end of the
+        event in its file (for events inside a TRANSACTION_PAYLOAD: the payload event's end).
+    :param file: the binlog file. :param start: the event's offset in the file (the payload's for inner events).
+    :param in_payload: the event came out of a TRANSACTION_PAYLOAD event.
+    :param data: the parsed body (a dataclass of :mod:`.parsers`, a :class:`.TableMap`, a :class:`RowsEvent`)
+        or None for events the extractor does not act on.
+    """
+
+    type_code: int
+    timestamp: int
+    server_id: int
+    end_pos: int
+    flags: int
+    file: str
+    start: int
+    in_payload: bool
+    data: Any
+
+    @property
+    def name(self) -> str:
+        """Return the type's name (``WRITE_ROWS_V2``, ``GTID_TAGGED``, ...)."""
+        return codes.NAMES.get(self.type_code, f"type {self.type_code}")
+
+
+class RowsEvent:
+    """A WRITE/UPDATE/DELETE rows event (v1 or v2, and MySQL's PARTIAL_UPDATE_ROWS) with its table map.
+
+    :param kind: ``write``, ``update`` or ``delete``.
+    :param table_map: the TABLE_MAP the event's table id names.
+    :param flags: rows event flags (bit 0: end of statement).
+    :param number_of_columns: columns in the images. :param columns_present_bitmap: of the (before) image.
+    :param columns_present_bitmap2: of the after image (updates only).
+    :param body: the row images. :param partial: a PARTIAL_UPDATE_ROWS event.
+    :param origin: ``(type code, raw event, in a payload)``, for error messages (:attr:`where`).
+    """
+
+    __slots__ = (
+        "kind",
+        "table_map",
+        "flags",
+        "number_of_columns",
+        "columns_present_bitmap",
+        "columns_present_bitmap2",
+        "body",
+        "partial",
+        "_origin",
+        "_reader",
+    )
+
+    def __init__(
+        self,
+        kind: str,
+        table_map: TableMap,
+        flags: int,
+        number_of_columns: int,
+        present: bytes,
+        present_after: bytes | None,
+        body: bytes,
+        partial: bool,
+        origin: tuple[int, RawEvent, bool],
+        reader: EventReader,
+    ) -> None:
+        self.kind = kind
+        self.table_map = table_map
+        self.flags = flags
+        self.number_of_columns = number_of_columns
+        self.columns_present_bitmap = present
+        self.columns_present_bitmap2 = present_after
+        self.body = body
+        self.partial = partial
+        self._origin = origin
+        self._reader = reader
+
+    @property
+    def where(self) -> str:
+        """Return the event and its table, for error messages."""
+        return f"{_describe(*self._origin)} on {self.table_map.name}"
+
+    @property
+    def schema(self) -> str:
+        """Return the table's database."""
+        return self.table_map.schema
+
+    @property
+    def table(self) -> str:
+        """Return the table's name."""
+        return self.table_map.table
+
+    def present_columns(self) -> list[Any]:
+        """Return the table map's columns present in the (before) image, in column order."""
+        present = int.from_bytes(self.columns_present_bitmap, "little")
+        return [c for i, c in enumerate(self.table_map.columns) if present >> i & 1]
+
+    def image_rows(self) -> list[list[Any]]:
+        """Return the rows of a WRITE/DELETE event whose images may lack columns.
+
+        Images of ``binlog_row_image`` MINIMAL or NOBLOB: lists of the values of :meth:`present_columns`.
+
+        The extractor needs full images (:meth:`rows`); this is for reading binlogs written otherwise.
+
+        :raises UnsupportedEventError: for an UPDATE event (its two images hold different columns), or
+            when the present columns cannot be decoded.
+        """
+        if self.kind == "update":
+            raise UnsupportedEventError(f"{self.where}: image_rows() reads WRITE/DELETE events only")
+        columns = self.present_columns()
+        reason = unsupported_reason(columns)
+        if reason:
+            raise UnsupportedEventError(f"{self.where}: {self.table_map.name} {reason}")
+        return RowDecoder(columns).decode_rows_bytes(self.body, self)
+
+    def rows(self) -> list[Any]:
+        """Return the rows as staged values in column order.
+
+        Lists of values (``write``/``delete``), or ``(before, after)`` pairs of them (``update``).
+
+        :raises UnsupportedEventError: when an image lacks columns (``binlog_row_image`` is not FULL), the
+            layout has a column :class:`RowDecoder` cannot decode, the rows do not match the table map, or
+            the event carries JSON diffs (``binlog_row_value_options=PARTIAL_JSON``).
+        """
+        decoder = self.table_map.decoder or self._reader.decoder(self.table_map, self.where)
+        if (
+            self.number_of_columns != len(decoder.columns)
+            or self.columns_present_bitmap != decoder.full_bitmap
+        ):
+            decoder.check_image(self.number_of_columns, self.columns_present_bitmap, self.where)
+        if self.kind != "update":
+            return decoder.decode_rows_bytes(self.body, self)
+        if not self.partial and self.columns_present_bitmap2 != decoder.full_bitmap:
+            decoder.check_image(self.number_of_columns, self.columns_present_bitmap2 or b"", self.where)
+        return decoder.decode_updates_bytes(self.body, partial=self.partial, event=self)
+
+
+class EventReader:
+    """Decode a sequence of raw events of one server (one binlog file chain, or one replication stream).
+
+    :param verify_checksums: check each event's CRC32 when the FORMAT_DESCRIPTION says the server writes them.
+    """
+
+    def __init__(self, *, verify_checksums: bool = True) -> None:
+        self.verify_checksums = verify_checksums
+        self.format: FormatDescription | None = None
+        self.table_maps: dict[int, TableMap] = {}
+        self._parser: TableMapParser | None = None
+        self._decoders: dict[tuple[Any, ...], RowDecoder] = {}
+
+    @property
+    def flavor(self) -> str:
+        """Return ``mysql`` or ``mariadb``, from the FORMAT_DESCRIPTION read (``mysql`` before one)."""
+        return self.format.flavor if self.format else "mysql"
+
+    def events(self, raw_events: Iterable[RawEvent]) -> Iterator[Event]:
+        """Yield the decoded events of ``raw_events``, then the inner events of each TRANSACTION_PAYLOAD.
+
+        :raises ChecksumMismatchError: when an event's CRC32 is wrong.
+        :raises UnsupportedEventError: for events that cannot be skipped and are not read (:data:`.codes.REFUSED`),
+            rows events of an unknown table id, and malformed events.
+        """
+        checksum = 0
+        for raw in raw_events:
+            data = raw.data
+            timestamp, type_code, server_id, size, end_pos, flags = HEADER.unpack_from(data)
+            if type_code == codes.FORMAT_DESCRIPTION:
+                self._format_description(data, flags, raw)
+                checksum = 4 if self.verify_checksums and self.format and self.format.checksum else 0
+                yield Event(
+                    type_code, timestamp, server_id, end_pos, flags, raw.file, raw.start, False, self.format
+                )
+                continue
+            if checksum and zlib.crc32(data[:-4]) != UINT32.unpack_from(data, size - 4)[0]:
+                where = _describe(type_code, raw, False)
+                raise ChecksumMismatchError(f"{where}: CRC32 checksum mismatch; the binlog bytes are corrupt")
+            parsed = self._body(type_code, data[HEADER_SIZE : size - checksum], server_id, raw, False)
+            yield Event(type_code, timestamp, server_id, end_pos, flags, raw.file, raw.start, False, parsed)
+            if type_code == codes.TRANSACTION_PAYLOAD:
+                yield from self._payload_events(parsed, raw, end_pos)
+
+    def _format_description(self, data: bytes, flags: int, raw: RawEvent) -> None:
+        description = parsers.parse_format_description(data[HEADER_SIZE:])
+        if description.checksum and self.verify_checksums:
+            stored = struct.unpack_from("<I", data, len(data) - 4)[0]
+            computed = zlib.crc32(data[:-4])
+            if computed != stored and flags & BINLOG_IN_USE:  # written before the in-use flag was set
+                cleared = bytearray(data[:-4])
+                cleared[17] &= ~BINLOG_IN_USE & 0xFF
+                computed = zlib.crc32(cleared)
+            if computed != stored:
+                where = _describe(codes.FORMAT_DESCRIPTION, raw, False)
+                raise ChecksumMismatchError(f"{where}: CRC32 checksum mismatch; the binlog bytes are corrupt")
+        self.format = description
+        table_id_size = 4 if description.post_header_length(codes.TABLE_MAP) == 6 else 6
+        if self._parser is None or self._parser.flavor != description.flavor:
+            self._parser = TableMapParser(description.flavor, table_id_size)
+
+    def _payload_events(
+        self, payload: parsers.TransactionPayload, raw: RawEvent, end_pos: int
+    ) -> Iterator[Event]:
+        """Yield the events inside a TRANSACTION_PAYLOAD: inflated, then back to back, without checksums."""
+        inner = _inflate(payload, raw)
+        pos = 0
+        while pos < len(inner):
+            timestamp, type_code, server_id, size, _, flags = HEADER.unpack_from(inner, pos)
+            parsed = self._body(type_code, inner[pos + HEADER_SIZE : pos + size], server_id, raw, True)
+            yield Event(type_code, timestamp, server_id, end_pos, flags, raw.file, raw.start, True, parsed)
+            pos += size
+
+    def _body(self, type_code: int, body: bytes, server_id: int, raw: RawEvent, in_payload: bool) -> Any:
+        """Return the parsed body of an event of ``type_code`` (None for types the extractor ignores)."""
+        if self.format is None or type_code in codes.REFUSED:
+            where = _describe(type_code, raw, in_payload)
+            if self.format is None:
+                raise UnsupportedEventError(
+                    f"{where}: no FORMAT_DESCRIPTION event before it; read from the file's start"
+                )
+            raise UnsupportedEventError(f"{where}: {codes.REFUSED[type_code]}")
+        try:
+            kind = codes.ROWS_KINDS.get(type_code)
+            if kind is not None:
+                return self._rows(type_code, kind, body, (type_code, raw, in_payload))
+            return self._parse(type_code, body, server_id)
+        except (IndexError, struct.error, ValueError) as err:
+            where = _describe(type_code, raw, in_payload)
+            raise UnsupportedEventError(f"{where}: the event cannot be parsed ({err})") from err
+
+    def _parse(self, type_code: int, body: bytes, server_id: int) -> Any:
+        assert self.format is not None
+        assert self._parser is not None
+        if type_code == codes.TABLE_MAP:
+            table_map = self._parser.parse(body)
+            self.table_maps[table_map.table_id] = table_map
+            return table_map
+        if type_code == codes.QUERY:
+            return parsers.parse_query(body, self.format.post_header_length(codes.QUERY))
+        if type_code == codes.XID:
+            return parsers.Xid(struct.unpack_from("<Q", body)[0])
+        if type_code in (codes.GTID, codes.ANONYMOUS_GTID):
+            return parsers.parse_gtid(body, anonymous=type_code == codes.ANONYMOUS_GTID)
+        if type_code == codes.GTID_TAGGED:
+            return parsers.parse_gtid_tagged(body)
+        if type_code == codes.MARIADB_GTID:
+            return parsers.parse_mariadb_gtid(body, server_id)
+        if type_code == codes.ROTATE:
+            return parsers.parse_rotate(body)
+        if type_code == codes.PREVIOUS_GTIDS:
+            return parsers.parse_previous_gtids(body)
+        if type_code == codes.MARIADB_GTID_LIST:
+            return parsers.parse_gtid_list(body)
+        if type_code in (codes.ROWS_QUERY, codes.MARIADB_ANNOTATE_ROWS):
+            return parsers.parse_rows_query(body, mariadb=type_code == codes.MARIADB_ANNOTATE_ROWS)
+        if type_code == codes.TRANSACTION_PAYLOAD:
+            return parsers.parse_transaction_payload(body)
+        if type_code == codes.XA_PREPARE:
+            return parsers.parse_xa_prepare(body)
+        return None
+
+    def _rows(self, type_code: int, kind: str, body: bytes, origin: tuple[int, RawEvent, bool]) -> RowsEvent:
+        """Parse a rows event's post-header and column bitmaps; the row images stay bytes.
+
+        Post-header: table id (6 bytes, 4 for a 6-byte post-header), flags (2); v2 events then hold the
+        length of their extra data (2 bytes, counting itself) and the extra data. Body: column count
+        (packed), the columns-present bitmap, a second one for updates, then the row images.
+        """
+        assert self.format is not None
+        post = self.format.post_header_length(type_code) or (10 if type_code in codes.ROWS_V2 else 8)
+        width = 4 if post == 6 else 6
+        table_id = int.from_bytes(body[:width], "little")
+        flags = int.from_bytes(body[width : width + 2], "little")
+        pos = post
+        if type_code in codes.ROWS_V2:
+            pos = width + 2 + struct.unpack_from("<H", body, width + 2)[0]
+        table_map = self.table_maps.get(table_id)
+        if table_map is None:
+            raise UnsupportedEventError(
+                f"{_describe(*origin)}: its table id {table_id} has no TABLE_MAP event before it; read from a "
+                f"transaction start"
+            )
+        count, pos = packed_integer(body, pos)
+        size = (count + 7) // 8
+        present, pos = body[pos : pos + size], pos + size
+        present_after = None
+        if kind == "update":
+            present_after, pos = body[pos : pos + size], pos + size
+        partial = type_code == codes.PARTIAL_UPDATE_ROWS
+        return RowsEvent(
+            kind, table_map, flags, count, present, present_after, body[pos:], partial, origin, self
+        )
+
+    def decoder(self, table_map: TableMap, where: str) -> RowDecoder:
+        """Return the row decoder of a table map's layout (built once per layout).
+
+        :raises UnsupportedEventError: naming the column when the layout has one it cannot decode.
+        """
+        if table_map.decoder is not None:
+            return table_map.decoder  # type: ignore[no-any-return]
+        reason = unsupported_reason(table_map.columns)
+        if reason:
+            raise UnsupportedEventError(f"{where}: {table_map.name} {reason}")
+        key = layout_key(table_map.columns)
+        decoder = self._decoders.get(key)
+        if decoder is None:
+            decoder = self._decoders[key] = RowDecoder(table_map.columns)
+        table_map.decoder = decoder
+        return decoder
+
+
+def _describe(type_code: int, raw: RawEvent, in_payload: bool) -> str:
+    """Return ``TYPE at file:offset`` (``in the payload at`` for events inside a TRANSACTION_PAYLOAD)."""
+    name = codes.NAMES.get(type_code, f"event type {type_code}")
+    return f"{name} {'in the payload ' if in_payload else ''}at {raw.file}:{raw.start}"
+
+
+def _inflate(payload: parsers.TransactionPayload, raw: RawEvent) -> bytes:
+    """Return the payload's events, decompressed with ``zstandard`` when compressed.
+
+    :raises UnsupportedEventError: when the payload does not inflate to the size its header states.
+    """
+    if payload.compression == "none":
+        return payload.payload
+    import zstandard
+
+    try:
+        inner = zstandard.ZstdDecompressor().decompressobj().decompress(payload.payload)
+    except zstandard.ZstdError as err:
+        raise UnsupportedEventError(
+            f"TRANSACTION_PAYLOAD at {raw.file}:{raw.start} does not inflate: {err}"
+        ) from err
+    if payload.uncompressed_size and len(inner) != payload.uncompressed_size:
+        raise UnsupportedEventError(
+            f"TRANSACTION_PAYLOAD at {raw.file}:{raw.start} inflates to {len(inner)} bytes, its header says "
+            f"{payload.uncompressed_size}"
+        )
+    return inner
