@@ -8,6 +8,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import BaseOperator
 
+from airflow_provider_binlog.assets import TARGET_TABLES_ALIAS
 from airflow_provider_binlog.exceptions import MergeError, StateError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.positions import BinlogPosition
@@ -92,6 +93,12 @@ class BinlogCommitOperator(BaseOperator):
     :param target_path: root of the target tables (templated).
     :param storage_options: deltalake storage options for object-store targets.
     :param binlog_conn_id: the pipeline's source connection, where its state lock lives (templated).
+    :param asset_alias: name of the :class:`~airflow.sdk.AssetAlias` added to the task's outlets, through
+        which it emits one Asset event per target table the window changed (URI
+        :func:`~airflow_provider_binlog.assets.table_asset_uri`, extra
+        :func:`~airflow_provider_binlog.assets.asset_event_extra`; ``docs/assets.md``). None emits nothing.
+        The events are recorded when the task succeeds; a cleared commit task of a committed window emits
+        them again (at least once).
     """
 
     template_fields: Sequence[str] = ("pipeline", "target_path", "binlog_conn_id")
@@ -103,13 +110,18 @@ class BinlogCommitOperator(BaseOperator):
         target_path: str,
         storage_options: dict[str, str] | None = None,
         binlog_conn_id: str = BinlogHook.default_conn_name,
+        asset_alias: str | None = TARGET_TABLES_ALIAS,
         **kwargs: Any,
     ) -> None:
+        from airflow_provider_binlog.assets import with_alias_outlet
+
+        kwargs["outlets"] = with_alias_outlet(kwargs.get("outlets"), asset_alias)
         super().__init__(**kwargs)
         self.pipeline = pipeline
         self.target_path = target_path
         self.storage_options = storage_options
         self.binlog_conn_id = binlog_conn_id
+        self.asset_alias = asset_alias
 
     def execute(self, context: Any) -> dict[str, Any]:
         """Verify the merge of this run's window, mark it merged and advance the checkpoint.
@@ -134,6 +146,7 @@ class BinlogCommitOperator(BaseOperator):
             )
         if window.status == "merged":
             self.log.info("window %s is already committed", window.seq)
+            self._emit_assets(context, window, state.checkpoint.updated_at)
             return state_summary(state)
         check_target(self.pipeline, state, self.target_path, [])
         if window.manifest_uri is None:
@@ -177,7 +190,62 @@ class BinlogCommitOperator(BaseOperator):
         manager.history = StagedStateHistory(window_dir.parent)
         written = manager.update(advance)
         self._report(window, manifest, written.checkpoint.position.to_position())
+        self._emit_assets(
+            context, written.window(window.seq), written.checkpoint.updated_at, manifest, refused
+        )
         return state_summary(written)
+
+    def _emit_assets(
+        self,
+        context: Any,
+        window: Window,
+        committed_at: str,
+        manifest: dict[str, Any] | None = None,
+        refused: dict[str, Any] | None = None,
+    ) -> None:
+        """Emit the Asset event of every table the committed ``window`` changed (none refused its merge).
+
+        :param manifest: the window's manifest; read from its staging when None (a committed window whose
+            staging was removed emits nothing and says so).
+        """
+        from airflow_provider_binlog.assets import (
+            asset_event_extra,
+            delta_version,
+            emit_table_events,
+            table_asset_uri,
+        )
+
+        if self.asset_alias is None:
+            return
+        if manifest is None:
+            from airflow_provider_binlog.spark_jobs.merge import refused_tables
+            from airflow_provider_binlog.staging import read_manifest, storage_path, uri_of
+
+            window_dir = None if window.manifest_uri is None else storage_path(window.manifest_uri)
+            manifest = None if window_dir is None else read_manifest(window_dir)
+            if window_dir is None or manifest is None:
+                self.log.warning("window %s: its staging is gone, so no Asset events are emitted", window.seq)
+                return
+            refused = refused_tables(uri_of(window_dir))
+        events = {
+            table_asset_uri(self.target_path, table): asset_event_extra(
+                pipeline=self.pipeline,
+                table=table,
+                kind="window",
+                seq=window.seq,
+                entry=entry,
+                start=window.start.model_dump(),
+                end=window.end.model_dump(),
+                committed_at=committed_at,
+                last_commit_ts=manifest["stats"].get("last_commit_ts"),
+                delta_version=delta_version(self.target_path, table, self.storage_options),
+            )
+            for table, entry in manifest["tables"].items()
+            if entry["rows"] and table not in (refused or {})
+        }
+        emit_table_events(context, self.asset_alias, events)
+        if events:
+            self.log.info("Asset events of window %s: %s", window.seq, ", ".join(sorted(events)))
 
     def _report(self, window: Window, manifest: dict[str, Any], checkpoint: BinlogPosition) -> None:
         """Log the run's one summary line and emit the ``binlog.window.*`` metrics."""

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, get_args
 
+from airflow_provider_binlog.assets import TARGET_TABLES_ALIAS
 from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
 from airflow_provider_binlog.hooks.binlog import BinlogHook, TableInfo
 from airflow_provider_binlog.operators.spark import SparkJobOperator
@@ -64,6 +65,9 @@ class BinlogSnapshotOperator(SparkJobOperator):
     :param binlog_conn_id: a ``mysql`` or ``mysql_binlog`` connection.
     :param staging_conn_id: connection of the staging object store, if any.
     :param conn_id: Spark connection id.
+    :param asset_alias: name of the :class:`~airflow.sdk.AssetAlias` added to the task's outlets, through
+        which a merged snapshot emits one Asset event per table it loaded (kind ``snapshot``; the snapshot
+        commits without a separate commit task; ``docs/assets.md``). None emits nothing.
     :raises ValueError: on an invalid argument.
     """
 
@@ -98,8 +102,12 @@ class BinlogSnapshotOperator(SparkJobOperator):
         conn_id: str = "spark_default",
         conf: dict[str, Any] | None = None,
         allow_minimal_row_metadata: bool = False,
+        asset_alias: str | None = TARGET_TABLES_ALIAS,
         **kwargs: Any,
     ) -> None:
+        from airflow_provider_binlog.assets import with_alias_outlet
+
+        kwargs["outlets"] = with_alias_outlet(kwargs.get("outlets"), asset_alias)
         self.check_arguments(kwargs, chunk_rows=chunk_rows, max_connections=max_connections, buckets=buckets)
         if not is_template(keyless_tables):
             check_keyless_mode(keyless_tables)
@@ -123,6 +131,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
         self.binlog_conn_id = binlog_conn_id
         self.staging_conn_id = staging_conn_id
         self.allow_minimal_row_metadata = allow_minimal_row_metadata
+        self.asset_alias = asset_alias
 
     def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]
         """Start or resume this run's snapshot, read and merge it on Spark, record it as merged.
@@ -171,6 +180,9 @@ class BinlogSnapshotOperator(SparkJobOperator):
             return {"pipeline": self.pipeline, "snapshot": None, "tables": [], "rows": 0, "chunks": 0}
         if snapshot.status == "merged":
             self.log.info("snapshot %s is merged already", snapshot.seq)
+            merged_manifest = read_json(f"{snapshot.staging_uri}/{job.MANIFEST_NAME}")
+            if merged_manifest is not None:
+                self._emit_assets(context, snapshot, merged_manifest)
             return self._result(snapshot, snapshot.rows or 0)
         target = target_root(self.target_path)
         if self._nothing_to_read(hook, snapshot):
@@ -207,9 +219,10 @@ class BinlogSnapshotOperator(SparkJobOperator):
             )
         self._verify(snapshot)
         rows = int(manifest["stats"]["rows"])
-        manager.update(
+        written = manager.update(
             lambda state: finish_snapshot(state, snapshot.seq, rows, target, written=snapshot.tables)
         )
+        self._emit_assets(context, next(s for s in written.snapshots if s.seq == snapshot.seq), manifest)
         result = self._result(snapshot, rows, manifest["stats"])
         self.log.info(
             "snapshot %s of %s merged: %s rows of %s in %s chunks, read at %.0f rows/s by %s Spark tasks",
@@ -356,6 +369,32 @@ class BinlogSnapshotOperator(SparkJobOperator):
                     f"snapshot {snapshot.seq} of {table} is not in the target {self.target_path} (no merge commit "
                     f"for it in the table's Delta log); clear the task to resume it"
                 )
+
+    def _emit_assets(self, context: Any, snapshot: Snapshot, manifest: dict[str, Any]) -> None:
+        """Emit the Asset event of every table the merged ``snapshot`` loaded (:mod:`~airflow_provider_binlog.assets`)."""
+        from airflow_provider_binlog.assets import (
+            asset_event_extra,
+            delta_version,
+            emit_table_events,
+            table_asset_uri,
+        )
+
+        events = {
+            table_asset_uri(self.target_path, table): asset_event_extra(
+                pipeline=self.pipeline,
+                table=table,
+                kind="snapshot",
+                seq=snapshot.seq,
+                entry=manifest["tables"].get(table, {}),
+                start=snapshot.start.model_dump(),
+                end=None,
+                committed_at=snapshot.finished_at or "",
+                last_commit_ts=None,
+                delta_version=delta_version(self.target_path, table),
+            )
+            for table in snapshot.tables
+        }
+        emit_table_events(context, self.asset_alias, events)
 
     def _result(self, snapshot: Snapshot, rows: int, stats: dict[str, Any] | None = None) -> dict[str, Any]:
         stats = stats or {}
