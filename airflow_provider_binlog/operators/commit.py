@@ -11,6 +11,7 @@ from airflow.sdk import BaseOperator
 from airflow_provider_binlog.assets import TARGET_TABLES_ALIAS
 from airflow_provider_binlog.exceptions import MergeError, StateError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
+from airflow_provider_binlog.operators.lineage import StagedLineageMixin
 from airflow_provider_binlog.positions import BinlogPosition
 from airflow_provider_binlog.state import (
     STATEMENT_CHARS,
@@ -80,7 +81,7 @@ def resnapshots_of(
     ]
 
 
-class BinlogCommitOperator(BaseOperator):
+class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
     """Move the pipeline's checkpoint to the end of this run's window and mark the window ``merged``.
 
     Before moving anything it reads the Delta log of every table the window changed and checks that the
@@ -122,6 +123,7 @@ class BinlogCommitOperator(BaseOperator):
         self.storage_options = storage_options
         self.binlog_conn_id = binlog_conn_id
         self.asset_alias = asset_alias
+        self.refused: dict[str, Any] = {}
 
     def execute(self, context: Any) -> dict[str, Any]:
         """Verify the merge of this run's window, mark it merged and advance the checkpoint.
@@ -162,6 +164,8 @@ class BinlogCommitOperator(BaseOperator):
 
         refused = refused_tables(uri_of(window_dir))
         self._verify_merged(manifest, window.seq, refused)
+        self.remember_staged(manifest, uri_of(window_dir))
+        self.refused = refused
         changed = [
             table for table, entry in manifest["tables"].items() if entry["rows"] and table not in refused
         ]
@@ -194,6 +198,34 @@ class BinlogCommitOperator(BaseOperator):
             context, written.window(window.seq), written.checkpoint.updated_at, manifest, refused
         )
         return state_summary(written)
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """Return no datasets: the run's window is known once the task reads the pipeline's ledger."""
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        return OperatorLineage()
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Return the OpenLineage lineage of the commit (``docs/lineage.md``).
+
+        Inputs: the staging folders of the window's tables; outputs: their Delta tables, now covered by
+        the checkpoint (``outputStatistics``: row changes, 0 for a table the window did not change); run
+        facet ``binlogRange``. Tables whose merge was refused are left out.
+        """
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        from airflow_provider_binlog.lineage import manifest_lineage
+
+        if self.staged_manifest is None:
+            return OperatorLineage()
+        return manifest_lineage(
+            self.staged_manifest,
+            inputs="staging",
+            outputs=["target"],
+            tables=[t for t in self.staged_manifest["tables"] if t not in self.refused],
+            staging_uri=self.staged_uri,
+            target_path=self.target_path,
+        )
 
     def _emit_assets(
         self,

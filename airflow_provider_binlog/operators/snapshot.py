@@ -10,6 +10,7 @@ from typing import Any, get_args
 from airflow_provider_binlog.assets import TARGET_TABLES_ALIAS
 from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
 from airflow_provider_binlog.hooks.binlog import BinlogHook, TableInfo
+from airflow_provider_binlog.operators.lineage import StagedLineageMixin
 from airflow_provider_binlog.operators.spark import SparkJobOperator
 from airflow_provider_binlog.snapshot.ledger import SnapshotMode, begin_snapshot, finish_snapshot
 from airflow_provider_binlog.snapshot.plan import CHUNK_ROWS, plan_snapshot, unique_keys
@@ -29,7 +30,7 @@ SNAPSHOT_APPLICATION = Path(__file__).resolve().parent.parent / "spark_jobs" / "
 MODES = get_args(SnapshotMode)
 
 
-class BinlogSnapshotOperator(SparkJobOperator):
+class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
     """Load the rows tables hold now into the target, without locks, while the binlog keeps flowing.
 
     The snapshot takes a sequence number and the source head in the pipeline's ledger, splits each table
@@ -182,6 +183,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
             self.log.info("snapshot %s is merged already", snapshot.seq)
             merged_manifest = read_json(f"{snapshot.staging_uri}/{job.MANIFEST_NAME}")
             if merged_manifest is not None:
+                self.remember_staged(merged_manifest, snapshot.staging_uri)
                 self._emit_assets(context, snapshot, merged_manifest)
             return self._result(snapshot, snapshot.rows or 0)
         target = target_root(self.target_path)
@@ -218,6 +220,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
                 f"the snapshot application finished but wrote no manifest in {snapshot.staging_uri}"
             )
         self._verify(snapshot)
+        self.remember_staged(manifest, snapshot.staging_uri)
         rows = int(manifest["stats"]["rows"])
         written = manager.update(
             lambda state: finish_snapshot(state, snapshot.seq, rows, target, written=snapshot.tables)
@@ -230,6 +233,37 @@ class BinlogSnapshotOperator(SparkJobOperator):
             result["read_rows_per_second"], result["read_tasks"],
         )  # fmt: skip
         return result
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """Return the OpenLineage datasets known before the snapshot starts: the explicitly named tables."""
+        from airflow_provider_binlog.lineage import selection_lineage
+
+        return selection_lineage(
+            self.selected_tables(self.tables), source=self.source_namespace(), target_path=self.target_path
+        )
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Return the OpenLineage lineage of the merged snapshot (``docs/lineage.md``).
+
+        Inputs: the snapshot's source tables; outputs: their staging folders and Delta tables (with
+        ``outputStatistics``: rows read); run facet ``binlogRange`` (kind ``snapshot``, ``start`` its low
+        watermark).
+        """
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        from airflow_provider_binlog.lineage import manifest_lineage
+
+        if self.staged_manifest is None:
+            return OperatorLineage()
+        return manifest_lineage(
+            self.staged_manifest,
+            inputs="source",
+            outputs=["staging", "target"],
+            tables=self.staged_manifest["tables"],
+            source=self.source_namespace(),
+            staging_uri=self.staged_uri,
+            target_path=self.target_path,
+        )
 
     def _keys(self, hook: BinlogHook, described: dict[str, TableInfo]) -> TableKeys:
         """Resolve every table's chunk key (:func:`~airflow_provider_binlog.tables.resolve_key`, snapshot level).
