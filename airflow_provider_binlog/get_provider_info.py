@@ -198,6 +198,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_binlog.operators.extract",
                     "airflow_provider_binlog.operators.merge",
                     "airflow_provider_binlog.operators.commit",
+                    "airflow_provider_binlog.operators.maintenance",
                 ],
             }
         ],
