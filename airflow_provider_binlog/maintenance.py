@@ -83,7 +83,7 @@ def clean_staging(
     :param dry_run: count what would go, delete nothing.
     :returns: what was freed, and the names of the folders kept because the ledger still needs them.
     """
-    freed, kept = Freed(), []
+    freed, kept = Freed(), list[str]()
     if not root.exists():
         return freed, kept
     for folder in sorted(root.iterdir(), key=lambda p: p.name):

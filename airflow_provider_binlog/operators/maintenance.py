@@ -23,7 +23,7 @@ class BinlogMaintenanceOperator(BaseOperator):
        (:func:`~airflow_provider_binlog.maintenance.vacuum_table`). Keep this above the longest read of
        the target and the oldest version readers time-travel to.
 
-    Returns (XCom) ``{"pipeline", "dry_run", "staging": {"folders", "files", "bytes", "kept"},
+    Returns (XCom) ``{"pipeline", "report_only", "staging": {"folders", "files", "bytes", "kept"},
     "target": {"tables": {table: {"files", "bytes"}}, "files", "bytes"}}``.
 
     :param pipeline: pipeline name (templated).
@@ -31,7 +31,8 @@ class BinlogMaintenanceOperator(BaseOperator):
     :param target_path: target root (templated).
     :param staging_retention_hours: staging folders younger than this stay (default 168, a week).
     :param target_retention_hours: removed target files younger than this stay (default 168, a week).
-    :param dry_run: report what would be freed, delete nothing.
+    :param report_only: report what would be freed, delete nothing (a dry run; ``BaseOperator`` has a
+        ``dry_run`` method of its own).
     :param staging_conn_id: connection of the staging object store, if any.
     :param storage_options: deltalake storage options for object-store targets.
     :raises ValueError: on a negative retention.
@@ -48,7 +49,7 @@ class BinlogMaintenanceOperator(BaseOperator):
         target_path: str,
         staging_retention_hours: float = 168,
         target_retention_hours: int = 168,
-        dry_run: bool = False,
+        report_only: bool = False,
         staging_conn_id: str | None = None,
         storage_options: dict[str, str] | None = None,
         **kwargs: Any,
@@ -65,7 +66,7 @@ class BinlogMaintenanceOperator(BaseOperator):
         self.target_path = target_path
         self.staging_retention_hours = staging_retention_hours
         self.target_retention_hours = int(target_retention_hours)
-        self.dry_run = dry_run
+        self.report_only = report_only
         self.staging_conn_id = staging_conn_id
         self.storage_options = storage_options
 
@@ -97,14 +98,14 @@ class BinlogMaintenanceOperator(BaseOperator):
             state,
             retention=dt.timedelta(hours=self.staging_retention_hours),
             now=now,
-            dry_run=self.dry_run,
+            dry_run=self.report_only,
         )
         tables: dict[str, Freed] = {}
         for table in state.target_tables:
             tables[table] = vacuum_table(
                 table_uri(self.target_path, table),
                 retention_hours=self.target_retention_hours,
-                dry_run=self.dry_run,
+                dry_run=self.report_only,
                 storage_options=self.storage_options,
             )
         target_files = sum(f.files for f in tables.values())
@@ -112,13 +113,13 @@ class BinlogMaintenanceOperator(BaseOperator):
         self.log.info(
             "%s%s: staging %s folders (%s files, %s bytes) freed, %s kept for the ledger (%s); target %s removed "
             "files (%s bytes) vacuumed from %s tables",
-            "dry run, would free: " if self.dry_run else "", self.pipeline, len(staging.folders), staging.files,
+            "dry run, would free: " if self.report_only else "", self.pipeline, len(staging.folders), staging.files,
             staging.bytes, len(kept), ", ".join(kept) or "none", target_files, target_bytes,
             sum(1 for f in tables.values() if f.files),
         )  # fmt: skip
         return {
             "pipeline": self.pipeline,
-            "dry_run": self.dry_run,
+            "report_only": self.report_only,
             "staging": {**staging.as_dict(), "kept": kept},
             "target": {
                 "tables": {t: {"files": f.files, "bytes": f.bytes} for t, f in sorted(tables.items())},
