@@ -1,4 +1,4 @@
-"""Operators of the binlog CDC pipeline: snapshot tables, extract a window, merge it with Spark, commit, clean up."""
+"""Operators of the binlog CDC pipeline: snapshot tables, extract a window, merge it with Spark, commit, clean up, validate."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from airflow_provider_binlog.operators.extract import BinlogExtractOperator
 from airflow_provider_binlog.operators.maintenance import BinlogMaintenanceOperator
 from airflow_provider_binlog.operators.merge import BinlogMergeOperator
 from airflow_provider_binlog.operators.snapshot import BinlogSnapshotOperator
+from airflow_provider_binlog.operators.validate import BinlogValidateOperator
 
 __all__ = [
     "BinlogCommitOperator",
@@ -14,4 +15,5 @@ __all__ = [
     "BinlogMaintenanceOperator",
     "BinlogMergeOperator",
     "BinlogSnapshotOperator",
+    "BinlogValidateOperator",
 ]

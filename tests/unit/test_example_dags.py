@@ -43,6 +43,7 @@ def test_example_dags_parse_without_errors_or_io(no_io_at_parse_time: None) -> N
     guard = dag.get_task("purge_risk")
     assert (guard.mode, guard.deferrable, guard.tables) == ("poke", False, "{{ params.tables }}")
     assert [t.task_id for t in bag.dags["binlog_maintenance"].tasks] == ["maintenance"]
+    assert [t.task_id for t in bag.dags["binlog_validate"].tasks] == ["validate"]
     resnapshot = bag.dags["binlog_resnapshot"]
     assert [t.task_id for t in resnapshot.tasks] == ["snapshot"]
     assert resnapshot.schedule is None
