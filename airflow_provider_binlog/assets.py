@@ -76,6 +76,41 @@ def asset_event_extra(
     }
 
 
+def table_events(
+    *,
+    pipeline: str,
+    target_path: str,
+    kind: str,
+    seq: int,
+    entries: Mapping[str, Mapping[str, Any]],
+    start: Mapping[str, Any],
+    end: Mapping[str, Any] | None,
+    committed_at: str,
+    last_commit_ts: str | None,
+    storage_options: dict[str, str] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Return ``{asset URI: extra}`` for the tables of ``entries`` (table -> manifest entry).
+
+    Each extra is :func:`asset_event_extra` with the table's current :func:`delta_version`; the other
+    parameters are the same for every table.
+    """
+    return {
+        table_asset_uri(target_path, table): asset_event_extra(
+            pipeline=pipeline,
+            table=table,
+            kind=kind,
+            seq=seq,
+            entry=entry,
+            start=start,
+            end=end,
+            committed_at=committed_at,
+            last_commit_ts=last_commit_ts,
+            delta_version=delta_version(target_path, table, storage_options),
+        )
+        for table, entry in entries.items()
+    }
+
+
 def delta_version(target_path: str, table: str, storage_options: dict[str, str] | None = None) -> int | None:
     """Return the current version of the table's Delta log, or None when there is no table."""
     from deltalake import DeltaTable

@@ -240,12 +240,7 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
         :param manifest: the window's manifest; read from its staging when None (a committed window whose
             staging was removed emits nothing and says so).
         """
-        from airflow_provider_binlog.assets import (
-            asset_event_extra,
-            delta_version,
-            emit_table_events,
-            table_asset_uri,
-        )
+        from airflow_provider_binlog.assets import emit_table_events, table_events
 
         if self.asset_alias is None:
             return
@@ -259,22 +254,18 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
                 self.log.warning("window %s: its staging is gone, so no Asset events are emitted", window.seq)
                 return
             refused = refused_tables(uri_of(window_dir))
-        events = {
-            table_asset_uri(self.target_path, table): asset_event_extra(
-                pipeline=self.pipeline,
-                table=table,
-                kind="window",
-                seq=window.seq,
-                entry=entry,
-                start=window.start.model_dump(),
-                end=window.end.model_dump(),
-                committed_at=committed_at,
-                last_commit_ts=manifest["stats"].get("last_commit_ts"),
-                delta_version=delta_version(self.target_path, table, self.storage_options),
-            )
-            for table, entry in manifest["tables"].items()
-            if entry["rows"] and table not in (refused or {})
-        }
+        events = table_events(
+            pipeline=self.pipeline,
+            target_path=self.target_path,
+            kind="window",
+            seq=window.seq,
+            entries={t: e for t, e in manifest["tables"].items() if e["rows"] and t not in (refused or {})},
+            start=window.start.model_dump(),
+            end=window.end.model_dump(),
+            committed_at=committed_at,
+            last_commit_ts=manifest["stats"].get("last_commit_ts"),
+            storage_options=self.storage_options,
+        )
         emit_table_events(context, self.asset_alias, events)
         if events:
             self.log.info("Asset events of window %s: %s", window.seq, ", ".join(sorted(events)))

@@ -406,28 +406,19 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
 
     def _emit_assets(self, context: Any, snapshot: Snapshot, manifest: dict[str, Any]) -> None:
         """Emit the Asset event of every table the merged ``snapshot`` loaded (:mod:`~airflow_provider_binlog.assets`)."""
-        from airflow_provider_binlog.assets import (
-            asset_event_extra,
-            delta_version,
-            emit_table_events,
-            table_asset_uri,
-        )
+        from airflow_provider_binlog.assets import emit_table_events, table_events
 
-        events = {
-            table_asset_uri(self.target_path, table): asset_event_extra(
-                pipeline=self.pipeline,
-                table=table,
-                kind="snapshot",
-                seq=snapshot.seq,
-                entry=manifest["tables"].get(table, {}),
-                start=snapshot.start.model_dump(),
-                end=None,
-                committed_at=snapshot.finished_at or "",
-                last_commit_ts=None,
-                delta_version=delta_version(self.target_path, table),
-            )
-            for table in snapshot.tables
-        }
+        events = table_events(
+            pipeline=self.pipeline,
+            target_path=self.target_path,
+            kind="snapshot",
+            seq=snapshot.seq,
+            entries={table: manifest["tables"].get(table, {}) for table in snapshot.tables},
+            start=snapshot.start.model_dump(),
+            end=None,
+            committed_at=snapshot.finished_at or "",
+            last_commit_ts=None,
+        )
         emit_table_events(context, self.asset_alias, events)
 
     def _result(self, snapshot: Snapshot, rows: int, stats: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from typing import Any
 
 import pymysql
 import pytest
-from conftest import REPO, DagRunner, load_example_dag, load_module, stored_state, xcom
+from conftest import REPO, DagRunner, Pipeline, load_example_dag, load_module, stored_state, xcom
 from sqlalchemy import select
 
 from airflow_provider_binlog.assets import table_asset_uri
@@ -100,21 +100,15 @@ def test_a_commit_runs_the_downstream_dag_of_the_table_it_changed(
     # the downstream example DAG is parsed (by dag.test's sync of the DAG folder) for this table and target
     monkeypatch.setenv("BINLOG_DOWNSTREAM_TABLE", table)
     monkeypatch.setenv("BINLOG_CDC_TARGET", pipeline_dirs["target"])
-    with pymysql.connect(**connections.connection_kwargs(database=scratch_db)) as conn, conn.cursor() as cur:
-        cur.execute("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(10))")
-        cur.execute("INSERT INTO items VALUES (1, 'a')")
-    pipeline = f"p_{scratch_db}"
-    runner = DagRunner(
-        load_example_dag(), {"pipeline": pipeline, "tables": f"{scratch_db}.*", **pipeline_dirs}
-    )
+    items = Pipeline(connections, scratch_db, pipeline_dirs)
+    items.sql("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(10))", "INSERT INTO items VALUES (1, 'a')")
+    pipeline, runner = items.name, items.runner
     assert runner.run().state == "success"  # the snapshot loads the row and announces the table
     uri = table_asset_uri(pipeline_dirs["target"], table)
     assert uri == f"file://{pipeline_dirs['target']}/{scratch_db}/items"
     assert [(e["kind"], e["rows"]) for e in asset_events(uri)] == [("snapshot", 1)]
     unpause("binlog_downstream")  # dag.test synced it (scheduled on this table's Asset) with binlog_cdc
-    with pymysql.connect(**connections.connection_kwargs(database=scratch_db)) as conn, conn.cursor() as cur:
-        cur.execute("INSERT INTO items VALUES (2, 'b'), (3, 'c')")
-        cur.execute("UPDATE items SET v = 'z' WHERE id = 1")
+    items.sql("INSERT INTO items VALUES (2, 'b'), (3, 'c')", "UPDATE items SET v = 'z' WHERE id = 1")
     run = runner.run()
     assert run.state == "success", task_states(run)
     state = stored_state(pipeline)

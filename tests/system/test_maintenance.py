@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pymysql
 import pytest
-from conftest import REPO, DagRunner, load_example_dag, load_module, mark_run, stored_state, task_states, xcom
+from conftest import REPO, DagRunner, Pipeline, load_module, mark_run, stored_state, task_states, xcom
 
 from airflow_provider_binlog.target import read_table
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
@@ -23,22 +23,12 @@ def test_maintenance_frees_committed_staging_and_removed_files_but_keeps_an_unco
     connections: LocalMariaDB, scratch_db: str, pipeline_dirs: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     table = f"{scratch_db}.items"
-    pipeline = f"p_{scratch_db}"
-
-    def sql(*statements: str) -> None:
-        with (
-            pymysql.connect(**connections.connection_kwargs(database=scratch_db)) as conn,
-            conn.cursor() as cur,
-        ):
-            for statement in statements:
-                cur.execute(statement)
-
+    items = Pipeline(connections, scratch_db, pipeline_dirs)
+    sql, pipeline, runner, conf = items.sql, items.name, items.runner, items.conf
     sql(
         "CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(10))",
         "INSERT INTO items VALUES (1, 'a'), (2, 'b')",
     )
-    conf = {"pipeline": pipeline, "tables": f"{scratch_db}.*", **pipeline_dirs}
-    runner = DagRunner(load_example_dag(), conf)
     assert runner.run().state == "success"  # snapshot + an empty window
     for value in ("x", "y"):  # each merge rewrites the table's files: the old ones are removed from the log
         sql(f"UPDATE items SET v = '{value}'", f"INSERT INTO items VALUES ({ord(value)}, '{value}')")

@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pymysql
 import pytest
-from conftest import DagRunner, load_example_dag, stored_state
+from conftest import Pipeline, stored_state
 
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
@@ -47,13 +46,9 @@ def test_operators_emit_source_staging_and_target_datasets_with_the_binlog_range
     monkeypatch.setenv("AIRFLOW__OPENLINEAGE__TRANSPORT", json.dumps(transport))
     monkeypatch.setenv("AIRFLOW__OPENLINEAGE__NAMESPACE", "binlog_test")
     table = f"{scratch_db}.items"
-    with pymysql.connect(**connections.connection_kwargs(database=scratch_db)) as conn, conn.cursor() as cur:
-        cur.execute("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(10))")
-        cur.execute("INSERT INTO items VALUES (1, 'a')")
-    pipeline = f"p_{scratch_db}"
-    runner = DagRunner(
-        load_example_dag(), {"pipeline": pipeline, "tables": f"{scratch_db}.*", **pipeline_dirs}
-    )
+    items = Pipeline(connections, scratch_db, pipeline_dirs)
+    items.sql("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(10))", "INSERT INTO items VALUES (1, 'a')")
+    pipeline, runner = items.name, items.runner
     # each run in its own process: the OpenLineage listener reads its configuration once per process
     assert runner.start_in_child(runner.next_dates()).wait(timeout=900) == 0  # snapshot of 1 row
     snapshot = lineage_events(events_file)[("snapshot", "COMPLETE")]
@@ -85,9 +80,7 @@ def test_operators_emit_source_staging_and_target_datasets_with_the_binlog_range
     assert facet["start"] == state["snapshots"][-1]["start"]
 
     events_file.unlink()
-    with pymysql.connect(**connections.connection_kwargs(database=scratch_db)) as conn, conn.cursor() as cur:
-        cur.execute("INSERT INTO items VALUES (2, 'b'), (3, 'c')")
-        cur.execute("DELETE FROM items WHERE id = 1")
+    items.sql("INSERT INTO items VALUES (2, 'b'), (3, 'c')", "DELETE FROM items WHERE id = 1")
     assert runner.start_in_child(runner.next_dates()).wait(timeout=900) == 0
     events = lineage_events(events_file)
     state = stored_state(pipeline)

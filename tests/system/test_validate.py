@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import pymysql
 import pytest
-from conftest import REPO, DagRunner, load_example_dag, load_module, task_states, xcom
+from conftest import REPO, DagRunner, Pipeline, load_module, task_states, xcom
 
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
@@ -15,21 +14,12 @@ def test_validation_reports_rows_changed_behind_the_binlog_and_leaves_lag_pendin
     connections: LocalMariaDB, scratch_db: str, pipeline_dirs: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     table = f"{scratch_db}.items"
-    pipeline = f"p_{scratch_db}"
-
-    def sql(*statements: str) -> None:
-        with (
-            pymysql.connect(**connections.connection_kwargs(database=scratch_db)) as conn,
-            conn.cursor() as cur,
-        ):
-            for statement in statements:
-                cur.execute(statement)
-
+    items = Pipeline(connections, scratch_db, pipeline_dirs)
+    sql, pipeline, cdc = items.sql, items.name, items.runner
     sql(
         "CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(10), n INT)",
         "INSERT INTO items SELECT seq, 'a', seq FROM seq_1_to_5",
     )
-    cdc = DagRunner(load_example_dag(), {"pipeline": pipeline, "tables": f"{scratch_db}.*", **pipeline_dirs})
     assert cdc.run().state == "success"
     # the deliberate mismatch: changes the binlog never sees, so the pipeline cannot know of them
     sql(
