@@ -55,6 +55,8 @@ class BinlogRangeRunFacet(RunFacet):
     :param transactions: transactions in the window (None for a snapshot).
     :param binlog_bytes: binlog bytes between start and end (None for a snapshot).
     :param last_commit_ts: source commit time of the window's last transaction, ISO-8601 UTC.
+
+    No schema of its own is published yet, so its ``_schemaURL`` is the base ``RunFacet`` schema's.
     """
 
     pipeline: str
@@ -66,10 +68,6 @@ class BinlogRangeRunFacet(RunFacet):
     transactions: int | None = None
     binlog_bytes: int | None = None
     last_commit_ts: str | None = None
-
-    @staticmethod
-    def _get_schema() -> str:
-        return "https://github.com/airflow-provider-binlog/blob/main/docs/lineage.md#binlogrange-run-facet"
 
 
 def location_name(uri: str) -> tuple[str, str]:
