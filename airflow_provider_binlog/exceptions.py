@@ -76,3 +76,7 @@ class MergeError(BinlogError):
 
 class PurgeRiskError(BinlogError, AirflowFailException):
     """Binlogs the pipeline still needs may be purged before it reads them (headroom below the minimum)."""
+
+
+class ValidationMismatchError(BinlogError, AirflowFailException):
+    """The target differs from the source at the checkpoint, confirmed after the target caught up."""

@@ -102,6 +102,8 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_binlog.operators.merge",
                     "airflow_provider_binlog.operators.commit",
                     "airflow_provider_binlog.operators.snapshot",
+                    "airflow_provider_binlog.operators.maintenance",
+                    "airflow_provider_binlog.operators.validate",
                 ],
             }
         ],

@@ -1,4 +1,8 @@
-"""Row-by-row comparison of a source table with its target table (for the demo, tests and audits)."""
+"""Row-by-row comparison of a source table with its target table (``BinlogValidateOperator``, demo, tests).
+
+Both sides are read into canonical rows keyed by primary key (:func:`canonical`: float widths, unsigned
+integers, BIT and TIMESTAMP forms made comparable) and compared key by key and column by column.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import Any
 
 from airflow_provider_binlog.contract.columns import UTC
 from airflow_provider_binlog.contract.names import split_table_name
+from airflow_provider_binlog.source.sql import quote_identifier, quote_table
 
 
 @dataclass
@@ -22,6 +27,7 @@ class TableComparison:
     :param missing: primary keys in the source but not the target.
     :param extra: primary keys in the target but not the source.
     :param different: primary keys whose column values differ.
+    :param columns: for each key in ``different``, the names of the columns that differ.
     """
 
     table: str
@@ -30,6 +36,12 @@ class TableComparison:
     missing: list[tuple[Any, ...]] = field(default_factory=list)
     extra: list[tuple[Any, ...]] = field(default_factory=list)
     different: list[tuple[Any, ...]] = field(default_factory=list)
+    columns: dict[tuple[Any, ...], list[str]] = field(default_factory=dict)
+
+    @property
+    def keys(self) -> list[tuple[Any, ...]]:
+        """Return every key that does not match (missing, extra or different)."""
+        return [*self.missing, *self.extra, *self.different]
 
     @property
     def matched(self) -> bool:
@@ -98,8 +110,13 @@ class SourceTable:
         return out
 
 
-def read_source(conn: Any, table: str) -> SourceTable:
-    """Read a source table (session time zone UTC) into canonical rows keyed by primary key."""
+def read_source(conn: Any, table: str, keys: list[tuple[Any, ...]] | None = None) -> SourceTable:
+    """Read a source table (session time zone UTC) into canonical rows keyed by primary key.
+
+    :param conn: a pymysql connection.
+    :param table: ``db.table`` (quoted as identifiers, so any name works).
+    :param keys: read only the rows with these primary keys (canonical values), in batches; None reads all.
+    """
     db, name = split_table_name(table)
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
@@ -112,23 +129,67 @@ def read_source(conn: Any, table: str) -> SourceTable:
         source = SourceTable(
             [str(m[0]) for m in meta], [str(m[1]) for m in meta], _key_columns(cur, db, name), {}
         )
-        cur.execute(f"SELECT * FROM `{db}`.`{name}`")
-        source.rows = source.keyed(list(cur.fetchall()))
+        if keys is None:
+            cur.execute(f"SELECT * FROM {quote_table(table)}")
+            source.rows = source.keyed(list(cur.fetchall()))
+            return source
+        row_key = "(" + ", ".join(quote_identifier(k) for k in source.key) + ")"
+        one = "(" + ", ".join(["%s"] * len(source.key)) + ")"
+        for start in range(0, len(keys), _KEY_BATCH):
+            batch = keys[start : start + _KEY_BATCH]
+            cur.execute(
+                f"SELECT * FROM {quote_table(table)} WHERE {row_key} IN ({', '.join([one] * len(batch))})",
+                [value for key in batch for value in key],
+            )
+            source.rows.update(source.keyed(list(cur.fetchall())))
     return source
+
+
+_KEY_BATCH = 500
+"""Keys per ``IN`` list when :func:`read_source` reads single rows."""
+
+
+def read_target(
+    source: SourceTable, target_path: str, table: str, keys: list[tuple[Any, ...]] | None = None
+) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    """Return the target table's live rows, in ``source``'s columns, canonical and keyed by primary key.
+
+    :param keys: keep only these keys; None keeps all.
+    """
+    from airflow_provider_binlog.target import read_table
+
+    live = read_table(target_path, table)
+    records = live.select(source.columns).to_pylist() if live.num_rows else []
+    rows = source.keyed([tuple(r[c] for c in source.columns) for r in records])
+    return rows if keys is None else {k: rows[k] for k in keys if k in rows}
+
+
+def diff(
+    table: str,
+    source: SourceTable,
+    target: dict[tuple[Any, ...], tuple[Any, ...]],
+    keys: list[tuple[Any, ...]] | None = None,
+) -> TableComparison:
+    """Compare ``source.rows`` with ``target`` (canonical rows by key), over ``keys`` or every key."""
+    scope = set(source.rows) | set(target) if keys is None else set(keys)
+    result = TableComparison(
+        table=table,
+        source_rows=sum(1 for k in scope if k in source.rows),
+        target_rows=sum(1 for k in scope if k in target),
+    )
+    result.missing = sorted((k for k in scope if k in source.rows and k not in target), key=repr)
+    result.extra = sorted((k for k in scope if k in target and k not in source.rows), key=repr)
+    result.different = sorted(
+        (k for k in scope if k in source.rows and k in target and source.rows[k] != target[k]), key=repr
+    )
+    result.columns = {
+        k: [c for c, a, b in zip(source.columns, source.rows[k], target[k], strict=True) if a != b]
+        for k in result.different
+    }
+    return result
 
 
 def compare_table(conn: Any, target_path: str, table: str) -> TableComparison:
     """Compare the source table (over ``conn``, a pymysql connection) with the target's live rows."""
-    from airflow_provider_binlog.target import read_table
-
     source = read_source(conn, table)
-    live = read_table(target_path, table)
-    records = live.select(source.columns).to_pylist() if live.num_rows else []
-    target = source.keyed([tuple(r[c] for c in source.columns) for r in records])
-    result = TableComparison(table=table, source_rows=len(source.rows), target_rows=len(records))
-    result.missing = sorted(set(source.rows) - set(target), key=repr)
-    result.extra = sorted(set(target) - set(source.rows), key=repr)
-    result.different = sorted(
-        (k for k in set(source.rows) & set(target) if source.rows[k] != target[k]), key=repr
-    )
-    return result
+    return diff(table, source, read_target(source, target_path, table))

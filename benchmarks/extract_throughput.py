@@ -203,7 +203,7 @@ def reader_events(args: argparse.Namespace) -> dict:
 
     from airflow_provider_binlog.extract.events.feeds import read_binlog_socket
     from airflow_provider_binlog.extract.events.stream import EventReader, RowsEvent
-    from airflow_provider_binlog.positions import BinlogPosition
+    from airflow_provider_binlog.source.positions import BinlogPosition
 
     end = BinlogPosition(args.end["file"], args.end["pos"])
     wanted = set(workload_tables(args.workload))

@@ -1,10 +1,19 @@
-"""Operators of the binlog CDC pipeline: snapshot tables, extract a window, merge it with Spark, commit."""
+"""Operators of the binlog CDC pipeline: snapshot tables, extract a window, merge it with Spark, commit, clean up, validate."""
 
 from __future__ import annotations
 
 from airflow_provider_binlog.operators.commit import BinlogCommitOperator
 from airflow_provider_binlog.operators.extract import BinlogExtractOperator
+from airflow_provider_binlog.operators.maintenance import BinlogMaintenanceOperator
 from airflow_provider_binlog.operators.merge import BinlogMergeOperator
 from airflow_provider_binlog.operators.snapshot import BinlogSnapshotOperator
+from airflow_provider_binlog.operators.validate import BinlogValidateOperator
 
-__all__ = ["BinlogCommitOperator", "BinlogExtractOperator", "BinlogMergeOperator", "BinlogSnapshotOperator"]
+__all__ = [
+    "BinlogCommitOperator",
+    "BinlogExtractOperator",
+    "BinlogMaintenanceOperator",
+    "BinlogMergeOperator",
+    "BinlogSnapshotOperator",
+    "BinlogValidateOperator",
+]

@@ -8,9 +8,11 @@ from typing import Any
 import pendulum
 from airflow.sdk import BaseOperator
 
+from airflow_provider_binlog.assets import TARGET_TABLES_ALIAS
 from airflow_provider_binlog.contract.manifest import Manifest
 from airflow_provider_binlog.exceptions import MergeError, StateError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
+from airflow_provider_binlog.operators.lineage import StagedLineageMixin
 from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.state import (
     STATEMENT_CHARS,
@@ -59,7 +61,7 @@ def resnapshots_of(
     ]
 
 
-class BinlogCommitOperator(BaseOperator):
+class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
     """Move the pipeline's checkpoint to the end of this run's window and mark the window ``merged``.
 
     Before moving anything it reads the Delta log of every table the window changed and checks that the
@@ -72,6 +74,12 @@ class BinlogCommitOperator(BaseOperator):
     :param target_path: root of the target tables (templated).
     :param storage_options: deltalake storage options for object-store targets.
     :param binlog_conn_id: the pipeline's source connection, where its state lock lives (templated).
+    :param asset_alias: name of the :class:`~airflow.sdk.AssetAlias` added to the task's outlets, through
+        which it emits one Asset event per target table the window changed (URI
+        :func:`~airflow_provider_binlog.assets.table_asset_uri`, extra
+        :func:`~airflow_provider_binlog.assets.asset_event_extra`; ``docs/assets.md``). None emits nothing.
+        The events are recorded when the task succeeds; a cleared commit task of a committed window emits
+        them again (at least once).
     """
 
     template_fields: Sequence[str] = ("pipeline", "target_path", "binlog_conn_id")
@@ -83,13 +91,19 @@ class BinlogCommitOperator(BaseOperator):
         target_path: str,
         storage_options: dict[str, str] | None = None,
         binlog_conn_id: str = BinlogHook.default_conn_name,
+        asset_alias: str | None = TARGET_TABLES_ALIAS,
         **kwargs: Any,
     ) -> None:
+        from airflow_provider_binlog.assets import with_alias_outlet
+
+        kwargs["outlets"] = with_alias_outlet(kwargs.get("outlets"), asset_alias)
         super().__init__(**kwargs)
         self.pipeline = pipeline
         self.target_path = target_path
         self.storage_options = storage_options
         self.binlog_conn_id = binlog_conn_id
+        self.asset_alias = asset_alias
+        self.refused: dict[str, Any] = {}
 
     def execute(self, context: Any) -> dict[str, Any]:
         """Verify the merge of this run's window, mark it merged and advance the checkpoint.
@@ -114,6 +128,7 @@ class BinlogCommitOperator(BaseOperator):
             )
         if window.status == "merged":
             self.log.info("window %s is already committed", window.seq)
+            self._emit_assets(context, window, state.checkpoint.updated_at)
             return state_summary(state)
         check_target(self.pipeline, state, self.target_path, [])
         if window.manifest_uri is None:
@@ -128,6 +143,8 @@ class BinlogCommitOperator(BaseOperator):
 
         refused = refused_tables(str(window_dir), self.storage_options)
         self._verify_merged(manifest, window.seq, refused)
+        self.remember_staged(manifest, str(window_dir))
+        self.refused = refused
         changed = [table for table in manifest.changed_tables() if table not in refused]
 
         needed = resnapshots_of(manifest, window, refused)
@@ -154,7 +171,83 @@ class BinlogCommitOperator(BaseOperator):
         manager.history = StagedStateHistory(window_dir.parent)
         written = manager.update(advance)
         self._report(window, manifest, written.checkpoint.position.to_position())
+        self._emit_assets(
+            context, written.window(window.seq), written.checkpoint.updated_at, manifest, refused
+        )
         return state_summary(written)
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """Return no datasets: the run's window is known once the task reads the pipeline's ledger."""
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        return OperatorLineage()
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Return the OpenLineage lineage of the commit (``docs/lineage.md``).
+
+        Inputs: the staging folders of the window's tables; outputs: their Delta tables, now covered by
+        the checkpoint (``outputStatistics``: row changes, 0 for a table the window did not change); run
+        facet ``binlogRange``. Tables whose merge was refused are left out.
+        """
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        from airflow_provider_binlog.lineage import manifest_lineage
+
+        if self.staged_manifest is None:
+            return OperatorLineage()
+        return manifest_lineage(
+            self.staged_manifest,
+            inputs="staging",
+            outputs=["target"],
+            tables=[t for t in self.staged_manifest["tables"] if t not in self.refused],
+            staging_uri=self.staged_uri,
+            target_path=self.target_path,
+        )
+
+    def _emit_assets(
+        self,
+        context: Any,
+        window: Window,
+        committed_at: str,
+        manifest: Manifest | None = None,
+        refused: dict[str, Any] | None = None,
+    ) -> None:
+        """Emit the Asset event of every table the committed ``window`` changed (none refused its merge).
+
+        :param manifest: the window's manifest; read from its staging when None (a committed window whose
+            staging was removed emits nothing and says so).
+        """
+        from airflow_provider_binlog.assets import emit_table_events, table_events
+
+        if self.asset_alias is None:
+            return
+        if manifest is None:
+            from airflow_provider_binlog.contract.refusals import refused_tables
+            from airflow_provider_binlog.staging import read_manifest, storage_path
+
+            window_dir = None if window.manifest_uri is None else storage_path(window.manifest_uri)
+            manifest = None if window_dir is None else read_manifest(window_dir)
+            if window_dir is None or manifest is None:
+                self.log.warning("window %s: its staging is gone, so no Asset events are emitted", window.seq)
+                return
+            refused = refused_tables(str(window_dir), self.storage_options)
+        events = table_events(
+            pipeline=self.pipeline,
+            target_path=self.target_path,
+            kind="window",
+            seq=window.seq,
+            entries={
+                t: manifest.tables[t].to_json() for t in manifest.changed_tables() if t not in (refused or {})
+            },
+            start=window.start.model_dump(),
+            end=window.end.model_dump(),
+            committed_at=committed_at,
+            last_commit_ts=manifest.stats.get("last_commit_ts"),
+            storage_options=self.storage_options,
+        )
+        emit_table_events(context, self.asset_alias, events)
+        if events:
+            self.log.info("Asset events of window %s: %s", window.seq, ", ".join(sorted(events)))
 
     def _report(self, window: Window, manifest: Manifest, checkpoint: BinlogPosition) -> None:
         """Log the run's one summary line and emit the ``binlog.window.*`` metrics."""

@@ -13,6 +13,7 @@ from airflow_provider_binlog.contract.manifest import Manifest
 from airflow_provider_binlog.exceptions import BinlogConfigError, IntervalOpenError
 from airflow_provider_binlog.foreign_keys import ForeignKey
 from airflow_provider_binlog.hooks.binlog import BinlogHook
+from airflow_provider_binlog.operators.lineage import StagedLineageMixin
 from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.source.schema import TableInfo
 from airflow_provider_binlog.state import PipelineState, StateManager, Window
@@ -170,7 +171,7 @@ def schema_barriers(state: PipelineState | None, table: str, window: int) -> lis
     ]
 
 
-class BinlogExtractOperator(BaseOperator):
+class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
     """Cut this DAG run's binlog window (or reuse it on a retry) and stage it as Parquet plus a manifest.
 
     With ``cut_by="head"`` the window is ``(previous window end, source head now]`` and a new pipeline
@@ -286,6 +287,7 @@ class BinlogExtractOperator(BaseOperator):
                 foreign_keys=cascading_keys(hook, server, targets, self.log),
             )
         uri = str(window_dir)
+        self.remember_staged(manifest, uri)
         if window.status == "cut" or window.manifest_uri != uri:
             rows = int(manifest.stats["rows"])
             status = "extracted" if window.status == "cut" else window.status
@@ -298,6 +300,32 @@ class BinlogExtractOperator(BaseOperator):
             "read_seconds": float(manifest.stats["read_seconds"]),
             "tables": {name: entry.rows for name, entry in manifest.tables.items()},
         }
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """Return the OpenLineage inputs known before the window is read: the explicitly named tables."""
+        from airflow_provider_binlog.lineage import selection_lineage
+
+        return selection_lineage(self.selected_tables(self.tables), source=self.source_namespace())
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Return the OpenLineage lineage of the staged window (``docs/lineage.md``).
+
+        Inputs: the window's source tables (schema: MySQL types); outputs: their staging folders (schema:
+        Arrow types, ``outputStatistics``: row changes, 0 for a table without any); run facet ``binlogRange``.
+        """
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        from airflow_provider_binlog.lineage import manifest_lineage
+
+        if self.staged_manifest is None:
+            return OperatorLineage()
+        return manifest_lineage(
+            self.staged_manifest,
+            inputs="source",
+            outputs=["staging"],
+            source=self.source_namespace(),
+            staging_uri=self.staged_uri,
+        )
 
     def _staged(self, root: Any, window: Window) -> tuple[Any, Manifest | None]:
         """Return ``(folder, manifest)`` of the window's staging; the manifest is None when it must be read.

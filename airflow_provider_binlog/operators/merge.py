@@ -140,6 +140,41 @@ class BinlogMergeOperator(SparkJobOperator):
         )
         return self.verify(manifest)
 
+    def get_openlineage_facets_on_start(self) -> Any:
+        """Return the OpenLineage lineage of the merge about to run (the staged window names it whole)."""
+        return self._lineage()
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Return the OpenLineage lineage of the merge (``docs/lineage.md``).
+
+        Inputs: the staging folders of the window's tables; outputs: their Delta tables (with
+        ``outputStatistics``: row changes, 0 for a table the window did not change), a table whose merge
+        was refused left out; run facet ``binlogRange``.
+        """
+        return self._lineage()
+
+    def _lineage(self) -> Any:
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        from airflow_provider_binlog.contract.manifest import read_manifest
+        from airflow_provider_binlog.contract.refusals import refused_tables
+        from airflow_provider_binlog.lineage import manifest_lineage
+
+        if is_template(self.window_uri):
+            return OperatorLineage()
+        manifest = read_manifest(self.window_uri, self.storage_options)
+        if manifest is None:
+            return OperatorLineage()
+        refused = refused_tables(self.window_uri, self.storage_options)
+        return manifest_lineage(
+            manifest.to_json(),
+            inputs="staging",
+            outputs=["target"],
+            tables=[t for t in manifest.tables if t not in refused],
+            staging_uri=self.window_uri,
+            target_path=self.target_path,
+        )
+
     def _load_manifest(self) -> Manifest:
         """Return the window's manifest after checking its pipeline and that every table has a key.
 

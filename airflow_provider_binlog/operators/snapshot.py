@@ -7,8 +7,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, get_args
 
+from airflow_provider_binlog.assets import TARGET_TABLES_ALIAS
+from airflow_provider_binlog.contract.manifest import Manifest, read_manifest
 from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
+from airflow_provider_binlog.operators.lineage import StagedLineageMixin
 from airflow_provider_binlog.operators.spark import SparkJobOperator
 from airflow_provider_binlog.snapshot.ledger import SnapshotMode, begin_snapshot, finish_snapshot
 from airflow_provider_binlog.snapshot.plan import CHUNK_ROWS, plan_snapshot
@@ -29,7 +32,7 @@ SNAPSHOT_APPLICATION = Path(__file__).resolve().parent.parent / "jobs" / "snapsh
 MODES = get_args(SnapshotMode)
 
 
-class BinlogSnapshotOperator(SparkJobOperator):
+class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
     """Load the rows tables hold now into the target, without locks, while the binlog keeps flowing.
 
     The snapshot takes a sequence number and the source head in the pipeline's ledger, splits each table
@@ -67,6 +70,9 @@ class BinlogSnapshotOperator(SparkJobOperator):
     :param conn_id: Spark connection id.
     :param storage_options: storage options (credentials, endpoint) of the staging and target object stores,
         in deltalake's keys; handed to the job in its environment (:mod:`airflow_provider_binlog.contract.uris`).
+    :param asset_alias: name of the :class:`~airflow.sdk.AssetAlias` added to the task's outlets, through
+        which a merged snapshot emits one Asset event per table it loaded (kind ``snapshot``; the snapshot
+        commits without a separate commit task; ``docs/assets.md``). None emits nothing.
     :raises ValueError: on an invalid argument.
     """
 
@@ -102,8 +108,12 @@ class BinlogSnapshotOperator(SparkJobOperator):
         conf: dict[str, Any] | None = None,
         allow_minimal_row_metadata: bool = False,
         storage_options: dict[str, str] | None = None,
+        asset_alias: str | None = TARGET_TABLES_ALIAS,
         **kwargs: Any,
     ) -> None:
+        from airflow_provider_binlog.assets import with_alias_outlet
+
+        kwargs["outlets"] = with_alias_outlet(kwargs.get("outlets"), asset_alias)
         self.check_arguments(kwargs, chunk_rows=chunk_rows, max_connections=max_connections, buckets=buckets)
         if not is_template(keyless_tables):
             check_keyless_mode(keyless_tables)
@@ -128,6 +138,7 @@ class BinlogSnapshotOperator(SparkJobOperator):
         self.staging_conn_id = staging_conn_id
         self.allow_minimal_row_metadata = allow_minimal_row_metadata
         self.storage_options = storage_options
+        self.asset_alias = asset_alias
 
     def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]
         """Start or resume this run's snapshot, read and merge it on Spark, record it as merged.
@@ -136,7 +147,6 @@ class BinlogSnapshotOperator(SparkJobOperator):
         :raises PipelineBusyError: when another run's snapshot is reading one of the tables.
         :raises MergeError: when the Spark application fails (a retry resumes) or the target lacks the rows.
         """
-        from airflow_provider_binlog.contract.manifest import read_manifest
         from airflow_provider_binlog.contract.uris import join_uri, read_json
         from airflow_provider_binlog.snapshot.chunks import SOURCE_ENV
         from airflow_provider_binlog.snapshot.plan import PLAN_NAME
@@ -184,6 +194,10 @@ class BinlogSnapshotOperator(SparkJobOperator):
             return {"pipeline": self.pipeline, "snapshot": None, "tables": [], "rows": 0, "chunks": 0}
         if snapshot.status == "merged":
             self.log.info("snapshot %s is merged already", snapshot.seq)
+            merged_manifest = read_manifest(snapshot.staging_uri, self.storage_options)
+            if merged_manifest is not None:
+                self.remember_staged(merged_manifest, snapshot.staging_uri)
+                self._emit_assets(context, snapshot, merged_manifest)
             return self._result(snapshot, snapshot.rows or 0)
         target = target_root(self.target_path)
         if self._nothing_to_read(hook, snapshot):
@@ -219,10 +233,12 @@ class BinlogSnapshotOperator(SparkJobOperator):
                 f"the snapshot application finished but wrote no manifest in {snapshot.staging_uri}"
             )
         self._verify(snapshot)
+        self.remember_staged(manifest, snapshot.staging_uri)
         rows = int(manifest.stats["rows"])
-        manager.update(
+        written = manager.update(
             lambda state: finish_snapshot(state, snapshot.seq, rows, target, written=snapshot.tables)
         )
+        self._emit_assets(context, next(s for s in written.snapshots if s.seq == snapshot.seq), manifest)
         result = self._result(snapshot, rows, dict(manifest.stats))
         self.log.info(
             "snapshot %s of %s merged: %s rows of %s in %s chunks, read at %.0f rows/s by %s Spark tasks",
@@ -230,6 +246,37 @@ class BinlogSnapshotOperator(SparkJobOperator):
             result["read_rows_per_second"], result["read_tasks"],
         )  # fmt: skip
         return result
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """Return the OpenLineage datasets known before the snapshot starts: the explicitly named tables."""
+        from airflow_provider_binlog.lineage import selection_lineage
+
+        return selection_lineage(
+            self.selected_tables(self.tables), source=self.source_namespace(), target_path=self.target_path
+        )
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Return the OpenLineage lineage of the merged snapshot (``docs/lineage.md``).
+
+        Inputs: the snapshot's source tables; outputs: their staging folders and Delta tables (with
+        ``outputStatistics``: rows read); run facet ``binlogRange`` (kind ``snapshot``, ``start`` its low
+        watermark).
+        """
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        from airflow_provider_binlog.lineage import manifest_lineage
+
+        if self.staged_manifest is None:
+            return OperatorLineage()
+        return manifest_lineage(
+            self.staged_manifest,
+            inputs="source",
+            outputs=["staging", "target"],
+            tables=self.staged_manifest["tables"],
+            source=self.source_namespace(),
+            staging_uri=self.staged_uri,
+            target_path=self.target_path,
+        )
 
     def _keys(self, hook: BinlogHook, described: dict[str, TableInfo]) -> TableKeys:
         """Resolve every table's chunk key (:func:`~airflow_provider_binlog.tables.resolve_key`, snapshot level).
@@ -369,6 +416,26 @@ class BinlogSnapshotOperator(SparkJobOperator):
                     f"snapshot {snapshot.seq} of {table} is not in the target {self.target_path} (no merge commit "
                     f"for it in the table's Delta log); clear the task to resume it"
                 )
+
+    def _emit_assets(self, context: Any, snapshot: Snapshot, manifest: Manifest) -> None:
+        """Emit the Asset event of every table the merged ``snapshot`` loaded (:mod:`~airflow_provider_binlog.assets`)."""
+        from airflow_provider_binlog.assets import emit_table_events, table_events
+
+        events = table_events(
+            pipeline=self.pipeline,
+            target_path=self.target_path,
+            kind="snapshot",
+            seq=snapshot.seq,
+            entries={
+                table: manifest.tables[table].to_json() if table in manifest.tables else {}
+                for table in snapshot.tables
+            },
+            start=snapshot.start.model_dump(),
+            end=None,
+            committed_at=snapshot.finished_at or "",
+            last_commit_ts=None,
+        )
+        emit_table_events(context, self.asset_alias, events)
 
     def _result(self, snapshot: Snapshot, rows: int, stats: dict[str, Any] | None = None) -> dict[str, Any]:
         stats = stats or {}

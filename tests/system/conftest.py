@@ -41,6 +41,19 @@ def stored_state(pipeline: str) -> dict[str, Any] | None:
         return None if row is None else json.loads(row.val)
 
 
+def xcom(run: Any, task_id: str) -> Any:
+    """Return the ``return_value`` XCom of task ``task_id`` in DAG run ``run`` (None when it has none)."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        query = XComModel.get_many(
+            run_id=run.run_id, dag_ids=run.dag_id, task_ids=task_id, key="return_value"
+        )
+        row = session.scalars(query).first()
+        return None if row is None else XComModel.deserialize_value(row)
+
+
 class DagRunner:
     """Run a DAG with dag.test(), each run at a new logical date."""
 

@@ -5,8 +5,10 @@ from typing import Any
 
 import pymysql
 import pytest
-from conftest import DagRunner, load_example_dag, stored_state
+from conftest import REPO, DagRunner, Pipeline, load_example_dag, load_module, stored_state, xcom
+from sqlalchemy import select
 
+from airflow_provider_binlog.assets import table_asset_uri
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 from airflow_provider_binlog.testing.workload import SHOP_TABLES, ShopWorkload, create_shop_schema
 from airflow_provider_binlog.verify import compare_table
@@ -55,3 +57,79 @@ def test_example_dag_keeps_the_target_equal_to_the_source(
     windows = state["windows"]
     assert all(a["end"] == b["start"] for a, b in zip(windows, windows[1:], strict=False))
     assert state["checkpoint"]["position"] == windows[-1]["end"]
+
+
+def asset_events(uri: str) -> list[dict[str, Any]]:
+    """Return the extras of the Asset events recorded for ``uri``, oldest first."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        events = session.scalars(
+            select(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id).where(AssetModel.uri == uri)
+            .order_by(AssetEvent.id)
+        )  # fmt: skip
+        return [dict(event.extra) for event in events]
+
+
+def queued_dags(uri: str) -> list[str]:
+    """Return the DAGs the scheduler will run because ``uri`` had an event (its asset-triggered queue)."""
+    from airflow.models.asset import AssetDagRunQueue, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        query = select(AssetDagRunQueue.target_dag_id).join(
+            AssetModel, AssetDagRunQueue.asset_id == AssetModel.id
+        ).where(AssetModel.uri == uri)  # fmt: skip
+        return sorted(session.scalars(query))
+
+
+def unpause(dag_id: str) -> None:
+    """Unpause a DAG the way ``airflow dags unpause`` does (Asset events queue runs only of unpaused DAGs)."""
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        session.get(DagModel, dag_id).is_paused = False
+
+
+def test_a_commit_runs_the_downstream_dag_of_the_table_it_changed(
+    connections: LocalMariaDB, scratch_db: str, pipeline_dirs: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = f"{scratch_db}.items"
+    # the downstream example DAG is parsed (by dag.test's sync of the DAG folder) for this table and target
+    monkeypatch.setenv("BINLOG_DOWNSTREAM_TABLE", table)
+    monkeypatch.setenv("BINLOG_CDC_TARGET", pipeline_dirs["target"])
+    items = Pipeline(connections, scratch_db, pipeline_dirs)
+    items.sql("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(10))", "INSERT INTO items VALUES (1, 'a')")
+    pipeline, runner = items.name, items.runner
+    assert runner.run().state == "success"  # the snapshot loads the row and announces the table
+    uri = table_asset_uri(pipeline_dirs["target"], table)
+    assert uri == f"file://{pipeline_dirs['target']}/{scratch_db}/items"
+    assert [(e["kind"], e["rows"]) for e in asset_events(uri)] == [("snapshot", 1)]
+    unpause("binlog_downstream")  # dag.test synced it (scheduled on this table's Asset) with binlog_cdc
+    items.sql("INSERT INTO items VALUES (2, 'b'), (3, 'c')", "UPDATE items SET v = 'z' WHERE id = 1")
+    run = runner.run()
+    assert run.state == "success", task_states(run)
+    state = stored_state(pipeline)
+    assert state is not None
+    window = state["windows"][-1]
+    snapshot_event, window_event = asset_events(uri)
+    assert window_event["kind"] == "window"
+    assert (window_event["pipeline"], window_event["table"], window_event["seq"]) == (
+        pipeline,
+        table,
+        window["seq"],
+    )
+    assert (window_event["rows"], window_event["ops"]) == (3, {"c": 2, "u": 1})
+    assert (window_event["start"], window_event["end"]) == (window["start"], window["end"])
+    assert window_event["last_commit_ts"] == window["last_commit_ts"]
+    assert window_event["delta_version"] > snapshot_event["delta_version"]
+    assert queued_dags(uri) == ["binlog_downstream"]  # the scheduler's next loop creates its run
+
+    downstream = load_module(REPO / "example_dags" / "binlog_downstream.py").dag
+    downstream_run = downstream.test()
+    assert downstream_run.state == "success", task_states(downstream_run)
+    report = xcom(downstream_run, "report_changes")
+    assert report["live_rows"] == 3
+    assert report["latest"] == window_event

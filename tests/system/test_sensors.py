@@ -10,7 +10,7 @@ from typing import Any
 import pendulum
 import pymysql
 import pytest
-from conftest import REPO, DagRunner, load_example_dag, load_module, stored_state
+from conftest import REPO, DagRunner, load_example_dag, load_module, stored_state, xcom
 
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.monitoring.lag import LagReport, measure_lag
@@ -23,18 +23,6 @@ pytestmark = pytest.mark.system
 
 def states(run: Any) -> dict[str, str]:
     return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
-
-
-def xcom(run: Any, task_id: str) -> Any:
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        query = XComModel.get_many(
-            run_id=run.run_id, dag_ids=run.dag_id, task_ids=task_id, key="return_value"
-        )
-        row = session.scalars(query).first()
-        return None if row is None else XComModel.deserialize_value(row)
 
 
 @pytest.fixture

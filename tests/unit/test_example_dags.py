@@ -42,6 +42,8 @@ def test_example_dags_parse_without_errors_or_io(no_io_at_parse_time: None) -> N
     ]
     guard = dag.get_task("purge_risk")
     assert (guard.mode, guard.deferrable, guard.tables) == ("poke", False, "{{ params.tables }}")
+    assert [t.task_id for t in bag.dags["binlog_maintenance"].tasks] == ["maintenance"]
+    assert [t.task_id for t in bag.dags["binlog_validate"].tasks] == ["validate"]
     resnapshot = bag.dags["binlog_resnapshot"]
     assert [t.task_id for t in resnapshot.tasks] == ["snapshot"]
     assert resnapshot.schedule is None
@@ -101,3 +103,19 @@ def test_monitor_dag_has_both_sensors_per_pipeline(
         "purge_risk__orders",
     ]
     assert dag.timetable.expression == "*/10 * * * *"
+
+
+def test_downstream_dag_is_scheduled_on_its_target_tables_asset(
+    no_io_at_parse_time: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk import Asset, AssetAlias
+
+    monkeypatch.setenv("BINLOG_DOWNSTREAM_TABLE", "shop.customers")
+    monkeypatch.setenv("BINLOG_CDC_TARGET", "s3://lake/target")
+    bag = DagBag(dag_folder=str(EXAMPLES))
+    downstream = bag.dags["binlog_downstream"]
+    assert list(downstream.timetable.asset_condition.objects) == [Asset("s3://lake/target/shop/customers")]
+    cdc = bag.dags["binlog_cdc"]
+    for task_id in ("snapshot", "commit"):  # both record changes of target tables
+        assert AssetAlias("binlog_target_tables") in cdc.get_task(task_id).outlets

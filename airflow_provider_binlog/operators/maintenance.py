@@ -1,0 +1,129 @@
+"""BinlogMaintenanceOperator: remove staging the pipeline no longer needs, vacuum its target tables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_provider_binlog.exceptions import BinlogConfigError, StateError
+
+
+class BinlogMaintenanceOperator(BaseOperator):
+    """Free the storage a pipeline no longer needs and report what went (``docs/maintenance.md``).
+
+    1. Staging: the folders of windows the ledger records as ``merged`` (or that it no longer lists and
+       the checkpoint is past) and of ``merged`` snapshots, once nothing in them was written for
+       ``staging_retention_hours`` (:func:`~airflow_provider_binlog.maintenance.clean_staging`). Windows
+       that are cut or extracted (open, or waiting for the next run to adopt them) and running snapshots
+       keep their folders, whatever their age.
+    2. Target: each Delta table of the pipeline (its state's ``target_tables``) is vacuumed: files merges
+       removed from its log more than ``target_retention_hours`` ago are deleted
+       (:func:`~airflow_provider_binlog.maintenance.vacuum_table`). Keep this above the longest read of
+       the target and the oldest version readers time-travel to.
+
+    Returns (XCom) ``{"pipeline", "report_only", "staging": {"folders", "files", "bytes", "kept"},
+    "target": {"tables": {table: {"files", "bytes"}}, "files", "bytes"}}``.
+
+    :param pipeline: pipeline name (templated).
+    :param staging_uri: staging root (templated), as given to the extract task.
+    :param target_path: target root (templated).
+    :param staging_retention_hours: staging folders younger than this stay (default 168, a week).
+    :param target_retention_hours: removed target files younger than this stay (default 168, a week).
+    :param report_only: report what would be freed, delete nothing (a dry run; ``BaseOperator`` has a
+        ``dry_run`` method of its own).
+    :param staging_conn_id: connection of the staging object store, if any.
+    :param storage_options: deltalake storage options for object-store targets.
+    :raises ValueError: on a negative retention.
+    """
+
+    template_fields: Sequence[str] = ("pipeline", "staging_uri", "target_path")
+    ui_color = "#f4efe6"
+
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        staging_uri: str,
+        target_path: str,
+        staging_retention_hours: float = 168,
+        target_retention_hours: int = 168,
+        report_only: bool = False,
+        staging_conn_id: str | None = None,
+        storage_options: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        for name, value in (
+            ("staging_retention_hours", staging_retention_hours),
+            ("target_retention_hours", target_retention_hours),
+        ):
+            if value < 0:
+                raise ValueError(f"{name}={value!r} must be 0 or more")
+        self.pipeline = pipeline
+        self.staging_uri = staging_uri
+        self.target_path = target_path
+        self.staging_retention_hours = staging_retention_hours
+        self.target_retention_hours = int(target_retention_hours)
+        self.report_only = report_only
+        self.staging_conn_id = staging_conn_id
+        self.storage_options = storage_options
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        """Clean the pipeline's staging, vacuum its target tables, log and return what was freed.
+
+        :raises StateError: when the pipeline has no state (nothing is known to be safe to remove).
+        :raises BinlogConfigError: when ``target_path`` is not the target the pipeline's state records.
+        """
+        import datetime as dt
+
+        from airflow_provider_binlog.maintenance import Freed, clean_staging, vacuum_table
+        from airflow_provider_binlog.staging import storage_path
+        from airflow_provider_binlog.state import StateManager
+        from airflow_provider_binlog.target import table_uri, target_root
+
+        state = StateManager(self.pipeline).load()
+        if state is None:
+            raise StateError(f"pipeline {self.pipeline!r} has no state: nothing to clean up")
+        if state.target is not None and state.target != target_root(self.target_path):
+            raise BinlogConfigError(
+                f"pipeline {self.pipeline!r} writes its target at {state.target}, not {self.target_path}: give "
+                f"the maintenance task the pipeline's target root"
+            )
+        now = dt.datetime.now(dt.timezone.utc)
+        root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
+        staging, kept = clean_staging(
+            root,
+            state,
+            retention=dt.timedelta(hours=self.staging_retention_hours),
+            now=now,
+            dry_run=self.report_only,
+        )
+        tables: dict[str, Freed] = {}
+        for table in state.target_tables:
+            tables[table] = vacuum_table(
+                table_uri(self.target_path, table),
+                retention_hours=self.target_retention_hours,
+                dry_run=self.report_only,
+                storage_options=self.storage_options,
+            )
+        target_files = sum(f.files for f in tables.values())
+        target_bytes = sum(f.bytes for f in tables.values())
+        self.log.info(
+            "%s%s: staging %s folders (%s files, %s bytes) freed, %s kept for the ledger (%s); target %s removed "
+            "files (%s bytes) vacuumed from %s tables",
+            "dry run, would free: " if self.report_only else "", self.pipeline, len(staging.folders), staging.files,
+            staging.bytes, len(kept), ", ".join(kept) or "none", target_files, target_bytes,
+            sum(1 for f in tables.values() if f.files),
+        )  # fmt: skip
+        return {
+            "pipeline": self.pipeline,
+            "report_only": self.report_only,
+            "staging": {**staging.as_dict(), "kept": kept},
+            "target": {
+                "tables": {t: {"files": f.files, "bytes": f.bytes} for t, f in sorted(tables.items())},
+                "files": target_files,
+                "bytes": target_bytes,
+            },
+        }
