@@ -25,10 +25,10 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
 
+from airflow_provider_binlog.contract.columns import OP_SNAPSHOT  # noqa: E402
 from airflow_provider_binlog.contract.manifest import MANIFEST_NAME  # noqa: E402
 from airflow_provider_binlog.contract.uris import write_json  # noqa: E402
 from airflow_provider_binlog.jobs.snapshot import run_snapshot  # noqa: E402
-from airflow_provider_binlog.snapshot.chunks import SNAPSHOT_OP  # noqa: E402
 from airflow_provider_binlog.snapshot.plan import (  # noqa: E402
     PLAN_NAME,
     chunk_bounds,
@@ -172,7 +172,7 @@ def test_million_row_composite_key_snapshot_arrives_exactly_once(
         staged_rows += staged.num_rows
         if staged.num_rows == 0:
             continue
-        assert pc.all(pc.equal(staged["_binlog_op"], SNAPSHOT_OP)).as_py()
+        assert pc.all(pc.equal(staged["_binlog_op"], OP_SNAPSHOT)).as_py()
         keys = combined_key(staged)
         low, high = pc.min(keys).as_py(), pc.max(keys).as_py()
         assert low > previous_max, f"chunk {chunk['index']} overlaps the one before it"
@@ -188,7 +188,7 @@ def test_million_row_composite_key_snapshot_arrives_exactly_once(
     rows = read_table(target, table, with_metadata=True)
     assert rows.num_rows == ROWS
     assert pc.count_distinct(combined_key(rows)).as_py() == ROWS
-    assert pc.all(pc.equal(rows["_binlog_op"], SNAPSHOT_OP)).as_py()
+    assert pc.all(pc.equal(rows["_binlog_op"], OP_SNAPSHOT)).as_py()
     assert pc.all(pc.equal(rows["_binlog_window"], 1)).as_py()
     assert pc.sum(rows["tenant"]).as_py() == sum_tenant
     assert pc.sum(rows["id"]).as_py() == sum_id

@@ -17,7 +17,7 @@ import pytest
 from conftest import Pipeline, delete_run, mark_run, stored_state, task_states
 
 from airflow_provider_binlog.contract.delta import window_app_id
-from airflow_provider_binlog.operators.commit import window_merged
+from airflow_provider_binlog.target import window_merged
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
 pytestmark = [pytest.mark.system, pytest.mark.slow]

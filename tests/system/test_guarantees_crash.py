@@ -17,7 +17,7 @@ import pymysql
 import pytest
 from conftest import DagRunner, load_example_dag, stored_state
 
-from airflow_provider_binlog.operators.commit import window_merged
+from airflow_provider_binlog.target import window_merged
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 from airflow_provider_binlog.verify import compare_table
 

@@ -72,6 +72,11 @@ def test_wheel_metadata_names_the_project_its_licence_and_urls(dist: Path) -> No
     assert "get_provider_info:get_provider_info" in entry_points
     assert "airflow_provider_binlog/py.typed" in names
     assert "airflow_provider_binlog/jobs/merge/job.py" in names, "the bundled Spark jobs travel in the wheel"
+    assert not [n for n in names if n.startswith(("tests/", "example_dags/", "benchmarks/"))]
+
+
+def test_sdist_carries_the_example_dags_docs_and_changelog(dist: Path) -> None:
+    (sdist,) = dist.glob("*.tar.gz")
     with tarfile.open(sdist) as archive:
         names = {n.split("/", 1)[1] for n in archive.getnames() if "/" in n}
     assert {"CHANGELOG.md", "LICENSE", "README.md", "example_dags/binlog_cdc.py", "docs/index.md"} <= names

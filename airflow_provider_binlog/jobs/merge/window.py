@@ -77,6 +77,7 @@ class StagedWindow:
     :param pipeline: pipeline name from the manifest.
     :param seq: window sequence number.
     :param tables: staged tables in manifest order.
+    :param manifest: the manifest they come from (its foreign keys, ops and DDL).
     """
 
     uri: str
