@@ -689,12 +689,17 @@ class WindowReader:
                     "marker_seq": seq,
                 }
             )
+        if seq is not None:
+            outcome = f"truncate marker staged (seq {seq}); the merge removes every row ordered before it"
+        elif not held:
+            outcome = "no truncate marker: neither the target nor this window holds rows of it"
+        else:
+            outcome = (
+                "no truncate marker: a snapshot or a pending re-snapshot of the table covers the statement"
+            )
         log.info(
             "window %s of %s: %s %s at %s (GTID %s): %s",
-            self.window, self.pipeline, effect.table, effect.empties, at, self.txn.gtid,
-            f"truncate marker staged (seq {seq}); the merge removes every row ordered before it"
-            if seq is not None
-            else "no truncate marker: the target holds no rows of it ordered before the statement",
+            self.window, self.pipeline, effect.table, effect.empties, at, self.txn.gtid, outcome,
         )  # fmt: skip
         return seq
 
