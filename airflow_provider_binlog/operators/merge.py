@@ -263,7 +263,12 @@ class BinlogMergeOperator(SparkJobOperator):
         self.log.info(
             "window %s is in the Delta log of %s",
             seq,
-            ", ".join(f"{name} (version {numbers['delta_version']})" for name, numbers in tables.items()),
+            ", ".join(
+                f"{name} (version {numbers['delta_version']})"
+                for name, numbers in tables.items()
+                if "delta_version" in numbers  # not the skipped and refused tables
+            )
+            or "no table (nothing to merge)",
         )
         return {"pipeline": self.pipeline, "window": seq, "tables": tables}
 

@@ -129,8 +129,12 @@ class LocalMariaDB:
         return self
 
     def _install_db(self) -> None:
+        """Create the system tables in a new datadir.
+
+        :raises RuntimeError: when ``mariadb-install-db`` fails; the message holds the tail of its output.
+        """
         self.datadir.mkdir(parents=True)
-        subprocess.run(
+        done = subprocess.run(
             [
                 find_binary("mariadb-install-db", "mysql_install_db"),
                 "--no-defaults",
@@ -139,9 +143,14 @@ class LocalMariaDB:
                 "--skip-test-db",
                 "--user=root" if os.geteuid() == 0 else f"--user={os.getlogin()}",
             ],
-            check=True,
             capture_output=True,
+            text=True,
         )
+        if done.returncode != 0:
+            output = (done.stdout + done.stderr).strip().splitlines()
+            raise RuntimeError(
+                f"mariadb-install-db exited {done.returncode} for {self.datadir}: " + "\n".join(output[-20:])
+            )
 
     def _launch(self) -> None:
         assert self.base_dir is not None
