@@ -1,7 +1,7 @@
 # Quick start: `make demo` runs the example CDC DAG end to end on a private MariaDB; `make test` runs
-# lint, types and the whole test suite (unit, integration against a private MariaDB + local Spark,
-# system tests of the example DAG).
-.PHONY: setup demo test lint unit benchmark clean
+# lint, types, the documentation build and the whole test suite (unit, integration against a private
+# MariaDB + local Spark, system tests of the example DAG, the wheel installed into a fresh venv).
+.PHONY: setup demo test lint docs unit benchmark clean
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -19,7 +19,12 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-test: lint
+# The how-to pages include the example DAGs by their [START howto_...] markers; warnings (a broken link,
+# a marker that moved) fail the build.
+docs: setup
+	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+
+test: lint docs
 	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadfile --durations=25 tests
 
 unit: setup
@@ -30,4 +35,4 @@ benchmark: setup
 	$(PY) benchmarks/extract_throughput.py
 
 clean:
-	rm -rf $(VENV) .work
+	rm -rf $(VENV) .work docs/_build dist

@@ -165,6 +165,24 @@ def ui_field_behaviour() -> dict[str, Any]:
     return {key.replace("-", "_"): value for key, value in behaviour.items()}
 
 
+def documentation_url() -> str | None:
+    """Return the ``Documentation`` project URL of the installed distribution (pyproject's ``[project.urls]``).
+
+    :returns: the URL, or None when the provider runs from a source tree that was never installed.
+    """
+    from importlib.metadata import PackageNotFoundError, metadata
+
+    try:
+        urls = metadata("airflow-provider-binlog").get_all("Project-URL") or []
+    except PackageNotFoundError:
+        return None
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() == "documentation":
+            return url.strip()
+    return None
+
+
 def get_provider_info() -> dict[str, Any]:
     """Return the provider's package name, version, hooks, operators, sensors and connection type.
 
@@ -178,6 +196,7 @@ def get_provider_info() -> dict[str, Any]:
         "name": "MySQL/MariaDB binlog CDC",
         "description": "Bounded binlog windows -> Parquet staging -> PySpark merge -> Delta Lake tables.",
         "versions": [__version__],
+        "documentation-url": documentation_url(),
         "integrations": [
             {
                 "integration-name": "MySQL/MariaDB binlog",

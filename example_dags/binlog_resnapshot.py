@@ -26,6 +26,7 @@ from airflow.sdk import DAG, Param
 
 from airflow_provider_binlog.operators import BinlogSnapshotOperator
 
+# [START howto_binlog_resnapshot]
 with DAG(
     dag_id="binlog_resnapshot",
     description="Re-snapshot tables of a binlog CDC pipeline without stopping it",
@@ -57,3 +58,4 @@ with DAG(
         conn_id="spark_default",
         retries=2,
     )
+# [END howto_binlog_resnapshot]

@@ -37,12 +37,14 @@ fi
 # JVM jars. Reinstall the pinned pyspark last, then check that the pair matches.
 .venv/bin/uv pip install -q --python .venv/bin/python --reinstall --no-deps --compile-bytecode "pyspark==${PYSPARK_VERSION}"
 .venv/bin/python - <<PY
-import pathlib, pyspark, pyspark.version
-jars = pathlib.Path(pyspark.__file__).parent / "jars"
-core = sorted(p.name for p in jars.glob("spark-core_*.jar"))
-assert pyspark.version.__version__ == "${PYSPARK_VERSION}", f"pyspark Python files are {pyspark.version.__version__}"
-assert core and core[0].endswith("-${PYSPARK_VERSION}.jar"), f"pyspark jars are {core}"
-print(f"setup: pyspark {pyspark.version.__version__} with {core[0]}")
+import sys
+import pyspark.version
+from airflow_provider_binlog.operators.spark import pyspark_home, pyspark_install_problem
+
+if problem := pyspark_install_problem():
+    sys.exit(f"setup: {problem}")
+assert pyspark.version.__version__ == "${PYSPARK_VERSION}", f"pyspark is {pyspark.version.__version__}"
+print(f"setup: pyspark {pyspark.version.__version__} with matching jars in {pyspark_home()}")
 PY
 java -version 2>&1 | head -1
 touch .venv/.setup-done

@@ -70,6 +70,7 @@ from airflow_provider_binlog.extract.columns import (
 )
 from airflow_provider_binlog.extract.ddl import classify_ddl
 from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key
+from airflow_provider_binlog.extract.progress import ExtractProgress
 from airflow_provider_binlog.extract.statements import written_tables
 from airflow_provider_binlog.positions import BinlogPosition, file_index
 from airflow_provider_binlog.state import STATEMENT_CHARS
@@ -110,6 +111,11 @@ REPLICATION_NET_WRITE_TIMEOUT_SECONDS = 3600
 """How long the source waits for the reader to take more binlog bytes before it drops the stream (seconds)."""
 _CONTROL_DATABASE = "information_schema"
 """The ``db`` mysql-replication gives its control connection (``BinLogStreamReader.__connect_to_ctl``)."""
+
+
+PROGRESS_EVERY_EVENTS = 256
+"""The reader asks its :class:`~airflow_provider_binlog.extract.progress.ExtractProgress` for a line once per
+this many events, so the clock is not read per event."""
 
 
 class _ConnectionLost(Exception):
@@ -332,6 +338,8 @@ class WindowReader:
     :param pipeline: the pipeline's name, for error messages.
     :param covers: per selected table, its newest snapshot in the ledger (merged or running): a
         statement-based write to the table is skipped when that snapshot covers it (see :meth:`_statement`).
+    :param progress: logs progress lines while the window is read (checked every
+        :data:`PROGRESS_EVERY_EVENTS` events).
     :raises ValueError: when ``stream`` opens its connections some other way.
     """
 
@@ -346,6 +354,7 @@ class WindowReader:
         sink: Sink,
         pipeline: str = "?",
         covers: dict[str, SnapshotCover] | None = None,
+        progress: ExtractProgress | None = None,
     ) -> None:
         if not isinstance(getattr(stream, "pymysql_wrapper", None), ReplicationConnections):
             raise ValueError(
@@ -361,6 +370,7 @@ class WindowReader:
         self.sink = sink
         self.pipeline = pipeline
         self.covers = dict(covers or {})
+        self.progress = progress
         self.seq = 0
         self.stats = ExtractStats()
         self.txn = _Transaction()
@@ -443,6 +453,8 @@ class WindowReader:
                 raise self._undecodable(err, event) from err
             if self._reached_end():
                 break
+            if self.progress is not None and not self.stats.events % PROGRESS_EVERY_EVENTS:
+                self.progress.tick(self.stream.log_file, event.packet.log_pos, self.stats.rows)
         else:
             # Events the reader filters out (checkpoints, annotations) still move the stream's position.
             if not self.txn.open and self.stream.log_pos:

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pymysql
 
 from airflow_provider_binlog.extract.columns import ColumnSpec
+from airflow_provider_binlog.extract.progress import ExtractProgress
 from airflow_provider_binlog.extract.reader import (
     READ_EVENTS,
     ReplicationConnections,
@@ -116,6 +117,9 @@ def extract_window(
             sink=sink,
             pipeline=pipeline,
             covers=covers,
+            progress=ExtractProgress(
+                window=window.seq, start=start, end=end, binlog_files=server.binlog_files
+            ),
         )
         with table_map_cache():
             stats = reader.run()

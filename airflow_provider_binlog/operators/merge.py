@@ -243,7 +243,12 @@ class BinlogMergeOperator(SparkJobOperator):
                 **_commit_numbers(dt, self.pipeline, window.seq),
                 "delta_version": dt.version(),
             }
-            self.log.info("%s: window %s merged, %s", staged.name, window.seq, tables[staged.name])
+        # The job logged each table's numbers as it merged it; this line only confirms the Delta logs agree.
+        self.log.info(
+            "window %s is in the Delta log of %s",
+            window.seq,
+            ", ".join(f"{name} (version {numbers['delta_version']})" for name, numbers in tables.items()),
+        )
         return {"pipeline": self.pipeline, "window": window.seq, "tables": tables}
 
 

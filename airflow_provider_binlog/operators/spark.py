@@ -7,6 +7,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import Iterator, Mapping
@@ -19,6 +20,9 @@ from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError
 
 #: The Spark provider's connection type for Spark Connect servers (``SparkConnectHook``).
 SPARK_CONNECT_CONN_TYPE = "spark_connect"
+#: Spark's log level in a spark-submit driver: WARN, as in Spark's shells, instead of the ~500 INFO lines a
+#: merge would print into the task log (``spark.log.level``, Spark configuration docs, "Application Properties").
+SPARK_LOG_CONF = {"spark.log.level": "WARN"}
 #: What pyspark sets in a process once a remote session started (``pyspark.sql.utils.is_remote``).
 CONNECT_MODE_ENV = "SPARK_CONNECT_MODE_ENABLED"
 
@@ -66,20 +70,23 @@ class SparkJobOperator(SparkSubmitOperator):
         """Run ``spark-submit`` with ``args`` and the launcher environment plus ``env`` (not logged).
 
         The Spark SQL settings the bundled jobs rely on (UTC session time zone, microsecond Parquet
-        timestamps) are added to the operator's ``conf``; a setting the user passed wins.
+        timestamps) and the log level :data:`SPARK_LOG_CONF` are added to the operator's ``conf``; a setting
+        the user passed wins (``conf={"spark.log.level": "INFO"}`` brings Spark's INFO lines back).
 
         :param context: the task context.
         :param args: the application's arguments.
         :param failure: what failed, for the :class:`MergeError` message.
         :param env: extra environment variables for the submit process only (secrets go here).
         :raises MergeError: when the Spark application fails.
-        :raises BinlogConfigError: when the Spark connection does not exist.
+        :raises BinlogConfigError: when the Spark connection does not exist, or when spark-submit would run
+            from a pyspark package whose Python files and jars are of different releases
+            (:func:`pyspark_install_problem`).
         """
         from airflow.exceptions import AirflowException
 
         from airflow_provider_binlog.spark_jobs.merge import SPARK_SQL_CONF
 
-        self.conf = {**SPARK_SQL_CONF, **(self.conf or {})}
+        self.conf = {**SPARK_SQL_CONF, **SPARK_LOG_CONF, **(self.conf or {})}
         conn = self._spark_connection()
         if conn.conn_type == SPARK_CONNECT_CONN_TYPE:
             self._run_connected(args, failure=failure, env=env)
@@ -87,6 +94,8 @@ class SparkJobOperator(SparkSubmitOperator):
         self.application_args = args
         master, deploy_mode = self._spark_master(conn)
         launcher = launcher_environment(master, deploy_mode, env_vars=self.env_vars)
+        if "SPARK_HOME" in launcher and (problem := pyspark_install_problem(launcher["SPARK_HOME"])):
+            raise BinlogConfigError(f"{failure}: {problem}")
         if launcher:
             self.log.info("Environment for spark-submit: %s", launcher)
         # A submitted application starts a classic session: it must not inherit this process's Connect mode.
@@ -183,6 +192,36 @@ def pyspark_home() -> str | None:
         return None
     home = Path(next(iter(spec.submodule_search_locations)))
     return str(home) if (home / "bin" / "spark-class").exists() else None
+
+
+def pyspark_install_problem(home: str | None = None) -> str | None:
+    """Return why the ``pyspark`` package at ``home`` cannot run Spark jobs, or None when it can.
+
+    A ``pyspark`` package is a usable Spark installation only when its Python files and its JVM jars are
+    one release. ``apache-airflow-providers-apache-spark`` depends on ``pyspark-client``, which installs
+    the Python files of its own release into the same ``pyspark`` folder, so installing both (in either
+    order, or in parallel as ``uv`` does) can leave 4.2.0 Python files beside 4.3.0 jars; Spark then fails
+    at the first job with errors that do not say why.
+
+    :param home: the ``pyspark`` package directory (default: the installed one, :func:`pyspark_home`).
+    :returns: the problem with the one command that fixes it, or None (also when no pyspark is installed).
+    """
+    home = home or pyspark_home()
+    if home is None:
+        return None
+    version_file = Path(home) / "version.py"
+    found = re.search(r"__version__\s*(?::\s*str\s*)?=\s*[\"']([^\"']+)[\"']", version_file.read_text())
+    python_version = found.group(1) if found else "unknown"
+    jars = sorted(p.name for p in (Path(home) / "jars").glob("spark-core_*.jar"))
+    jar_version = jars[0].rsplit("-", 1)[-1].removesuffix(".jar") if jars else None
+    if jar_version is None or jar_version == python_version:
+        return None
+    return (
+        f"the pyspark package at {home} holds Python files of pyspark {python_version} beside the JVM jars "
+        f"of Spark {jar_version} (pyspark-client, a dependency of apache-airflow-providers-apache-spark, "
+        "writes into the same folder); make them one release with: "
+        f"pip install --force-reinstall --no-deps pyspark=={jar_version}"
+    )
 
 
 def launcher_environment(

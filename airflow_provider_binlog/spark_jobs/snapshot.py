@@ -108,6 +108,8 @@ class Progress:
         self.seen: dict[tuple[str, int], ChunkResult] = {}
         self.started = time.monotonic()
         self.rows_at_start = 0
+        self.logged: tuple[int, int] | None = None
+        """(chunks done, rows) of the last line logged."""
 
     @property
     def rows(self) -> int:
@@ -135,7 +137,13 @@ class Progress:
         rows = self.rows
         elapsed = max(time.monotonic() - self.started, 1e-6)
         rate = (rows - self.rows_at_start) / elapsed
+        self.logged = (len(self.seen), rows)
         return f"snapshot progress: {len(self.seen)}/{self.total} chunks, {rows:,} rows, {rate:,.0f} rows/s"
+
+    def final_line(self) -> str | None:
+        """Scan and return the last progress line, or None when the last line logged said the same."""
+        self.scan()
+        return None if self.logged == (len(self.seen), self.rows) else self.log_line()
 
 
 def read_chunks(
@@ -190,14 +198,16 @@ def read_chunks(
 
         worker = threading.Thread(target=run, name="snapshot-read")
         worker.start()
+        worker.join(PROGRESS_SECONDS)
         while worker.is_alive():
-            worker.join(PROGRESS_SECONDS)
             log.info(progress.log_line())
+            worker.join(PROGRESS_SECONDS)
         if failure:
             raise MergeJobError(
                 f"reading the snapshot's chunks failed (a retry resumes after the finished ones): {failure[0]}"
             )
-    log.info(progress.log_line())
+    if (line := progress.final_line()) is not None:
+        log.info(line)
     results = []
     for table in tables:
         for chunk in table.chunks:

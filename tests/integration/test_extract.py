@@ -3,6 +3,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_binlog.exceptions import BinlogPurgedError, StagingError, UnsupportedEventError
+from airflow_provider_binlog.extract import progress
 from airflow_provider_binlog.extract.reader import TableTarget
 from airflow_provider_binlog.extract.window import extract_window
 from airflow_provider_binlog.hooks.binlog import BinlogHook
@@ -180,6 +182,38 @@ def test_large_transaction_is_spilled_and_complete(
     assert rows.column("id").to_pylist() == list(range(120_000))
     assert rows.column("_binlog_ts").null_count == 0
     assert len(set(rows.column("_binlog_ts").to_pylist())) == 1
+
+
+def test_a_long_window_logs_progress_with_bytes_left_and_an_eta(
+    recorder: Recorder,
+    mariadb: LocalMariaDB,
+    source_db: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(progress, "PROGRESS_SECONDS", 0.0)  # a line at every check (every 256 events)
+    mariadb.execute(f"CREATE TABLE `{source_db}`.ticks (id INT PRIMARY KEY)")
+    recorder.mark()
+    mariadb.execute(*(f"INSERT INTO `{source_db}`.ticks VALUES ({i})" for i in range(1500)))
+    with caplog.at_level(logging.INFO, logger=progress.__name__):
+        manifest = recorder.extract({f"{source_db}.ticks": ["id"]})
+
+    lines = [r.getMessage() for r in caplog.records if r.name == progress.__name__]
+    parsed = [
+        re.fullmatch(
+            r"window 1: ([\d,]+) rows \([\d,]+ rows/s\) at (\S+):(\d+), ([\d,]+) of ([\d,]+) bytes left, ETA .+",
+            line,
+        )
+        for line in lines
+    ]
+    assert len(lines) >= 10, lines
+    assert all(parsed), lines
+    numbers = [(int(m[1].replace(",", "")), int(m[4].replace(",", ""))) for m in parsed if m]
+    assert [rows for rows, _ in numbers] == sorted(rows for rows, _ in numbers)
+    assert [left for _, left in numbers] == sorted((left for _, left in numbers), reverse=True)
+    assert 0 < numbers[-1][0] <= manifest["stats"]["rows"] == 1500
+    total = int(parsed[0][5].replace(",", ""))  # type: ignore[index]  # the window's bytes, as staged
+    assert total == manifest["stats"]["binlog_bytes"] > 0
 
 
 def test_ddl_is_recorded_and_layout_change_starts_a_new_file(

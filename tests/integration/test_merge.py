@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -809,7 +810,7 @@ def test_launcher_environment_points_spark_submit_at_pyspark():
     assert launcher_environment("yarn", "cluster", environ={"SPARK_HOME": home, "PATH": f"{home}/bin"}) == {}
 
 
-def test_operator_merges_a_window_with_spark_submit(staging, target, monkeypatch):
+def test_operator_merges_a_window_with_spark_submit(staging, target, monkeypatch, capfd):
     from airflow_provider_binlog.operators.merge import BinlogMergeOperator
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
@@ -841,8 +842,16 @@ def test_operator_merges_a_window_with_spark_submit(staging, target, monkeypatch
         conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"},
     )
 
+    capfd.readouterr()
     result = operator.execute(context={})
 
+    # A task log a person reads: Spark at WARN. Of the JVM's INFO lines (``yy/MM/dd HH:mm:ss INFO ...``),
+    # only the banner SparkContext prints before it applies ``spark.log.level`` (version, OS, Java) remains.
+    lines = capfd.readouterr().out.splitlines()
+    print("\n".join(lines))
+    assert 5 <= len(lines) <= 40, "\n".join(lines)
+    spark_info = [line for line in lines if re.search(r" \d\d/\d\d/\d\d \S+ INFO ", line)]
+    assert len(spark_info) <= 3, "\n".join(spark_info)
     assert result["window"] == 1
     assert result["tables"]["shop.orders"]["rows_in_window"] == 3
     assert result["tables"]["shop.orders"]["rows_written"] == 2

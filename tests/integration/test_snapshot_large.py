@@ -10,6 +10,7 @@ nothing about time: the machines are shared and noisy.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import zlib
 from pathlib import Path
@@ -72,7 +73,7 @@ def row_checksum(data: pa.Table) -> int:
 
 
 def test_million_row_composite_key_snapshot_arrives_exactly_once(
-    mariadb: LocalMariaDB, source_db: str, spark: Any, tmp_path: Path
+    mariadb: LocalMariaDB, source_db: str, spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     table = f"{source_db}.t"
     loaded = time.monotonic()
@@ -119,6 +120,7 @@ def test_million_row_composite_key_snapshot_arrives_exactly_once(
     assert len(tenants_of_bounds) > 1
 
     started = time.monotonic()
+    caplog.set_level(logging.INFO, logger="airflow_provider_binlog.spark_jobs.snapshot")
     summary = run_snapshot(
         spark,
         snapshot_uri,
@@ -138,6 +140,12 @@ def test_million_row_composite_key_snapshot_arrives_exactly_once(
     )
     assert stats["rows"] == ROWS
     assert stats["chunks"] == expected_chunks
+    # Progress lines come once each: the end is reported by one line, not by the loop and again after it.
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("snapshot progress:")]
+    assert progress[-1].startswith(
+        f"snapshot progress: {expected_chunks}/{expected_chunks} chunks, {ROWS:,} rows"
+    )
+    assert sum(line.startswith(f"snapshot progress: {expected_chunks}/") for line in progress) == 1, progress
     assert stats["read_tasks"] == CONNECTIONS
     assert manifest["tables"][table]["rows"] == ROWS
 
