@@ -247,7 +247,12 @@ class BinlogMergeOperator(SparkJobOperator):
         self.log.info(
             "window %s is in the Delta log of %s",
             window.seq,
-            ", ".join(f"{name} (version {numbers['delta_version']})" for name, numbers in tables.items()),
+            ", ".join(
+                f"{name} (version {numbers['delta_version']})"
+                for name, numbers in tables.items()
+                if "delta_version" in numbers  # tables without changes, or refused, have no merge commit
+            )
+            or "no table (nothing merged)",
         )
         return {"pipeline": self.pipeline, "window": window.seq, "tables": tables}
 
