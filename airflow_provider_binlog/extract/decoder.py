@@ -147,7 +147,7 @@ def _column_problem(column: Any) -> str | None:
     return None
 
 
-_KEY_ATTRIBUTES = (
+LAYOUT_ATTRIBUTES = (
     "type",
     "name",
     "unsigned",
@@ -163,6 +163,7 @@ _KEY_ATTRIBUTES = (
     "mysql_charset",
     "members_problem",
 )
+"""Column attributes of a table map that the staged specs and the decoding depend on (see :func:`layout_key`)."""
 
 
 def layout_key(columns: Sequence[Any]) -> tuple[Any, ...]:
@@ -172,7 +173,7 @@ def layout_key(columns: Sequence[Any]) -> tuple[Any, ...]:
     from VARCHAR(10) to VARCHAR(300) changes the length prefix, one to DATETIME(6) the fraction bytes).
     """
     return tuple(
-        tuple(getattr(c, attr, None) for attr in _KEY_ATTRIBUTES)
+        tuple(getattr(c, attr, None) for attr in LAYOUT_ATTRIBUTES)
         + (tuple(getattr(c, "enum_values", None) or ()), tuple(getattr(c, "set_values", None) or ()))
         for c in columns
     )

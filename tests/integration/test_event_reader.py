@@ -19,6 +19,7 @@ import pytest
 from test_decoder import RANDOM_ROW_CHANGES, exact, head, stream_events, through_library, write_random_rows
 
 from airflow_provider_binlog.extract.columns import charset_of
+from airflow_provider_binlog.extract.decoder import LAYOUT_ATTRIBUTES
 from airflow_provider_binlog.extract.events import codes
 from airflow_provider_binlog.extract.events.feeds import read_binlog_file, read_binlog_socket
 from airflow_provider_binlog.extract.events.parsers import MariadbGtid
@@ -102,18 +103,8 @@ WIDE_DDL = """CREATE TABLE w (
   mb MEDIUMBLOB, lt LONGTEXT, tt TINYTEXT CHARACTER SET ascii, y YEAR, f FLOAT, db DOUBLE,
   hidden INT INVISIBLE
 ) DEFAULT CHARSET=utf8mb4"""
-_ATTRIBUTES = (
-    "type",
-    "name",
-    "unsigned",
-    "max_length",
-    "length_size",
-    "precision",
-    "decimals",
-    "fsp",
-    "bits",
-    "size",
-)
+_ATTRIBUTES = [a for a in LAYOUT_ATTRIBUTES if a not in ("character_set_name", "mysql_charset")]
+"""What the decoder reads of a column, but the charset (the library keeps a codec name, we the server's)."""
 
 
 def test_table_maps_parse_like_mysql_replication(mariadb: LocalMariaDB, source_db: str) -> None:
