@@ -167,6 +167,11 @@ class RowsEvent:
             self.number_of_columns != len(decoder.columns)
             or self.columns_present_bitmap != decoder.full_bitmap
         ):
+            if self.partial:  # MySQL writes these with binlog_row_value_options=PARTIAL_JSON only
+                raise UnsupportedEventError(
+                    f"{self.where}: a PARTIAL_UPDATE_ROWS event with partial row images: JSON diffs are not "
+                    f"applied; set binlog_row_value_options='' and binlog_row_image=FULL on the source"
+                )
             decoder.check_image(self.number_of_columns, self.columns_present_bitmap, self.where)
         if self.kind != "update":
             return decoder.decode_rows_bytes(self.body, self)
