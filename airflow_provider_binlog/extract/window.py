@@ -53,9 +53,10 @@ def stream_options(tables: dict[str, TableTarget]) -> dict[str, Any]:
     }
 
 
-READERS = ("library", "own")
-"""How a window's events are decoded: by mysql-replication (``library``, the default) or by our reader
-(``own``: ``extract/events``, ADR 0018) from the dump the library's stream opened."""
+READERS = ("own", "library")
+"""How a window's events are decoded: by our reader (``own``, the default: ``extract/events``, ADR 0018)
+from the dump the library's stream opened, or by mysql-replication's event classes (``library``, the
+earlier path: it also decodes layouts RowDecoder does not, through the value converters)."""
 
 
 def own_events(stream: Any) -> Iterator[Event]:
@@ -81,7 +82,7 @@ def extract_window(
     covers: dict[str, SnapshotCover] | None = None,
     skipped: dict[str, str] | None = None,
     foreign_keys: Sequence[ForeignKey] = (),
-    event_reader: str = "library",
+    event_reader: str = "own",
 ) -> dict[str, Any]:
     """Stream ``window`` into ``window_dir`` and return the manifest written last.
 
