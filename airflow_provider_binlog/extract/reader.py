@@ -465,10 +465,7 @@ class WindowReader:
             if not self.txn.open and self.stream.log_pos:
                 self.position = BinlogPosition(self.stream.log_file, self.stream.log_pos)
             if not self._reached_end():
-                raise SourceUnreachableError(
-                    f"the binlog ended at {self.position} before the window end {self.end}; the server may "
-                    f"have been restarted or reset. Retry; if it persists, the window's binlogs are gone."
-                )
+                raise self._ended_early()
 
     def _read_events(self, events: Iterable[Event]) -> None:
         """Dispatch our own reader's events until the window end (the library path's :meth:`_read`).
@@ -493,10 +490,14 @@ class WindowReader:
                 break
         else:
             if not self._reached_end():
-                raise SourceUnreachableError(
-                    f"the binlog ended at {self.position} before the window end {self.end}; the server may "
-                    f"have been restarted or reset. Retry; if it persists, the window's binlogs are gone."
-                )
+                raise self._ended_early()
+
+    def _ended_early(self) -> SourceUnreachableError:
+        """Return the error of a binlog that ended before the window end (retryable)."""
+        return SourceUnreachableError(
+            f"the binlog ended at {self.position} before the window end {self.end}; the server may "
+            f"have been restarted or reset. Retry; if it persists, the window's binlogs are gone."
+        )
 
     def _dispatch_event(self, event: Event) -> None:
         """Act on one of our reader's events as :meth:`_dispatch` does on the library's."""
