@@ -145,7 +145,7 @@ def measure(command: list[str]) -> tuple[dict, float, int]:
     return report, time.monotonic() - started, int(usage.ru_maxrss)
 
 
-def reader_ours(args: argparse.Namespace) -> dict:
+def reader_ours(args: argparse.Namespace, event_reader: str = "library") -> dict:
     from airflow_provider_binlog.extract.reader import TableTarget
     from airflow_provider_binlog.extract.window import extract_window
     from airflow_provider_binlog.hooks.binlog import BinlogHook
@@ -165,6 +165,7 @@ def reader_ours(args: argparse.Namespace) -> dict:
         tables=tables,
         window_dir=window_path(args.staging, "bench", 1),
         server=hook.server_state(),
+        event_reader=event_reader,
     )
     return {"rows": manifest["stats"]["rows"], "seconds": time.monotonic() - started}
 
@@ -238,7 +239,7 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=60_000, help="sysbench events (4 row changes each)")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--workload", choices=["oltp", "mixed"], default="oltp")
-    parser.add_argument("--reader", choices=["ours", "raw", "events"])
+    parser.add_argument("--reader", choices=["ours", "ours-own", "raw", "events"])
     parser.add_argument("--start", type=json.loads)
     parser.add_argument("--end", type=json.loads)
     parser.add_argument("--port", type=int)
@@ -246,7 +247,13 @@ def main() -> int:
     parser.add_argument("--staging")
     args = parser.parse_args()
     if args.reader:
-        result = {"ours": reader_ours, "raw": reader_raw, "events": reader_events}[args.reader](args)
+        readers = {
+            "ours": reader_ours,
+            "ours-own": lambda a: reader_ours(a, "own"),
+            "raw": reader_raw,
+            "events": reader_events,
+        }
+        result = readers[args.reader](args)
         print(json.dumps(result))
         return 0
     return run_benchmark(args)
@@ -276,6 +283,9 @@ def run_benchmark(args: argparse.Namespace) -> int:
         me = [sys.executable, __file__]
         results = {
             "ours (extract to Parquet)": measure([*me, "--reader", "ours", *common]),
+            "ours, through our event reader (extract to Parquet)": measure(
+                [*me, "--reader", "ours-own", *common]
+            ),
             "our event reader alone (decode, no output)": measure([*me, "--reader", "events", *common]),
             RAW_LOOP: measure([*me, "--reader", "raw", *common]),
             C_DECODER: measure(mariadb_binlog_command(server, start, end)),

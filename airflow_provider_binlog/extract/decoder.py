@@ -51,6 +51,7 @@ from airflow_provider_binlog.extract.columns import (
     charset_of,
     describe_column,
 )
+from airflow_provider_binlog.extract.decimals import decimal_groups
 from airflow_provider_binlog.extract.json_binary import json_text
 
 PARTIAL_UPDATE_ROWS_EVENT = 39
@@ -93,9 +94,6 @@ _OTHERS = {
 }
 SUPPORTED_TYPES = frozenset(_INTEGERS) | _STRINGS | _BLOBS | _OTHERS
 """Binlog column type codes :class:`RowDecoder` decodes (the pre-5.6 temporal types are not among them)."""
-
-_DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
-"""Bytes of a partial group of n decimal digits (``strings/decimal.cc``, ``dig2bytes``)."""
 
 
 def text_kind(column: Any) -> str | None:
@@ -147,7 +145,7 @@ def _column_problem(column: Any) -> str | None:
     return None
 
 
-_KEY_ATTRIBUTES = (
+LAYOUT_ATTRIBUTES = (
     "type",
     "name",
     "unsigned",
@@ -163,6 +161,7 @@ _KEY_ATTRIBUTES = (
     "mysql_charset",
     "members_problem",
 )
+"""Column attributes of a table map that the staged specs and the decoding depend on (see :func:`layout_key`)."""
 
 
 def layout_key(columns: Sequence[Any]) -> tuple[Any, ...]:
@@ -172,7 +171,7 @@ def layout_key(columns: Sequence[Any]) -> tuple[Any, ...]:
     from VARCHAR(10) to VARCHAR(300) changes the length prefix, one to DATETIME(6) the fraction bytes).
     """
     return tuple(
-        tuple(getattr(c, attr, None) for attr in _KEY_ATTRIBUTES)
+        tuple(getattr(c, attr, None) for attr in LAYOUT_ATTRIBUTES)
         + (tuple(getattr(c, "enum_values", None) or ()), tuple(getattr(c, "set_values", None) or ()))
         for c in columns
     )
@@ -466,45 +465,6 @@ def _emit_year(v: str, column: Any, ns: _Namespace) -> list[str]:
     return [f"{v} = buf[pos]", "pos += 1", f"if {v}: {v} += 1900"]
 
 
-def _decimal_groups(precision: int, scale: int) -> list[tuple[int, int]]:
-    """Return the (bytes, digits) groups of DECIMAL(p,s) in storage order (``decimal2bin``)."""
-    integral = precision - scale
-    groups = []
-    if integral % 9:
-        groups.append((_DIG2BYTES[integral % 9], integral % 9))
-    groups += [(4, 9)] * (integral // 9 + scale // 9)
-    if scale % 9:
-        groups.append((_DIG2BYTES[scale % 9], scale % 9))
-    return groups
-
-
-def decode_decimal(raw: bytes, precision: int, scale: int) -> decimal.Decimal:
-    """Return the DECIMAL(``precision``, ``scale``) stored in ``raw``.
-
-    The format is ``decimal2bin``'s (see :func:`_emit_decimal`); used for the DECIMAL values inside
-    MySQL's binary JSON.
-
-    :raises ValueError: when ``raw`` is shorter than the format's width.
-    """
-    groups = _decimal_groups(precision, scale)
-    width = sum(size for size, _ in groups)
-    if len(raw) < width:
-        raise ValueError(f"DECIMAL({precision},{scale}) needs {width} bytes, got {len(raw)}")
-    data = bytearray(raw[:width])
-    negative = not data[0] & 0x80
-    data[0] ^= 0x80
-    if negative:
-        data = bytearray(b ^ 0xFF for b in data)
-    digits, pos = [], 0
-    for size, count in groups:
-        digits.append(str(int.from_bytes(data[pos : pos + size], "big")).zfill(count))
-        pos += size
-    integral = precision - scale
-    text = "".join(digits)
-    whole, fraction = text[:integral].lstrip("0") or "0", text[integral:]
-    return decimal.Decimal(("-" if negative else "") + whole + ("." + fraction if fraction else ""))
-
-
 def _emit_decimal(v: str, column: Any, ns: _Namespace) -> list[str]:
     """DECIMAL is ``decimal2bin``'s format (MySQL internals, "Decimal"; ``strings/decimal.cc``).
 
@@ -512,7 +472,7 @@ def _emit_decimal(v: str, column: Any, ns: _Namespace) -> list[str]:
     sign bit of the first byte is flipped, and a negative value has all its bytes inverted.
     """
     precision, scale = column.precision, column.decimals
-    groups = _decimal_groups(precision, scale)
+    groups = decimal_groups(precision, scale)
     width = sum(size for size, _ in groups)
     top = 1 << (8 * width - 1)
     invert = ((1 << (8 * width)) - 1) ^ top

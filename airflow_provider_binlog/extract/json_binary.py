@@ -23,6 +23,8 @@ from collections.abc import Callable
 
 from pymysqlreplication.constants import FIELD_TYPE
 
+from airflow_provider_binlog.extract.decimals import decode_decimal
+
 _SMALL_OBJECT, _LARGE_OBJECT, _SMALL_ARRAY, _LARGE_ARRAY = 0, 1, 2, 3
 _LITERAL, _INT16, _UINT16, _INT32, _UINT32, _INT64, _UINT64, _DOUBLE, _STRING = range(4, 13)
 _OPAQUE = 15
@@ -115,8 +117,6 @@ def _varlen(buf: bytes, pos: int) -> tuple[int, int]:
 
 def _opaque(field_type: int, data: bytes) -> str:
     if field_type == FIELD_TYPE.NEWDECIMAL:
-        from airflow_provider_binlog.extract.decoder import decode_decimal
-
         return str(decode_decimal(data[2:], data[0], data[1]))
     if field_type in (FIELD_TYPE.DATE, FIELD_TYPE.DATETIME, FIELD_TYPE.TIMESTAMP, FIELD_TYPE.TIME):
         packed = struct.unpack_from("<q", data)[0]

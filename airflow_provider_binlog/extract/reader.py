@@ -33,8 +33,9 @@ import logging
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -69,7 +70,11 @@ from airflow_provider_binlog.extract.columns import (
     describe_column,
 )
 from airflow_provider_binlog.extract.ddl import classify_ddl
-from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key
+from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key, unsupported_reason
+from airflow_provider_binlog.extract.events import codes
+from airflow_provider_binlog.extract.events.parsers import Gtid, MariadbGtid
+from airflow_provider_binlog.extract.events.stream import Event
+from airflow_provider_binlog.extract.events.stream import RowsEvent as OwnRowsEvent
 from airflow_provider_binlog.extract.progress import ExtractProgress
 from airflow_provider_binlog.extract.statements import written_tables
 from airflow_provider_binlog.source.connect import LOST_CONNECTION_ERRORS, LoginTimeoutConnection
@@ -343,6 +348,8 @@ class WindowReader:
         statement-based write to the table is skipped when that snapshot covers it (see :meth:`_statement`).
     :param progress: logs progress lines while the window is read (checked every
         :data:`PROGRESS_EVERY_EVENTS` events).
+    :param events: the window's events decoded by our own reader (``extract/events``, ADR 0018) from the
+        dump ``stream`` opened; None reads mysql-replication's events of ``stream``.
     :raises ValueError: when ``stream`` opens its connections some other way.
     """
 
@@ -358,6 +365,7 @@ class WindowReader:
         pipeline: str = "?",
         covers: dict[str, SnapshotCover] | None = None,
         progress: ExtractProgress | None = None,
+        events: Iterable[Event] | None = None,
     ) -> None:
         if not isinstance(getattr(stream, "pymysql_wrapper", None), ReplicationConnections):
             raise ValueError(
@@ -383,6 +391,7 @@ class WindowReader:
         self.zero_dates: Counter[str] = Counter()
         self.committed_tables: set[str] = set()
         self.position = start
+        self.events = events
 
     def run(self) -> ExtractStats:
         """Read until the window end; return the counters.
@@ -427,8 +436,13 @@ class WindowReader:
 
     def _undecodable(self, err: ValueConversionError, event: Any) -> UndecodableValueError:
         """Return the task-failing error of a value that cannot be staged, with where it is and what to do."""
-        file = err.file or (self.stream.log_file if event is not None else None)
-        pos = err.pos or (event.packet.log_pos if event is not None else None)
+        file: str | None
+        pos: int | None
+        if isinstance(event, Event):  # our reader's
+            file, pos = err.file or event.file, err.pos or event.end_pos
+        else:
+            file = err.file or (self.stream.log_file if event is not None else None)
+            pos = err.pos or (event.packet.log_pos if event is not None else None)
         gtid = err.gtid or self.txn.gtid
         return UndecodableValueError(
             f"pipeline {self.pipeline!r}, window {self.window}: cannot stage a value of column {err.column} "
@@ -445,6 +459,9 @@ class WindowReader:
 
         :raises SourceUnreachableError: when the binlog ends before the window end.
         """
+        if self.events is not None:
+            self._read_events(self.events)
+            return
         for event in self.stream:
             if not self.txn.open and self._starts_at_or_after_end(event):
                 break
@@ -464,10 +481,65 @@ class WindowReader:
             if not self.txn.open and self.stream.log_pos:
                 self.position = BinlogPosition(self.stream.log_file, self.stream.log_pos)
             if not self._reached_end():
-                raise SourceUnreachableError(
-                    f"the binlog ended at {self.position} before the window end {self.end}; the server may "
-                    f"have been restarted or reset. Retry; if it persists, the window's binlogs are gone."
-                )
+                raise self._ended_early()
+
+    def _read_events(self, events: Iterable[Event]) -> None:
+        """Dispatch our own reader's events until the window end (the library path's :meth:`_read`).
+
+        :raises SourceUnreachableError: when the binlog ends before the window end.
+        """
+        for event in events:
+            if (
+                not self.txn.open
+                and event.end_pos
+                and event.type_code != codes.ROTATE
+                and not event.in_payload
+            ):
+                if BinlogPosition(event.file, event.start).key >= self.end.key:
+                    break
+            self.stats.events += 1
+            try:
+                self._dispatch_event(event)
+            except ValueConversionError as err:
+                raise self._undecodable(err, event) from err
+            if self._reached_end():
+                break
+            if self.progress is not None and not self.stats.events % PROGRESS_EVERY_EVENTS:
+                self.progress.tick(event.file, event.end_pos, self.stats.rows)
+        else:
+            if not self._reached_end():
+                raise self._ended_early()
+
+    def _ended_early(self) -> SourceUnreachableError:
+        """Return the error of a binlog that ended before the window end (retryable)."""
+        return SourceUnreachableError(
+            f"the binlog ended at {self.position} before the window end {self.end}; the server may "
+            f"have been restarted or reset. Retry; if it persists, the window's binlogs are gone."
+        )
+
+    def _dispatch_event(self, event: Event) -> None:
+        """Act on one of our reader's events as :meth:`_dispatch` does on the library's."""
+        data, file, end_pos, code = event.data, event.file, event.end_pos, event.type_code
+        if code == codes.ROTATE:
+            if not self.txn.open:
+                self.position = BinlogPosition(data.next_file, data.position)
+            return
+        if isinstance(data, (Gtid, MariadbGtid)):
+            self._begin(data.gtid)
+        elif isinstance(data, OwnRowsEvent):
+            self._rows(data, file, end_pos)
+        elif code == codes.XID:
+            self._commit(event, file, end_pos)
+        elif code in (codes.QUERY, codes.EXECUTE_LOAD_QUERY):
+            statement = SimpleNamespace(query=data.query, schema=data.schema, timestamp=event.timestamp)
+            if code == codes.QUERY:
+                self._query(statement, file, end_pos)
+            else:
+                self._statement(data.query.strip(), data.schema, file, end_pos)
+        elif code == codes.XA_PREPARE:
+            self._xa_prepare(file, end_pos)
+        if end_pos and not self.txn.open:
+            self.position = BinlogPosition(file, end_pos)
 
     def _flush(self, layout: _Layout) -> None:
         """Hand the layout's committed rows to the sink (those of a covered table are dropped)."""
@@ -905,8 +977,15 @@ class WindowReader:
 
     def _add_rows(self, event: Any, layout: _Layout, target: TableTarget, file: str, end_pos: int) -> None:
 
-        if isinstance(event, UpdateRowsEvent):
+        if isinstance(event, OwnRowsEvent) and layout.decoder is None:
+            raise UnsupportedEventError(
+                f"{event.where}: {unsupported_reason(layout.columns)}; the extractor's own reader decodes every "
+                f"row with RowDecoder"
+            )
+        if isinstance(event, UpdateRowsEvent) or (isinstance(event, OwnRowsEvent) and event.kind == "update"):
             count = self._add_updates(event, layout, target, file, end_pos)
+        elif isinstance(event, OwnRowsEvent):
+            count = self._add_images(event, layout, "c" if event.kind == "write" else "d", file, end_pos)
         elif isinstance(event, (WriteRowsEvent, DeleteRowsEvent)):
             op = OP_INSERT if isinstance(event, WriteRowsEvent) else OP_DELETE
             count = self._add_images(event, layout, op, file, end_pos)
@@ -918,7 +997,11 @@ class WindowReader:
     def _add_images(self, event: Any, layout: _Layout, op: str, file: str, end_pos: int) -> int:
         builder = layout.builder
         if layout.decoder is not None:
-            rows = layout.decoder.decode(event)
+            rows = (
+                event.rows_with(layout.decoder)
+                if isinstance(event, OwnRowsEvent)
+                else layout.decoder.decode(event)
+            )
             for values in rows:
                 builder.add_values(op, self._next_seq(), file, end_pos, values)
             return len(rows)
@@ -931,7 +1014,11 @@ class WindowReader:
         if layout.decoder is not None:
             names = layout.builder.names
             index = [names.index(k) for k in target.moving_columns if k in names]
-            pairs = layout.decoder.decode_updates(event)
+            pairs = (
+                event.rows_with(layout.decoder)
+                if isinstance(event, OwnRowsEvent)
+                else layout.decoder.decode_updates(event)
+            )
             for before, after in pairs:
                 if any(before[i] != after[i] for i in index):
                     builder.add_values(OP_DELETE, self._next_seq(), file, end_pos, before)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -12,6 +12,8 @@ import pymysql
 from airflow_provider_binlog.contract.manifest import Manifest
 from airflow_provider_binlog.contract.names import database_of, table_part
 from airflow_provider_binlog.extract.columns import ColumnSpec
+from airflow_provider_binlog.extract.events.feeds import dump_events
+from airflow_provider_binlog.extract.events.stream import Event, EventReader
 from airflow_provider_binlog.extract.progress import ExtractProgress
 from airflow_provider_binlog.extract.reader import (
     READ_EVENTS,
@@ -54,6 +56,24 @@ def stream_options(tables: dict[str, TableTarget]) -> dict[str, Any]:
     }
 
 
+READERS = ("own", "library")
+"""How a window's events are decoded: by our reader (``own``, the default: ``extract/events``, ADR 0018)
+from the dump the library's stream opened, or by mysql-replication's event classes (``library``, the
+earlier path: it also decodes layouts RowDecoder does not, through the value converters)."""
+
+
+def own_events(stream: Any) -> Iterator[Event]:
+    """Open ``stream``'s dump and yield its events decoded by our :class:`~.events.stream.EventReader`.
+
+    mysql-replication logs in, sets the checksum and the heartbeat, registers and sends COM_BINLOG_DUMP;
+    the events are read off its stream connection directly, so none of its event classes run.
+    """
+    stream._BinLogStreamReader__connect_to_stream()
+    checksum = 4 if stream._BinLogStreamReader__use_checksum else 0
+    raw = dump_events(stream._stream_connection, file=stream.log_file, checksum=checksum)
+    yield from EventReader().events(raw)
+
+
 def extract_window(
     hook: BinlogHook,
     *,
@@ -65,6 +85,7 @@ def extract_window(
     covers: dict[str, SnapshotCover] | None = None,
     skipped: dict[str, str] | None = None,
     foreign_keys: Sequence[ForeignKey] = (),
+    event_reader: str = "own",
 ) -> Manifest:
     """Stream ``window`` into ``window_dir`` and return the manifest written last.
 
@@ -81,6 +102,7 @@ def extract_window(
     :param foreign_keys: the cascading foreign keys among the selected tables whose child changes the source
         does not log (:func:`~airflow_provider_binlog.operators.extract.cascading_keys`); recorded in the
         manifest under ``foreign_keys`` for the merge, which applies them.
+    :param event_reader: one of :data:`READERS`.
 
     DDL of selected tables is classified (:mod:`~airflow_provider_binlog.extract.ddl`): the manifest lists
     each statement with its effect per table (``ddl``), the tables that need a re-snapshot from a point in
@@ -126,6 +148,7 @@ def extract_window(
             progress=ExtractProgress(
                 window=window.seq, start=start, end=end, binlog_files=server.binlog_files
             ),
+            events=own_events(stream) if event_reader == "own" else None,
         )
         with table_map_cache():
             stats = reader.run()

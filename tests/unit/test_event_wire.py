@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from airflow_provider_binlog.extract.decoder import decode_decimal
+from airflow_provider_binlog.extract.decimals import decode_decimal
 from airflow_provider_binlog.extract.events.wire import packed_integer, varlen_signed, varlen_unsigned
 from airflow_provider_binlog.extract.json_binary import json_text
 

@@ -103,7 +103,8 @@ ROWS_V2 = frozenset({WRITE_ROWS, UPDATE_ROWS, DELETE_ROWS, PARTIAL_UPDATE_ROWS})
 
 REFUSED = {
     **{
-        code: "MariaDB compressed binlog events (log_bin_compress=ON); set log_bin_compress=OFF on the source"
+        code: "MariaDB compressed event (log_bin_compress=ON): its rows cannot be decoded here and would be lost; "
+        "set log_bin_compress=OFF on the source"
         for code in range(MARIADB_QUERY_COMPRESSED, 172)
     },
     MARIADB_START_ENCRYPTION: "an encrypted MariaDB binlog (encrypt_binlog=ON) read as a file; read it over the "

@@ -164,6 +164,16 @@ def read_binlog_socket(
     # A command packet: 3-byte length, sequence id 0, then the command (pymysql's own framing).
     connection._write_bytes(struct.pack("<I", len(command))[:3] + b"\x00" + command)
     connection._next_seq_id = 1
+    yield from dump_events(connection, file=file, checksum=checksum)
+
+
+def dump_events(connection: Any, *, file: str, checksum: int) -> Iterator[RawEvent]:
+    """Yield the events of a COM_BINLOG_DUMP already sent on ``connection`` (by us or by mysql-replication).
+
+    :param file: the file the dump starts in (the artificial ROTATE names it again).
+    :param checksum: 4 when the events carry a CRC32 (``@master_binlog_checksum`` was set and the source's
+        ``binlog_checksum`` is CRC32), else 0: the ROTATE events' file names end before it.
+    """
     current = file
     while True:
         packet = connection._read_packet()

@@ -162,11 +162,27 @@ class RowsEvent:
             layout has a column :class:`RowDecoder` cannot decode, the rows do not match the table map, or
             the event carries JSON diffs (``binlog_row_value_options=PARTIAL_JSON``).
         """
-        decoder = self.table_map.decoder or self._reader.decoder(self.table_map, self.where)
+        return self.rows_with(self.table_map.decoder or self._reader.decoder(self.table_map, self.where))
+
+    @property
+    def columns(self) -> list[Any]:
+        """Return the table map's columns."""
+        return self.table_map.columns
+
+    def rows_with(self, decoder: RowDecoder) -> list[Any]:
+        """Return :meth:`rows` decoded by ``decoder`` (a decoder of this table map's layout).
+
+        :raises UnsupportedEventError: as :meth:`rows`.
+        """
         if (
             self.number_of_columns != len(decoder.columns)
             or self.columns_present_bitmap != decoder.full_bitmap
         ):
+            if self.partial:  # MySQL writes these with binlog_row_value_options=PARTIAL_JSON only
+                raise UnsupportedEventError(
+                    f"{self.where}: a PARTIAL_UPDATE_ROWS event with partial row images: JSON diffs are not "
+                    f"applied; set binlog_row_value_options='' and binlog_row_image=FULL on the source"
+                )
             decoder.check_image(self.number_of_columns, self.columns_present_bitmap, self.where)
         if self.kind != "update":
             return decoder.decode_rows_bytes(self.body, self)
@@ -273,8 +289,8 @@ class EventReader:
             table_map = self._parser.parse(body)
             self.table_maps[table_map.table_id] = table_map
             return table_map
-        if type_code == codes.QUERY:
-            return parsers.parse_query(body, self.format.post_header_length(codes.QUERY))
+        if type_code in (codes.QUERY, codes.EXECUTE_LOAD_QUERY):  # the same layout up to a longer post-header
+            return parsers.parse_query(body, self.format.post_header_length(type_code))
         if type_code == codes.XID:
             return parsers.Xid(struct.unpack_from("<Q", body)[0])
         if type_code in (codes.GTID, codes.ANONYMOUS_GTID):
