@@ -182,6 +182,9 @@ def test_probes_never_end_a_group_at_a_statement_based_dml(hook: BinlogHook, ser
     from airflow_provider_binlog.monitoring.probes import next_commit_at
     from airflow_provider_binlog.windows import boundary_at
 
+    # A transaction right before, so the boundary before the statement-based one is its end and not the
+    # start of a binlog file an earlier test just rotated to (both are the same point of the stream).
+    server.execute("REPLACE INTO r.t VALUES (899, 899)")
     before = head(hook)
     started = pendulum.now("UTC")
     server.execute(

@@ -236,7 +236,7 @@ def test_a_reader_slower_than_net_write_timeout_keeps_its_connection(
             },
             window_dir=window_path(str(tmp_path / "staging"), pipeline.name, 1),
             server=state,
-        )
+        ).to_json()
     finally:
         server.execute(f"SET GLOBAL net_write_timeout = {previous}")
     assert stalls == [STALL_SECONDS]
