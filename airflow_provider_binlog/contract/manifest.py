@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_binlog.contract import ContractError
+from airflow_provider_binlog.contract.columns import OP_TRUNCATE
 from airflow_provider_binlog.contract.names import split_table_name
 from airflow_provider_binlog.contract.uris import StorageOptions, atomic_output, filesystem_for, join_uri
 
@@ -68,6 +69,11 @@ class TableEntry:
     columns: tuple[Mapping[str, Any], ...] = ()
     zero_dates: int = 0
     chunks: int | None = None
+
+    @property
+    def markers_only(self) -> bool:
+        """Return whether every staged row is a truncate marker (no data column; the table may be gone)."""
+        return 0 < self.ops.get(OP_TRUNCATE, 0) == self.rows
 
     def to_json(self) -> dict[str, Any]:
         """Return the entry's JSON object."""
@@ -152,6 +158,16 @@ class Manifest:
     def changed_tables(self) -> list[str]:
         """Return the tables with staged rows, sorted."""
         return sorted(name for name, entry in self.tables.items() if entry.rows)
+
+    def keyed_tables(self) -> dict[str, tuple[str, ...]]:
+        """Return the tables to merge that need a key from the manifest or the user, with their primary key.
+
+        A table with only truncate markers is left out: the merge takes the key its Delta table was created
+        with (``docs/adr/0015-truncate-marker.md``).
+        """
+        return {
+            name: key for name, key in self.tables_to_merge().items() if not self.tables[name].markers_only
+        }
 
     def tables_to_merge(self) -> dict[str, tuple[str, ...]]:
         """Return the tables the merge has work for (:func:`has_changes`), each with its primary key."""

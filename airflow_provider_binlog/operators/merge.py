@@ -193,7 +193,7 @@ class BinlogMergeOperator(SparkJobOperator):
                 f"window {self.window_uri} belongs to pipeline {manifest.pipeline!r}, not {self.pipeline!r}"
             )
         try:
-            resolve_keys(manifest.tables_to_merge(), self.keys, window=manifest.window)
+            resolve_keys(manifest.keyed_tables(), self.keys, window=manifest.window)
         except MergeKeyError as err:
             raise BinlogConfigError(str(err)) from err
         return manifest

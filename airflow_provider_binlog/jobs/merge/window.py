@@ -133,12 +133,7 @@ def window_keys(
 
     :raises MergeKeyError: naming the table, if a table has no key or an override contradicts its key.
     """
-    return resolve_keys(
-        # A table with only truncate markers merges by the Delta table's own key.
-        {t.name: t.primary_key for t in window.tables if has_changes(t) and not t.markers_only},
-        overrides,
-        window=window.seq,
-    )
+    return resolve_keys(window.manifest.keyed_tables(), overrides, window=window.seq)
 
 
 def read_staged_schema(
