@@ -531,7 +531,9 @@ class WindowReader:
         elif code == codes.XID:
             self._commit(event, file, end_pos)
         elif code in (codes.QUERY, codes.EXECUTE_LOAD_QUERY):
-            statement = SimpleNamespace(query=data.query, schema=data.schema, timestamp=event.timestamp)
+            statement = SimpleNamespace(
+                query=data.query, schema=data.schema, timestamp=event.timestamp, sql_mode=data.sql_mode
+            )
             if code == codes.QUERY:
                 self._query(statement, file, end_pos)
             else:

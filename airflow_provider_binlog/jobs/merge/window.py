@@ -133,7 +133,13 @@ def window_keys(
 
     :raises MergeKeyError: naming the table, if a table has no key or an override contradicts its key.
     """
-    return resolve_keys(window.manifest.keyed_tables(), overrides, window=window.seq)
+    # window.tables, not the manifest: the cascades add child tables the manifest does not stage. A table with
+    # only truncate markers merges by its Delta table's own key (Manifest.keyed_tables, the operator's side).
+    return resolve_keys(
+        {t.name: t.primary_key for t in window.tables if has_changes(t) and not t.markers_only},
+        overrides,
+        window=window.seq,
+    )
 
 
 def read_staged_schema(
