@@ -532,7 +532,7 @@ class WindowReader:
             self._commit(event, file, end_pos)
         elif code in (codes.QUERY, codes.EXECUTE_LOAD_QUERY):
             statement = SimpleNamespace(
-                query=data.query, schema=data.schema, timestamp=event.timestamp, sql_mode=data.sql_mode
+                query=data.query, schema=data.schema, timestamp=event.timestamp, sql_mode=data.status.sql_mode
             )
             if code == codes.QUERY:
                 self._query(statement, file, end_pos)
