@@ -80,6 +80,8 @@ class Outcome:
     tables: dict[str, tuple[Any, Any]]
     """table -> (binlog types and rows, None without staged changes; snapshot types and rows, or its error)."""
     skipped: list[str]
+    resnapshots: dict[str, str]
+    """table -> why the binlog path handed it to a re-snapshot (its later row events are not staged)."""
 
 
 def _binlog_state(staged: pa.Table, names: list[str], key: list[str]) -> tuple[list[Any], list[Any]]:
@@ -124,8 +126,10 @@ def _run(server: LocalMariaDB, source: Source, staging: Path) -> Outcome:
             keys.setdefault(str(table), []).extend([str(column)] if column else [])
         binlog_error = None
         staged: dict[str, pa.Table] = {}
+        resnapshots: dict[str, str] = {}
         try:
-            _, staged = recorder.extract({f"{db}.{t}": key for t, key in keys.items()})
+            manifest, staged = recorder.extract({f"{db}.{t}": key for t, key in keys.items()})
+            resnapshots = {r["table"].split(".", 1)[1]: r["reason"] for r in manifest["resnapshots"]}
         except UndecodableValueError as err:
             binlog_error = str(err)
         tables = {}
@@ -140,7 +144,7 @@ def _run(server: LocalMariaDB, source: Source, staging: Path) -> Outcome:
             found = staged.get(f"{db}.{table}")
             binlog = _binlog_state(found, names, key) if found is not None else None
             tables[table] = (binlog, ([snapshot.schema.field(n).type for n in names], rows))
-        return Outcome(binlog_error, tables, skipped)
+        return Outcome(binlog_error, tables, skipped, resnapshots)
 
 
 @pytest.fixture(scope="module")
@@ -177,6 +181,11 @@ def test_binlog_and_snapshot_stage_the_same_rows(source: str, outcomes: dict[str
         assert any(f".{t}." in outcome.binlog_error for t in refused), (outcome.binlog_error, refused)
         return
     for table, (binlog, snapshot) in outcome.tables.items():
+        if table in outcome.resnapshots:
+            # A DDL the binlog cannot follow exactly (a MODIFY under the corpora's non-strict sql_mode): the
+            # pipeline re-snapshots the table instead, so the snapshot path alone must stage it.
+            assert not isinstance(snapshot, str), f"{table}: {outcome.resnapshots[table]}; snapshot: {snapshot}"
+            continue
         if binlog is None:  # no row change of this table was staged: the table is empty
             assert isinstance(snapshot, str) or snapshot[1] == [], table
             continue
