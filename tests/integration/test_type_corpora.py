@@ -184,7 +184,9 @@ def test_binlog_and_snapshot_stage_the_same_rows(source: str, outcomes: dict[str
         if table in outcome.resnapshots:
             # A DDL the binlog cannot follow exactly (a MODIFY under the corpora's non-strict sql_mode): the
             # pipeline re-snapshots the table instead, so the snapshot path alone must stage it.
-            assert not isinstance(snapshot, str), f"{table}: {outcome.resnapshots[table]}; snapshot: {snapshot}"
+            assert not isinstance(snapshot, str), (
+                f"{table}: {outcome.resnapshots[table]}; snapshot: {snapshot}"
+            )
             continue
         if binlog is None:  # no row change of this table was staged: the table is empty
             assert isinstance(snapshot, str) or snapshot[1] == [], table
