@@ -150,6 +150,8 @@ class SparkJobOperator(SparkSubmitOperator):
         for key, value in (self.conf or {}).items():
             if key.startswith("spark.sql."):
                 spark.conf.set(key, str(value))
+            elif SPARK_LOG_CONF.get(key) == value:
+                continue  # the provider's default for spark-submit drivers; a Connect server logs as it is set up
             else:
                 self.log.warning(
                     "Spark setting %s is not applied over Spark Connect: set it on the server", key
