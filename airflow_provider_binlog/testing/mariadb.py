@@ -84,6 +84,12 @@ class LocalMariaDB:
         return self.base_dir / "data"
 
     @property
+    def tmpdir(self) -> Path:
+        """Return the server's own temporary directory (``--tmpdir``), beside its datadir."""
+        assert self.base_dir is not None
+        return self.base_dir / "tmp"
+
+    @property
     def socket_path(self) -> Path:
         """Return the server's Unix socket path."""
         assert self.base_dir is not None
@@ -134,11 +140,13 @@ class LocalMariaDB:
         :raises RuntimeError: when ``mariadb-install-db`` fails; the message holds the tail of its output.
         """
         self.datadir.mkdir(parents=True)
+        self.tmpdir.mkdir(parents=True, exist_ok=True)
         done = subprocess.run(
             [
                 find_binary("mariadb-install-db", "mysql_install_db"),
                 "--no-defaults",
                 f"--datadir={self.datadir}",
+                f"--tmpdir={self.tmpdir}",  # its temporary tables out of the shared /tmp (they collided there)
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
                 "--user=root" if os.geteuid() == 0 else f"--user={os.getlogin()}",
@@ -154,6 +162,7 @@ class LocalMariaDB:
 
     def _launch(self) -> None:
         assert self.base_dir is not None
+        self.tmpdir.mkdir(parents=True, exist_ok=True)
         args = [
             find_binary("mariadbd", "mysqld"),
             "--no-defaults",
@@ -164,6 +173,7 @@ class LocalMariaDB:
             f"--pid-file={self.base_dir / 'mariadb.pid'}",
             f"--log-error={self.base_dir / 'error.log'}",
             "--innodb-buffer-pool-size=128M",
+            f"--tmpdir={self.tmpdir}",
             "--skip-name-resolve",
         ]
         if os.geteuid() == 0:
