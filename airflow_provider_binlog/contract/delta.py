@@ -3,8 +3,10 @@
 Every target table is a Delta table at ``<target>/<db>/<table>`` (:func:`~.uris.table_uri`). The merge
 records in it, and the Airflow tasks and readers check:
 
-* its configuration: bucket count (:data:`BUCKETS_PROPERTY`), key (:data:`PRIMARY_KEY_PROPERTY`) and
-  owning pipeline (:data:`OWNER_PROPERTY`);
+* its configuration: key (:data:`PRIMARY_KEY_PROPERTY`), owning pipeline (:data:`OWNER_PROPERTY`), layout
+  (:data:`LAYOUT_PROPERTY`, ``docs/adr/0020-key-range-file-layout.md``), target data file size
+  (:data:`TARGET_FILE_BYTES_PROPERTY`), the columns with per-file statistics (:data:`STATS_COLUMNS_PROPERTY`)
+  and, for tables created before ADR 0020, their hash bucket count (:data:`BUCKETS_PROPERTY`);
 * one app transaction per merged window (:func:`window_app_id`) and a high-water mark per pipeline
   (:func:`pipeline_app_id`), written in the same commit as the window's data (Delta protocol,
   "Transaction Identifiers"), so "is window N merged" is a read of the log.
@@ -27,6 +29,20 @@ if TYPE_CHECKING:
 
 APP_ID_PREFIX = "airflow-provider-binlog"
 BUCKETS_PROPERTY = "binlog.buckets"
+"""Bucket count of a table created with hash buckets (before ADR 0020); its first merge since moves it to key ranges."""
+LAYOUT_PROPERTY = "binlog.layout"
+"""Table configuration key naming the file layout: :data:`KEY_RANGE_LAYOUT` (tables without it have hash buckets)."""
+KEY_RANGE_LAYOUT = "key_range"
+"""Data files sorted by key, each file's key range in its Delta statistics (ADR 0020)."""
+TARGET_FILE_BYTES_PROPERTY = "binlog.target_file_bytes"
+"""Table configuration key: the size data files are written to and split at, in bytes."""
+DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
+"""Target data file size of a table created without one: 128 MiB."""
+STATS_COLUMNS_PROPERTY = "delta.dataSkippingStatsColumns"
+"""Delta table property listing the columns whose statistics the files carry (the key columns).
+
+Set, readers build per-file guarantees from these columns only: deltalake (1.x) otherwise turns every column
+missing from ``minValues`` into a ``column >= null`` guarantee that drops the file from filtered reads."""
 PRIMARY_KEY_PROPERTY = "binlog.primary_key"
 OWNER_PROPERTY = "binlog.pipeline"
 """Table configuration key naming the one pipeline that may merge into the table (set when it is created)."""
@@ -108,6 +124,17 @@ def check_owner(dt: DeltaTable, pipeline: str, table: str) -> None:
             f"python -m airflow_provider_binlog.state_admin hand-over --target <target root> --table {table} "
             f"--to {pipeline}, then re-snapshot {table} in {pipeline!r}"
         )
+
+
+def stats_columns_value(keys: list[str] | tuple[str, ...]) -> str:
+    """Return the :data:`STATS_COLUMNS_PROPERTY` value for key columns (comma-separated, backtick-quoted)."""
+    return ",".join("`" + k.replace("`", "``") + "`" for k in keys)
+
+
+def target_file_bytes(dt: DeltaTable) -> int:
+    """Return a table's target data file size in bytes (:data:`TARGET_FILE_BYTES_PROPERTY`, else the default)."""
+    value = dt.metadata().configuration.get(TARGET_FILE_BYTES_PROPERTY)
+    return int(value) if value else DEFAULT_TARGET_FILE_BYTES
 
 
 def table_key(dt: DeltaTable) -> list[str] | None:

@@ -1,7 +1,7 @@
 """Read a planned snapshot in parallel Spark tasks, stage it, and merge it into the Delta tables (PySpark app).
 
 Run it with ``spark-submit jobs/snapshot.py --snapshot-uri <staging>/<pipeline>/snapshot=<seq> --target
-<target> --pipeline <name> [--max-connections 4] [--buckets 16] [--storage-option KEY=VALUE ...]``; the source's pymysql settings come
+<target> --pipeline <name> [--max-connections 4] [--target-file-bytes N] [--storage-option KEY=VALUE ...]``; the source's pymysql settings come
 in the environment variable ``BINLOG_SNAPSHOT_SOURCE`` (JSON), so the password is on no command line.
 The plan (``plan.json``, written by
 :class:`~airflow_provider_binlog.operators.snapshot.BinlogSnapshotOperator`) lists every table's key
@@ -279,7 +279,7 @@ def run_snapshot(
     pipeline: str,
     source: dict[str, Any],
     max_connections: int = 4,
-    buckets: int = 16,
+    target_file_bytes: int | None = None,
     storage_options: StorageOptions | None = None,
 ) -> dict[str, Any]:
     """Read (or finish reading) the planned snapshot, write its manifest, merge it; return the summary.
@@ -322,7 +322,12 @@ def run_snapshot(
         stats["rows"] / max(stats["read_seconds"], 1e-6),
     )
     summary = merge_window(
-        spark, snapshot_uri, target, pipeline=pipeline, buckets=buckets, storage_options=storage_options
+        spark,
+        snapshot_uri,
+        target,
+        pipeline=pipeline,
+        target_file_bytes=target_file_bytes,
+        storage_options=storage_options,
     )
     return {**summary, "snapshot": stats}
 
@@ -340,7 +345,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--max-connections", type=int, default=4, help="source connections (read tasks) at most"
     )
-    parser.add_argument("--buckets", type=int, default=16, help="bucket count of tables created now")
+    parser.add_argument(
+        "--target-file-bytes", type=int, default=None, help="target data file size of tables created now"
+    )
     add_storage_option_argument(parser)
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
@@ -369,7 +376,7 @@ def application(argv: Sequence[str]) -> Application:
             pipeline=args.pipeline,
             source=json.loads(source_text),
             max_connections=args.max_connections,
-            buckets=args.buckets,
+            target_file_bytes=args.target_file_bytes,
             storage_options=job_storage_options(args.storage_option),
         )
 

@@ -37,7 +37,8 @@ class BinlogMergeOperator(SparkJobOperator):
     :param target_path: target root; source table ``db.t`` is merged into ``<target_path>/db/t``. (templated)
     :param keys: user-named keys for tables without a primary key, e.g. ``{"shop.log": ["a", "b"]}``, or
         its JSON text (templated).
-    :param buckets: number of hash buckets of tables created by this merge (existing tables keep theirs).
+    :param target_file_bytes: target data file size in bytes of tables created by this merge (default 128 MiB;
+        existing tables keep theirs; ``docs/adr/0020-key-range-file-layout.md``).
     :param conn_id: Spark connection id.
     :param conf: extra Spark configuration; it overrides the settings the job needs only if you say so.
     :param storage_options: storage options (credentials, endpoint) of the staging and target object stores,
@@ -65,14 +66,16 @@ class BinlogMergeOperator(SparkJobOperator):
         window_uri: str,
         target_path: str,
         keys: Mapping[str, Sequence[str]] | str | None = None,
-        buckets: int = 16,
+        target_file_bytes: int | None = None,
         conn_id: str = "spark_default",
         conf: dict[str, Any] | None = None,
         name: str | None = None,
         storage_options: dict[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
-        self.check_arguments(kwargs, buckets=buckets)
+        self.check_arguments(
+            kwargs, **({} if target_file_bytes is None else {"target_file_bytes": target_file_bytes})
+        )
         if not pipeline or not isinstance(pipeline, str):
             raise ValueError(f"pipeline must be a non-empty string, got {pipeline!r}")
         self.keys: Any = keys if is_template(keys) else parse_keys(keys)
@@ -86,7 +89,7 @@ class BinlogMergeOperator(SparkJobOperator):
         self.pipeline = pipeline
         self.window_uri = window_uri
         self.target_path = target_path
-        self.buckets = buckets
+        self.target_file_bytes = target_file_bytes
         self.storage_options = storage_options
 
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
@@ -206,9 +209,9 @@ class BinlogMergeOperator(SparkJobOperator):
             self.target_path,
             "--pipeline",
             self.pipeline,
-            "--buckets",
-            str(self.buckets),
         ]
+        if self.target_file_bytes is not None:
+            args += ["--target-file-bytes", str(self.target_file_bytes)]
         for table, columns in sorted(self.keys.items()):
             args += ["--key", f"{table}={','.join(columns)}"]
         return args
@@ -281,7 +284,6 @@ def _commit_numbers(dt: Any, pipeline: str, seq: int) -> dict[str, Any]:
         if commit.get(COMMIT_PIPELINE_KEY) == pipeline and commit.get(COMMIT_WINDOW_KEY) == seq:
             return {
                 "rows_written": commit.get("binlog.rows_written"),
-                "buckets_touched": commit.get("binlog.buckets_touched"),
                 "files_added": commit.get("binlog.files_added"),
                 "files_removed": commit.get("binlog.files_removed"),
             }

@@ -64,7 +64,8 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         pipeline) or ``fail`` (:class:`~airflow_provider_binlog.tables.KeylessTableError`).
     :param chunk_rows: rows per chunk.
     :param max_connections: most source connections (Spark read tasks) at once.
-    :param buckets: hash buckets of target tables the snapshot creates.
+    :param target_file_bytes: target data file size in bytes of target tables the snapshot creates (default
+        128 MiB; ``docs/adr/0020-key-range-file-layout.md``).
     :param binlog_conn_id: a ``mysql`` or ``mysql_binlog`` connection.
     :param staging_conn_id: connection of the staging object store, if any.
     :param conn_id: Spark connection id.
@@ -101,7 +102,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         keyless_tables: str = "skip",
         chunk_rows: int = CHUNK_ROWS,
         max_connections: int = 4,
-        buckets: int = 16,
+        target_file_bytes: int | None = None,
         binlog_conn_id: str = BinlogHook.default_conn_name,
         staging_conn_id: str | None = None,
         conn_id: str = "spark_default",
@@ -114,7 +115,8 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         from airflow_provider_binlog.assets import with_alias_outlet
 
         kwargs["outlets"] = with_alias_outlet(kwargs.get("outlets"), asset_alias)
-        self.check_arguments(kwargs, chunk_rows=chunk_rows, max_connections=max_connections, buckets=buckets)
+        sizes = {} if target_file_bytes is None else {"target_file_bytes": target_file_bytes}
+        self.check_arguments(kwargs, chunk_rows=chunk_rows, max_connections=max_connections, **sizes)
         if not is_template(keyless_tables):
             check_keyless_mode(keyless_tables)
         self.keyless_tables = keyless_tables
@@ -133,7 +135,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         self.keys: Any = keys if is_template(keys) else parse_keys(keys)
         self.chunk_rows = chunk_rows
         self.max_connections = max_connections
-        self.buckets = buckets
+        self.target_file_bytes = target_file_bytes
         self.binlog_conn_id = binlog_conn_id
         self.staging_conn_id = staging_conn_id
         self.allow_minimal_row_metadata = allow_minimal_row_metadata
@@ -220,8 +222,11 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
                 self.pipeline,
                 "--max-connections",
                 str(self.max_connections),
-                "--buckets",
-                str(self.buckets),
+                *(
+                    ()
+                    if self.target_file_bytes is None
+                    else ("--target-file-bytes", str(self.target_file_bytes))
+                ),
             ],  # fmt: skip
             failure=f"the Spark snapshot {snapshot.seq} of pipeline {self.pipeline} failed; a retry resumes it after "
             f"its finished chunks",

@@ -11,18 +11,22 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import pyarrow as pa
 
-from airflow_provider_binlog.contract.columns import BUCKET_COLUMN
 from airflow_provider_binlog.contract.delta import (
-    BUCKETS_PROPERTY,
+    DEFAULT_TARGET_FILE_BYTES,
+    KEY_RANGE_LAYOUT,
+    LAYOUT_PROPERTY,
     OWNER_PROPERTY,
     PRIMARY_KEY_PROPERTY,
+    STATS_COLUMNS_PROPERTY,
+    TARGET_FILE_BYTES_PROPERTY,
     pipeline_app_id,
+    stats_columns_value,
     table_key,
     window_app_id,
 )
@@ -43,12 +47,24 @@ class DataFile:
 
     :param path: path as stored in the Delta log (relative to the table).
     :param size: size in bytes.
-    :param bucket: its ``_binlog_bucket`` partition value.
+    :param rows: number of rows (``numRecords``; 0 when the log has no statistics for it).
+    :param partition: its partition values (``{"_binlog_bucket": "<n>"}`` in a table created with hash
+        buckets, empty otherwise).
+    :param low: the smallest value of the first key column in the file (``minValues``), None if unknown.
+    :param high: the largest value of the first key column in the file (``maxValues``), None if unknown.
     """
 
     path: str
     size: int
-    bucket: int
+    rows: int = 0
+    partition: Mapping[str, str | None] = field(default_factory=dict)
+    low: Any = None
+    high: Any = None
+
+    @property
+    def ranged(self) -> bool:
+        """Return whether the log records the file's key range."""
+        return self.low is not None and self.high is not None
 
 
 def create_table(
@@ -57,62 +73,76 @@ def create_table(
     *,
     table: str,
     keys: Sequence[str],
-    buckets: int,
     pipeline: str,
+    target_file_bytes: int | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> DeltaTable:
-    """Create the empty Delta table for a source table, partitioned by ``_binlog_bucket``.
+    """Create the empty Delta table for a source table, in the key-range layout (not partitioned).
 
-    The bucket count, the key and the owning pipeline go into the table configuration; later merges use
-    them (:func:`~airflow_provider_binlog.contract.delta.check_owner`).
+    The key, the owning pipeline, the layout, the target file size and the statistics columns (the key)
+    go into the table configuration; later merges use them
+    (:func:`~airflow_provider_binlog.contract.delta.check_owner`, ``docs/adr/0020-key-range-file-layout.md``).
 
     :param uri: table location.
     :param schema: table schema from :func:`~airflow_provider_binlog.jobs.merge.window.target_schema`.
     :param table: source table name ``db.table`` (the Delta table's name).
     :param keys: key columns.
-    :param buckets: bucket count.
     :param pipeline: the pipeline creating it, its owner.
+    :param target_file_bytes: size data files are written to, in bytes (default
+        :data:`~airflow_provider_binlog.contract.delta.DEFAULT_TARGET_FILE_BYTES`).
     :param storage_options: deltalake storage options.
     """
     from deltalake import DeltaTable
 
-    log.info(
-        "creating Delta table %s for %s (pipeline %s) with %d buckets, key %s",
-        uri,
-        table,
-        pipeline,
-        buckets,
-        list(keys),
-    )
+    log.info("creating Delta table %s for %s (pipeline %s) with key %s", uri, table, pipeline, list(keys))
     return DeltaTable.create(
         uri,
         schema,
         mode="ignore",
-        partition_by=[BUCKET_COLUMN],
         name=table,
         configuration={
-            BUCKETS_PROPERTY: str(buckets),
             PRIMARY_KEY_PROPERTY: json.dumps(list(keys)),
             OWNER_PROPERTY: pipeline,
+            **layout_properties(keys, target_file_bytes),
         },
         storage_options=dict(storage_options or {}),
         raise_if_key_not_exists=False,
     )
 
 
-def table_buckets(dt: DeltaTable) -> int:
-    """Return the bucket count stored in a table's configuration.
+def layout_properties(keys: Sequence[str], target_file_bytes: int | None) -> dict[str, str]:
+    """Return the table properties of the key-range layout for a table with key ``keys``.
+
+    :param keys: key columns (the table's spelling).
+    :param target_file_bytes: target data file size in bytes (None: the default).
+    """
+    return {
+        LAYOUT_PROPERTY: KEY_RANGE_LAYOUT,
+        STATS_COLUMNS_PROPERTY: stats_columns_value(list(keys)),
+        TARGET_FILE_BYTES_PROPERTY: str(target_file_bytes or DEFAULT_TARGET_FILE_BYTES),
+    }
+
+
+def ensure_key_range_layout(dt: DeltaTable, keys: Sequence[str], target_file_bytes: int | None) -> None:
+    """Give a table created with hash buckets the key-range layout's properties (one metadata commit).
+
+    Its files carry no key ranges, so the merge that follows rewrites every one of them into key-ranged
+    files in the window's commit (:func:`~airflow_provider_binlog.jobs.merge.layout.plan_rewrite`): that is
+    the migration. Setting the statistics columns first is safe for readers of the old files (they carry no
+    ``minValues``); the other order would let deltalake drop new files from filtered reads in between.
 
     :param dt: the table.
-    :raises MergeJobError: if the table was not created by this merge.
+    :param keys: key columns (the table's spelling).
+    :param target_file_bytes: target data file size in bytes (None: the default).
     """
-    value = dt.metadata().configuration.get(BUCKETS_PROPERTY)
-    if not value:
-        raise MergeJobError(
-            f"Delta table {dt.table_uri} has no {BUCKETS_PROPERTY} property: it was not created by the "
-            "binlog merge; point the pipeline at another target"
-        )
-    return int(value)
+    if dt.metadata().configuration.get(LAYOUT_PROPERTY) == KEY_RANGE_LAYOUT:
+        return
+    log.info(
+        "%s: moving the table from hash buckets to the key-range layout: its next commit rewrites every file",
+        dt.table_uri,
+    )
+    dt.alter.set_table_properties(layout_properties(keys, target_file_bytes), raise_if_not_exists=False)
+    dt.update_incremental()
 
 
 def check_table_key(dt: DeltaTable, keys: Sequence[str], table: str) -> list[str]:
@@ -126,26 +156,41 @@ def check_table_key(dt: DeltaTable, keys: Sequence[str], table: str) -> list[str
     stored = table_key(dt)
     if stored is not None and [c.lower() for c in stored] != [c.lower() for c in keys]:
         raise MergeJobError(
-            f"the key of {table} changed from {stored} (used to bucket the Delta table) to {list(keys)}; "
+            f"the key of {table} changed from {stored} (the Delta table's files are sorted by it) to {list(keys)}; "
             "re-snapshot the table into a new target table"
         )
     return list(stored) if stored is not None else list(keys)
 
 
-def current_files(dt: DeltaTable, buckets: Sequence[int]) -> list[DataFile]:
-    """Return the current data files of the given buckets, from the Delta log.
+def current_files(dt: DeltaTable, keys: Sequence[str]) -> list[DataFile]:
+    """Return the current data files with their key ranges, from the Delta log.
+
+    The key range is the first key column's ``minValues``/``maxValues`` (a file missing either has none:
+    :attr:`DataFile.ranged` is false).
 
     :param dt: the table.
-    :param buckets: bucket numbers.
+    :param keys: key columns (the table's spelling).
     """
-    wanted = set(buckets)
-    actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()  # type: ignore[call-overload]
+    table = pa.table(dt.get_add_actions(flatten=True))  # type: ignore[call-overload]
+    partitions = [c for c in table.column_names if c.startswith("partition.")]
+    low, high = f"min.{keys[0]}", f"max.{keys[0]}"
     files = []
-    for action in actions:
-        bucket = action.get(f"partition.{BUCKET_COLUMN}")
-        if bucket is not None and int(bucket) in wanted:
-            files.append(DataFile(path=action["path"], size=int(action["size_bytes"]), bucket=int(bucket)))
+    for action in table.to_pylist():
+        files.append(
+            DataFile(
+                path=action["path"],
+                size=int(action["size_bytes"]),
+                rows=int(action.get("num_records") or 0),
+                partition={c.removeprefix("partition."): _partition_value(action[c]) for c in partitions},
+                low=action.get(low),
+                high=action.get(high),
+            )
+        )
     return files
+
+
+def _partition_value(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def data_file_uri(table: str, path: str) -> str:
@@ -178,20 +223,20 @@ def commit_window(
     configuration (measured with deltalake 1.6.6).
 
     The commit must be the version right after the one the files were read from: it is never retried
-    over another writer's commit (a window merge beside a snapshot of the same table), because the new
-    bucket contents were computed without that writer's rows. The caller plans the merge again.
+    over another writer's commit (a window merge beside a snapshot of the same table, or a compaction),
+    because the new files were computed without that writer's changes. The caller plans the merge again.
 
     Two app transactions are written: ``airflow-provider-binlog:<pipeline>`` with the highest window seq
     merged so far, and ``airflow-provider-binlog:<pipeline>:window=<seq>`` marking this window (windows
     can be merged out of order, so the high-water mark alone cannot tell whether an older one was).
 
     :param dt: the table, loaded at the version the removed files were read from.
-    :param removed: current files of the touched buckets.
-    :param added: new files of the touched buckets.
+    :param removed: the current files the window rewrites.
+    :param added: the new files holding their rows and the window's changes.
     :param pipeline: pipeline name.
     :param seq: window sequence number.
     :param custom_metadata: extra commit info (summary numbers).
-    :param schema: the table's new schema (Arrow, with the partition column), if it changes.
+    :param schema: the table's new schema (Arrow, with its partition column if it has one), if it changes.
     :param app_transactions: further app transactions ``{app id: version}`` to record (a truncate floor).
     """
     from deltalake import CommitProperties, Transaction
@@ -202,11 +247,10 @@ def commit_window(
     previous = dt.transaction_version(pipeline_app_id(pipeline))
     high_water = seq if previous is None else max(seq, previous)
     actions: list[AddAction | RemoveAction] = [
-        RemoveAction(f.path, True, now_ms, f.size, {BUCKET_COLUMN: str(f.bucket)}) for f in removed
+        RemoveAction(f.path, True, now_ms, f.size, dict(f.partition)) for f in removed
     ]
-    actions += [
-        AddAction(f.path, f.size, {BUCKET_COLUMN: str(f.bucket)}, now_ms, True, f.stats) for f in added
-    ]
+    actions += [AddAction(f.path, f.size, dict(f.partition), now_ms, True, f.stats) for f in added]
+    partition_by = list(dt.metadata().partition_columns)
     properties = CommitProperties(
         custom_metadata=dict(custom_metadata),
         max_commit_retries=0,
@@ -222,10 +266,10 @@ def commit_window(
             adds,
             mode="overwrite",
             schema=DeltaSchema.from_arrow(schema),
-            partition_by=[BUCKET_COLUMN],
+            partition_by=partition_by,
             commit_properties=properties,
         )
         return
     dt.create_write_transaction(
-        actions, mode="append", schema=dt.schema(), partition_by=[BUCKET_COLUMN], commit_properties=properties
+        actions, mode="append", schema=dt.schema(), partition_by=partition_by, commit_properties=properties
     )

@@ -1,7 +1,8 @@
-"""New bucket files of a merge: written by Spark, validated, moved into place and described for Delta.
+"""New data files of a merge: written by Spark, validated, moved into place and described for Delta.
 
-Spark writes them to a staging folder under the table; the driver validates their footers, moves them into
-``<table>/_binlog_bucket=<n>/`` and describes them as Delta add actions.
+Spark writes them sorted by key to a staging folder under the table; the driver validates their footers,
+moves them into the table and describes them as Delta add actions whose statistics carry their key range
+(``docs/adr/0020-key-range-file-layout.md``).
 
 ``create_write_transaction`` does not look into the files it adds, so :func:`validate_data_file` is the
 only check that a file matches the table's schema.
@@ -14,7 +15,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,6 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from airflow_provider_binlog.contract.columns import BUCKET_COLUMN
 from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, join_uri
 from airflow_provider_binlog.jobs.application import MergeJobError
 
@@ -32,14 +32,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STAGING_DIR = "_binlog_staging"
-"""Folder under a table where Spark writes new bucket files before the driver moves them into place."""
+"""Folder under a table where Spark writes new data files before the driver moves them into place."""
 
 
-_BUCKET_DIR_RE = re.compile(re.escape(BUCKET_COLUMN) + r"=(\d+)")
+_SEGMENT_DIR_RE = re.compile(r"_binlog_segment=(\d+)")
 
 
 def staged_outputs(fs: pafs.FileSystem, stage_path: str) -> list[tuple[int, str]]:
-    """List the Parquet files Spark wrote under a staging folder, with their bucket.
+    """List the Parquet files Spark wrote under a staging folder, with their segment.
 
     ``_SUCCESS``, ``.crc`` and other hidden files are ignored (they are deleted with the folder).
 
@@ -51,9 +51,9 @@ def staged_outputs(fs: pafs.FileSystem, stage_path: str) -> list[tuple[int, str]
         name = info.base_name
         if info.type != pafs.FileType.File or not name.endswith(".parquet") or name[0] in "._":
             continue
-        match = _BUCKET_DIR_RE.fullmatch(info.path.rsplit("/", 2)[-2])
+        match = _SEGMENT_DIR_RE.fullmatch(info.path.rsplit("/", 2)[-2])
         if match is None:
-            raise MergeJobError(f"Spark wrote {info.path} outside a {BUCKET_COLUMN}=<n> folder")
+            raise MergeJobError(f"Spark wrote {info.path} outside a _binlog_segment=<n> folder")
         outputs.append((int(match.group(1)), info.path))
     return sorted(outputs)
 
@@ -88,27 +88,58 @@ def validate_data_file(fs: pafs.FileSystem, path: str, schema: pa.Schema) -> pq.
     return metadata
 
 
-def file_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> str:
-    """Return Delta file statistics (JSON) from a Parquet footer: ``numRecords`` and ``nullCount``.
+def file_stats(metadata: pq.FileMetaData, schema: pa.Schema, stats_columns: Sequence[str] = ()) -> str:
+    """Return Delta file statistics (JSON) from a Parquet footer: ``numRecords``, and the key range.
 
-    ``nullCount`` holds every column whose row groups all carry a null count. No ``minValues`` or
-    ``maxValues`` are written, on purpose: the Delta protocol lets a writer leave out any column's min
-    and max ("Per-file Statistics" in PROTOCOL.md), but deltalake (delta-rs, 1.x) turns every column
-    missing from a present ``minValues``/``maxValues`` into a ``column >= null`` / ``column <= null``
-    guarantee of the file's pyarrow fragment, and pyarrow then drops the file for any ``==``,
-    ``isin`` or range filter on that column (delta-io/delta-rs#3173, #3032). Complete min/max for every
-    type (truncated strings, NaN floats, millisecond timestamps, all-null columns) cannot be had
-    exactly from footers, so no file of ours carries any.
+    For the table's statistics columns (its key, :data:`~airflow_provider_binlog.contract.delta.STATS_COLUMNS_PROPERTY`)
+    ``nullCount``, ``minValues`` and ``maxValues`` are written when the footer gives every one of them exactly
+    (:func:`exact_bounds`); otherwise none is, and the file has no key range (the merge then treats it as
+    able to hold any key). Other columns get no statistics: the table property tells readers so, and
+    deltalake (1.x) would otherwise turn a column missing from a present ``minValues`` into a
+    ``column >= null`` guarantee that drops the file from pyarrow filtered reads (delta-io/delta-rs#3173).
 
     :param metadata: the file's footer.
     :param schema: the file's Arrow schema (storage types), in footer column order.
+    :param stats_columns: the columns to give statistics (names as in ``schema``).
     """
-    null_count: dict[str, int] = {}
-    for i, f in enumerate(schema):
-        chunks = [metadata.row_group(r).column(i).statistics for r in range(metadata.num_row_groups)]
-        if chunks and all(s is not None and s.has_null_count for s in chunks):
-            null_count[f.name] = sum(s.null_count for s in chunks if s is not None)
-    return json.dumps({"numRecords": metadata.num_rows, "nullCount": null_count})
+    stats: dict[str, Any] = {"numRecords": metadata.num_rows}
+    bounds = {name: exact_bounds(metadata, schema, name) for name in stats_columns}
+    if bounds and all(b is not None for b in bounds.values()):
+        stats["nullCount"] = {name: 0 for name in bounds}
+        stats["minValues"] = {name: b[0] for name, b in bounds.items() if b is not None}
+        stats["maxValues"] = {name: b[1] for name, b in bounds.items() if b is not None}
+    return json.dumps(stats)
+
+
+def exact_bounds(metadata: pq.FileMetaData, schema: pa.Schema, name: str) -> tuple[Any, Any] | None:
+    """Return a key column's ``(min, max)`` over a file as Delta statistics JSON values, or None.
+
+    Exact only for integers, decimals of scale 0 (written as JSON integers), strings and dates, with no null
+    and min/max in every row group; None otherwise (floats with NaN, timestamps whose Delta statistics are
+    in milliseconds, binary, a decimal with a fraction).
+
+    :param metadata: the file's footer.
+    :param schema: the file's Arrow schema, in footer column order.
+    :param name: the column.
+    """
+    i = schema.get_field_index(name)
+    t = schema.field(i).type
+    exact = (
+        pa.types.is_integer(t)
+        or pa.types.is_string(t)
+        or pa.types.is_date32(t)
+        or (pa.types.is_decimal(t) and t.scale == 0)
+    )
+    chunks = [metadata.row_group(r).column(i).statistics for r in range(metadata.num_row_groups)]
+    if not exact or not chunks or any(s is None or not s.has_min_max or s.null_count for s in chunks):
+        return None
+    low = min(s.min for s in chunks if s is not None)
+    high = max(s.max for s in chunks if s is not None)
+    if pa.types.is_date32(t):
+        return low.isoformat(), high.isoformat()
+    if pa.types.is_decimal(t):
+        return int(low), int(high)
+    return low, high
 
 
 @dataclass
@@ -117,7 +148,7 @@ class PlacedFile:
 
     :param path: path relative to the table, as written to the log.
     :param location: full location, for cleanup.
-    :param bucket: its bucket.
+    :param partition: its partition values (see :attr:`~airflow_provider_binlog.jobs.merge.delta.DataFile.partition`).
     :param size: size in bytes.
     :param rows: number of rows.
     :param stats: Delta statistics JSON.
@@ -125,38 +156,64 @@ class PlacedFile:
 
     path: str
     location: str
-    bucket: int
+    partition: Mapping[str, str | None]
     size: int
     rows: int
     stats: str
 
 
+@dataclass(frozen=True)
+class FileLayout:
+    """Where and how a merge writes a table's new files.
+
+    :param keys: the key columns, which the files are sorted by.
+    :param stats_columns: the columns whose statistics the add actions carry (the table's
+        :data:`~airflow_provider_binlog.contract.delta.STATS_COLUMNS_PROPERTY`).
+    :param partition: the partition values of every new file: ``{"_binlog_bucket": "0"}`` in a table
+        created with hash buckets (Delta cannot drop a partition column), else empty.
+    :param rows_per_file: rows after which a file is split (the table's target size).
+    """
+
+    keys: Sequence[str]
+    stats_columns: Sequence[str]
+    partition: Mapping[str, str | None]
+    rows_per_file: int
+
+    @property
+    def folder(self) -> str:
+        """Return the folder of new files under the table (``_binlog_bucket=0/`` or the table itself)."""
+        return "".join(f"{k}={v}/" for k, v in self.partition.items())
+
+
 def place_outputs(
-    fs: pafs.FileSystem, table_path: str, outputs: Sequence[tuple[int, str]], schema: pa.Schema, seq: int
+    fs: pafs.FileSystem,
+    table_path: str,
+    outputs: Sequence[tuple[int, str]],
+    schema: pa.Schema,
+    seq: int,
+    layout: FileLayout,
 ) -> list[PlacedFile]:
-    """Validate Spark's output files and move them into ``<table>/_binlog_bucket=<n>/``.
+    """Validate Spark's output files and move them into the table (its :attr:`FileLayout.folder`).
 
     :param fs: filesystem of the table.
     :param table_path: table path on ``fs``.
-    :param outputs: ``(bucket, path)`` pairs from :func:`staged_outputs`.
+    :param outputs: ``(segment, path)`` pairs from :func:`staged_outputs`.
     :param schema: the table's schema without the partition column.
     :param seq: window sequence number (prefixes the file names).
+    :param layout: the table's file layout.
     :raises MergeJobError: if a file does not match the schema.
     """
     placed: list[PlacedFile] = []
     try:
-        for bucket, path in outputs:
+        for segment, path in outputs:
             metadata = validate_data_file(fs, path, schema)
-            relative = f"{BUCKET_COLUMN}={bucket}/w{seq}-{path.rsplit('/', 1)[-1]}"
+            relative = f"{layout.folder}w{seq}-s{segment}-{path.rsplit('/', 1)[-1]}"
             destination = f"{table_path.rstrip('/')}/{relative}"
             fs.create_dir(destination.rsplit("/", 1)[0], recursive=True)
             fs.move(path, destination)
             size = fs.get_file_info(destination).size or 0
-            placed.append(
-                PlacedFile(
-                    relative, destination, bucket, size, metadata.num_rows, file_stats(metadata, schema)
-                )
-            )
+            stats = file_stats(metadata, schema, layout.stats_columns)
+            placed.append(PlacedFile(relative, destination, layout.partition, size, metadata.num_rows, stats))
     except BaseException:
         remove_files(fs, [p.location for p in placed])
         raise
@@ -173,40 +230,52 @@ def remove_files(fs: pafs.FileSystem, paths: Sequence[str]) -> None:
         _delete_quietly(fs.delete_file, path, "uncommitted file")
 
 
-def write_bucket_files(
+def write_sorted_files(
     rows: DataFrame,
     uri: str,
     data_schema: pa.Schema,
     *,
     seq: int,
-    buckets: Sequence[int],
+    layout: FileLayout,
+    partitions: int,
     storage_options: StorageOptions | None = None,
 ) -> list[PlacedFile]:
-    """Write rows as Parquet by ``_binlog_bucket`` and move the files into the table's bucket folders.
+    """Write rows as Parquet files sorted by key, cut by segment and target size; move them into the table.
 
-    Spark writes into a staging folder under the table (hidden from Delta readers); the files are validated
-    against the schema and moved into ``_binlog_bucket=<n>/``. Nothing is committed: the caller commits the
-    returned files or deletes them (:func:`remove_files`).
+    Spark range-partitions the rows by ``(segment, key)`` into ``partitions`` tasks and sorts each; a task
+    starts a new file at each segment and after :attr:`FileLayout.rows_per_file` rows (``maxRecordsPerFile``),
+    so new files hold disjoint key ranges. Spark writes into a staging folder under the table (hidden from
+    Delta readers); the files are validated against the schema and moved into place. Nothing is committed:
+    the caller commits the returned files or deletes them (:func:`remove_files`).
 
-    :param rows: rows with the data columns and ``_binlog_bucket``.
+    :param rows: rows with the data columns and ``_binlog_segment``
+        (:func:`~airflow_provider_binlog.jobs.merge.layout.segment_column`).
     :param uri: table location.
     :param data_schema: the table's schema without the partition column.
     :param seq: window sequence number (prefixes the file names).
-    :param buckets: the buckets the rows may fall in.
+    :param layout: the table's file layout.
+    :param partitions: the number of Spark tasks writing (about rows / rows per file).
     :param storage_options: storage options of the target store (the driver's moves; Spark's writes use
         the session's filesystem configuration).
-    :raises MergeJobError: if Spark wrote a file for another bucket or a file does not match the schema.
+    :raises MergeJobError: if a file does not match the schema.
     """
+    from airflow_provider_binlog.jobs.merge.layout import SEGMENT_COLUMN
+    from airflow_provider_binlog.jobs.merge.transforms import col
+
     fs, table_path = filesystem_for(uri, storage_options)
     stage_uri = join_uri(uri, STAGING_DIR, f"w{seq}-{uuid.uuid4().hex}")
     stage_path = filesystem_for(stage_uri, storage_options)[1]
+    order = [col(SEGMENT_COLUMN), *[col(k) for k in layout.keys]]
     try:
-        rows.write.mode("error").partitionBy(BUCKET_COLUMN).parquet(stage_uri)
-        outputs = staged_outputs(fs, stage_path)
-        stray = {b for b, _ in outputs} - set(buckets)
-        if stray:
-            raise MergeJobError(f"Spark wrote files for buckets {sorted(stray)} the window did not touch")
-        return place_outputs(fs, table_path, outputs, data_schema, seq)
+        (
+            rows.repartitionByRange(partitions, *order)
+            .sortWithinPartitions(*order)
+            .write.mode("error")
+            .option("maxRecordsPerFile", layout.rows_per_file)
+            .partitionBy(SEGMENT_COLUMN)
+            .parquet(stage_uri)
+        )
+        return place_outputs(fs, table_path, staged_outputs(fs, stage_path), data_schema, seq, layout)
     finally:
         _delete_dir(fs, stage_path)
         _delete_dir_if_empty(fs, stage_path.rsplit("/", 1)[0])

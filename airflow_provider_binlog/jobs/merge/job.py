@@ -1,7 +1,7 @@
 """The merge application: merge every table of a staged window, and its command line.
 
 Run it with ``spark-submit merge/job.py --window-uri <staging>/<pipeline>/window=<seq> --target <target>
---pipeline <name> [--key db.table=col1,col2 ...] [--buckets 16] [--storage-option KEY=VALUE ...]``. It
+--pipeline <name> [--key db.table=col1,col2 ...] [--target-file-bytes N] [--storage-option KEY=VALUE ...]``. It
 prints one JSON summary line to stdout and exits non-zero on failure
 (:func:`~airflow_provider_binlog.jobs.application.run_application`). Over Spark Connect the operator runs
 ``application(argv).job`` on its session instead. How one table is merged:
@@ -45,7 +45,7 @@ def merge_window(
     *,
     pipeline: str,
     key_overrides: Mapping[str, Sequence[str]] | None = None,
-    buckets: int = 16,
+    target_file_bytes: int | None = None,
     storage_options: StorageOptions | None = None,
 ) -> dict[str, Any]:
     """Merge every table of a staged window into the target; return the summary.
@@ -60,14 +60,15 @@ def merge_window(
     :param target: target root; table ``db.t`` lives at ``<target>/db/t``.
     :param pipeline: pipeline name; must match the manifest.
     :param key_overrides: user-named keys for tables without a primary key, by ``db.table``.
-    :param buckets: bucket count for tables created by this merge.
+    :param target_file_bytes: target data file size in bytes of tables created (or moved from hash buckets to
+        key ranges) by this merge; None for the default (``docs/adr/0020-key-range-file-layout.md``).
     :param storage_options: storage options of the staging and target stores
         (:mod:`airflow_provider_binlog.contract.uris`).
     :raises MergeJobError: if the window is incomplete, belongs to another pipeline or a table cannot
         be merged.
     """
-    if buckets < 1:
-        raise MergeJobError(f"buckets must be >= 1, got {buckets}")
+    if target_file_bytes is not None and target_file_bytes < 1:
+        raise MergeJobError(f"target_file_bytes must be >= 1, got {target_file_bytes}")
     configure_session(spark)
     window = load_window(window_uri, storage_options)
     if window.pipeline != pipeline:
@@ -88,7 +89,7 @@ def merge_window(
                 pipeline=pipeline,
                 seq=window.seq,
                 keys=keys.get(staged.name, ()),
-                buckets=buckets,
+                target_file_bytes=target_file_bytes,
                 storage_options=storage_options,
             )
         except UnfollowableSchemaChange as err:
@@ -125,7 +126,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--key", action="append", default=[], metavar="DB.TABLE=COL[,COL]", help="key of a table without PK"
     )
-    parser.add_argument("--buckets", type=int, default=16, help="bucket count of tables created now")
+    parser.add_argument(
+        "--target-file-bytes", type=int, default=None, help="target data file size of tables created now"
+    )
     add_storage_option_argument(parser)
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
@@ -149,7 +152,7 @@ def application(argv: Sequence[str]) -> Application:
             args.target,
             pipeline=args.pipeline,
             key_overrides=parse_key_overrides(args.key),
-            buckets=args.buckets,
+            target_file_bytes=args.target_file_bytes,
             storage_options=job_storage_options(args.storage_option),
         ),
     )

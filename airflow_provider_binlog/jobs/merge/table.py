@@ -1,19 +1,22 @@
 """Merging one staged table of a window into its Delta table, in one atomic commit.
 
-How a table is merged (copy-on-write by bucket, see ``docs/adr/0001-delta-commit-in-spark-driver.md``):
+How a table is merged (copy-on-write by key-range file, see ``docs/adr/0001-delta-commit-in-spark-driver.md``
+and ``docs/adr/0020-key-range-file-layout.md``):
 
 1. Skip the table if its Delta log already holds the app transaction of this window.
-2. Create the Delta table on first use (partitioned by ``_binlog_bucket``, bucket count and key stored in
-   its configuration), or add the window's new columns to it and, when the window needs a wider column type,
-   rewrite the table with it in one commit first (:func:`retype_table`; a type change the table cannot
-   follow raises :class:`~airflow_provider_binlog.jobs.merge.schema.UnfollowableSchemaChange`).
-3. Spark reads the window with an explicit schema, computes each row's bucket
-   (``pmod(xxhash64(key), buckets)``), reads the current files of the touched buckets only (file list
-   from the Delta log), keeps the newest change per key (order key ``(_binlog_window, _binlog_seq)``,
-   deletes become tombstones) and writes the new bucket contents as plain Parquet.
-4. The driver validates the new files' footers, moves them into the table's ``_binlog_bucket=<n>/``
-   folders and commits remove-old + add-new in one Delta commit that also records the window as app
-   transactions, so readers never see half a window and a re-run is a no-op.
+2. Create the Delta table on first use (key-range layout: not partitioned, key, owner, target file size and
+   statistics columns in its configuration; a table created with hash buckets gets these properties at its
+   first merge, :func:`~airflow_provider_binlog.jobs.merge.delta.ensure_key_range_layout`), or add the
+   window's new columns to it and, when the window needs a wider column type, rewrite the table with it in
+   one commit first (:func:`retype_table`; a type change the table cannot follow raises
+   :class:`~airflow_provider_binlog.jobs.merge.schema.UnfollowableSchemaChange`).
+3. Spark reads the window with an explicit schema; the driver looks up the files its keys can be in from
+   the key ranges in the Delta log (:func:`~airflow_provider_binlog.jobs.merge.layout.plan_rewrite`); Spark
+   reads those files only, keeps the newest change per key (order key ``(_binlog_window, _binlog_seq)``,
+   deletes become tombstones) and writes the result as plain Parquet sorted by key, split at the target size.
+4. The driver validates the new files' footers, moves them into the table and commits remove-old +
+   add-new in one Delta commit that also records the window as app transactions, so readers never see half
+   a window and a re-run is a no-op.
 """
 
 from __future__ import annotations
@@ -37,18 +40,28 @@ from airflow_provider_binlog.contract.delta import (
     delta_arrow_schema,
     open_table,
     pipeline_app_id,
+    target_file_bytes,
     window_app_id,
 )
 from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, table_uri
 from airflow_provider_binlog.jobs.application import MergeJobError
 from airflow_provider_binlog.jobs.merge.delta import (
+    DataFile,
     check_table_key,
     commit_window,
     create_table,
     current_files,
-    table_buckets,
+    ensure_key_range_layout,
 )
-from airflow_provider_binlog.jobs.merge.files import PlacedFile, remove_files, write_bucket_files
+from airflow_provider_binlog.jobs.merge.files import FileLayout, PlacedFile, remove_files, write_sorted_files
+from airflow_provider_binlog.jobs.merge.layout import (
+    SEGMENT_COLUMN,
+    RewritePlan,
+    plan_rewrite,
+    rows_per_file,
+    segment_column,
+    write_partitions,
+)
 from airflow_provider_binlog.jobs.merge.schema import (
     SchemaChange,
     apply_schema_change,
@@ -57,7 +70,6 @@ from airflow_provider_binlog.jobs.merge.schema import (
 )
 from airflow_provider_binlog.jobs.merge.transforms import (
     apply_window,
-    bucket_of,
     col,
     conform_changes,
     profile_changes,
@@ -74,7 +86,7 @@ from airflow_provider_binlog.jobs.merge.window import (
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from airflow_provider_binlog.jobs.merge.truncate import Truncation
 
@@ -89,9 +101,8 @@ class TableResult:
     """What merging one table did (one entry of the JSON summary).
 
     :param rows_in_window: change rows of the table in the window.
-    :param rows_written: rows in the new bucket files (live rows and tombstones).
-    :param buckets_touched: buckets the window touched.
-    :param files_removed: data files the commit removed.
+    :param rows_written: rows in the new files (live rows and tombstones).
+    :param files_removed: data files the commit removed (the files the window rewrote).
     :param files_added: data files the commit added.
     :param skipped: whether the table was skipped (already merged, or no changes).
     :param delta_version: table version after the merge (``None`` if there is no table).
@@ -101,7 +112,6 @@ class TableResult:
 
     rows_in_window: int = 0
     rows_written: int = 0
-    buckets_touched: int = 0
     files_removed: int = 0
     files_added: int = 0
     skipped: bool = False
@@ -150,7 +160,7 @@ def merge_table(
     pipeline: str,
     seq: int,
     keys: Sequence[str],
-    buckets: int,
+    target_file_bytes: int | None = None,
     storage_options: StorageOptions | None = None,
 ) -> TableResult:
     """Merge one staged table of a window into its Delta table (one atomic commit).
@@ -164,7 +174,8 @@ def merge_table(
     :param pipeline: pipeline name.
     :param seq: window sequence number.
     :param keys: key columns.
-    :param buckets: bucket count for a new table (an existing table keeps its own).
+    :param target_file_bytes: target data file size in bytes of a table created (or moved from hash buckets
+        to key ranges) now; None for the default; an existing key-range table keeps its own.
     :param storage_options: storage options of the staging and target stores.
     :raises MergeJobError: if the window cannot be merged into the table.
     :raises TableOwnerError: if another pipeline owns the table.
@@ -201,13 +212,14 @@ def merge_table(
             wanted,
             table=staged.name,
             keys=keys,
-            buckets=buckets,
             pipeline=pipeline,
+            target_file_bytes=target_file_bytes,
             storage_options=storage_options,
         )
     else:
         check_owner(dt, pipeline, staged.name)
         keys = check_table_key(dt, keys, staged.name)
+        ensure_key_range_layout(dt, keys, target_file_bytes)
         changed = replaced_columns(delta_arrow_schema(dt), wanted) if staged.refresh else []
         if changed:
             replaced = wanted
@@ -232,7 +244,7 @@ def merge_table(
                 widened = sorted(change.widened)
             apply_schema_change(dt, change, update_metadata=newest)
             dt.update_incremental()
-    result = _rewrite_buckets(
+    result = _rewrite_files(
         spark,
         dt,
         uri,
@@ -266,10 +278,10 @@ def retype_table(
     """Rewrite every row of a table with the wider column types ``change.widened`` gives them, in one commit.
 
     deltalake has no type widening in place, so every data file is read, widened columns are cast to their
-    wider types (lossless, :func:`~airflow_provider_binlog.contract.types.is_lossless_widening`), the buckets are computed again (a key column's hash form may
-    change, e.g. INT -> DECIMAL) and new files written. One commit replaces all files and the schema:
+    wider types (lossless, :func:`~airflow_provider_binlog.contract.types.is_lossless_widening`) and new files
+    written in the key-range layout (sorted by key, split at the target size). One commit replaces all files and the schema:
     ``create_write_transaction`` in ``overwrite`` mode writes a ``metaData`` action with the new schema and
-    keeps the table's id, name, partitioning and configuration (owner, buckets, key); app transactions
+    keeps the table's id, name, partitioning and configuration (owner, key, layout); app transactions
     (windows merged) are table state that an overwrite does not touch, so re-merges of earlier windows
     stay no-ops (measured with deltalake 1.6.6). Like :func:`commit_window`, the commit is accepted only on
     the version the files were read from (``max_commit_retries=0``): on a conflict the merge is planned
@@ -291,26 +303,19 @@ def retype_table(
     started = time.monotonic()
     old_schema = delta_arrow_schema(dt)
     new_schema = pa.schema([change.widened.get(f.name, f) for f in old_schema])
-    old_data = pa.schema([f for f in old_schema if f.name != BUCKET_COLUMN])
-    new_data = pa.schema([f for f in new_schema if f.name != BUCKET_COLUMN])
-    by_lower = {f.name.lower(): f for f in new_data}
-    key_fields = [(by_lower[k.lower()].name, by_lower[k.lower()].type) for k in keys]
-    buckets = table_buckets(dt)
-    removed = current_files(dt, range(buckets))
+    old_data = data_columns(dt, old_schema)
+    new_data = data_columns(dt, new_schema)
+    key_names = _key_names(new_data, keys)
+    removed = current_files(dt, key_names)
     placed: list[PlacedFile] = []
     if removed:
         rows = read_data_files(spark, uri, removed, old_data).select(
             *[col(f.name).cast(spark_type(f.type)).alias(f.name) for f in new_data]
         )
-        rows = rows.withColumn(BUCKET_COLUMN, bucket_of(key_fields, buckets))
-        placed = write_bucket_files(
-            rows.repartition(buckets, col(BUCKET_COLUMN)),
-            uri,
-            new_data,
-            seq=seq,
-            buckets=range(buckets),
-            storage_options=storage_options,
-        )
+        placed = _write_plan(
+            rows, dt, uri, new_data, key_names, RewritePlan(removed, whole=True), seq=seq,
+            count=sum(f.rows for f in removed), storage_options=storage_options,
+        )  # fmt: skip
     now_ms = int(time.time() * 1000)
     info = {
         COMMIT_PIPELINE_KEY: pipeline,
@@ -323,13 +328,10 @@ def retype_table(
     }
     try:
         dt.create_write_transaction(
-            [
-                AddAction(f.path, f.size, {BUCKET_COLUMN: str(f.bucket)}, now_ms, True, f.stats)
-                for f in placed
-            ],
+            [AddAction(f.path, f.size, dict(f.partition), now_ms, True, f.stats) for f in placed],
             mode="overwrite",
             schema=new_schema,
-            partition_by=[BUCKET_COLUMN],
+            partition_by=list(dt.metadata().partition_columns),
             commit_properties=CommitProperties(custom_metadata=info, max_commit_retries=0),
         )
     except BaseException:
@@ -355,7 +357,72 @@ def _check_key_columns(staged: pa.Schema, keys: Sequence[str], table: str) -> No
         raise MergeJobError(f"key columns {missing} of {table} are not in its staged files ({staged.names})")
 
 
-def _rewrite_buckets(
+def data_columns(dt: DeltaTable, schema: pa.Schema) -> pa.Schema:
+    """Return ``schema`` without the table's partition columns: the columns its data files hold.
+
+    :param dt: the table.
+    :param schema: a schema of the table (current, widened or replaced).
+    """
+    partitions = set(dt.metadata().partition_columns)
+    return pa.schema([f for f in schema if f.name not in partitions])
+
+
+def _key_names(data_schema: pa.Schema, keys: Sequence[str]) -> list[str]:
+    by_lower = {f.name.lower(): f.name for f in data_schema}
+    return [by_lower[k.lower()] for k in keys]
+
+
+def file_layout(dt: DeltaTable, keys: Sequence[str], files: Sequence[DataFile]) -> FileLayout:
+    """Return how new files of a table are written: sorted by key, split at its target size.
+
+    A table created with hash buckets keeps its ``_binlog_bucket`` partition column (Delta cannot drop one):
+    its new files all go to partition ``0``.
+
+    :param dt: the table.
+    :param keys: key columns (the table's spelling).
+    :param files: the table's current files (their bytes per row size the new ones).
+    """
+    partitioned = BUCKET_COLUMN in dt.metadata().partition_columns
+    return FileLayout(
+        keys=list(keys),
+        stats_columns=list(keys),
+        partition={BUCKET_COLUMN: "0"} if partitioned else {},
+        rows_per_file=rows_per_file(files, target_file_bytes(dt)),
+    )
+
+
+def _write_plan(
+    rows: DataFrame,
+    dt: DeltaTable,
+    uri: str,
+    data_schema: pa.Schema,
+    keys: Sequence[str],
+    plan: RewritePlan,
+    *,
+    seq: int,
+    count: int,
+    storage_options: StorageOptions | None,
+) -> list[PlacedFile]:
+    """Write a rewrite's ``count`` rows into new files cut by the plan's segments; return them, uncommitted."""
+    layout = file_layout(dt, keys, current_files(dt, keys))
+    return write_sorted_files(
+        rows.withColumn(SEGMENT_COLUMN, segment_column(keys[0], plan)),
+        uri,
+        data_schema,
+        seq=seq,
+        layout=layout,
+        partitions=write_partitions(count, layout.rows_per_file),
+        storage_options=storage_options,
+    )
+
+
+def _change_keys(changes: DataFrame, key: str) -> list[Any]:
+    """Return the distinct values of a window's first key column, ascending (one Spark job, to the driver)."""
+    values = changes.select(col(key)).distinct().toArrow().column(0).to_pylist()
+    return sorted(values)
+
+
+def _rewrite_files(
     spark: SparkSession,
     dt: DeltaTable,
     uri: str,
@@ -369,67 +436,87 @@ def _rewrite_buckets(
     storage_options: StorageOptions | None = None,
     truncation: Truncation | None = None,
 ) -> TableResult:
-    """Compute and commit the new content of the buckets the window touches.
+    """Compute and commit the new content of the files the window's keys can be in.
 
     :param replaced: the table's new schema when a snapshot replaces it (:func:`replaced_columns`): every
-        bucket is rewritten with it and the commit replaces the schema too.
+        file is rewritten with it and the commit replaces the schema too.
     :param storage_options: storage options of the target store.
     :param truncation: the truncate markers of the table and window
-        (:func:`~airflow_provider_binlog.jobs.merge.truncate.plan`): one above the table's floor touches every
-        bucket.
+        (:func:`~airflow_provider_binlog.jobs.merge.truncate.plan`): one above the table's floor rewrites
+        every file.
     """
     from airflow_provider_binlog.jobs.merge import truncate
 
     truncation = truncation or truncate.Truncation()
-    stored = pa.schema([f for f in delta_arrow_schema(dt) if f.name != BUCKET_COLUMN])
-    table_schema = replaced if replaced is not None else delta_arrow_schema(dt)
-    data_schema = pa.schema([f for f in table_schema if f.name != BUCKET_COLUMN])
-    by_lower = {f.name.lower(): f for f in data_schema}
-    key_fields = [(by_lower[k.lower()].name, by_lower[k.lower()].type) for k in keys]
-    key_names = [name for name, _ in key_fields]
-    buckets = table_buckets(dt)
+    current_schema = delta_arrow_schema(dt)
+    stored = data_columns(dt, current_schema)
+    table_schema = current_schema
+    if replaced is not None:
+        table_schema = pa.schema([*replaced, *[f for f in current_schema if f not in stored]])
+    data_schema = data_columns(dt, table_schema)
+    key_names = _key_names(data_schema, keys)
+    files = current_files(dt, key_names)
+    whole = staged.refresh or truncation.empties or replaced is not None
 
     changes = conform_changes(read_staged_changes(spark, staged.files, staged_schema), data_schema)
-    changes = truncate.without_truncated(changes, truncation)
-    changes = changes.withColumn(BUCKET_COLUMN, bucket_of(key_fields, buckets)).persist()
+    changes = truncate.without_truncated(changes, truncation).persist()
     fs = filesystem_for(uri, storage_options)[0]
     try:
-        profile = profile_changes(changes, key_names, staged.name)
-        every = staged.refresh or truncation.empties
-        touched = list(range(buckets)) if every else sorted(profile.rows_by_bucket)
-        removed = current_files(dt, touched)
+        rows_in_window = profile_changes(changes, key_names, staged.name)
+        pruning = not whole and files and all(f.ranged for f in files)
+        plan = plan_rewrite(
+            files,
+            _change_keys(changes, key_names[0]) if pruning else [],
+            target_file_bytes=target_file_bytes(dt),
+            whole=whole,
+        )
         current = None
-        if removed:
-            current = read_data_files(spark, uri, removed, stored)
+        if plan.removed:
+            current = read_data_files(spark, uri, plan.removed, stored)
             if replaced is not None:
                 current = conform_changes(current, data_schema)
-            current = current.withColumn(BUCKET_COLUMN, bucket_of(key_fields, buckets))
             current = truncate.tombstone_truncated(current, truncation, current.columns)
+        count = sum(f.rows for f in plan.removed) + rows_in_window
         merged = apply_window(
-            current, changes, key_names, len(touched), refresh_seq=seq if staged.refresh else None
+            current,
+            changes,
+            key_names,
+            int(spark.conf.get("spark.sql.shuffle.partitions") or 1),
+            refresh_seq=seq if staged.refresh else None,
         )
-        placed = write_bucket_files(
-            merged, uri, data_schema, seq=seq, buckets=touched, storage_options=storage_options
+        placed = _write_plan(
+            merged,
+            dt,
+            uri,
+            data_schema,
+            key_names,
+            plan,
+            seq=seq,
+            count=count,
+            storage_options=storage_options,
         )
     finally:
         changes.unpersist()
     result = TableResult(
-        rows_in_window=profile.rows,
+        rows_in_window=rows_in_window,
         rows_written=sum(p.rows for p in placed),
-        buckets_touched=len(touched),
-        files_removed=len(removed),
+        files_removed=len(plan.removed),
         files_added=len(placed),
     )
+    log.info(
+        "%s: window %d rewrites %d of %d files (%s)",
+        staged.name, seq, len(plan.removed), len(files), "every file" if plan.whole else "by key range",
+    )  # fmt: skip
     info = _commit_info(pipeline, seq, result)
     try:
         commit_window(
             dt,
-            removed,
+            plan.removed,
             placed,
             pipeline=pipeline,
             seq=seq,
             custom_metadata=info,
-            schema=replaced,
+            schema=None if replaced is None else table_schema,
             app_transactions=truncation.app_transactions(pipeline),
         )
     except BaseException:
@@ -446,7 +533,6 @@ def _commit_info(pipeline: str, seq: int, result: TableResult) -> dict[str, Any]
         COMMIT_WINDOW_KEY: seq,
         "binlog.rows_in_window": result.rows_in_window,
         "binlog.rows_written": result.rows_written,
-        "binlog.buckets_touched": result.buckets_touched,
         "binlog.files_removed": result.files_removed,
         "binlog.files_added": result.files_added,
     }

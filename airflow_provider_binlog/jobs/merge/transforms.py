@@ -1,21 +1,18 @@
 """Spark transformations of the merge: pure functions of DataFrames, and the Spark types they use.
 
 A window's changes are read with an explicit schema (:func:`read_staged_changes`), shaped like the
-table's rows (:func:`conform_changes`), given their bucket (:func:`bucket_of`), checked and counted per
-bucket (:func:`profile_changes`), and merged with the current rows of the touched buckets, newest change
-per key (:func:`apply_window`).
+table's rows (:func:`conform_changes`), checked and counted (:func:`profile_changes`), and merged with the
+current rows of the files the window rewrites, newest change per key (:func:`apply_window`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from airflow_provider_binlog.contract.columns import (
-    BUCKET_COLUMN,
     DELETED_COLUMN,
     OP_COLUMN,
     OP_DELETE,
@@ -89,35 +86,6 @@ def col(name: str) -> Column:
     return F.col("`" + name.replace("`", "``") + "`")
 
 
-def canonical_key(name: str, arrow_type: pa.DataType) -> Column:
-    """Return a key column in the form it is hashed in, stable under lossless widening of its type.
-
-    Integers hash as ``bigint``, floats as ``double`` and decimals as ``decimal(38, scale)``.
-
-    :param name: key column name.
-    :param arrow_type: the column's storage type.
-    """
-    if pa.types.is_integer(arrow_type):
-        return col(name).cast("bigint")
-    if pa.types.is_floating(arrow_type):
-        return col(name).cast("double")
-    if pa.types.is_decimal(arrow_type):
-        return col(name).cast(f"decimal(38,{arrow_type.scale})")
-    return col(name)
-
-
-def bucket_of(keys: Sequence[tuple[str, pa.DataType]], buckets: int) -> Column:
-    """Return the bucket column expression ``pmod(xxhash64(canonical key...), buckets)`` as ``int``.
-
-    :param keys: key columns with their storage types.
-    :param buckets: number of buckets of the table.
-    """
-    from pyspark.sql import functions as F
-
-    hashed = F.xxhash64(*[canonical_key(name, t) for name, t in keys])
-    return F.pmod(hashed, F.lit(buckets)).cast("int").alias(BUCKET_COLUMN)
-
-
 def read_staged_changes(spark: SparkSession, files: Sequence[str], staged: pa.Schema) -> DataFrame:
     """Read a table's staged change files with an explicit schema (no inference across files).
 
@@ -159,13 +127,13 @@ def latest_change_per_key(rows: DataFrame, keys: Sequence[str]) -> DataFrame:
     On equal order keys (a window merged again) the target's row (``__binlog_source_rank`` 0) wins over
     the window's (1), so re-merges leave rows unchanged. The rank column is dropped.
 
-    :param rows: rows carrying ``_binlog_bucket``, the key columns and ``__binlog_source_rank``.
+    :param rows: rows carrying the key columns and ``__binlog_source_rank``.
     :param keys: key column names.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    order = Window.partitionBy(col(BUCKET_COLUMN), *[col(k) for k in keys]).orderBy(
+    order = Window.partitionBy(*[col(k) for k in keys]).orderBy(
         col(WINDOW_COLUMN).desc(), col(SEQ_COLUMN).desc(), col(_SOURCE_RANK).asc()
     )
     ranked = rows.withColumn(_ROW_NUMBER, F.row_number().over(order))
@@ -180,20 +148,19 @@ def apply_window(
     *,
     refresh_seq: int | None = None,
 ) -> DataFrame:
-    """Return the new content of the touched buckets: current rows and changes, newest per key.
+    """Return the new content of the rewritten files: current rows and changes, newest per key.
 
-    Rows are hash-partitioned by bucket first so each bucket is computed (and written) by one task;
-    the per-key window then needs no second shuffle.
+    Rows are hash-partitioned by key into ``partitions`` tasks for the per-key window.
 
-    With ``refresh_seq`` (a snapshot with that sequence number, all buckets touched) a live target row
+    With ``refresh_seq`` (a snapshot with that sequence number, every file rewritten) a live target row
     whose order key is below the snapshot's and whose key the snapshot does not hold becomes a tombstone
     with order key ``(refresh_seq, 0)``: the row was deleted while the binlog was not followed (or
     before a re-snapshot), and rows written by windows after the snapshot started are kept.
 
-    :param current: current rows of the touched buckets (``None`` if they hold no files yet).
-    :param changes: conformed changes with ``_binlog_bucket``.
+    :param current: current rows of the rewritten files (``None`` if there are none).
+    :param changes: conformed changes.
     :param keys: key column names.
-    :param partitions: number of shuffle partitions (the number of touched buckets is a good choice).
+    :param partitions: number of shuffle partitions.
     :param refresh_seq: the snapshot's sequence number when ``changes`` is a whole-table snapshot.
     """
     from pyspark.sql import Window
@@ -202,10 +169,10 @@ def apply_window(
     rows = changes.withColumn(_SOURCE_RANK, F.lit(1))
     if current is not None:
         rows = current.withColumn(_SOURCE_RANK, F.lit(0)).unionByName(rows)
-    rows = rows.repartition(max(1, partitions), col(BUCKET_COLUMN))
+    rows = rows.repartition(max(1, partitions), *[col(k) for k in keys])
     if refresh_seq is None:
         return latest_change_per_key(rows, keys)
-    per_key = Window.partitionBy(col(BUCKET_COLUMN), *[col(k) for k in keys])
+    per_key = Window.partitionBy(*[col(k) for k in keys])
     rows = rows.withColumn(_IN_SNAPSHOT, F.max(col(_SOURCE_RANK)).over(per_key))
     latest = latest_change_per_key(rows, keys)
     stale = (col(_IN_SNAPSHOT) == 0) & (col(WINDOW_COLUMN) < F.lit(refresh_seq)) & ~col(DELETED_COLUMN)
@@ -221,25 +188,10 @@ def apply_window(
     return latest.drop(_IN_SNAPSHOT)
 
 
-@dataclass(frozen=True)
-class WindowProfile:
-    """Row counts of a window's changes per bucket.
+def profile_changes(changes: DataFrame, keys: Sequence[str], table: str) -> int:
+    """Validate ops, keys and order keys of a window's changes in one Spark job; return their number.
 
-    :param rows_by_bucket: number of change rows per touched bucket.
-    """
-
-    rows_by_bucket: Mapping[int, int]
-
-    @property
-    def rows(self) -> int:
-        """Return the total number of change rows."""
-        return sum(self.rows_by_bucket.values())
-
-
-def profile_changes(changes: DataFrame, keys: Sequence[str], table: str) -> WindowProfile:
-    """Count changes per bucket and validate ops, keys and order keys in one Spark job.
-
-    :param changes: conformed changes with ``_binlog_bucket``.
+    :param changes: conformed changes.
     :param keys: key column names.
     :param table: table name for messages.
     :raises MergeJobError: if an op is unknown or a key or order key column is null.
@@ -251,25 +203,21 @@ def profile_changes(changes: DataFrame, keys: Sequence[str], table: str) -> Wind
     for k in keys:
         null_key = null_key | col(k).isNull()
     null_order = col(WINDOW_COLUMN).isNull() | col(SEQ_COLUMN).isNull()
-    stats = (
-        changes.groupBy(col(BUCKET_COLUMN))
-        .agg(
-            F.count(F.lit(1)).alias("rows"),
-            F.sum(bad_op.cast("long")).alias("bad_op"),
-            F.sum(null_key.cast("long")).alias("null_key"),
-            F.sum(null_order.cast("long")).alias("null_order"),
-        )
-        .collect()
-    )
+    (stats,) = changes.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.sum(bad_op.cast("long")).alias("bad_op"),
+        F.sum(null_key.cast("long")).alias("null_key"),
+        F.sum(null_order.cast("long")).alias("null_order"),
+    ).collect()
     problems = {
-        f"an op other than {'/'.join(OPS)}": sum(r["bad_op"] for r in stats),
-        f"a null key column {list(keys)}": sum(r["null_key"] for r in stats),
-        "a null _binlog_window or _binlog_seq": sum(r["null_order"] for r in stats),
+        f"an op other than {'/'.join(OPS)}": stats["bad_op"],
+        f"a null key column {list(keys)}": stats["null_key"],
+        "a null _binlog_window or _binlog_seq": stats["null_order"],
     }
     for what, count in problems.items():
         if count:
             raise MergeJobError(f"{count} staged change rows of {table} have {what}; fix the extractor")
-    return WindowProfile({int(r[BUCKET_COLUMN]): int(r["rows"]) for r in stats})
+    return int(stats["rows"])
 
 
 def read_data_files(
@@ -280,7 +228,7 @@ def read_data_files(
     :param spark: the session.
     :param uri: table location.
     :param files: files from :func:`~airflow_provider_binlog.jobs.merge.delta.current_files`.
-    :param data_schema: the schema the files were written with (storage types).
+    :param data_schema: the schema the files were written with (storage types, no partition column).
     """
     return (
         spark.read.schema(spark_schema(data_schema))

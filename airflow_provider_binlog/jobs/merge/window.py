@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 
 from airflow_provider_binlog.contract import ContractError
 from airflow_provider_binlog.contract.columns import (
-    BUCKET_COLUMN,
     CHANGE_COLUMN_NAMES,
     CHANGE_FIELDS,
     DELETED_COLUMN,
@@ -213,8 +212,8 @@ def target_schema(staged: pa.Schema, columns: Sequence[Mapping[str, Any]] = ()) 
     """Return the Delta table schema (as Arrow) for a staged table schema.
 
     Source columns get their storage types (:func:`storage_type`) and record the staged Arrow type and
-    MySQL type in their metadata; then come the change columns, ``_binlog_deleted`` and the partition
-    column ``_binlog_bucket``. Every field is nullable.
+    MySQL type in their metadata; then come the change columns and ``_binlog_deleted``. Every field is
+    nullable.
 
     :param staged: staged schema from :func:`read_staged_schema`.
     :param columns: the manifest's column descriptions.
@@ -232,5 +231,4 @@ def target_schema(staged: pa.Schema, columns: Sequence[Mapping[str, Any]] = ()) 
         fields.append(pa.field(f.name, storage_type(f.type, f.name), nullable=True, metadata=metadata))
     fields += [f.with_nullable(True) for f in CHANGE_FIELDS]
     fields.append(pa.field(DELETED_COLUMN, pa.bool_(), nullable=True))
-    fields.append(pa.field(BUCKET_COLUMN, pa.int32(), nullable=True))
     return pa.schema(fields)
