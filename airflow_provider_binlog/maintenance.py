@@ -9,15 +9,18 @@ snapshot (a retry resumes from its chunks), an unknown folder, and the state his
 also goes only when nothing in it was written for ``retention``: a cleared merge or commit task of a recent
 window still finds its files.
 
-Target: :func:`vacuum_table` deletes the Parquet files merges removed from a Delta table's log more than a
-retention ago (delta-rs ``DeltaTable.vacuum``, "lite" mode: only files the log removed). Readers that
-started before the files were removed, and time travel to versions within the retention, keep working.
+Target: :func:`compact_table` joins runs of adjacent small data files of a key-range table (ADR 0020),
+:func:`checkpoint_table` writes a Delta log checkpoint, and :func:`vacuum_table` deletes the Parquet files
+merges and compactions removed from a Delta table's log more than a retention ago (delta-rs
+``DeltaTable.vacuum``, "lite" mode: only files the log removed). Readers that started before the files were
+removed, and time travel to versions within the retention, keep working.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -137,3 +140,217 @@ def vacuum_table(
     if not dry_run:
         table.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False)
     return freed
+
+
+@dataclass
+class Compacted:
+    """What a compaction of one table did (or, in a dry run, would do).
+
+    :param files_removed: small data files joined.
+    :param files_added: files they were joined into.
+    :param bytes: bytes of the joined files.
+    :param conflict: another writer committed meanwhile; nothing was committed (the next run tries again).
+    """
+
+    files_removed: int = 0
+    files_added: int = 0
+    bytes: int = 0
+    conflict: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the JSON form used in the maintenance task's XCom."""
+        return {
+            "files_removed": self.files_removed,
+            "files_added": self.files_added,
+            "bytes": self.bytes,
+            "conflict": self.conflict,
+        }
+
+
+@dataclass(frozen=True)
+class _File:
+    path: str
+    size: int
+    partition: dict[str, str | None]
+    low: Any
+    high: Any
+
+
+def small_file_runs(files: list[_File], target_bytes: int) -> list[list[_File]]:
+    """Return runs of adjacent small files (in key order) to join, each at most ``target_bytes`` together.
+
+    A file is small below half the target size; a run holds two files or more of one partition.
+
+    :param files: files with key ranges.
+    :param target_bytes: the table's target file size.
+    """
+    runs: list[list[_File]] = []
+    run: list[_File] = []
+    for f in sorted(files, key=lambda f: (f.low, f.high)):
+        fits = run and f.partition == run[0].partition and sum(r.size for r in run) + f.size <= target_bytes
+        if f.size < target_bytes / 2 and (fits or not run):
+            run.append(f)
+            continue
+        if len(run) > 1:
+            runs.append(run)
+        run = [f] if f.size < target_bytes / 2 else []
+    if len(run) > 1:
+        runs.append(run)
+    return runs
+
+
+def compact_table(
+    uri: str, *, dry_run: bool = False, storage_options: dict[str, str] | None = None
+) -> Compacted:
+    """Join runs of adjacent small data files of a key-range table (``docs/adr/0020-key-range-file-layout.md``).
+
+    Merges that add a few keys above a full tail file, and windows that delete rows, leave small files
+    behind. Each run of adjacent small files (:func:`small_file_runs`) is read, written as one file sorted
+    by key (the runs hold disjoint, ascending key ranges) and committed as remove + add with
+    ``dataChange`` false, in one commit accepted only on the version it read: a merge that commits in between
+    makes this run a no-op (``conflict``), and a merge that loses to this commit plans again, so no change is
+    lost. Tables without the key-range layout, or with files lacking a key range, are left alone.
+
+    :param uri: table location.
+    :param dry_run: count what would be joined, write nothing.
+    :param storage_options: deltalake storage options.
+    """
+    import uuid
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake import CommitProperties, DeltaTable
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.transaction import AddAction, RemoveAction
+
+    from airflow_provider_binlog.contract.delta import (
+        KEY_RANGE_LAYOUT,
+        LAYOUT_PROPERTY,
+        delta_arrow_schema,
+        file_stats,
+        table_key,
+        target_file_bytes,
+    )
+    from airflow_provider_binlog.contract.uris import filesystem_for, join_uri
+
+    table = DeltaTable(uri, storage_options=storage_options)
+    keys = table_key(table)
+    if table.metadata().configuration.get(LAYOUT_PROPERTY) != KEY_RANGE_LAYOUT or not keys:
+        return Compacted()
+    files = _key_ranged_files(table, keys[0])
+    if files is None:
+        return Compacted()
+    runs = small_file_runs(files, target_file_bytes(table))
+    result = Compacted(
+        files_removed=sum(len(r) for r in runs),
+        files_added=len(runs),
+        bytes=sum(f.size for r in runs for f in r),
+    )
+    if dry_run or not runs:
+        return result
+    partitions = set(table.metadata().partition_columns)
+    schema = _without_columns(delta_arrow_schema(table), partitions)
+    fs, _ = filesystem_for(uri, storage_options)
+    now_ms = int(time.time() * 1000)
+    actions: list[AddAction | RemoveAction] = []
+    written: list[str] = []
+    try:
+        for run in runs:
+            folder = "".join(f"{k}={v}/" for k, v in run[0].partition.items())
+            relative = f"{folder}compacted-{uuid.uuid4().hex}.parquet"
+            location = filesystem_for(join_uri(uri, relative), storage_options)[1]
+            parts = [
+                _conformed(pq.read_table(_location(uri, f.path, storage_options), filesystem=fs), schema)
+                for f in run
+            ]
+            written.append(location)
+            pq.write_table(pa.concat_tables(parts), location, filesystem=fs)
+            stats = file_stats(pq.read_metadata(location, filesystem=fs), schema, keys)
+            size = fs.get_file_info(location).size or 0
+            actions += [RemoveAction(f.path, False, now_ms, f.size, f.partition) for f in run]
+            actions.append(AddAction(relative, size, run[0].partition, now_ms, False, stats))
+        table.create_write_transaction(
+            actions,
+            mode="append",
+            schema=table.schema(),
+            partition_by=list(table.metadata().partition_columns),
+            commit_properties=CommitProperties(
+                custom_metadata={"binlog.compacted": result.files_removed}, max_commit_retries=0
+            ),
+        )
+    except CommitFailedError:
+        _delete_written(fs, written)
+        return Compacted(conflict=True)
+    except BaseException:
+        _delete_written(fs, written)
+        raise
+    return result
+
+
+def checkpoint_table(uri: str, *, storage_options: dict[str, str] | None = None) -> int:
+    """Write a Delta log checkpoint of the table's current version and drop log files past retention.
+
+    Readers then replay the log from the checkpoint instead of every commit since the table was created
+    (delta-rs ``create_checkpoint``, ``cleanup_metadata``: commits older than the table's
+    ``delta.logRetentionDuration``, 30 days by default, and not needed by the checkpoint).
+
+    :returns: the version checkpointed.
+    """
+    from deltalake import DeltaTable
+
+    table = DeltaTable(uri, storage_options=storage_options)
+    table.create_checkpoint()
+    table.cleanup_metadata()
+    return table.version()
+
+
+def _key_ranged_files(table: Any, key: str) -> list[_File] | None:
+    """Return the table's files with their key ranges, or None when a file has none."""
+    import pyarrow as pa
+
+    actions = pa.table(table.get_add_actions(flatten=True))
+    partitions = [c for c in actions.column_names if c.startswith("partition.")]
+    files = []
+    for action in actions.to_pylist():
+        low, high = action.get(f"min.{key}"), action.get(f"max.{key}")
+        if low is None or high is None:
+            return None
+        partition = {
+            c.removeprefix("partition."): None if action[c] is None else str(action[c]) for c in partitions
+        }
+        files.append(_File(action["path"], int(action["size_bytes"]), partition, low, high))
+    return files
+
+
+def _without_columns(schema: Any, names: set[str]) -> Any:
+    """Return an Arrow schema without the named fields (a table's partition columns)."""
+    import pyarrow as pa
+
+    return pa.schema([f for f in schema if f.name not in names])
+
+
+def _conformed(data: Any, schema: Any) -> Any:
+    """Return a file's rows with the table's columns and types (columns added after it was written are null)."""
+    import pyarrow as pa
+
+    columns = [
+        data[f.name].cast(f.type) if f.name in data.column_names else pa.nulls(data.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=pa.schema([f.remove_metadata() for f in schema]))
+
+
+def _location(uri: str, path: str, storage_options: dict[str, str] | None) -> str:
+    from urllib.parse import unquote
+
+    from airflow_provider_binlog.contract.uris import filesystem_for, join_uri
+
+    return filesystem_for(join_uri(uri, unquote(path)), storage_options)[1]
+
+
+def _delete_written(fs: Any, paths: list[str]) -> None:
+    for path in paths:
+        try:
+            fs.delete_file(path)
+        except OSError:
+            continue  # best effort: an uncommitted file is invisible to readers; vacuum removes it

@@ -17,9 +17,11 @@ deltalake is imported inside :func:`open_table` only; the other functions take a
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from airflow_provider_binlog.contract import ContractError
 from airflow_provider_binlog.contract.uris import StorageOptions
@@ -141,3 +143,57 @@ def table_key(dt: DeltaTable) -> list[str] | None:
     """Return the key the table was created with (its configuration), or None for a table without one."""
     stored = json.loads(dt.metadata().configuration.get(PRIMARY_KEY_PROPERTY) or "null")
     return None if stored is None else [str(c) for c in stored]
+
+
+def file_stats(metadata: pq.FileMetaData, schema: pa.Schema, stats_columns: Sequence[str] = ()) -> str:
+    """Return Delta file statistics (JSON) from a Parquet footer: ``numRecords``, and the key range.
+
+    For the table's statistics columns (its key, :data:`~airflow_provider_binlog.contract.delta.STATS_COLUMNS_PROPERTY`)
+    ``nullCount``, ``minValues`` and ``maxValues`` are written when the footer gives every one of them exactly
+    (:func:`exact_bounds`); otherwise none is, and the file has no key range (the merge then treats it as
+    able to hold any key). Other columns get no statistics: the table property tells readers so, and
+    deltalake (1.x) would otherwise turn a column missing from a present ``minValues`` into a
+    ``column >= null`` guarantee that drops the file from pyarrow filtered reads (delta-io/delta-rs#3173).
+
+    :param metadata: the file's footer.
+    :param schema: the file's Arrow schema (storage types), in footer column order.
+    :param stats_columns: the columns to give statistics (names as in ``schema``).
+    """
+    stats: dict[str, Any] = {"numRecords": metadata.num_rows}
+    bounds = {name: exact_bounds(metadata, schema, name) for name in stats_columns}
+    if bounds and all(b is not None for b in bounds.values()):
+        stats["nullCount"] = {name: 0 for name in bounds}
+        stats["minValues"] = {name: b[0] for name, b in bounds.items() if b is not None}
+        stats["maxValues"] = {name: b[1] for name, b in bounds.items() if b is not None}
+    return json.dumps(stats)
+
+
+def exact_bounds(metadata: pq.FileMetaData, schema: pa.Schema, name: str) -> tuple[Any, Any] | None:
+    """Return a key column's ``(min, max)`` over a file as Delta statistics JSON values, or None.
+
+    Exact only for integers, decimals of scale 0 (written as JSON integers), strings and dates, with no null
+    and min/max in every row group; None otherwise (floats with NaN, timestamps whose Delta statistics are
+    in milliseconds, binary, a decimal with a fraction).
+
+    :param metadata: the file's footer.
+    :param schema: the file's Arrow schema, in footer column order.
+    :param name: the column.
+    """
+    i = schema.get_field_index(name)
+    t = schema.field(i).type
+    exact = (
+        pa.types.is_integer(t)
+        or pa.types.is_string(t)
+        or pa.types.is_date32(t)
+        or (pa.types.is_decimal(t) and t.scale == 0)
+    )
+    chunks = [metadata.row_group(r).column(i).statistics for r in range(metadata.num_row_groups)]
+    if not exact or not chunks or any(s is None or not s.has_min_max or s.null_count for s in chunks):
+        return None
+    low = min(s.min for s in chunks if s is not None)
+    high = max(s.max for s in chunks if s is not None)
+    if pa.types.is_date32(t):
+        return low.isoformat(), high.isoformat()
+    if pa.types.is_decimal(t):
+        return int(low), int(high)
+    return low, high

@@ -18,19 +18,23 @@ class BinlogMaintenanceOperator(BaseOperator):
        ``staging_retention_hours`` (:func:`~airflow_provider_binlog.maintenance.clean_staging`). Windows
        that are cut or extracted (open, or waiting for the next run to adopt them) and running snapshots
        keep their folders, whatever their age.
-    2. Target: each Delta table of the pipeline (its state's ``target_tables``) is vacuumed: files merges
-       removed from its log more than ``target_retention_hours`` ago are deleted
-       (:func:`~airflow_provider_binlog.maintenance.vacuum_table`). Keep this above the longest read of
-       the target and the oldest version readers time-travel to.
+    2. Target: in each Delta table of the pipeline (its state's ``target_tables``) runs of adjacent small
+       data files are joined (:func:`~airflow_provider_binlog.maintenance.compact_table`, with ``compact``),
+       a log checkpoint is written (:func:`~airflow_provider_binlog.maintenance.checkpoint_table`), and the
+       table is vacuumed: files merges and compactions removed from its log more than
+       ``target_retention_hours`` ago are deleted (:func:`~airflow_provider_binlog.maintenance.vacuum_table`).
+       Keep this above the longest read of the target and the oldest version readers time-travel to.
 
     Returns (XCom) ``{"pipeline", "report_only", "staging": {"folders", "files", "bytes", "kept"},
-    "target": {"tables": {table: {"files", "bytes"}}, "files", "bytes"}}``.
+    "target": {"tables": {table: {"files", "bytes"}}, "files", "bytes", "compacted": {table: {"files_removed",
+    "files_added", "bytes", "conflict"}}}}``.
 
     :param pipeline: pipeline name (templated).
     :param staging_uri: staging root (templated), as given to the extract task.
     :param target_path: target root (templated).
     :param staging_retention_hours: staging folders younger than this stay (default 168, a week).
     :param target_retention_hours: removed target files younger than this stay (default 168, a week).
+    :param compact: join small data files of key-range tables and write log checkpoints (default true).
     :param report_only: report what would be freed, delete nothing (a dry run; ``BaseOperator`` has a
         ``dry_run`` method of its own).
     :param staging_conn_id: connection of the staging object store, if any.
@@ -49,6 +53,7 @@ class BinlogMaintenanceOperator(BaseOperator):
         target_path: str,
         staging_retention_hours: float = 168,
         target_retention_hours: int = 168,
+        compact: bool = True,
         report_only: bool = False,
         staging_conn_id: str | None = None,
         storage_options: dict[str, str] | None = None,
@@ -66,6 +71,7 @@ class BinlogMaintenanceOperator(BaseOperator):
         self.target_path = target_path
         self.staging_retention_hours = staging_retention_hours
         self.target_retention_hours = int(target_retention_hours)
+        self.compact = compact
         self.report_only = report_only
         self.staging_conn_id = staging_conn_id
         self.storage_options = storage_options
@@ -78,7 +84,14 @@ class BinlogMaintenanceOperator(BaseOperator):
         """
         import datetime as dt
 
-        from airflow_provider_binlog.maintenance import Freed, clean_staging, vacuum_table
+        from airflow_provider_binlog.maintenance import (
+            Compacted,
+            Freed,
+            checkpoint_table,
+            clean_staging,
+            compact_table,
+            vacuum_table,
+        )
         from airflow_provider_binlog.staging import storage_path
         from airflow_provider_binlog.state import StateManager
         from airflow_provider_binlog.target import table_uri, target_root
@@ -101,7 +114,15 @@ class BinlogMaintenanceOperator(BaseOperator):
             dry_run=self.report_only,
         )
         tables: dict[str, Freed] = {}
+        compacted: dict[str, Compacted] = {}
         for table in state.target_tables:
+            if self.compact:
+                uri = table_uri(self.target_path, table)
+                compacted[table] = compact_table(
+                    uri, dry_run=self.report_only, storage_options=self.storage_options
+                )
+                if not self.report_only:
+                    checkpoint_table(uri, storage_options=self.storage_options)
             tables[table] = vacuum_table(
                 table_uri(self.target_path, table),
                 retention_hours=self.target_retention_hours,
@@ -125,5 +146,6 @@ class BinlogMaintenanceOperator(BaseOperator):
                 "tables": {t: {"files": f.files, "bytes": f.bytes} for t, f in sorted(tables.items())},
                 "files": target_files,
                 "bytes": target_bytes,
+                "compacted": {t: c.as_dict() for t, c in sorted(compacted.items())},
             },
         }

@@ -98,7 +98,7 @@ class Pipeline:
             server=state,
             foreign_keys=keys,
         )
-        merge_window(self.spark, str(window_dir), self.target, pipeline="fk", buckets=2)
+        merge_window(self.spark, str(window_dir), self.target, pipeline="fk")
         self.start = state.head
         return manifest
 
@@ -181,7 +181,7 @@ def test_a_later_window_cascades_from_rows_an_earlier_window_synthesised(pipelin
     pipeline.run()
     pipeline.assert_target_equals_source()
     window = pipeline.staging / "fk" / f"window={pipeline.seq}"
-    merge_window(pipeline.spark, str(window), pipeline.target, pipeline="fk", buckets=2)  # a re-run
+    merge_window(pipeline.spark, str(window), pipeline.target, pipeline="fk")  # a re-run
     pipeline.assert_target_equals_source()
 
 

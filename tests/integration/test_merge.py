@@ -27,7 +27,6 @@ deltalake = pytest.importorskip("deltalake")
 
 from airflow_provider_binlog.contract.columns import CHANGE_FIELDS, DELETED_COLUMN  # noqa: E402
 from airflow_provider_binlog.contract.delta import (  # noqa: E402
-    BUCKETS_PROPERTY,
     already_merged,
     delta_arrow_schema,
     pipeline_app_id,
@@ -160,16 +159,6 @@ def rows(table: pa.Table, sort_by: str = "id") -> list[dict[str, Any]]:
 
 def delta_version(target: str, table: str) -> int:
     return deltalake.DeltaTable(table_uri(target, table)).version()
-
-
-def files_by_bucket(target: str, table: str) -> dict[int, set[str]]:
-    actions = pa.table(
-        deltalake.DeltaTable(table_uri(target, table)).get_add_actions(flatten=True)
-    ).to_pylist()
-    result: dict[int, set[str]] = {}
-    for action in actions:
-        result.setdefault(action["partition._binlog_bucket"], set()).add(action["path"])
-    return result
 
 
 ORDERS = pa.schema([("id", pa.int64()), ("status", pa.string()), ("amount", pa.decimal128(10, 2))])
@@ -442,7 +431,7 @@ def test_main_refuses_keyless_table_and_accepts_key_argument(
     assert main(args) == 2
     assert "shop.access_log has no primary key" in json.loads(capsys.readouterr().out.strip())["error"]
 
-    assert main([*args, "--key", "shop.access_log=host,at", "--buckets", "4"]) == 0
+    assert main([*args, "--key", "shop.access_log=host,at", "--target-file-bytes", "4096"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["window"] == 1
     assert summary["tables"]["shop.access_log"]["rows_in_window"] == 3
@@ -733,38 +722,8 @@ def test_new_files_use_int64_microsecond_timestamps_and_no_partition_column(type
 
 
 # --------------------------------------------------------------------------------------------------
-# Buckets
+# Files
 # --------------------------------------------------------------------------------------------------
-
-
-def test_only_touched_buckets_are_rewritten(spark, staging, target):
-    inserts = [("c", order(i, "new", f"{i}.00")) for i in range(1, 65)]
-    run_merge(spark, stage_window(staging, 1, orders(inserts)), target, buckets=8)
-    before = files_by_bucket(target, "shop.orders")
-    assert sorted(before) == list(range(8))  # 64 keys land in every one of the 8 buckets
-
-    run_merge(spark, stage_window(staging, 2, orders([("u", order(5, "paid", "5.00"))])), target, buckets=8)
-
-    after = files_by_bucket(target, "shop.orders")
-    changed = [bucket for bucket in before if before[bucket] != after[bucket]]
-    assert len(changed) == 1
-    assert all(len(after[b]) == len(before[b]) for b in before)
-    (new_file,) = after[changed[0]]
-    ids = pq.read_table(os.path.join(table_uri(target, "shop.orders"), new_file))["id"].to_pylist()
-    assert 5 in ids
-    assert {r["id"]: r["status"] for r in read_table(target, "shop.orders").to_pylist()}[5] == "paid"
-
-
-def test_bucket_count_is_fixed_when_the_table_is_created(spark, staging, target):
-    inserts = [("c", order(i, "new", "1.00")) for i in range(1, 33)]
-    run_merge(spark, stage_window(staging, 1, orders(inserts[:16])), target, buckets=4)
-
-    run_merge(spark, stage_window(staging, 2, orders(inserts[16:])), target, buckets=64)
-
-    table = deltalake.DeltaTable(table_uri(target, "shop.orders"))
-    assert table.metadata().configuration[BUCKETS_PROPERTY] == "4"
-    assert set(files_by_bucket(target, "shop.orders")) <= {0, 1, 2, 3}
-    assert read_table(target, "shop.orders").num_rows == 32
 
 
 def test_window_split_over_several_files_is_merged(spark, staging, target):
@@ -855,7 +814,7 @@ def test_operator_merges_a_window_with_spark_submit(staging, target, monkeypatch
         window_uri=window,
         target_path=target,
         keys={"shop.access_log": ["host", "at"]},
-        buckets=4,
+        target_file_bytes=4096,
         conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"},
     )
 
@@ -888,7 +847,7 @@ def test_operator_merges_a_window_over_spark_connect(staging, target, spark, spa
     )
     for seq, window in ((1, first), (2, second)):
         operator = BinlogMergeOperator(
-            task_id="merge", pipeline=PIPELINE, window_uri=window, target_path=target, buckets=4
+            task_id="merge", pipeline=PIPELINE, window_uri=window, target_path=target, target_file_bytes=4096
         )
         result = operator.execute(context={})
         assert result["window"] == seq
@@ -1064,14 +1023,12 @@ def test_filtered_reads_see_every_matching_row(spark, filter_target):
     assert sorted(r["id"] for r in spark_rows.select("id").collect()) == [3, 6, 9, 12]
 
 
-def old_stats(table: Any) -> bool:
-    """The check docs/reading-the-target.md gives for files with integer-only min/max."""
-    return pc.count(pa.table(table.get_add_actions(flatten=True))["min._binlog_seq"]).as_py() != 0
-
-
-def test_filtering_after_the_read_is_right_on_files_with_integer_only_min_max(filter_target, tmp_path):
-    # Files merged before the fix carry min/max of integer columns only; they stay until their bucket
-    # is rewritten. Give a copy of the table such stats, then read it as docs/reading-the-target.md says.
+def test_files_with_integer_only_min_max_are_read_right_under_the_key_statistics_property(
+    filter_target, tmp_path
+):
+    # Files merged before the fix carry min/max of integer columns only, in tables with hash buckets. Their
+    # first merge since ADR 0020 sets delta.dataSkippingStatsColumns to the key before anything else, and
+    # deltalake then ignores the other columns' statistics: pushed-down filters are right again.
     from deltalake.transaction import AddAction
 
     copy = tmp_path / "types"
@@ -1087,16 +1044,11 @@ def test_filtering_after_the_read_is_right_on_files_with_integer_only_min_max(fi
             "minValues": {n: pc.min(data[n]).as_py() for n in ints},
             "maxValues": {n: pc.max(data[n]).as_py() for n in ints},
         }
-        partition = {"_binlog_bucket": str(action["partition._binlog_bucket"])}
-        readds.append(AddAction(action["path"], action["size_bytes"], partition, 0, False, json.dumps(stats)))
-    table.create_write_transaction(
-        readds, mode="append", schema=table.schema(), partition_by=["_binlog_bucket"]
-    )
+        readds.append(AddAction(action["path"], action["size_bytes"], {}, 0, False, json.dumps(stats)))
+    table.create_write_transaction(readds, mode="append", schema=table.schema())
     table = deltalake.DeltaTable(str(copy))
     small = pc.field("kind") == "small"
-    assert old_stats(table)
-    assert not old_stats(deltalake.DeltaTable(table_uri(filter_target, "shop.types")))
 
-    after_the_read = table.to_pyarrow_dataset().to_table().filter(small)
+    pushed_down = table.to_pyarrow_dataset().to_table(filter=small)
 
-    assert sorted(after_the_read["id"].to_pylist()) == [r["id"] for r in FILTER_ROWS if r["kind"] == "small"]
+    assert sorted(pushed_down["id"].to_pylist()) == [r["id"] for r in FILTER_ROWS if r["kind"] == "small"]

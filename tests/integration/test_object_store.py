@@ -199,7 +199,7 @@ def test_a_window_merged_into_an_s3_target_is_verified_and_read_back_with_the_sa
     wanted = target_schema(staged_schema, staged.columns)
     uri = table_uri(target, staged.name)
     dt_ = create_table(
-        uri, wanted, table=staged.name, keys=["id"], buckets=1, pipeline=PIPELINE, storage_options=s3_options
+        uri, wanted, table=staged.name, keys=["id"], pipeline=PIPELINE, storage_options=s3_options
     )
     data_schema = pa.schema([f for f in wanted if f.name != BUCKET_COLUMN])
     staged_rows = pq.read_table(

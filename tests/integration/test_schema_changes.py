@@ -59,8 +59,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 PIPELINE = "ddl"
 TABLES = ("t_default", "t_rename", "t_trunc", "t_drop", "t_osc", "t_flow", "t_narrow", "t_strict")
 PT_OSC = shutil.which("pt-online-schema-change")
-BUCKETS = 2
-"""Few buckets: the tables are small, and each bucket costs a Spark task per merge."""
 
 
 @dataclass
@@ -119,7 +117,6 @@ class Flow:
             pipeline=PIPELINE,
             source=self.server.connection_kwargs(),
             max_connections=1,
-            buckets=BUCKETS,
         )
         rows = int(summary["snapshot"]["rows"])
         self.state = finish_snapshot(state, snapshot.seq, rows, self.target, written=snapshot.tables)
@@ -157,7 +154,6 @@ class Flow:
             f"file://{self.root}/staging/{PIPELINE}/window={window.seq}",
             self.target,
             pipeline=PIPELINE,
-            buckets=BUCKETS,
         )
         merged = mark_window(state, window.seq, status="merged")
         self.state = (

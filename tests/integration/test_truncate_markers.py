@@ -38,7 +38,6 @@ from airflow_provider_binlog.windows import cut_window, mark_window  # noqa: E40
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PIPELINE = "trunc"
-BUCKETS = 2
 
 WINDOWS: tuple[tuple[str, ...], ...] = (
     (  # 0: the target's first rows of both tables (merged first into every target)
@@ -130,7 +129,6 @@ def staged(mariadb: LocalMariaDB, spark: Any, tmp_path_factory: pytest.TempPathF
                     result.window_uri(windows[seq].seq),
                     result.target(order),
                     pipeline=PIPELINE,
-                    buckets=BUCKETS,
                 )
         yield result
 

@@ -24,9 +24,9 @@ deltalake = pytest.importorskip("deltalake")
 
 from test_merge import StagedTableSpec, stage_window  # noqa: E402
 
-from airflow_provider_binlog.contract.columns import BUCKET_COLUMN  # noqa: E402
 from airflow_provider_binlog.contract.delta import (  # noqa: E402
-    BUCKETS_PROPERTY,
+    KEY_RANGE_LAYOUT,
+    LAYOUT_PROPERTY,
     OWNER_PROPERTY,
     PRIMARY_KEY_PROPERTY,
     delta_arrow_schema,
@@ -54,7 +54,7 @@ PIPELINE = "widen"
 ONES = "1" * 64
 MAX = 9223372036854775807
 TABLE = "wide"
-"""The key widens to decimal(20,0): its hash form changes, so the rewrite re-buckets every row. ``n`` and
+"""The key widens to decimal(20,0): the rewrite writes every row again, sorted by it. ``n`` and
 ``vc`` are narrowed, with values that fit: the target keeps their wider types."""
 COLUMNS = (
     "id BIGINT PRIMARY KEY, i INT, t TINYINT, s SMALLINT, u INT, b BIT(8), d INT, m DECIMAL(10,2), f FLOAT,"
@@ -268,14 +268,14 @@ def test_the_widenings_rewrite_the_table_once_in_the_window_that_needs_them(buil
     assert built.summaries[3]["tables"][name]["widened"] == []
 
 
-def test_owner_buckets_key_and_merged_windows_survive_the_rewrite(built: Built) -> None:
+def test_owner_layout_key_and_merged_windows_survive_the_rewrite(built: Built) -> None:
     dt_ = _delta(built, TABLE)
     configuration = dt_.metadata().configuration
 
     assert configuration[OWNER_PROPERTY] == PIPELINE
-    assert configuration[BUCKETS_PROPERTY] == "16"
+    assert configuration[LAYOUT_PROPERTY] == KEY_RANGE_LAYOUT
     assert json.loads(configuration[PRIMARY_KEY_PROPERTY]) == ["id"]
-    assert dt_.metadata().partition_columns == [BUCKET_COLUMN]
+    assert dt_.metadata().partition_columns == []
     assert [dt_.transaction_version(window_app_id(PIPELINE, seq)) for seq in (1, 2, 3)] == [1, 2, 3]
     assert dt_.transaction_version(pipeline_app_id(PIPELINE)) == 3
 

@@ -11,7 +11,6 @@ only check that a file matches the table's schema.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 import uuid
@@ -23,6 +22,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from airflow_provider_binlog.contract.delta import file_stats
 from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, join_uri
 from airflow_provider_binlog.jobs.application import MergeJobError
 
@@ -86,60 +86,6 @@ def validate_data_file(fs: pafs.FileSystem, path: str, schema: pa.Schema) -> pq.
             f"new data file {path} does not match the table schema: expected {expected}, found {actual}"
         )
     return metadata
-
-
-def file_stats(metadata: pq.FileMetaData, schema: pa.Schema, stats_columns: Sequence[str] = ()) -> str:
-    """Return Delta file statistics (JSON) from a Parquet footer: ``numRecords``, and the key range.
-
-    For the table's statistics columns (its key, :data:`~airflow_provider_binlog.contract.delta.STATS_COLUMNS_PROPERTY`)
-    ``nullCount``, ``minValues`` and ``maxValues`` are written when the footer gives every one of them exactly
-    (:func:`exact_bounds`); otherwise none is, and the file has no key range (the merge then treats it as
-    able to hold any key). Other columns get no statistics: the table property tells readers so, and
-    deltalake (1.x) would otherwise turn a column missing from a present ``minValues`` into a
-    ``column >= null`` guarantee that drops the file from pyarrow filtered reads (delta-io/delta-rs#3173).
-
-    :param metadata: the file's footer.
-    :param schema: the file's Arrow schema (storage types), in footer column order.
-    :param stats_columns: the columns to give statistics (names as in ``schema``).
-    """
-    stats: dict[str, Any] = {"numRecords": metadata.num_rows}
-    bounds = {name: exact_bounds(metadata, schema, name) for name in stats_columns}
-    if bounds and all(b is not None for b in bounds.values()):
-        stats["nullCount"] = {name: 0 for name in bounds}
-        stats["minValues"] = {name: b[0] for name, b in bounds.items() if b is not None}
-        stats["maxValues"] = {name: b[1] for name, b in bounds.items() if b is not None}
-    return json.dumps(stats)
-
-
-def exact_bounds(metadata: pq.FileMetaData, schema: pa.Schema, name: str) -> tuple[Any, Any] | None:
-    """Return a key column's ``(min, max)`` over a file as Delta statistics JSON values, or None.
-
-    Exact only for integers, decimals of scale 0 (written as JSON integers), strings and dates, with no null
-    and min/max in every row group; None otherwise (floats with NaN, timestamps whose Delta statistics are
-    in milliseconds, binary, a decimal with a fraction).
-
-    :param metadata: the file's footer.
-    :param schema: the file's Arrow schema, in footer column order.
-    :param name: the column.
-    """
-    i = schema.get_field_index(name)
-    t = schema.field(i).type
-    exact = (
-        pa.types.is_integer(t)
-        or pa.types.is_string(t)
-        or pa.types.is_date32(t)
-        or (pa.types.is_decimal(t) and t.scale == 0)
-    )
-    chunks = [metadata.row_group(r).column(i).statistics for r in range(metadata.num_row_groups)]
-    if not exact or not chunks or any(s is None or not s.has_min_max or s.null_count for s in chunks):
-        return None
-    low = min(s.min for s in chunks if s is not None)
-    high = max(s.max for s in chunks if s is not None)
-    if pa.types.is_date32(t):
-        return low.isoformat(), high.isoformat()
-    if pa.types.is_decimal(t):
-        return int(low), int(high)
-    return low, high
 
 
 @dataclass
