@@ -1,0 +1,298 @@
+"""Merge scaling: the cost of one window against tables of 1M and 10M rows (key-range layout, ADR 0020).
+
+A sysbench-like table (``id BIGINT PRIMARY KEY, k INT, c CHAR(120), pad CHAR(60)``) is built straight into
+the target's layout with Spark ``range()`` (rows sorted by key, split at the target file size, one Delta
+commit), then one staged window is merged with ``merge_window`` on local[2] Spark:
+
+- **scaling**: 10,000 changes, 80% inserts of new keys above the table's largest and 20% updates of keys
+  among the newest 1%, into the 1M-row and the 10M-row table: wall time of the merge, rows and files
+  written. Before ADR 0020 (hash buckets) both windows rewrote the whole table (issue 12: 208k rows written
+  into 200k, 2,008k into 2M);
+- **random updates**: 10,000 updates of uniformly random keys of the 10M-row table: the files the commit
+  removed against the files that held those keys (read from the files themselves), which must be equal.
+
+The rows are checked after each merge (count of live rows, the updated values). The tables are deleted at
+the end. Compare the ratio within one run (the machine is shared and noisy).
+
+    .venv/bin/python benchmarks/merge_scaling.py [--sizes 1000000 10000000] [--target-file-mb 128] [--write-docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from results_doc import write_block
+
+TABLE = "sbtest.sbtest1"
+PIPELINE = "bench"
+CHANGES = 10_000
+T0 = dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc)
+
+
+def staged_schema() -> Any:
+    import pyarrow as pa
+
+    from airflow_provider_binlog.contract.columns import CHANGE_FIELDS
+
+    source = pa.schema([("id", pa.int64()), ("k", pa.int32()), ("c", pa.string()), ("pad", pa.string())])
+    return source, pa.schema([*source, *CHANGE_FIELDS])
+
+
+def row(i: int, tag: str = "") -> dict[str, Any]:
+    """Return the sysbench-like row of key ``i`` (``tag`` marks a later version of it; as :func:`build_table`)."""
+    c = (hashlib.md5(f"{tag}{i}".encode()).hexdigest() * 4)[:119]
+    pad = (hashlib.sha1(str(i).encode()).hexdigest() * 2)[:59]
+    return {"id": i, "k": (i * 2654435761) % 1_000_000, "c": c, "pad": pad}
+
+
+def stage(staging: Path, seq: int, changes: list[tuple[str, dict[str, Any]]]) -> str:
+    """Write window ``seq`` of ``changes`` in the staging contract format; return its folder."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from airflow_provider_binlog.contract.manifest import WINDOW_KIND, Manifest, TableEntry, write_manifest
+
+    source, schema = staged_schema()
+    rows = [
+        {**r, "_binlog_op": op, "_binlog_window": seq, "_binlog_seq": n, "_binlog_gtid": f"0-1-{n}",
+         "_binlog_file": "mysql-bin.000001", "_binlog_pos": 4 + n, "_binlog_ts": T0}
+        for n, (op, r) in enumerate(changes, start=1)
+    ]  # fmt: skip
+    folder = staging / PIPELINE / f"window={seq}"
+    (folder / TABLE).mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), folder / TABLE / "part-0.parquet")
+    entry = TableEntry(
+        files=(f"{TABLE}/part-0.parquet",),
+        rows=len(rows),
+        ops={op: sum(1 for o, _ in changes if o == op) for op in "cud"},
+        primary_key=("id",),
+        columns=tuple({"name": f.name, "mysql_type": "?", "arrow_type": str(f.type)} for f in source),
+    )
+    manifest = Manifest(
+        pipeline=PIPELINE,
+        window=seq,
+        start={"file": "mysql-bin.000001", "pos": 4, "gtid_set": ""},
+        end={"file": "mysql-bin.000001", "pos": 4 + len(rows), "gtid_set": ""},
+        tables={TABLE: entry},
+        kind=WINDOW_KIND,
+    )
+    write_manifest(str(folder), manifest)
+    return str(folder)
+
+
+def build_table(spark: Any, staging: Path, target: str, rows: int, target_file_bytes: int) -> float:
+    """Create the table with window 1 (one row), then replace its rows by ids 1..rows in one commit."""
+    from pyspark.sql import functions as F
+
+    from airflow_provider_binlog.contract.delta import delta_arrow_schema, open_table
+    from airflow_provider_binlog.contract.uris import table_uri
+    from airflow_provider_binlog.jobs.merge.delta import commit_window, current_files
+    from airflow_provider_binlog.jobs.merge.files import FileLayout, write_sorted_files
+    from airflow_provider_binlog.jobs.merge.job import merge_window
+    from airflow_provider_binlog.jobs.merge.layout import SEGMENT_COLUMN, write_partitions
+    from airflow_provider_binlog.jobs.merge.transforms import spark_type
+
+    started = time.monotonic()
+    merge_window(spark, stage(staging, 1, [("c", row(1))]), target, pipeline=PIPELINE,
+                 target_file_bytes=target_file_bytes)  # fmt: skip
+    uri = table_uri(target, TABLE)
+    dt_ = open_table(uri)
+    assert dt_ is not None
+    schema = delta_arrow_schema(dt_)
+    id_ = F.col("id")
+    values = {
+        "id": id_,
+        "k": F.pmod(id_ * F.lit(2654435761), F.lit(1_000_000)),
+        "c": F.substring(F.repeat(F.md5(id_.cast("string")), 4), 1, 119),
+        "pad": F.substring(F.repeat(F.sha1(id_.cast("string")), 2), 1, 59),
+        "_binlog_op": F.lit("c"),
+        "_binlog_window": F.lit(1),
+        "_binlog_seq": id_,
+        "_binlog_gtid": F.concat(F.lit("0-1-"), id_.cast("string")),
+        "_binlog_file": F.lit("mysql-bin.000001"),
+        "_binlog_pos": id_ + F.lit(4),
+        "_binlog_ts": F.lit(T0),
+        "_binlog_deleted": F.lit(False),
+    }
+    frame = spark.range(1, rows + 1).select(
+        *[values[f.name].cast(spark_type(f.type)).alias(f.name) for f in schema]
+    )
+    rows_per_file = target_file_bytes // 110  # about 110 bytes per row in Parquet (hex strings)
+    layout = FileLayout(keys=["id"], stats_columns=["id"], partition={}, rows_per_file=rows_per_file)
+    placed = write_sorted_files(
+        frame.withColumn(SEGMENT_COLUMN, F.lit(0)), uri, schema, seq=1, layout=layout,
+        partitions=write_partitions(rows, rows_per_file),
+    )  # fmt: skip
+    commit_window(dt_, current_files(dt_, ["id"]), placed, pipeline=PIPELINE, seq=1, custom_metadata={})
+    return time.monotonic() - started
+
+
+def held_by(target: str, keys: set[int]) -> tuple[set[str], int]:
+    """Return the current files that hold any of ``keys`` (read from the files) and the file count."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    from airflow_provider_binlog.contract.uris import table_uri
+
+    uri = table_uri(target, TABLE)
+    paths = pa.table(DeltaTable(uri).get_add_actions(flatten=True))["path"].to_pylist()
+    wanted = pa.array(sorted(keys), pa.int64())
+    holding = {
+        p
+        for p in paths
+        if pc.any(pc.is_in(pq.read_table(f"{uri}/{p}", columns=["id"])["id"], wanted)).as_py()
+    }
+    return holding, len(paths)
+
+
+def commit_removed(target: str) -> set[str]:
+    """Return the files the table's newest commit removed (its log entry)."""
+    from deltalake import DeltaTable
+
+    from airflow_provider_binlog.contract.uris import table_uri
+
+    uri = table_uri(target, TABLE)
+    log = Path(uri) / "_delta_log" / f"{DeltaTable(uri).version():020d}.json"
+    actions = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+    return {a["remove"]["path"] for a in actions if "remove" in a}
+
+
+def check(target: str, rows: int, updated: dict[int, str]) -> None:
+    """Check the live row count and the updated rows' values; raise SystemExit on a difference."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    from airflow_provider_binlog.contract.uris import table_uri
+
+    data = DeltaTable(table_uri(target, TABLE)).to_pyarrow_table(columns=["id", "c", "_binlog_deleted"])
+    data = data.filter(pc.invert(data["_binlog_deleted"]))
+    if data.num_rows != rows:
+        raise SystemExit(f"the table holds {data.num_rows} live rows, not {rows}")
+    sample = dict(list(updated.items())[:200])
+    got = data.filter(pc.is_in(data["id"], pc.cast(list(sample), "int64"))).to_pylist()
+    if {r["id"]: r["c"] for r in got} != sample:
+        raise SystemExit("updated rows do not hold their new values")
+
+
+def measure(
+    spark: Any, workdir: Path, rows: int, target_file_bytes: int, random_updates: bool
+) -> dict[str, Any]:
+    """Build a table of ``rows`` rows, merge the scaling window (and the random one); return the numbers."""
+    from airflow_provider_binlog.jobs.merge.job import merge_window
+
+    staging, target = workdir / f"staging-{rows}", str(workdir / f"target-{rows}")
+    built = build_table(spark, staging, target, rows, target_file_bytes)
+    rng = random.Random(rows)
+    inserts = [("c", row(i, "v2")) for i in range(rows + 1, rows + 1 + CHANGES * 8 // 10)]
+    newest = rng.sample(range(rows - rows // 100 + 1, rows + 1), min(CHANGES * 2 // 10, rows // 100))
+    updates = [("u", row(i, "v2")) for i in newest]
+    window = stage(staging, 2, inserts + updates)
+    started = time.monotonic()
+    summary = merge_window(spark, window, target, pipeline=PIPELINE)["tables"][TABLE]
+    seconds = time.monotonic() - started
+    total = rows + len(inserts)
+    check(target, total, {r["id"]: r["c"] for _, r in updates + inserts})
+    result: dict[str, Any] = {
+        "rows": rows, "build_seconds": built, "seconds": seconds, "rows_written": summary["rows_written"],
+        "files_removed": summary["files_removed"], "files_added": summary["files_added"],
+    }  # fmt: skip
+    if random_updates:
+        keys = set(rng.sample(range(1, total + 1), min(CHANGES, total // 2)))
+        holding, files = held_by(target, keys)
+        window = stage(staging, 3, [("u", row(i, "v3")) for i in sorted(keys)])
+        started = time.monotonic()
+        summary = merge_window(spark, window, target, pipeline=PIPELINE)["tables"][TABLE]
+        result["random"] = {
+            "seconds": time.monotonic() - started, "files": files, "holding": len(holding),
+            "removed": len(commit_removed(target)), "same_files": commit_removed(target) == holding,
+            "rows_written": summary["rows_written"],
+        }  # fmt: skip
+        check(target, total, {i: row(i, "v3")["c"] for i in keys})
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    return result
+
+
+def render(results: list[dict[str, Any]], target_file_mb: int) -> str:
+    small, large = results[0], results[-1]
+    lines = [
+        f"local[2] Spark, one run on {os.cpu_count()} cores ({time.strftime('%Y-%m-%d')}); target file size "
+        f"{target_file_mb} MiB; window of {CHANGES:,} changes (80% inserts above the largest key, 20% updates "
+        "among the newest 1% of keys)",
+        "",
+        "| table rows | merge s | rows written | files removed | files added |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['rows']:,} | {r['seconds']:.1f} | {r['rows_written']:,} | {r['files_removed']} | {r['files_added']} |"
+        )
+    lines += [
+        "",
+        f"Time ratio {large['rows'] // small['rows']}x the rows: **{large['seconds'] / small['seconds']:.2f}x** "
+        f"(target <= 1.5x); rows written ratio {large['rows_written'] / small['rows_written']:.2f}x.",
+    ]
+    rnd = large.get("random")
+    if rnd:
+        lines += [
+            "",
+            f"{CHANGES:,} uniformly random updates of the {large['rows']:,}-row table ({rnd['files']} files): the "
+            f"commit removed **{rnd['removed']}** files; **{rnd['holding']}** files held those keys "
+            f"(same files: {rnd['same_files']}); {rnd['rows_written']:,} rows written in {rnd['seconds']:.1f} s.",
+        ]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", type=int, nargs=2, default=[1_000_000, 10_000_000], help="table rows")
+    parser.add_argument("--target-file-mb", type=int, default=128, help="target data file size (MiB)")
+    parser.add_argument("--write-docs", action="store_true", help="put the results into docs/benchmarks.md")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    from pyspark.sql import SparkSession
+
+    from airflow_provider_binlog.contract.types import SPARK_SQL_CONF
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    builder: Any = SparkSession.builder.master("local[2]").appName("bench-merge-scaling")
+    builder = builder.config("spark.ui.enabled", "false").config("spark.driver.memory", "3g")
+    for key, value in SPARK_SQL_CONF.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    workdir = Path(tempfile.mkdtemp(prefix="binlog-bench-merge-"))
+    try:
+        target_bytes = args.target_file_mb * 1024 * 1024
+        results = [
+            measure(spark, workdir, rows, target_bytes, random_updates=n == len(args.sizes) - 1)
+            for n, rows in enumerate(args.sizes)
+        ]
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        spark.stop()
+    print(json.dumps(results, indent=2, default=str))
+    table = render(results, args.target_file_mb)
+    print(table)
+    if args.write_docs:
+        write_block("merge_scaling", "Merge scaling (key-range layout)", table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
