@@ -1,0 +1,87 @@
+"""Unit tests of the key-range layout's planning: which files a window rewrites, how compaction groups files."""
+
+from __future__ import annotations
+
+from airflow_provider_binlog.jobs.merge.delta import DataFile
+from airflow_provider_binlog.jobs.merge.layout import RewritePlan, plan_rewrite, rows_per_file
+from airflow_provider_binlog.maintenance import _File, small_file_runs
+
+TARGET = 1000
+
+
+def files(*ranges: tuple[int, int], size: int = TARGET) -> list[DataFile]:
+    return [DataFile(f"f{low}", size, rows=10, low=low, high=high) for low, high in ranges]
+
+
+LAYOUT = files((1, 10), (11, 20), (31, 40), (41, 50))
+
+
+def removed(plan: RewritePlan) -> list[str]:
+    return [f.path for f in plan.removed]
+
+
+def test_a_key_inside_a_range_rewrites_that_file_only():
+    plan = plan_rewrite(LAYOUT, [15], target_file_bytes=TARGET)
+
+    assert removed(plan) == ["f11"]
+    assert not plan.whole
+
+
+def test_keys_in_two_distant_files_make_two_segments_that_keep_the_file_between():
+    plan = plan_rewrite(LAYOUT, [5, 45], target_file_bytes=TARGET)
+
+    assert removed(plan) == ["f1", "f41"]
+    assert plan.bounds == [41]
+    assert [plan.segment_of(k) for k in (1, 5, 10, 41, 50)] == [0, 0, 0, 1, 1]
+
+
+def test_adjacent_files_share_a_segment():
+    plan = plan_rewrite(LAYOUT, [5, 15], target_file_bytes=TARGET)
+
+    assert removed(plan) == ["f1", "f11"]
+    assert plan.bounds == []
+
+
+def test_a_key_in_a_gap_goes_to_the_file_before_it_and_below_all_to_the_first():
+    assert removed(plan_rewrite(LAYOUT, [25], target_file_bytes=TARGET)) == ["f11"]
+    assert removed(plan_rewrite(LAYOUT, [0], target_file_bytes=TARGET)) == ["f1"]
+
+
+def test_keys_above_the_largest_join_a_small_tail_or_open_a_new_segment():
+    small_tail = [*LAYOUT[:-1], DataFile("f41", 100, rows=10, low=41, high=50)]
+    assert removed(plan_rewrite(small_tail, [60], target_file_bytes=TARGET)) == ["f41"]
+
+    plan = plan_rewrite(LAYOUT, [15, 60, 61], target_file_bytes=TARGET)
+
+    assert removed(plan) == ["f11"]
+    assert plan.new_above == 50
+    assert [plan.segment_of(k) for k in (15, 50, 60)] == [0, 0, 1]
+
+
+def test_overlapping_ranges_rewrite_every_file_a_key_can_be_in():
+    overlapping = files((1, 10), (10, 20))
+
+    assert removed(plan_rewrite(overlapping, [10], target_file_bytes=TARGET)) == ["f1", "f10"]
+
+
+def test_a_file_without_a_key_range_makes_the_whole_table_rewritten():
+    plan = plan_rewrite([*LAYOUT, DataFile("old", 10, rows=1)], [5], target_file_bytes=TARGET)
+
+    assert plan.whole
+    assert len(plan.removed) == 5
+
+
+def test_rows_per_file_follows_the_bytes_per_row_of_the_current_files():
+    assert rows_per_file(files((1, 10), size=1000), 50_000) == 500  # 100 bytes per row
+    assert rows_per_file([], 50_000) == 250  # 200 bytes per row assumed
+
+
+def test_compaction_joins_runs_of_small_adjacent_files_up_to_the_target():
+    def f(low: int, size: int) -> _File:
+        return _File(f"f{low}", size, {}, low, low + 9)
+
+    layout = [f(1, 100), f(11, 200), f(21, 900), f(31, 100), f(41, 100), f(51, 300), f(61, 100)]
+
+    runs = small_file_runs(layout, TARGET)
+
+    assert [[x.path for x in run] for run in runs] == [["f1", "f11"], ["f31", "f41", "f51", "f61"]]
