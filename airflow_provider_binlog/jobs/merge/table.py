@@ -313,7 +313,7 @@ def retype_table(
             *[col(f.name).cast(spark_type(f.type)).alias(f.name) for f in new_data]
         )
         placed = _write_plan(
-            rows, dt, uri, new_data, key_names, RewritePlan(removed, whole=True), seq=seq,
+            rows, dt, uri, new_data, key_names, RewritePlan(removed, whole=True), files=removed, seq=seq,
             count=sum(f.rows for f in removed), storage_options=storage_options,
         )  # fmt: skip
     now_ms = int(time.time() * 1000)
@@ -399,12 +399,16 @@ def _write_plan(
     keys: Sequence[str],
     plan: RewritePlan,
     *,
+    files: Sequence[DataFile],
     seq: int,
     count: int,
     storage_options: StorageOptions | None,
 ) -> list[PlacedFile]:
-    """Write a rewrite's ``count`` rows into new files cut by the plan's segments; return them, uncommitted."""
-    layout = file_layout(dt, keys, current_files(dt, keys))
+    """Write a rewrite's ``count`` rows into new files cut by the plan's segments; return them, uncommitted.
+
+    ``files`` are the table's current files (their bytes per row size the new ones).
+    """
+    layout = file_layout(dt, keys, files)
     return write_sorted_files(
         rows.withColumn(SEGMENT_COLUMN, segment_column(keys[0], plan)),
         uri,
@@ -491,6 +495,7 @@ def _rewrite_files(
             data_schema,
             key_names,
             plan,
+            files=files,
             seq=seq,
             count=count,
             storage_options=storage_options,
