@@ -85,3 +85,14 @@ def test_compaction_joins_runs_of_small_adjacent_files_up_to_the_target():
     runs = small_file_runs(layout, TARGET)
 
     assert [[x.path for x in run] for run in runs] == [["f1", "f11"], ["f31", "f41", "f51", "f61"]]
+
+
+def test_scattered_keys_fill_the_smallest_gaps_beyond_the_most_segments():
+    layout = files(*[(10 * i, 10 * i + 5) for i in range(400)])
+    keys = [10 * i for i in range(0, 400, 3)]  # every third file: 134 runs
+
+    plan = plan_rewrite(layout, keys, target_file_bytes=TARGET)
+
+    assert len(plan.bounds) + 1 <= 64
+    assert {f"f{k}" for k in keys} <= set(removed(plan))
+    assert all(plan.segment_of(f.low) == plan.segment_of(f.high) for f in plan.removed)

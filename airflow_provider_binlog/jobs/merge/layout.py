@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 
 SEGMENT_COLUMN = "_binlog_segment"
 """Column the merge's Spark write is partitioned by: the run of rewritten files a new row belongs to."""
+MAX_SEGMENTS = 64
+"""Most segments one rewrite cuts (the Spark expression is a chain of this many comparisons); beyond it the
+files between the closest runs of rewritten files are rewritten too."""
 FALLBACK_ROW_BYTES = 200
 """Bytes per row assumed when no current file tells (a new table): the files are split at size later."""
 
@@ -96,9 +99,20 @@ def plan_rewrite(
                 new_above = ranged[top].high
         else:
             chosen.add(max(i, 0))
-    runs = sorted(chosen)
+    runs = _fill_gaps(sorted(chosen), MAX_SEGMENTS)
     bounds = [ranged[i].low for n, i in enumerate(runs) if n > 0 and runs[n - 1] != i - 1]
     return RewritePlan(removed=[ranged[i] for i in runs], bounds=bounds, new_above=new_above)
+
+
+def _fill_gaps(chosen: list[int], most: int) -> list[int]:
+    """Return ``chosen`` (ascending file indexes) with the smallest gaps filled, so that at most ``most`` runs remain."""
+    gaps = [(b - a - 1, a, b) for a, b in zip(chosen, chosen[1:], strict=False) if b - a > 1]
+    if len(gaps) < most:
+        return chosen
+    filled = set(chosen)
+    for _, a, b in sorted(gaps)[: len(gaps) - most + 1]:
+        filled.update(range(a + 1, b))
+    return sorted(filled)
 
 
 def rows_per_file(files: Sequence[DataFile], target_file_bytes: int) -> int:
