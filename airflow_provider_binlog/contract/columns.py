@@ -1,8 +1,8 @@
 """The ``_binlog_*`` columns of staged change records and target tables, and the op codes.
 
 Names are a public contract (README, "Change record"). A staged change file holds the source columns,
-then :data:`CHANGE_FIELDS`; a target table adds :data:`DELETED_COLUMN` and the partition column
-:data:`BUCKET_COLUMN`.
+then :data:`CHANGE_FIELDS`; a target table adds :data:`DELETED_COLUMN` (and, if it was created with hash
+buckets before ADR 0020, the partition column :data:`BUCKET_COLUMN`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ POS_COLUMN = "_binlog_pos"
 TS_COLUMN = "_binlog_ts"
 DELETED_COLUMN = "_binlog_deleted"
 BUCKET_COLUMN = "_binlog_bucket"
+"""Partition column of target tables created with hash buckets (before ADR 0020); 0 in their rewritten files."""
 
 # Op codes of ``_binlog_op``. A new op is one line here plus its entry in OPS.
 OP_INSERT = "c"
