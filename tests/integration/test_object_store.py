@@ -8,7 +8,7 @@ without the options, so it cannot pass by reaching the files some other way.
 
 Spark itself cannot read or write ``s3://`` here: pyspark ships no S3A filesystem (``hadoop-aws`` is not
 in its jars and cannot be downloaded on our machines), so the one Spark step of a merge, computing the new
-bucket contents, is done by pyarrow's Parquet writer in :func:`write_bucket_file`; everything the driver
+sorted files, is done by pyarrow's Parquet writer in :func:`write_segment_file`; everything the driver
 does around it runs as in the job.
 """
 
@@ -30,7 +30,7 @@ pytest.importorskip("moto")
 deltalake = pytest.importorskip("deltalake")
 
 from airflow_provider_binlog.contract import ContractError  # noqa: E402
-from airflow_provider_binlog.contract.columns import BUCKET_COLUMN, CHANGE_FIELDS, OP_INSERT, UTC  # noqa: E402
+from airflow_provider_binlog.contract.columns import CHANGE_FIELDS, OP_INSERT, UTC  # noqa: E402
 from airflow_provider_binlog.contract.delta import already_merged, open_table  # noqa: E402
 from airflow_provider_binlog.contract.manifest import (  # noqa: E402
     Manifest,
@@ -41,7 +41,8 @@ from airflow_provider_binlog.contract.manifest import (  # noqa: E402
 from airflow_provider_binlog.contract.refusals import record_refusal, refused_tables  # noqa: E402
 from airflow_provider_binlog.contract.uris import filesystem_for, join_uri, table_uri  # noqa: E402
 from airflow_provider_binlog.jobs.merge.delta import commit_window, create_table  # noqa: E402
-from airflow_provider_binlog.jobs.merge.files import STAGING_DIR, place_outputs, staged_outputs  # noqa: E402
+from airflow_provider_binlog.jobs.merge.files import STAGING_DIR, FileLayout, place_outputs, staged_outputs  # noqa: E402
+from airflow_provider_binlog.jobs.merge.layout import SEGMENT_COLUMN  # noqa: E402
 from airflow_provider_binlog.jobs.merge.window import load_window, read_staged_schema, target_schema  # noqa: E402
 from airflow_provider_binlog.operators import BinlogMergeOperator  # noqa: E402
 from airflow_provider_binlog.target import check_target, read_table, window_merged  # noqa: E402
@@ -156,9 +157,9 @@ def stage_window(
     return manifest
 
 
-def write_bucket_file(table_location: str, seq: int, data: pa.Table, options: dict[str, str]) -> None:
-    """Write the window's new bucket 0 where the job's Spark writer would (see the module docstring)."""
-    stage = join_uri(table_location, STAGING_DIR, f"w{seq}-test", f"{BUCKET_COLUMN}=0", "part-00000.parquet")
+def write_segment_file(table_location: str, seq: int, data: pa.Table, options: dict[str, str]) -> None:
+    """Write the window's new segment 0 where the job's Spark writer would (see the module docstring)."""
+    stage = join_uri(table_location, STAGING_DIR, f"w{seq}-test", f"{SEGMENT_COLUMN}=0", "part-00000.parquet")
     fs, path = filesystem_for(stage, options)
     pq.write_table(data, path, filesystem=fs)
 
@@ -201,16 +202,17 @@ def test_a_window_merged_into_an_s3_target_is_verified_and_read_back_with_the_sa
     dt_ = create_table(
         uri, wanted, table=staged.name, keys=["id"], pipeline=PIPELINE, storage_options=s3_options
     )
-    data_schema = pa.schema([f for f in wanted if f.name != BUCKET_COLUMN])
+    data_schema = wanted
     staged_rows = pq.read_table(
         filesystem_for(staged.files[0], s3_options)[1],
         filesystem=filesystem_for(staged.files[0], s3_options)[0],
     )
     rows = [{**row, "_binlog_deleted": False} for row in staged_rows.to_pylist()]
-    write_bucket_file(uri, 1, pa.Table.from_pylist(rows, schema=data_schema), s3_options)
+    write_segment_file(uri, 1, pa.Table.from_pylist(rows, schema=data_schema), s3_options)
     fs, table_path = filesystem_for(uri, s3_options)
     outputs = staged_outputs(fs, filesystem_for(join_uri(uri, STAGING_DIR), s3_options)[1])
-    placed = place_outputs(fs, table_path, outputs, data_schema, 1)
+    layout = FileLayout(keys=["id"], stats_columns=["id"], partition={}, rows_per_file=1000)
+    placed = place_outputs(fs, table_path, outputs, data_schema, 1, layout)
     commit_window(dt_, [], placed, pipeline=PIPELINE, seq=1, custom_metadata={"binlog.pipeline": PIPELINE})
 
     # The Airflow side reads it back through the same options.

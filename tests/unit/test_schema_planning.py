@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from airflow_provider_binlog.contract.columns import BUCKET_COLUMN, CHANGE_FIELDS, DELETED_COLUMN
+from airflow_provider_binlog.contract.columns import CHANGE_FIELDS, DELETED_COLUMN, TS_COLUMN
 from airflow_provider_binlog.contract.types import ARROW_TYPE_KEY, MYSQL_TYPE_KEY
 from airflow_provider_binlog.jobs.merge.schema import (
     UnfollowableSchemaChange,
@@ -27,7 +27,7 @@ def plan(current: pa.Schema, wanted: pa.Schema, *, newest: bool = True):  # type
 
 def test_the_target_schema_stores_wider_types_and_records_the_staged_ones() -> None:
     schema = table(("id", pa.uint32(), "int unsigned"), ("t", pa.duration("us"), "time(6)"))
-    assert [f.name for f in schema][-2:] == [DELETED_COLUMN, BUCKET_COLUMN]
+    assert [f.name for f in schema][-2:] == [TS_COLUMN, DELETED_COLUMN]  # no partition column (ADR 0020)
     assert schema.field("id").type == pa.int64()
     assert schema.field("id").metadata[ARROW_TYPE_KEY.encode()] == b"uint32"
     assert schema.field("t").type == pa.int64()
