@@ -506,3 +506,22 @@ def test_the_decimal_key_of_an_unsigned_bigint_prunes(spark, staging, target):
     assert len(removed) == 1
     status = {r["id"]: r["status"] for r in read_table(target, TABLE).to_pylist()}
     assert status[big + 7] == "paid"
+
+
+def test_a_snapshot_that_drops_a_column_of_a_bucket_table_keeps_its_partition_column(spark, staging, target):
+    bucket_table(target, {i: order(i, "old", "1.00") for i in range(1, 51)})
+    narrow = pa.schema([("id", pa.int64()), ("status", pa.string())])
+    kept = [{"id": i, "status": "snap"} for i in range(1, 41)]
+
+    merge(
+        spark,
+        stage_window(staging, 2, {TABLE: StagedTableSpec(narrow, [("c", r) for r in kept])}, kind="snapshot"),
+        target,
+        target_file_bytes=SMALL,
+    )
+
+    dt = deltalake.DeltaTable(table_uri(target, TABLE))
+    assert dt.metadata().partition_columns == [BUCKET_COLUMN]
+    assert "amount" not in delta_arrow_schema(dt).names
+    assert sorted(read_table(target, TABLE).to_pylist(), key=lambda r: r["id"]) == kept
+    assert_disjoint_and_exact(target)

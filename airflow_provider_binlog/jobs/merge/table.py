@@ -456,7 +456,8 @@ def _rewrite_files(
     stored = data_columns(dt, current_schema)
     table_schema = current_schema
     if replaced is not None:
-        table_schema = pa.schema([*replaced, *[f for f in current_schema if f not in stored]])
+        partitions = [current_schema.field(name) for name in dt.metadata().partition_columns]
+        table_schema = pa.schema([*replaced, *partitions])  # a hash-bucket table keeps its partition column
     data_schema = data_columns(dt, table_schema)
     key_names = _key_names(data_schema, keys)
     files = current_files(dt, key_names)
