@@ -525,3 +525,30 @@ def test_a_snapshot_that_drops_a_column_of_a_bucket_table_keeps_its_partition_co
     assert "amount" not in delta_arrow_schema(dt).names
     assert sorted(read_table(target, TABLE).to_pylist(), key=lambda r: r["id"]) == kept
     assert_disjoint_and_exact(target)
+
+
+def test_a_compaction_that_loses_to_a_merge_commits_nothing(spark, staging, target, monkeypatch):
+    from airflow_provider_binlog.contract import delta as contract_delta
+
+    rows = loaded(spark, staging, target, target_file_bytes=SMALL)
+    deltalake.DeltaTable(table_uri(target, TABLE)).alter.set_table_properties(
+        {TARGET_FILE_BYTES_PROPERTY: str(SMALL * 4)}, raise_if_not_exists=False
+    )
+    rows[2] = order(2, "paid", "2.00")
+    stats = contract_delta.file_stats
+    merged: list[dict[str, Any]] = []
+
+    def merge_in_between(*args: Any, **kwargs: Any) -> str:
+        if not merged:  # the compaction has read the table and written its first file
+            merged.append(merge(spark, stage_window(staging, 2, orders([("u", rows[2])])), target))
+        return stats(*args, **kwargs)
+
+    monkeypatch.setattr(contract_delta, "file_stats", merge_in_between)
+    version = deltalake.DeltaTable(table_uri(target, TABLE)).version()
+
+    result = compact_table(table_uri(target, TABLE))
+
+    assert result.conflict
+    assert deltalake.DeltaTable(table_uri(target, TABLE)).version() == version + 1  # the merge only
+    assert not [p for p in Path(table_uri(target, TABLE)).rglob("compacted-*")]
+    assert_engines_agree(target, rows)
