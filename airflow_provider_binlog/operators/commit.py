@@ -13,8 +13,7 @@ from airflow_provider_binlog.contract.manifest import Manifest
 from airflow_provider_binlog.exceptions import MergeError, StateError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.lineage import StagedLineageMixin
-from airflow_provider_binlog.source.positions import BinlogPosition
-from airflow_provider_binlog.state import (
+from airflow_provider_binlog.pipeline.state import (
     STATEMENT_CHARS,
     PipelineState,
     Position,
@@ -23,6 +22,7 @@ from airflow_provider_binlog.state import (
     Window,
     state_summary,
 )
+from airflow_provider_binlog.source.positions import BinlogPosition
 
 
 def resnapshots_of(
@@ -68,7 +68,7 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
     window's merge commit is there (app transaction version >= window seq); otherwise it fails and the
     checkpoint stays where it was, so the next try re-merges the same staged window. The write holds
     the pipeline's state lock on the source and checks the state revision
-    (:class:`~airflow_provider_binlog.state.StateManager`, :mod:`~airflow_provider_binlog.state_lock`).
+    (:class:`~airflow_provider_binlog.pipeline.state.StateManager`, :mod:`~airflow_provider_binlog.pipeline.lock`).
 
     :param pipeline: pipeline name (templated).
     :param target_path: root of the target tables (templated).
@@ -109,13 +109,13 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
         """Verify the merge of this run's window, mark it merged and advance the checkpoint.
 
         The checkpoint moves across the contiguous merged windows starting at it
-        (:func:`~airflow_provider_binlog.windows.advance_checkpoint`); an interval window merged out of
+        (:func:`~airflow_provider_binlog.pipeline.windows.advance_checkpoint`); an interval window merged out of
         order is recorded and the checkpoint waits for the gap before it.
         """
-        from airflow_provider_binlog.staging import read_manifest, storage_path
-        from airflow_provider_binlog.state_lock import SourceStateLock
+        from airflow_provider_binlog.pipeline.lock import SourceStateLock
+        from airflow_provider_binlog.pipeline.staging import read_manifest, storage_path
+        from airflow_provider_binlog.pipeline.windows import advance_checkpoint, mark_window
         from airflow_provider_binlog.target import check_target, target_root
-        from airflow_provider_binlog.windows import advance_checkpoint, mark_window
 
         hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
         manager = StateManager(self.pipeline, lock=SourceStateLock(hook))
@@ -166,7 +166,7 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
                 .with_resnapshots_needed(needed)
             )
 
-        from airflow_provider_binlog.state_history import StagedStateHistory
+        from airflow_provider_binlog.pipeline.history import StagedStateHistory
 
         manager.history = StagedStateHistory(window_dir.parent)
         written = manager.update(advance)
@@ -223,7 +223,7 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
             return
         if manifest is None:
             from airflow_provider_binlog.contract.refusals import refused_tables
-            from airflow_provider_binlog.staging import read_manifest, storage_path
+            from airflow_provider_binlog.pipeline.staging import read_manifest, storage_path
 
             window_dir = None if window.manifest_uri is None else storage_path(window.manifest_uri)
             manifest = None if window_dir is None else read_manifest(window_dir)

@@ -40,6 +40,6 @@ class StagedLineageMixin:
 
     def selected_tables(self, tables: Any) -> list[str]:
         """Return the entries of a table selection (none while it is an unrendered template)."""
-        from airflow_provider_binlog.tables import is_template, parse_tables
+        from airflow_provider_binlog.pipeline.tables import is_template, parse_tables
 
         return [] if is_template(tables) else parse_tables(tables)

@@ -79,8 +79,8 @@ class BinlogMaintenanceOperator(BaseOperator):
         import datetime as dt
 
         from airflow_provider_binlog.maintenance import Freed, clean_staging, vacuum_table
-        from airflow_provider_binlog.staging import storage_path
-        from airflow_provider_binlog.state import StateManager
+        from airflow_provider_binlog.pipeline.staging import storage_path
+        from airflow_provider_binlog.pipeline.state import StateManager
         from airflow_provider_binlog.target import table_uri, target_root
 
         state = StateManager(self.pipeline).load()

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
 from airflow_provider_binlog.operators.spark import SparkJobOperator
-from airflow_provider_binlog.tables import is_template, parse_keys
+from airflow_provider_binlog.pipeline.tables import is_template, parse_keys
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -102,7 +102,7 @@ class BinlogMergeOperator(SparkJobOperator):
         :raises MergeError: if the Spark job fails or the target does not hold the window afterwards.
         """
         from airflow_provider_binlog.contract.refusals import refused_tables
-        from airflow_provider_binlog.state import StateManager
+        from airflow_provider_binlog.pipeline.state import StateManager
         from airflow_provider_binlog.target import check_target, window_merged
 
         self.keys = parse_keys(self.keys)

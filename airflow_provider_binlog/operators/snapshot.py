@@ -13,11 +13,8 @@ from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, St
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.lineage import StagedLineageMixin
 from airflow_provider_binlog.operators.spark import SparkJobOperator
-from airflow_provider_binlog.snapshot.ledger import SnapshotMode, begin_snapshot, finish_snapshot
-from airflow_provider_binlog.snapshot.plan import CHUNK_ROWS, plan_snapshot
-from airflow_provider_binlog.source.schema import TableInfo, unique_keys
-from airflow_provider_binlog.state import PipelineState, Snapshot, StateManager
-from airflow_provider_binlog.tables import (
+from airflow_provider_binlog.pipeline.state import PipelineState, Snapshot, StateManager
+from airflow_provider_binlog.pipeline.tables import (
     TableKeys,
     check_keyless_mode,
     is_template,
@@ -26,6 +23,9 @@ from airflow_provider_binlog.tables import (
     skipped_warning,
     table_keys,
 )
+from airflow_provider_binlog.snapshot.ledger import SnapshotMode, begin_snapshot, finish_snapshot
+from airflow_provider_binlog.snapshot.plan import CHUNK_ROWS, plan_snapshot
+from airflow_provider_binlog.source.schema import TableInfo, unique_keys
 
 #: The PySpark application submitted by :class:`BinlogSnapshotOperator`.
 SNAPSHOT_APPLICATION = Path(__file__).resolve().parent.parent / "jobs" / "snapshot.py"
@@ -61,7 +61,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         for tables without a primary key.
     :param keyless_tables: (templated) ``skip`` (default: a selected table with no primary key and no named key is left
         out of the snapshot; once it has a key, a ``missing`` snapshot loads it as a table new to the
-        pipeline) or ``fail`` (:class:`~airflow_provider_binlog.tables.KeylessTableError`).
+        pipeline) or ``fail`` (:class:`~airflow_provider_binlog.pipeline.tables.KeylessTableError`).
     :param chunk_rows: rows per chunk.
     :param max_connections: most source connections (Spark read tasks) at once.
     :param buckets: hash buckets of target tables the snapshot creates.
@@ -148,11 +148,11 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         :raises MergeError: when the Spark application fails (a retry resumes) or the target lacks the rows.
         """
         from airflow_provider_binlog.contract.uris import join_uri, read_json
+        from airflow_provider_binlog.pipeline.history import StagedStateHistory
+        from airflow_provider_binlog.pipeline.lock import SourceStateLock
+        from airflow_provider_binlog.pipeline.staging import check_writable, storage_path
         from airflow_provider_binlog.snapshot.chunks import SOURCE_ENV
         from airflow_provider_binlog.snapshot.plan import PLAN_NAME
-        from airflow_provider_binlog.staging import check_writable, storage_path
-        from airflow_provider_binlog.state_history import StagedStateHistory
-        from airflow_provider_binlog.state_lock import SourceStateLock
         from airflow_provider_binlog.target import check_target, target_root
 
         if self.mode not in MODES:
@@ -279,7 +279,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         )
 
     def _keys(self, hook: BinlogHook, described: dict[str, TableInfo]) -> TableKeys:
-        """Resolve every table's chunk key (:func:`~airflow_provider_binlog.tables.resolve_key`, snapshot level).
+        """Resolve every table's chunk key (:func:`~airflow_provider_binlog.pipeline.tables.resolve_key`, snapshot level).
 
         :raises KeylessTableError: for a keyless table with ``keyless_tables="fail"``.
         :raises BinlogConfigError: for a named key that is not a UNIQUE index of NOT NULL columns.
@@ -313,7 +313,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         self, manager: StateManager, server: Any, tables: list[str], *, context: Any, staging_uri: Any
     ) -> Snapshot | None:
         """Start, find or take over this run's snapshot in a read-modify-write of the state."""
-        from airflow_provider_binlog.runs import holder_states
+        from airflow_provider_binlog.pipeline.runs import holder_states
 
         run_id = str(context["run_id"])
         started: dict[str, Snapshot | None] = {}

@@ -13,7 +13,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_binlog.exceptions import BinlogConfigError
 from airflow_provider_binlog.operators import BinlogExtractOperator
-from airflow_provider_binlog.staging import FILESYSTEM_EXTRAS, FILESYSTEM_PROVIDERS, storage_path
+from airflow_provider_binlog.pipeline.staging import FILESYSTEM_EXTRAS, FILESYSTEM_PROVIDERS, storage_path
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
 pytestmark = pytest.mark.integration

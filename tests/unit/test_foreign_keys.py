@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_binlog.foreign_keys import (
+from airflow_provider_binlog.contract.foreign_keys import (
     ForeignKey,
     ForeignKeyCycleError,
     cascades_are_logged,

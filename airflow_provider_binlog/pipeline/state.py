@@ -2,7 +2,7 @@
 
 The Variable ``binlog_state__<pipeline>`` holds a versioned JSON document (:class:`PipelineState`).
 Airflow's Variables have no compare-and-set, so every write holds the pipeline's :class:`StateLock`
-(in production a named lock on the source server, :mod:`airflow_provider_binlog.state_lock`, ADR 0012)
+(in production a named lock on the source server, :mod:`airflow_provider_binlog.pipeline.lock`, ADR 0012)
 from the read to the write: writers of one pipeline take turns and none loses an update. Under the lock,
 a write still checks that the stored ``revision`` is the one that was read, writes ``revision + 1`` with
 a unique writer token and reads back to confirm the token, so a writer that bypasses the lock (a hand
@@ -115,7 +115,7 @@ class Window(Held):
         :class:`Held`).
     :param status: ``cut`` -> ``extracted`` (manifest written) -> ``merged`` (checkpoint moved).
     :param cut_by: ``head`` (ends at the source head when cut) or ``interval`` (the run's data interval,
-        see :func:`~airflow_provider_binlog.windows.cut_interval_window`).
+        see :func:`~airflow_provider_binlog.pipeline.windows.cut_interval_window`).
     :param last_commit_ts: commit time of the window's last transaction (from its manifest).
     """
 
@@ -463,7 +463,7 @@ def now_iso() -> str:
 
 
 class StateHistory(Protocol):
-    """Where copies of the last revisions of a state document are kept (see :mod:`~airflow_provider_binlog.state_history`)."""
+    """Where copies of the last revisions of a state document are kept (see :mod:`~airflow_provider_binlog.pipeline.history`)."""
 
     def keep(self, state: PipelineState) -> None:
         """Keep a copy of ``state`` as written (never raises: a lost copy must not fail the write)."""
@@ -485,7 +485,7 @@ class StateManager:
     :param pipeline: pipeline name (letters, digits, ``_`` and ``-``).
     :param store: Variable backend; Airflow Variables by default.
     :param history: where each written revision is also copied (the pipeline's staging), if anywhere.
-    :param lock: the pipeline's state lock (:class:`~airflow_provider_binlog.state_lock.SourceStateLock`
+    :param lock: the pipeline's state lock (:class:`~airflow_provider_binlog.pipeline.lock.SourceStateLock`
         in production); a manager without one can only read.
     """
 
@@ -528,7 +528,7 @@ class StateManager:
             state,
             "holds an inconsistent state document; it was left untouched",
             advice=f" Nothing was read or merged on it. Was it edited by hand? Restore an earlier revision: "
-            f"`python -m airflow_provider_binlog.state_admin history --pipeline {self.pipeline}` lists the kept "
+            f"`python -m airflow_provider_binlog.admin history --pipeline {self.pipeline}` lists the kept "
             f"ones (docs/operating.md, 'Pipeline state').",
         )
         return state

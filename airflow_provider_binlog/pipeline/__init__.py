@@ -1,0 +1,15 @@
+"""The pipeline: what a pipeline owns between its source and its target, kept in Airflow.
+
+- :mod:`~airflow_provider_binlog.pipeline.state`: the checkpoint and window ledger in one Variable, and the
+  compare-and-set writer of it;
+- :mod:`~airflow_provider_binlog.pipeline.lock`: the state lock, a named lock on the source (ADR 0012);
+- :mod:`~airflow_provider_binlog.pipeline.history`: copies of the last state revisions beside the staging;
+- :mod:`~airflow_provider_binlog.pipeline.windows`: cutting windows and adopting abandoned ones;
+- :mod:`~airflow_provider_binlog.pipeline.runs`: asking Airflow about the run that holds a window;
+- :mod:`~airflow_provider_binlog.pipeline.tables`: table selection and the key of each table;
+- :mod:`~airflow_provider_binlog.pipeline.staging`: a window's staging folder through ObjectStoragePath.
+
+Data flows one way (``docs/adr/0022-pipeline-package-and-one-credential-path.md``): this package uses
+``source`` and ``contract``; ``extract``, ``snapshot``, the operators and ``monitoring`` use it, never the
+reverse (an import-linter contract checks it).
+"""
