@@ -42,14 +42,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from airflow_provider_binlog.pipeline.state import (
-    VARIABLE_DESCRIPTION,
-    PipelineState,
-    StateLock,
-    StateManager,
-    state_summary,
-    variable_key,
-)
+from airflow_provider_binlog.pipeline.ledger import PipelineState, state_summary
+from airflow_provider_binlog.pipeline.state import VARIABLE_DESCRIPTION, StateLock, StateManager, variable_key
 
 
 class MetadataVariableStore:

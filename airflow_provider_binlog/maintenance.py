@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
 
-    from airflow_provider_binlog.pipeline.state import PipelineState
+    from airflow_provider_binlog.pipeline.ledger import PipelineState
 
 UTC = dt.timezone.utc
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
 
     from airflow_provider_binlog.contract.uris import StorageOptions
-    from airflow_provider_binlog.pipeline.state import PipelineState
+    from airflow_provider_binlog.pipeline.ledger import PipelineState
 
 #: SQL predicate selecting live rows (not tombstones) of a target table.
 LIVE_ROWS_PREDICATE = "NOT _binlog_deleted"

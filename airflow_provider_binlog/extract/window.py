@@ -25,8 +25,8 @@ from airflow_provider_binlog.extract.reader import (
 from airflow_provider_binlog.extract.tablemaps import CACHED_TABLE_MAP_EVENTS, table_map_cache
 from airflow_provider_binlog.extract.writer import TableOutput, TableWriter
 from airflow_provider_binlog.monitoring.retention import binlog_bytes_between, check_retained
+from airflow_provider_binlog.pipeline.ledger import Window, now_iso
 from airflow_provider_binlog.pipeline.staging import clear_window, write_manifest
-from airflow_provider_binlog.pipeline.state import Window, now_iso
 from airflow_provider_binlog.source.grants import ACCESS_DENIED_ERRORS
 
 if TYPE_CHECKING:

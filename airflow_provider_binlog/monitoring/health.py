@@ -16,7 +16,8 @@ import pendulum
 from pydantic import BaseModel
 
 from airflow_provider_binlog.exceptions import BinlogError
-from airflow_provider_binlog.pipeline.state import PipelineState, VariableStore
+from airflow_provider_binlog.pipeline.ledger import PipelineState
+from airflow_provider_binlog.pipeline.state import VariableStore
 
 ENDED_RUN_STATES = frozenset({"success", "failed", "missing"})
 """Airflow states of a holder run that will not finish its window or snapshot by itself."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pendulum
 
-from airflow_provider_binlog.pipeline.state import PipelineState, Snapshot
+from airflow_provider_binlog.pipeline.ledger import PipelineState, Snapshot
 from airflow_provider_binlog.source.schema import estimated_rows
 
 if TYPE_CHECKING:

@@ -13,15 +13,15 @@ from airflow_provider_binlog.contract.manifest import Manifest
 from airflow_provider_binlog.exceptions import MergeError, StateError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.lineage import StagedLineageMixin
-from airflow_provider_binlog.pipeline.state import (
+from airflow_provider_binlog.pipeline.ledger import (
     STATEMENT_CHARS,
     PipelineState,
     Position,
     ResnapshotNeeded,
-    StateManager,
     Window,
     state_summary,
 )
+from airflow_provider_binlog.pipeline.state import StateManager
 from airflow_provider_binlog.source.positions import BinlogPosition
 
 

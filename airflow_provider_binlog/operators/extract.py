@@ -14,7 +14,8 @@ from airflow_provider_binlog.contract.manifest import Manifest
 from airflow_provider_binlog.exceptions import BinlogConfigError, IntervalOpenError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.lineage import StagedLineageMixin
-from airflow_provider_binlog.pipeline.state import PipelineState, StateManager, Window
+from airflow_provider_binlog.pipeline.ledger import PipelineState, Window
+from airflow_provider_binlog.pipeline.state import StateManager
 from airflow_provider_binlog.pipeline.tables import (
     check_keyless_mode,
     is_template,
@@ -332,7 +333,7 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
 
         A complete manifest of exactly this window is reused: first in the folder the ledger records
         (``manifest_uri``: also one an earlier holder staged before it ended), then in the folder of the
-        current holder (:attr:`~airflow_provider_binlog.pipeline.state.Window.staging_name`, where a retry of an
+        current holder (:attr:`~airflow_provider_binlog.pipeline.ledger.Window.staging_name`, where a retry of an
         extract that died after its manifest finds it). Otherwise the window is read into the current
         holder's folder: after a hand-over a new one, never the half-written folder of a run that died.
         """

@@ -13,7 +13,8 @@ from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, St
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.lineage import StagedLineageMixin
 from airflow_provider_binlog.operators.spark import SparkJobOperator
-from airflow_provider_binlog.pipeline.state import PipelineState, Snapshot, StateManager
+from airflow_provider_binlog.pipeline.ledger import PipelineState, Snapshot
+from airflow_provider_binlog.pipeline.state import StateManager
 from airflow_provider_binlog.pipeline.tables import (
     TableKeys,
     check_keyless_mode,

@@ -1,7 +1,9 @@
 """The pipeline: what a pipeline owns between its source and its target, kept in Airflow.
 
-- :mod:`~airflow_provider_binlog.pipeline.state`: the checkpoint and window ledger in one Variable, and the
-  compare-and-set writer of it;
+- :mod:`~airflow_provider_binlog.pipeline.ledger`: the state document: checkpoint, windows, snapshots,
+  pending re-snapshots, and the checks over them;
+- :mod:`~airflow_provider_binlog.pipeline.state`: reading and writing that document in one Variable, with
+  a compare-and-set under the state lock;
 - :mod:`~airflow_provider_binlog.pipeline.lock`: the state lock, a named lock on the source (ADR 0012);
 - :mod:`~airflow_provider_binlog.pipeline.history`: copies of the last state revisions beside the staging;
 - :mod:`~airflow_provider_binlog.pipeline.windows`: cutting windows and adopting abandoned ones;

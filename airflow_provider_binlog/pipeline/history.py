@@ -13,7 +13,7 @@ import logging
 import re
 from typing import TYPE_CHECKING
 
-from airflow_provider_binlog.pipeline.state import PipelineState
+from airflow_provider_binlog.pipeline.ledger import PipelineState
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath

@@ -30,8 +30,8 @@ from airflow_provider_binlog.exceptions import (
     PipelineBusyError,
     StateError,
 )
+from airflow_provider_binlog.pipeline.ledger import Checkpoint, PipelineState, Position, Window, now_iso
 from airflow_provider_binlog.pipeline.runs import HolderState, has_ended, never_ended
-from airflow_provider_binlog.pipeline.state import Checkpoint, PipelineState, Position, Window, now_iso
 from airflow_provider_binlog.source.positions import BinlogPosition
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ def adopt_window(
     The window keeps its bounds, seq, status and staged manifest: its bytes are fixed by its bounds, and
     its seq keeps the merge exactly-once (each table's Delta log records the window's seq with the commit
     that applied it, so tables the earlier holder merged are skipped). The ledger records the hand-over
-    (:class:`~airflow_provider_binlog.pipeline.state.Handover`: from run, to run, when, the holder's state), and the
+    (:class:`~airflow_provider_binlog.pipeline.ledger.Handover`: from run, to run, when, the holder's state), and the
     commit and merge of ``run_id`` find the window by its new run id.
 
     :param held: an unmerged window of ``state`` held by another run.

@@ -1,6 +1,6 @@
 """The snapshot entries of a pipeline's ledger: starting (or resuming) a snapshot and recording its merge.
 
-Pure functions over :class:`~airflow_provider_binlog.pipeline.state.PipelineState`, applied inside
+Pure functions over :class:`~airflow_provider_binlog.pipeline.ledger.PipelineState`, applied inside
 :meth:`StateManager.transact <airflow_provider_binlog.pipeline.state.StateManager.transact>`.
 """
 
@@ -10,8 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError
-from airflow_provider_binlog.pipeline.runs import HolderState, has_ended, never_ended
-from airflow_provider_binlog.pipeline.state import (
+from airflow_provider_binlog.pipeline.ledger import (
     Checkpoint,
     PipelineState,
     Position,
@@ -19,12 +18,13 @@ from airflow_provider_binlog.pipeline.state import (
     covers,
     now_iso,
 )
+from airflow_provider_binlog.pipeline.runs import HolderState, has_ended, never_ended
 from airflow_provider_binlog.source.positions import BinlogPosition
 
 SnapshotMode = Literal["missing", "requested", "purged"]
 """Which tables a snapshot reads: ``missing`` those no snapshot of the pipeline has read (all of them for
 a new pipeline) and those a schema change left waiting for a re-snapshot
-(:meth:`~airflow_provider_binlog.pipeline.state.PipelineState.pending_resnapshots`), ``requested`` the tables named, ``purged`` the tables named after the binlogs the
+(:meth:`~airflow_provider_binlog.pipeline.ledger.PipelineState.pending_resnapshots`), ``requested`` the tables named, ``purged`` the tables named after the binlogs the
 pipeline still needed were purged (the checkpoint then jumps to the snapshot's start)."""
 
 
@@ -160,13 +160,13 @@ def finish_snapshot(
 ) -> PipelineState:
     """Return ``state`` with snapshot ``seq`` marked ``merged`` now (its rows are verified in the target).
 
-    The entries of ``resnapshots_needed`` it covers (:func:`~airflow_provider_binlog.pipeline.state.covers`: one of
+    The entries of ``resnapshots_needed`` it covers (:func:`~airflow_provider_binlog.pipeline.ledger.covers`: one of
     its tables, ``since`` at or before its start, found by a window ordered before it) are cleared: the target holds the table as the source had it after the schema change.
 
     :param target: the target root it was merged into.
     :param written: the tables whose Delta tables hold its merge (none when every table was empty and
         no target table existed), recorded with the root (see
-        :meth:`~airflow_provider_binlog.pipeline.state.PipelineState.with_target`).
+        :meth:`~airflow_provider_binlog.pipeline.ledger.PipelineState.with_target`).
     """
     snapshots = [
         s.model_copy(update={"status": "merged", "rows": rows, "finished_at": now_iso()})

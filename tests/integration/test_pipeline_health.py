@@ -20,8 +20,9 @@ from airflow_provider_binlog.monitoring.health import pipeline_health
 from airflow_provider_binlog.monitoring.measure import lag_of, retention_of
 from airflow_provider_binlog.monitoring.retention import purge_risk_verdict
 from airflow_provider_binlog.monitoring.snapshot_estimate import SNAPSHOT_OVERHEAD_SECONDS
+from airflow_provider_binlog.pipeline.ledger import PipelineState
 from airflow_provider_binlog.pipeline.lock import SourceStateLock
-from airflow_provider_binlog.pipeline.state import PipelineState, StateManager, variable_key
+from airflow_provider_binlog.pipeline.state import StateManager, variable_key
 from airflow_provider_binlog.pipeline.windows import advance_checkpoint, cut_window, mark_window
 from airflow_provider_binlog.sensors import BinlogPurgeRiskSensor
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot

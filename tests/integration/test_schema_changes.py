@@ -40,8 +40,8 @@ from airflow_provider_binlog.operators.extract import (  # noqa: E402
     schema_barriers,
     snapshot_covers,
 )
+from airflow_provider_binlog.pipeline.ledger import Checkpoint, PipelineState, Position, Snapshot, now_iso  # noqa: E402
 from airflow_provider_binlog.pipeline.staging import window_path  # noqa: E402
-from airflow_provider_binlog.pipeline.state import Checkpoint, PipelineState, Position, Snapshot, now_iso  # noqa: E402
 from airflow_provider_binlog.pipeline.tables import parse_tables  # noqa: E402
 from airflow_provider_binlog.pipeline.windows import advance_checkpoint, cut_window, mark_window  # noqa: E402
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot  # noqa: E402

@@ -6,7 +6,8 @@ import pendulum
 import pytest
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError
-from airflow_provider_binlog.pipeline.state import PipelineState, Position, StateManager
+from airflow_provider_binlog.pipeline.ledger import PipelineState, Position
+from airflow_provider_binlog.pipeline.state import StateManager
 from airflow_provider_binlog.pipeline.windows import (
     advance_checkpoint,
     cut_interval_window,

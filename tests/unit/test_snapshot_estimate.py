@@ -11,7 +11,8 @@ from airflow_provider_binlog.monitoring.snapshot_estimate import (
     estimate_snapshots,
     snapshot_rate,
 )
-from airflow_provider_binlog.pipeline.state import Handover, PipelineState, Position, Snapshot, StateManager
+from airflow_provider_binlog.pipeline.ledger import Handover, PipelineState, Position, Snapshot
+from airflow_provider_binlog.pipeline.state import StateManager
 from airflow_provider_binlog.source.positions import BinlogPosition
 
 HEAD = BinlogPosition("mariadb-bin.000001", 400, "0-1-5")

@@ -8,7 +8,8 @@ import pytest
 
 from airflow_provider_binlog.contract.manifest import Manifest
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError
-from airflow_provider_binlog.pipeline.state import PipelineState, Position, ResnapshotNeeded, StateManager
+from airflow_provider_binlog.pipeline.ledger import PipelineState, Position, ResnapshotNeeded
+from airflow_provider_binlog.pipeline.state import StateManager
 from airflow_provider_binlog.pipeline.windows import cut_window, mark_window
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot
 from airflow_provider_binlog.snapshot.plan import Chunk, decode_value, encode_value

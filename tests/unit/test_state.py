@@ -9,13 +9,8 @@ from contextlib import contextmanager
 import pytest
 
 from airflow_provider_binlog.exceptions import PipelineBusyError, StateConflictError, StateError
-from airflow_provider_binlog.pipeline.state import (
-    MERGED_WINDOWS_KEPT,
-    Held,
-    PipelineState,
-    StateManager,
-    variable_key,
-)
+from airflow_provider_binlog.pipeline.ledger import MERGED_WINDOWS_KEPT, Held, PipelineState
+from airflow_provider_binlog.pipeline.state import StateManager, variable_key
 from airflow_provider_binlog.pipeline.windows import cut_window, mark_window
 from airflow_provider_binlog.source.positions import BinlogPosition
 
