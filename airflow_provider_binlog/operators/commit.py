@@ -199,7 +199,7 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
             self.staged_manifest,
             inputs="staging",
             outputs=["target"],
-            tables=[t for t in self.staged_manifest["tables"] if t not in self.refused],
+            tables=[t for t in self.staged_manifest.tables if t not in self.refused],
             staging_uri=self.staged_uri,
             target_path=self.target_path,
         )
@@ -236,9 +236,7 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
             target_path=self.target_path,
             kind="window",
             seq=window.seq,
-            entries={
-                t: manifest.tables[t].to_json() for t in manifest.changed_tables() if t not in (refused or {})
-            },
+            entries={t: manifest.tables[t] for t in manifest.changed_tables() if t not in (refused or {})},
             start=window.start.model_dump(),
             end=window.end.model_dump(),
             committed_at=committed_at,

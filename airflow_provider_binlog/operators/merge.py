@@ -167,7 +167,7 @@ class BinlogMergeOperator(SparkJobOperator):
             return OperatorLineage()
         refused = refused_tables(self.window_uri, self.storage_options)
         return manifest_lineage(
-            manifest.to_json(),
+            manifest,
             inputs="staging",
             outputs=["target"],
             tables=[t for t in manifest.tables if t not in refused],

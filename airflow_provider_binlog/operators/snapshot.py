@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from airflow_provider_binlog.assets import TARGET_TABLES_ALIAS
-from airflow_provider_binlog.contract.manifest import Manifest, read_manifest
+from airflow_provider_binlog.contract.manifest import Manifest, TableEntry, read_manifest
 from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.lineage import StagedLineageMixin
@@ -273,7 +273,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             self.staged_manifest,
             inputs="source",
             outputs=["staging", "target"],
-            tables=self.staged_manifest["tables"],
+            tables=self.staged_manifest.tables,
             source=self.source_namespace(),
             staging_uri=self.staged_uri,
             target_path=self.target_path,
@@ -427,10 +427,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             target_path=self.target_path,
             kind="snapshot",
             seq=snapshot.seq,
-            entries={
-                table: manifest.tables[table].to_json() if table in manifest.tables else {}
-                for table in snapshot.tables
-            },
+            entries={table: manifest.tables.get(table, TableEntry()) for table in snapshot.tables},
             start=snapshot.start.model_dump(),
             end=None,
             committed_at=snapshot.finished_at or "",
