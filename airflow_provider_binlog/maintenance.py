@@ -21,12 +21,12 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_binlog.contract.columns import UTC
+
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
 
     from airflow_provider_binlog.pipeline.ledger import PipelineState
-
-UTC = dt.timezone.utc
 
 _FOLDER = re.compile(r"^(?P<kind>window|snapshot)=(?P<seq>\d+)(?:\.handover-\d+)?$")
 
