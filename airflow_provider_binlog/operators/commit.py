@@ -72,7 +72,11 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
 
     :param pipeline: pipeline name (templated).
     :param target_path: root of the target tables (templated).
-    :param storage_options: deltalake storage options for object-store targets.
+    :param storage_options: deltalake storage options for object-store targets; they override the options
+        derived from ``staging_conn_id`` key by key.
+    :param staging_conn_id: the Airflow connection of the object store (an ``aws`` connection for
+        ``s3://``; by default the one in the window's staging URI, ``s3://<conn_id>@bucket/...``): the
+        storage options are derived from it (:func:`~airflow_provider_binlog.pipeline.storage.storage_options_for`).
     :param binlog_conn_id: the pipeline's source connection, where its state lock lives (templated).
     :param asset_alias: name of the :class:`~airflow.sdk.AssetAlias` added to the task's outlets, through
         which it emits one Asset event per target table the window changed (URI
@@ -92,6 +96,7 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
         storage_options: dict[str, str] | None = None,
         binlog_conn_id: str = BinlogHook.default_conn_name,
         asset_alias: str | None = TARGET_TABLES_ALIAS,
+        staging_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         from airflow_provider_binlog.assets import with_alias_outlet
@@ -103,6 +108,7 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
         self.storage_options = storage_options
         self.binlog_conn_id = binlog_conn_id
         self.asset_alias = asset_alias
+        self.staging_conn_id = staging_conn_id
         self.refused: dict[str, Any] = {}
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -114,6 +120,7 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
         """
         from airflow_provider_binlog.pipeline.lock import SourceStateLock
         from airflow_provider_binlog.pipeline.staging import read_manifest, storage_path
+        from airflow_provider_binlog.pipeline.storage import split_connection
         from airflow_provider_binlog.pipeline.windows import advance_checkpoint, mark_window
         from airflow_provider_binlog.target import check_target, target_root
 
@@ -126,6 +133,7 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
             raise StateError(
                 f"run {run_id!r} of pipeline {self.pipeline!r} has no window in the ledger to commit"
             )
+        self._resolve_storage_options(window)
         if window.status == "merged":
             self.log.info("window %s is already committed", window.seq)
             self._emit_assets(context, window, state.checkpoint.updated_at)
@@ -141,7 +149,7 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
             raise StateError(f"the manifest of window {window.seq} is missing at {window.manifest_uri}")
         from airflow_provider_binlog.contract.refusals import refused_tables
 
-        refused = refused_tables(str(window_dir), self.storage_options)
+        refused = refused_tables(split_connection(str(window_dir))[0], self.storage_options)
         self._verify_merged(manifest, window.seq, refused)
         self.remember_staged(manifest, str(window_dir))
         self.refused = refused
@@ -204,6 +212,16 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
             target_path=self.target_path,
         )
 
+    def _resolve_storage_options(self, window: Window) -> None:
+        """Derive the storage options from the object store's connection, the explicit ones overriding them.
+
+        The connection is ``staging_conn_id``, else the one in the window's staging URI.
+        """
+        from airflow_provider_binlog.pipeline.storage import split_connection, storage_options_for
+
+        uri_conn_id = None if window.manifest_uri is None else split_connection(window.manifest_uri)[1]
+        self.storage_options = storage_options_for(self.staging_conn_id or uri_conn_id, self.storage_options)
+
     def _emit_assets(
         self,
         context: Any,
@@ -230,7 +248,9 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
             if window_dir is None or manifest is None:
                 self.log.warning("window %s: its staging is gone, so no Asset events are emitted", window.seq)
                 return
-            refused = refused_tables(str(window_dir), self.storage_options)
+            from airflow_provider_binlog.pipeline.storage import split_connection
+
+            refused = refused_tables(split_connection(str(window_dir))[0], self.storage_options)
         events = table_events(
             pipeline=self.pipeline,
             target_path=self.target_path,

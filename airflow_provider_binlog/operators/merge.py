@@ -42,7 +42,11 @@ class BinlogMergeOperator(SparkJobOperator):
     :param conf: extra Spark configuration; it overrides the settings the job needs only if you say so.
     :param storage_options: storage options (credentials, endpoint) of the staging and target object stores,
         in deltalake's keys (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL`` ...); handed to the job in its
-        environment (:mod:`airflow_provider_binlog.contract.uris`).
+        environment (:mod:`airflow_provider_binlog.contract.uris`). They override the options derived from
+        ``staging_conn_id`` key by key.
+    :param staging_conn_id: the Airflow connection of the object store (an ``aws`` connection for
+        ``s3://``; also taken from a window URI ``s3://<conn_id>@bucket/...``): the job's storage options
+        are derived from it (:func:`~airflow_provider_binlog.pipeline.storage.storage_options_for`).
     :param kwargs: further :class:`~airflow.providers.apache.spark.operators.spark_submit.SparkSubmitOperator`
         arguments (``executor_memory``, ``env_vars``, ...), except ``application`` and ``application_args``.
     :raises ValueError: if an argument is invalid.
@@ -70,6 +74,7 @@ class BinlogMergeOperator(SparkJobOperator):
         conf: dict[str, Any] | None = None,
         name: str | None = None,
         storage_options: dict[str, str] | None = None,
+        staging_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         self.check_arguments(kwargs, buckets=buckets)
@@ -88,6 +93,7 @@ class BinlogMergeOperator(SparkJobOperator):
         self.target_path = target_path
         self.buckets = buckets
         self.storage_options = storage_options
+        self.staging_conn_id = staging_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
         """Submit the merge job for the window, verify the target and return the per-table summary.
@@ -103,9 +109,12 @@ class BinlogMergeOperator(SparkJobOperator):
         """
         from airflow_provider_binlog.contract.refusals import refused_tables
         from airflow_provider_binlog.pipeline.state import StateManager
+        from airflow_provider_binlog.pipeline.storage import split_connection, storage_options_for
         from airflow_provider_binlog.target import check_target, window_merged
 
         self.keys = parse_keys(self.keys)
+        self.window_uri, uri_conn_id = split_connection(self.window_uri)
+        self.storage_options = storage_options_for(self.staging_conn_id or uri_conn_id, self.storage_options)
         manifest = self._load_manifest()
         refused = refused_tables(self.window_uri, self.storage_options)
         changed = [name for name in manifest.tables_to_merge() if name not in refused]

@@ -67,10 +67,13 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
     :param max_connections: most source connections (Spark read tasks) at once.
     :param buckets: hash buckets of target tables the snapshot creates.
     :param binlog_conn_id: a ``mysql`` or ``mysql_binlog`` connection.
-    :param staging_conn_id: connection of the staging object store, if any.
+    :param staging_conn_id: the Airflow connection of the staging (and target) object store, if any: the
+        staging is written through it and the job's storage options are derived from it
+        (:func:`~airflow_provider_binlog.pipeline.storage.storage_options_for`).
     :param conn_id: Spark connection id.
     :param storage_options: storage options (credentials, endpoint) of the staging and target object stores,
         in deltalake's keys; handed to the job in its environment (:mod:`airflow_provider_binlog.contract.uris`).
+        They override the options derived from ``staging_conn_id`` key by key.
     :param asset_alias: name of the :class:`~airflow.sdk.AssetAlias` added to the task's outlets, through
         which a merged snapshot emits one Asset event per table it loaded (kind ``snapshot``; the snapshot
         commits without a separate commit task; ``docs/assets.md``). None emits nothing.
@@ -152,6 +155,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         from airflow_provider_binlog.pipeline.history import StagedStateHistory
         from airflow_provider_binlog.pipeline.lock import SourceStateLock
         from airflow_provider_binlog.pipeline.staging import check_writable, storage_path
+        from airflow_provider_binlog.pipeline.storage import storage_options_for
         from airflow_provider_binlog.snapshot.chunks import SOURCE_ENV
         from airflow_provider_binlog.snapshot.plan import PLAN_NAME
         from airflow_provider_binlog.target import check_target, target_root
@@ -160,6 +164,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             raise BinlogConfigError(f"mode={self.mode!r} must be one of {', '.join(MODES)}")
         check_keyless_mode(self.keyless_tables)
         self.keys = parse_keys(self.keys)
+        self.storage_options = storage_options_for(self.staging_conn_id, self.storage_options)
         hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
         selection = parse_tables(self.tables)
         server = hook.validate_source(
