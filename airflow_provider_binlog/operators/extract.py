@@ -66,7 +66,7 @@ def cascading_keys(hook: BinlogHook, server: Any, targets: dict[str, Any], log: 
     whose parent is not staged (the child drifts on parent deletes and key updates), and sets each parent
     target's ``referenced`` columns so the reader stages their before images. On a source that logs the
     cascaded child rows itself (MySQL 9.6+ with SQL-layer foreign keys,
-    :func:`~airflow_provider_binlog.contract.foreign_keys.cascades_are_logged`) there is nothing to do.
+    :meth:`~airflow_provider_binlog.source.flavor.SourceFlavor.cascades_are_logged`) there is nothing to do.
 
     :param hook: the source's hook.
     :param server: its :class:`~airflow_provider_binlog.hooks.binlog.ServerState`.
@@ -76,14 +76,13 @@ def cascading_keys(hook: BinlogHook, server: Any, targets: dict[str, Any], log: 
     """
     from airflow_provider_binlog.contract.foreign_keys import (
         ForeignKeyCycleError,
-        cascades_are_logged,
         parents_first,
         referenced_columns,
         split_by_selection,
         unselected_parent_warning,
     )
 
-    if cascades_are_logged(server.flavor, server.variables):
+    if server.strategy.cascades_are_logged(server.variables):
         log.info("the source %s %s logs foreign-key cascades itself", server.flavor, server.version)
         return []
     applied, orphaned = split_by_selection(hook.foreign_keys(targets), targets)
