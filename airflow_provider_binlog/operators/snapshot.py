@@ -155,7 +155,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         from airflow_provider_binlog.pipeline.history import StagedStateHistory
         from airflow_provider_binlog.pipeline.lock import SourceStateLock
         from airflow_provider_binlog.pipeline.staging import check_writable, storage_path
-        from airflow_provider_binlog.pipeline.storage import storage_options_for
+        from airflow_provider_binlog.pipeline.storage import split_connection, storage_options_for
         from airflow_provider_binlog.snapshot.chunks import SOURCE_ENV
         from airflow_provider_binlog.snapshot.plan import PLAN_NAME
         from airflow_provider_binlog.target import check_target, target_root
@@ -193,7 +193,8 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             server,
             sorted(resolved.keys),
             context=context,
-            staging_uri=lambda seq: str(root / f"snapshot={seq}"),
+            # The Spark job and pyarrow write and read the folder with the storage options: no conn id in it.
+            staging_uri=lambda seq: split_connection(str(root / f"snapshot={seq}"))[0],
         )
         if snapshot is None:
             self.log.info("every selected table of %s has a snapshot already; nothing to read", self.pipeline)
