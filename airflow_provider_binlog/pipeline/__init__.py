@@ -9,7 +9,9 @@
 - :mod:`~airflow_provider_binlog.pipeline.windows`: cutting windows and adopting abandoned ones;
 - :mod:`~airflow_provider_binlog.pipeline.runs`: asking Airflow about the run that holds a window;
 - :mod:`~airflow_provider_binlog.pipeline.tables`: table selection and the key of each table;
-- :mod:`~airflow_provider_binlog.pipeline.staging`: a window's staging folder through ObjectStoragePath.
+- :mod:`~airflow_provider_binlog.pipeline.staging`: a window's staging folder through ObjectStoragePath;
+- :mod:`~airflow_provider_binlog.pipeline.storage`: the storage options of the Spark jobs and delta-rs,
+  derived from the object store's Airflow connection.
 
 Data flows one way (``docs/adr/0022-pipeline-package-and-one-credential-path.md``): this package uses
 ``source`` and ``contract``; ``extract``, ``snapshot``, the operators and ``monitoring`` use it, never the
