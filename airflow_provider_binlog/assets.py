@@ -16,7 +16,10 @@ creates an Asset the first time an event names it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.contract.manifest import TableEntry
 
 TARGET_TABLES_ALIAS = "binlog_target_tables"
 """Name of the Asset alias the commit and snapshot operators declare as their outlet by default."""
@@ -42,7 +45,7 @@ def asset_event_extra(
     table: str,
     kind: str,
     seq: int,
-    entry: Mapping[str, Any],
+    entry: TableEntry,
     start: Mapping[str, Any],
     end: Mapping[str, Any] | None,
     committed_at: str,
@@ -53,7 +56,7 @@ def asset_event_extra(
 
     :param kind: ``window`` (a binlog window committed) or ``snapshot`` (a snapshot merged).
     :param seq: the window's or snapshot's sequence number (its order key in the target).
-    :param entry: the table's entry of the staged manifest (``rows``, ``ops``).
+    :param entry: the table's entry of the staged manifest (its ``rows`` and ``ops`` are used).
     :param start: binlog coordinates the changes start after (``file``, ``pos``, ``gtid_set``): the window's
         start, or the snapshot's low watermark.
     :param end: the window's end coordinates (None for a snapshot: it reads the rows as of ``start`` and later).
@@ -66,8 +69,8 @@ def asset_event_extra(
         "table": table,
         "kind": kind,
         "seq": seq,
-        "rows": int(entry.get("rows") or 0),
-        "ops": dict(entry.get("ops") or {}),
+        "rows": entry.rows,
+        "ops": dict(entry.ops),
         "start": dict(start),
         "end": None if end is None else dict(end),
         "committed_at": committed_at,
@@ -82,7 +85,7 @@ def table_events(
     target_path: str,
     kind: str,
     seq: int,
-    entries: Mapping[str, Mapping[str, Any]],
+    entries: Mapping[str, TableEntry],
     start: Mapping[str, Any],
     end: Mapping[str, Any] | None,
     committed_at: str,

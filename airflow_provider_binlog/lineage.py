@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attr
 from airflow.providers.common.compat.openlineage.facet import (
@@ -34,6 +34,9 @@ from airflow.providers.common.compat.openlineage.facet import (
     SchemaDatasetFacetFields,
 )
 from airflow.providers.openlineage.extractors import OperatorLineage
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.contract.manifest import Manifest, TableEntry
 
 Role = Literal["source", "staging", "target"]
 
@@ -96,7 +99,7 @@ def _schema(columns: Sequence[Mapping[str, str]], type_key: str) -> SchemaDatase
 def table_dataset(
     role: Role,
     table: str,
-    entry: Mapping[str, Any] | None,
+    entry: TableEntry | None,
     *,
     source: str | None = None,
     staging_uri: str | None = None,
@@ -105,7 +108,7 @@ def table_dataset(
 ) -> Dataset:
     """Return the dataset of ``table`` in ``role``.
 
-    :param entry: the table's manifest entry (``columns``, ``rows``), None when not known yet.
+    :param entry: the table's manifest entry (its ``columns`` and ``rows``), None when not known yet.
     :param source: the source namespace (:func:`source_namespace`), for ``source``.
     :param staging_uri: the window's or snapshot's staging folder, for ``staging``.
     :param target_path: the target root, for ``target``.
@@ -114,8 +117,8 @@ def table_dataset(
     :raises ValueError: when the location of ``role`` is not given.
     """
     facets: dict[str, Any] = {}
-    if entry is not None and entry.get("columns"):
-        facets["schema"] = _schema(entry["columns"], "mysql_type" if role == "source" else "arrow_type")
+    if entry is not None and entry.columns:
+        facets["schema"] = _schema(entry.columns, "mysql_type" if role == "source" else "arrow_type")
     if role == "source":
         if source is None:
             raise ValueError("a source dataset needs the source namespace")
@@ -132,7 +135,7 @@ def table_dataset(
         namespace, name = location_name(table_uri(target_path, table))
     if not statistics:
         return Dataset(namespace=namespace, name=name, facets=facets)
-    rows = int((entry or {}).get("rows") or 0)
+    rows = 0 if entry is None else entry.rows
     return OutputDataset(
         namespace=namespace,
         name=name,
@@ -142,7 +145,7 @@ def table_dataset(
 
 
 def manifest_lineage(
-    manifest: Mapping[str, Any],
+    manifest: Manifest,
     *,
     inputs: Role,
     outputs: Sequence[Role],
@@ -153,7 +156,7 @@ def manifest_lineage(
 ) -> OperatorLineage:
     """Return the lineage of one step over a staged window or snapshot.
 
-    :param manifest: the window's or snapshot's manifest (``tables``, ``start``, ``end``, ``stats``).
+    :param manifest: the window's or snapshot's manifest.
     :param inputs: the role of the input datasets (one per table).
     :param outputs: the roles of the output datasets (one per table each), with ``outputStatistics``.
     :param tables: the tables to name (default: every table of the manifest, also those without row
@@ -163,17 +166,16 @@ def manifest_lineage(
     :param staging_uri: the staging folder, when a role is ``staging``.
     :param target_path: the target root, when a role is ``target``.
     """
-    entries: Mapping[str, Any] = manifest["tables"]
+    entries = manifest.tables
     names = sorted(entries if tables is None else tables)
     where = {"source": source, "staging_uri": staging_uri, "target_path": target_path}
-    stats = manifest.get("stats", {})
-    kind = str(manifest.get("kind", "window"))
+    stats = manifest.stats
     facet = BinlogRangeRunFacet(
-        pipeline=str(manifest["pipeline"]),
-        kind=kind,
-        seq=int(manifest["window"]),
-        start=dict(manifest["start"]),
-        end=None if manifest.get("end") is None else dict(manifest["end"]),
+        pipeline=manifest.pipeline,
+        kind=manifest.kind,
+        seq=manifest.window,
+        start=dict(manifest.start or {}),
+        end=None if manifest.end is None else dict(manifest.end),
         rows=int(stats.get("rows") or 0),
         transactions=stats.get("transactions"),
         binlog_bytes=stats.get("binlog_bytes"),

@@ -24,12 +24,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_binlog.contract.columns import UTC
+
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
 
-    from airflow_provider_binlog.state import PipelineState
-
-UTC = dt.timezone.utc
+    from airflow_provider_binlog.pipeline.ledger import PipelineState
 
 _FOLDER = re.compile(r"^(?P<kind>window|snapshot)=(?P<seq>\d+)(?:\.handover-\d+)?$")
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
 
     from airflow_provider_binlog.contract.uris import StorageOptions
-    from airflow_provider_binlog.state import PipelineState
+    from airflow_provider_binlog.pipeline.ledger import PipelineState
 
 #: SQL predicate selecting live rows (not tombstones) of a target table.
 LIVE_ROWS_PREDICATE = "NOT _binlog_deleted"
@@ -90,7 +90,7 @@ def check_target(
             f"pipeline {state.pipeline!r} keeps its target tables under {state.target}, but this task was given "
             f"{root}. Nothing was written. If the path is a typo, fix BINLOG_CDC_TARGET / target_path. To move the "
             f"target deliberately, copy the table folders under {state.target} to {root}, then run "
-            f"python -m airflow_provider_binlog.state_admin set-target --pipeline {state.pipeline} --target {root}"
+            f"python -m airflow_provider_binlog.admin set-target --pipeline {state.pipeline} --target {root}"
         )
     for table in tables:
         dt = contract_delta.open_table(table_uri(target_path, table), storage_options)

@@ -149,8 +149,8 @@ def reader_ours(args: argparse.Namespace, event_reader: str = "library") -> dict
     from airflow_provider_binlog.extract.reader import TableTarget
     from airflow_provider_binlog.extract.window import extract_window
     from airflow_provider_binlog.hooks.binlog import BinlogHook
-    from airflow_provider_binlog.staging import window_path
-    from airflow_provider_binlog.state import Position, Window, now_iso
+    from airflow_provider_binlog.pipeline.ledger import Position, Window, now_iso
+    from airflow_provider_binlog.pipeline.staging import window_path
 
     hook = BinlogHook(pipeline="bench")
     window = Window(

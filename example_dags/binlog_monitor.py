@@ -43,7 +43,7 @@ def health(pipeline: str) -> dict[str, Any]:
     """Log the pipeline's health summary and return it as JSON; fail only when it cannot be computed."""
     from airflow_provider_binlog.hooks.binlog import BinlogHook
     from airflow_provider_binlog.monitoring.health import pipeline_health
-    from airflow_provider_binlog.runs import ContextRunLookup
+    from airflow_provider_binlog.pipeline.runs import ContextRunLookup
 
     summary = pipeline_health(
         BinlogHook("binlog_default", pipeline=pipeline),

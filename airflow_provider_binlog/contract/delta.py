@@ -123,7 +123,7 @@ def check_owner(dt: DeltaTable, pipeline: str, table: str) -> None:
             f"the Delta table {dt.table_uri} of {table} belongs to pipeline {foreign[0]!r}; pipeline {pipeline!r} may "
             f"not merge into it (two pipelines order their changes by unrelated sequence numbers and overwrite each "
             f"other's rows). Point {pipeline!r} at another target root, or hand the table over deliberately: "
-            f"python -m airflow_provider_binlog.state_admin hand-over --target <target root> --table {table} "
+            f"python -m airflow_provider_binlog.admin hand-over --target <target root> --table {table} "
             f"--to {pipeline}, then re-snapshot {table} in {pipeline!r}"
         )
 

@@ -77,10 +77,10 @@ from airflow_provider_binlog.extract.events.stream import Event
 from airflow_provider_binlog.extract.events.stream import RowsEvent as OwnRowsEvent
 from airflow_provider_binlog.extract.progress import ExtractProgress
 from airflow_provider_binlog.extract.statements import written_tables
+from airflow_provider_binlog.pipeline.ledger import STATEMENT_CHARS
 from airflow_provider_binlog.source.connect import LOST_CONNECTION_ERRORS, LoginTimeoutConnection
 from airflow_provider_binlog.source.positions import BinlogPosition, file_index
 from airflow_provider_binlog.source.sql import QueryKind, classify_query
-from airflow_provider_binlog.state import STATEMENT_CHARS
 
 log = logging.getLogger(__name__)
 

@@ -25,14 +25,14 @@ from airflow_provider_binlog.extract.reader import (
 from airflow_provider_binlog.extract.tablemaps import CACHED_TABLE_MAP_EVENTS, table_map_cache
 from airflow_provider_binlog.extract.writer import TableOutput, TableWriter
 from airflow_provider_binlog.monitoring.retention import binlog_bytes_between, check_retained
+from airflow_provider_binlog.pipeline.ledger import Window, now_iso
+from airflow_provider_binlog.pipeline.staging import clear_window, write_manifest
 from airflow_provider_binlog.source.grants import ACCESS_DENIED_ERRORS
-from airflow_provider_binlog.staging import clear_window, write_manifest
-from airflow_provider_binlog.state import Window, now_iso
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
 
-    from airflow_provider_binlog.foreign_keys import ForeignKey
+    from airflow_provider_binlog.contract.foreign_keys import ForeignKey
     from airflow_provider_binlog.hooks.binlog import BinlogHook
     from airflow_provider_binlog.source.server import ServerState
 

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     import pymysql
     from pymysqlreplication import BinLogStreamReader
 
-    from airflow_provider_binlog.foreign_keys import ForeignKey
+    from airflow_provider_binlog.contract.foreign_keys import ForeignKey
     from airflow_provider_binlog.source.grants import Grants, PrivilegeReport
 
 log = logging.getLogger(__name__)
@@ -341,8 +341,8 @@ class BinlogHook(BaseHook):
         :raises BinlogConfigError: on a refused login.
         :raises SourceUnreachableError: when the server cannot be reached.
         """
+        from airflow_provider_binlog.pipeline.tables import split_selection
         from airflow_provider_binlog.source.grants import PrivilegeReport, table_levels
-        from airflow_provider_binlog.tables import split_selection
 
         selection, _ = split_selection(tables or [])  # an exclusion needs no privilege
         with self.cursor() as cur:
@@ -705,7 +705,7 @@ class BinlogHook(BaseHook):
         return text
 
     def describe_tables(self, selection: Iterable[str]) -> dict[str, TableInfo]:
-        """Resolve a table selection to existing base tables (see :func:`~airflow_provider_binlog.tables.select_tables`).
+        """Resolve a table selection to existing base tables (see :func:`~airflow_provider_binlog.pipeline.tables.select_tables`).
 
         :param selection: ``db.table`` names and shell patterns (``shop.*``); entries starting with ``!``
             exclude the tables they match, after the includes.
@@ -714,7 +714,7 @@ class BinlogHook(BaseHook):
         :raises BinlogConfigError: when a plain name matches no table, a pattern matches nothing or the
             exclusions leave no table.
         """
-        from airflow_provider_binlog.tables import select_tables
+        from airflow_provider_binlog.pipeline.tables import select_tables
 
         with self.cursor() as cur:
             chosen = select_tables(selection, base_tables(cur))
@@ -723,12 +723,12 @@ class BinlogHook(BaseHook):
     def foreign_keys(self, tables: Iterable[str]) -> list[ForeignKey]:
         """Return the foreign keys with CASCADE or SET NULL actions whose child is one of ``tables``.
 
-        One query on information_schema (:func:`~airflow_provider_binlog.foreign_keys.read_foreign_keys`);
+        One query on information_schema (:func:`~airflow_provider_binlog.source.schema.read_foreign_keys`);
         the parent may be any table of the server.
 
         :param tables: ``db.table`` names (the resolved selection).
         """
-        from airflow_provider_binlog.foreign_keys import read_foreign_keys
+        from airflow_provider_binlog.source.schema import read_foreign_keys
 
         with self.cursor() as cur:
             return read_foreign_keys(cur, tables)

@@ -2,7 +2,7 @@
 
 :func:`pipeline_health` computes one :class:`PipelineHealth` from the state Variable, the source and
 Airflow (the state of the runs holding windows and snapshots); :meth:`PipelineHealth.render` is the text
-the command line (``python -m airflow_provider_binlog.state_admin health``) and the monitor DAG print,
+the command line (``python -m airflow_provider_binlog.admin health``) and the monitor DAG print,
 and ``model_dump_json()`` its JSON form. Lag and headroom are the sensors' measurements
 (:mod:`airflow_provider_binlog.monitoring.measure`).
 """
@@ -16,7 +16,8 @@ import pendulum
 from pydantic import BaseModel
 
 from airflow_provider_binlog.exceptions import BinlogError
-from airflow_provider_binlog.state import PipelineState, VariableStore
+from airflow_provider_binlog.pipeline.ledger import PipelineState
+from airflow_provider_binlog.pipeline.state import VariableStore
 
 ENDED_RUN_STATES = frozenset({"success", "failed", "missing"})
 """Airflow states of a holder run that will not finish its window or snapshot by itself."""
@@ -218,7 +219,7 @@ def _unreadable(pipeline: str, now: pendulum.DateTime, err: BinlogError) -> Pipe
     from airflow_provider_binlog.exceptions import StateError
 
     step = (
-        f"fix the state first: python -m airflow_provider_binlog.state_admin validate --pipeline {pipeline} "
+        f"fix the state first: python -m airflow_provider_binlog.admin validate --pipeline {pipeline} "
         f"(and history / restore, docs/operating.md 'Pipeline state')"
         if isinstance(err, StateError)
         else "reach the source first (connection binlog_default, network, grants); the error says which"

@@ -26,8 +26,8 @@ from airflow_provider_binlog.source.positions import BinlogPosition
 
 if TYPE_CHECKING:
     from airflow_provider_binlog.hooks.binlog import BinlogHook
+    from airflow_provider_binlog.pipeline.ledger import Snapshot
     from airflow_provider_binlog.source.server import ServerState
-    from airflow_provider_binlog.state import Snapshot
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ from airflow_provider_binlog.exceptions import StateError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.monitoring.lag import LagReport, measure_lag
 from airflow_provider_binlog.monitoring.retention import RetentionReport, assess_retention
+from airflow_provider_binlog.pipeline.ledger import PipelineState
+from airflow_provider_binlog.pipeline.state import StateManager, VariableStore
 from airflow_provider_binlog.source.server import ServerState
-from airflow_provider_binlog.state import PipelineState, StateManager, VariableStore
 
 
 def read_pipeline(

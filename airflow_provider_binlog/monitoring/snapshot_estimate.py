@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import pendulum
 
+from airflow_provider_binlog.pipeline.ledger import PipelineState, Snapshot
 from airflow_provider_binlog.source.schema import estimated_rows
-from airflow_provider_binlog.state import PipelineState, Snapshot
 
 if TYPE_CHECKING:
     import pymysql

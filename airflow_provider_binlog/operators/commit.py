@@ -13,16 +13,16 @@ from airflow_provider_binlog.contract.manifest import Manifest
 from airflow_provider_binlog.exceptions import MergeError, StateError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.lineage import StagedLineageMixin
-from airflow_provider_binlog.source.positions import BinlogPosition
-from airflow_provider_binlog.state import (
+from airflow_provider_binlog.pipeline.ledger import (
     STATEMENT_CHARS,
     PipelineState,
     Position,
     ResnapshotNeeded,
-    StateManager,
     Window,
     state_summary,
 )
+from airflow_provider_binlog.pipeline.state import StateManager
+from airflow_provider_binlog.source.positions import BinlogPosition
 
 
 def resnapshots_of(
@@ -68,11 +68,15 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
     window's merge commit is there (app transaction version >= window seq); otherwise it fails and the
     checkpoint stays where it was, so the next try re-merges the same staged window. The write holds
     the pipeline's state lock on the source and checks the state revision
-    (:class:`~airflow_provider_binlog.state.StateManager`, :mod:`~airflow_provider_binlog.state_lock`).
+    (:class:`~airflow_provider_binlog.pipeline.state.StateManager`, :mod:`~airflow_provider_binlog.pipeline.lock`).
 
     :param pipeline: pipeline name (templated).
     :param target_path: root of the target tables (templated).
-    :param storage_options: deltalake storage options for object-store targets.
+    :param storage_options: deltalake storage options for object-store targets; they override the options
+        derived from ``staging_conn_id`` key by key.
+    :param staging_conn_id: the Airflow connection of the object store (an ``aws`` connection for
+        ``s3://``; by default the one in the window's staging URI, ``s3://<conn_id>@bucket/...``): the
+        storage options are derived from it (:func:`~airflow_provider_binlog.pipeline.storage.storage_options_for`).
     :param binlog_conn_id: the pipeline's source connection, where its state lock lives (templated).
     :param asset_alias: name of the :class:`~airflow.sdk.AssetAlias` added to the task's outlets, through
         which it emits one Asset event per target table the window changed (URI
@@ -92,6 +96,7 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
         storage_options: dict[str, str] | None = None,
         binlog_conn_id: str = BinlogHook.default_conn_name,
         asset_alias: str | None = TARGET_TABLES_ALIAS,
+        staging_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         from airflow_provider_binlog.assets import with_alias_outlet
@@ -103,19 +108,21 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
         self.storage_options = storage_options
         self.binlog_conn_id = binlog_conn_id
         self.asset_alias = asset_alias
+        self.staging_conn_id = staging_conn_id
         self.refused: dict[str, Any] = {}
 
     def execute(self, context: Any) -> dict[str, Any]:
         """Verify the merge of this run's window, mark it merged and advance the checkpoint.
 
         The checkpoint moves across the contiguous merged windows starting at it
-        (:func:`~airflow_provider_binlog.windows.advance_checkpoint`); an interval window merged out of
+        (:func:`~airflow_provider_binlog.pipeline.windows.advance_checkpoint`); an interval window merged out of
         order is recorded and the checkpoint waits for the gap before it.
         """
-        from airflow_provider_binlog.staging import read_manifest, storage_path
-        from airflow_provider_binlog.state_lock import SourceStateLock
+        from airflow_provider_binlog.pipeline.lock import SourceStateLock
+        from airflow_provider_binlog.pipeline.staging import read_manifest, storage_path
+        from airflow_provider_binlog.pipeline.storage import split_connection
+        from airflow_provider_binlog.pipeline.windows import advance_checkpoint, mark_window
         from airflow_provider_binlog.target import check_target, target_root
-        from airflow_provider_binlog.windows import advance_checkpoint, mark_window
 
         hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
         manager = StateManager(self.pipeline, lock=SourceStateLock(hook))
@@ -126,6 +133,7 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
             raise StateError(
                 f"run {run_id!r} of pipeline {self.pipeline!r} has no window in the ledger to commit"
             )
+        self._resolve_storage_options(window)
         if window.status == "merged":
             self.log.info("window %s is already committed", window.seq)
             self._emit_assets(context, window, state.checkpoint.updated_at)
@@ -141,7 +149,7 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
             raise StateError(f"the manifest of window {window.seq} is missing at {window.manifest_uri}")
         from airflow_provider_binlog.contract.refusals import refused_tables
 
-        refused = refused_tables(str(window_dir), self.storage_options)
+        refused = refused_tables(split_connection(str(window_dir))[0], self.storage_options)
         self._verify_merged(manifest, window.seq, refused)
         self.remember_staged(manifest, str(window_dir))
         self.refused = refused
@@ -166,7 +174,7 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
                 .with_resnapshots_needed(needed)
             )
 
-        from airflow_provider_binlog.state_history import StagedStateHistory
+        from airflow_provider_binlog.pipeline.history import StagedStateHistory
 
         manager.history = StagedStateHistory(window_dir.parent)
         written = manager.update(advance)
@@ -199,10 +207,20 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
             self.staged_manifest,
             inputs="staging",
             outputs=["target"],
-            tables=[t for t in self.staged_manifest["tables"] if t not in self.refused],
+            tables=[t for t in self.staged_manifest.tables if t not in self.refused],
             staging_uri=self.staged_uri,
             target_path=self.target_path,
         )
+
+    def _resolve_storage_options(self, window: Window) -> None:
+        """Derive the storage options from the object store's connection, the explicit ones overriding them.
+
+        The connection is ``staging_conn_id``, else the one in the window's staging URI.
+        """
+        from airflow_provider_binlog.pipeline.storage import split_connection, storage_options_for
+
+        uri_conn_id = None if window.manifest_uri is None else split_connection(window.manifest_uri)[1]
+        self.storage_options = storage_options_for(self.staging_conn_id or uri_conn_id, self.storage_options)
 
     def _emit_assets(
         self,
@@ -223,22 +241,22 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
             return
         if manifest is None:
             from airflow_provider_binlog.contract.refusals import refused_tables
-            from airflow_provider_binlog.staging import read_manifest, storage_path
+            from airflow_provider_binlog.pipeline.staging import read_manifest, storage_path
 
             window_dir = None if window.manifest_uri is None else storage_path(window.manifest_uri)
             manifest = None if window_dir is None else read_manifest(window_dir)
             if window_dir is None or manifest is None:
                 self.log.warning("window %s: its staging is gone, so no Asset events are emitted", window.seq)
                 return
-            refused = refused_tables(str(window_dir), self.storage_options)
+            from airflow_provider_binlog.pipeline.storage import split_connection
+
+            refused = refused_tables(split_connection(str(window_dir))[0], self.storage_options)
         events = table_events(
             pipeline=self.pipeline,
             target_path=self.target_path,
             kind="window",
             seq=window.seq,
-            entries={
-                t: manifest.tables[t].to_json() for t in manifest.changed_tables() if t not in (refused or {})
-            },
+            entries={t: manifest.tables[t] for t in manifest.changed_tables() if t not in (refused or {})},
             start=window.start.model_dump(),
             end=window.end.model_dump(),
             committed_at=committed_at,

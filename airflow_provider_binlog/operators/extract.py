@@ -9,15 +9,14 @@ from typing import Any
 import pendulum
 from airflow.sdk import BaseOperator
 
+from airflow_provider_binlog.contract.foreign_keys import ForeignKey
 from airflow_provider_binlog.contract.manifest import Manifest
 from airflow_provider_binlog.exceptions import BinlogConfigError, IntervalOpenError
-from airflow_provider_binlog.foreign_keys import ForeignKey
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.lineage import StagedLineageMixin
-from airflow_provider_binlog.source.positions import BinlogPosition
-from airflow_provider_binlog.source.schema import TableInfo
-from airflow_provider_binlog.state import PipelineState, StateManager, Window
-from airflow_provider_binlog.tables import (
+from airflow_provider_binlog.pipeline.ledger import PipelineState, Window
+from airflow_provider_binlog.pipeline.state import StateManager
+from airflow_provider_binlog.pipeline.tables import (
     check_keyless_mode,
     is_template,
     parse_keys,
@@ -26,7 +25,9 @@ from airflow_provider_binlog.tables import (
     table_keys,
     takes,
 )
-from airflow_provider_binlog.windows import cut_interval_window, cut_window, mark_window
+from airflow_provider_binlog.pipeline.windows import cut_interval_window, cut_window, mark_window
+from airflow_provider_binlog.source.positions import BinlogPosition
+from airflow_provider_binlog.source.schema import TableInfo
 
 INTERVAL_SETTLE_SECONDS = 5
 """An interval window is cut only this long (seconds) after its end, so commits before it are logged."""
@@ -41,7 +42,7 @@ def table_targets(
     """Return ``({"db.table": TableTarget}, {"db.table": reason skipped})`` of the described tables.
 
     A table's key is its primary key, or the columns named in ``keys`` (any existing columns, see
-    :func:`~airflow_provider_binlog.tables.resolve_key`); a table with neither is left out with the reason
+    :func:`~airflow_provider_binlog.pipeline.tables.resolve_key`); a table with neither is left out with the reason
     (``keyless_tables="skip"``) or refused (``"fail"``).
 
     :raises KeylessTableError: for a table with neither when ``keyless_tables="fail"``.
@@ -65,7 +66,7 @@ def cascading_keys(hook: BinlogHook, server: Any, targets: dict[str, Any], log: 
     whose parent is not staged (the child drifts on parent deletes and key updates), and sets each parent
     target's ``referenced`` columns so the reader stages their before images. On a source that logs the
     cascaded child rows itself (MySQL 9.6+ with SQL-layer foreign keys,
-    :func:`~airflow_provider_binlog.foreign_keys.cascades_are_logged`) there is nothing to do.
+    :meth:`~airflow_provider_binlog.source.flavor.SourceFlavor.cascades_are_logged`) there is nothing to do.
 
     :param hook: the source's hook.
     :param server: its :class:`~airflow_provider_binlog.hooks.binlog.ServerState`.
@@ -73,16 +74,15 @@ def cascading_keys(hook: BinlogHook, server: Any, targets: dict[str, Any], log: 
     :param log: the task's logger.
     :raises BinlogConfigError: when the keys form a cycle through several staged tables.
     """
-    from airflow_provider_binlog.foreign_keys import (
+    from airflow_provider_binlog.contract.foreign_keys import (
         ForeignKeyCycleError,
-        cascades_are_logged,
         parents_first,
         referenced_columns,
         split_by_selection,
         unselected_parent_warning,
     )
 
-    if cascades_are_logged(server.flavor, server.variables):
+    if server.strategy.cascades_are_logged(server.variables):
         log.info("the source %s %s logs foreign-key cascades itself", server.flavor, server.version)
         return []
     applied, orphaned = split_by_selection(hook.foreign_keys(targets), targets)
@@ -177,12 +177,12 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
     With ``cut_by="head"`` the window is ``(previous window end, source head now]`` and a new pipeline
     starts at the current head (its first window is empty). With ``cut_by="interval"`` it is the run's
     data interval ``[data_interval_start, data_interval_end)`` cut at the transactions committed at or
-    after each bound (:func:`~airflow_provider_binlog.windows.cut_interval_window`): runs and backfills
+    after each bound (:func:`~airflow_provider_binlog.pipeline.windows.cut_interval_window`): runs and backfills
     may go in any order, and consecutive intervals tile the binlog. A retry or a cleared task of the same run reuses the staged window when
     its manifest exists, else re-reads exactly the same binlog range. When an earlier run holds an unmerged
     window (the newest head window, or this run's interval) and Airflow shows that run as ended (failed,
     succeeded without its commit, deleted), this run adopts the window
-    (:func:`~airflow_provider_binlog.windows.adopt_window`); while that run is active, or its state cannot be
+    (:func:`~airflow_provider_binlog.pipeline.windows.adopt_window`); while that run is active, or its state cannot be
     read, the task fails with :class:`~airflow_provider_binlog.exceptions.PipelineBusyError`. Returns (XCom) a dict with
     ``pipeline``, ``window`` (seq), ``window_uri``, ``rows`` and ``tables`` (rows per table).
 
@@ -196,7 +196,7 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
     :param keyless_tables: (templated) what a run does with a selected table that has no primary key and no named key:
         ``skip`` (default) leaves it out with a WARNING naming it and the remedy, and records it under
         ``skipped`` in the manifest, while every other table keeps flowing; ``fail`` fails the task with
-        :class:`~airflow_provider_binlog.tables.KeylessTableError`. A table the pipeline has already
+        :class:`~airflow_provider_binlog.pipeline.tables.KeylessTableError`. A table the pipeline has already
         captured that loses its key fails the task in both modes (its target would silently go stale).
         A table that gets a key later is new to the pipeline: the snapshot task of the next run loads it
         and windows stage only its changes after that snapshot's start.
@@ -238,9 +238,9 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         """Validate the source, cut or reuse the window, stage it and record it in the ledger."""
         from airflow_provider_binlog.extract.window import extract_window
-        from airflow_provider_binlog.staging import check_writable, storage_path
-        from airflow_provider_binlog.state_history import StagedStateHistory
-        from airflow_provider_binlog.state_lock import SourceStateLock
+        from airflow_provider_binlog.pipeline.history import StagedStateHistory
+        from airflow_provider_binlog.pipeline.lock import SourceStateLock
+        from airflow_provider_binlog.pipeline.staging import check_writable, storage_path
 
         check_keyless_mode(self.keyless_tables)
         self.keys = parse_keys(self.keys)
@@ -332,11 +332,11 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
 
         A complete manifest of exactly this window is reused: first in the folder the ledger records
         (``manifest_uri``: also one an earlier holder staged before it ended), then in the folder of the
-        current holder (:attr:`~airflow_provider_binlog.state.Window.staging_name`, where a retry of an
+        current holder (:attr:`~airflow_provider_binlog.pipeline.ledger.Window.staging_name`, where a retry of an
         extract that died after its manifest finds it). Otherwise the window is read into the current
         holder's folder: after a hand-over a new one, never the half-written folder of a run that died.
         """
-        from airflow_provider_binlog.staging import staged_manifest
+        from airflow_provider_binlog.pipeline.staging import staged_manifest
 
         recorded = None if window.manifest_uri is None else root / PurePosixPath(window.manifest_uri).name
         own = root / window.staging_name
@@ -354,7 +354,7 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         :raises KeylessTableError: for a keyless table with ``keyless_tables="fail"``, or one the pipeline
             has already captured.
         """
-        from airflow_provider_binlog.tables import KeylessTableError
+        from airflow_provider_binlog.pipeline.tables import KeylessTableError
 
         targets, skipped = table_targets(described, self.keys, keyless_tables=self.keyless_tables)
         lost = sorted(set(skipped) & captured_tables(state))
@@ -391,8 +391,8 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         """
         from functools import lru_cache
 
-        from airflow_provider_binlog.runs import holder_states
-        from airflow_provider_binlog.windows import boundary_at
+        from airflow_provider_binlog.pipeline.runs import holder_states
+        from airflow_provider_binlog.pipeline.windows import boundary_at
 
         locate = lru_cache(maxsize=None)(lambda moment: boundary_at(hook, server, moment))
         holders: dict[str, Any] = {

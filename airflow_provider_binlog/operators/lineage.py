@@ -21,14 +21,14 @@ class StagedLineageMixin:
 
     pipeline: str
     binlog_conn_id: str
-    staged_manifest: dict[str, Any] | None = None
+    staged_manifest: Manifest | None = None
     """The window's or snapshot's manifest this run staged, merged or committed."""
     staged_uri: str | None = None
     """The staging folder of :attr:`staged_manifest`."""
 
     def remember_staged(self, manifest: Manifest, uri: str) -> None:
-        """Record the manifest (as its JSON object) and staging folder of the run for its OpenLineage events."""
-        self.staged_manifest, self.staged_uri = manifest.to_json(), uri
+        """Record the manifest and staging folder of the run for its OpenLineage events."""
+        self.staged_manifest, self.staged_uri = manifest, uri
 
     def source_namespace(self) -> str:
         """Return the OpenLineage namespace of the source, ``mysql://<host>:<port>`` of ``binlog_conn_id``."""
@@ -40,6 +40,6 @@ class StagedLineageMixin:
 
     def selected_tables(self, tables: Any) -> list[str]:
         """Return the entries of a table selection (none while it is an unrendered template)."""
-        from airflow_provider_binlog.tables import is_template, parse_tables
+        from airflow_provider_binlog.pipeline.tables import is_template, parse_tables
 
         return [] if is_template(tables) else parse_tables(tables)

@@ -37,8 +37,11 @@ class BinlogMaintenanceOperator(BaseOperator):
     :param compact: join small data files of key-range tables and write log checkpoints (default true).
     :param report_only: report what would be freed, delete nothing (a dry run; ``BaseOperator`` has a
         ``dry_run`` method of its own).
-    :param staging_conn_id: connection of the staging object store, if any.
-    :param storage_options: deltalake storage options for object-store targets.
+    :param staging_conn_id: the Airflow connection of the staging (and target) object store, if any; the
+        storage options of the target are derived from it
+        (:func:`~airflow_provider_binlog.pipeline.storage.storage_options_for`).
+    :param storage_options: deltalake storage options for object-store targets; they override the derived
+        ones key by key.
     :raises ValueError: on a negative retention.
     """
 
@@ -92,9 +95,12 @@ class BinlogMaintenanceOperator(BaseOperator):
             compact_table,
             vacuum_table,
         )
-        from airflow_provider_binlog.staging import storage_path
-        from airflow_provider_binlog.state import StateManager
+        from airflow_provider_binlog.pipeline.staging import storage_path
+        from airflow_provider_binlog.pipeline.state import StateManager
+        from airflow_provider_binlog.pipeline.storage import storage_options_for
         from airflow_provider_binlog.target import table_uri, target_root
+
+        self.storage_options = storage_options_for(self.staging_conn_id, self.storage_options)
 
         state = StateManager(self.pipeline).load()
         if state is None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
 from airflow_provider_binlog.operators.spark import SparkJobOperator
-from airflow_provider_binlog.tables import is_template, parse_keys
+from airflow_provider_binlog.pipeline.tables import is_template, parse_keys
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -43,7 +43,11 @@ class BinlogMergeOperator(SparkJobOperator):
     :param conf: extra Spark configuration; it overrides the settings the job needs only if you say so.
     :param storage_options: storage options (credentials, endpoint) of the staging and target object stores,
         in deltalake's keys (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL`` ...); handed to the job in its
-        environment (:mod:`airflow_provider_binlog.contract.uris`).
+        environment (:mod:`airflow_provider_binlog.contract.uris`). They override the options derived from
+        ``staging_conn_id`` key by key.
+    :param staging_conn_id: the Airflow connection of the object store (an ``aws`` connection for
+        ``s3://``; also taken from a window URI ``s3://<conn_id>@bucket/...``): the job's storage options
+        are derived from it (:func:`~airflow_provider_binlog.pipeline.storage.storage_options_for`).
     :param kwargs: further :class:`~airflow.providers.apache.spark.operators.spark_submit.SparkSubmitOperator`
         arguments (``executor_memory``, ``env_vars``, ...), except ``application`` and ``application_args``.
     :raises ValueError: if an argument is invalid.
@@ -71,6 +75,7 @@ class BinlogMergeOperator(SparkJobOperator):
         conf: dict[str, Any] | None = None,
         name: str | None = None,
         storage_options: dict[str, str] | None = None,
+        staging_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         self.check_arguments(
@@ -91,6 +96,7 @@ class BinlogMergeOperator(SparkJobOperator):
         self.target_path = target_path
         self.target_file_bytes = target_file_bytes
         self.storage_options = storage_options
+        self.staging_conn_id = staging_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
         """Submit the merge job for the window, verify the target and return the per-table summary.
@@ -105,10 +111,13 @@ class BinlogMergeOperator(SparkJobOperator):
         :raises MergeError: if the Spark job fails or the target does not hold the window afterwards.
         """
         from airflow_provider_binlog.contract.refusals import refused_tables
-        from airflow_provider_binlog.state import StateManager
+        from airflow_provider_binlog.pipeline.state import StateManager
+        from airflow_provider_binlog.pipeline.storage import split_connection, storage_options_for
         from airflow_provider_binlog.target import check_target, window_merged
 
         self.keys = parse_keys(self.keys)
+        self.window_uri, uri_conn_id = split_connection(self.window_uri)
+        self.storage_options = storage_options_for(self.staging_conn_id or uri_conn_id, self.storage_options)
         manifest = self._load_manifest()
         refused = refused_tables(self.window_uri, self.storage_options)
         changed = [name for name in manifest.tables_to_merge() if name not in refused]
@@ -170,7 +179,7 @@ class BinlogMergeOperator(SparkJobOperator):
             return OperatorLineage()
         refused = refused_tables(self.window_uri, self.storage_options)
         return manifest_lineage(
-            manifest.to_json(),
+            manifest,
             inputs="staging",
             outputs=["target"],
             tables=[t for t in manifest.tables if t not in refused],

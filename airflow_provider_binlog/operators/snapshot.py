@@ -8,16 +8,14 @@ from pathlib import Path
 from typing import Any, get_args
 
 from airflow_provider_binlog.assets import TARGET_TABLES_ALIAS
-from airflow_provider_binlog.contract.manifest import Manifest, read_manifest
+from airflow_provider_binlog.contract.manifest import Manifest, TableEntry, read_manifest
 from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.lineage import StagedLineageMixin
 from airflow_provider_binlog.operators.spark import SparkJobOperator
-from airflow_provider_binlog.snapshot.ledger import SnapshotMode, begin_snapshot, finish_snapshot
-from airflow_provider_binlog.snapshot.plan import CHUNK_ROWS, plan_snapshot
-from airflow_provider_binlog.source.schema import TableInfo, unique_keys
-from airflow_provider_binlog.state import PipelineState, Snapshot, StateManager
-from airflow_provider_binlog.tables import (
+from airflow_provider_binlog.pipeline.ledger import PipelineState, Snapshot
+from airflow_provider_binlog.pipeline.state import StateManager
+from airflow_provider_binlog.pipeline.tables import (
     TableKeys,
     check_keyless_mode,
     is_template,
@@ -26,6 +24,9 @@ from airflow_provider_binlog.tables import (
     skipped_warning,
     table_keys,
 )
+from airflow_provider_binlog.snapshot.ledger import SnapshotMode, begin_snapshot, finish_snapshot
+from airflow_provider_binlog.snapshot.plan import CHUNK_ROWS, plan_snapshot
+from airflow_provider_binlog.source.schema import TableInfo, unique_keys
 
 #: The PySpark application submitted by :class:`BinlogSnapshotOperator`.
 SNAPSHOT_APPLICATION = Path(__file__).resolve().parent.parent / "jobs" / "snapshot.py"
@@ -61,16 +62,19 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         for tables without a primary key.
     :param keyless_tables: (templated) ``skip`` (default: a selected table with no primary key and no named key is left
         out of the snapshot; once it has a key, a ``missing`` snapshot loads it as a table new to the
-        pipeline) or ``fail`` (:class:`~airflow_provider_binlog.tables.KeylessTableError`).
+        pipeline) or ``fail`` (:class:`~airflow_provider_binlog.pipeline.tables.KeylessTableError`).
     :param chunk_rows: rows per chunk.
     :param max_connections: most source connections (Spark read tasks) at once.
     :param target_file_bytes: target data file size in bytes of target tables the snapshot creates (default
         128 MiB; ``docs/adr/0020-key-range-file-layout.md``).
     :param binlog_conn_id: a ``mysql`` or ``mysql_binlog`` connection.
-    :param staging_conn_id: connection of the staging object store, if any.
+    :param staging_conn_id: the Airflow connection of the staging (and target) object store, if any: the
+        staging is written through it and the job's storage options are derived from it
+        (:func:`~airflow_provider_binlog.pipeline.storage.storage_options_for`).
     :param conn_id: Spark connection id.
     :param storage_options: storage options (credentials, endpoint) of the staging and target object stores,
         in deltalake's keys; handed to the job in its environment (:mod:`airflow_provider_binlog.contract.uris`).
+        They override the options derived from ``staging_conn_id`` key by key.
     :param asset_alias: name of the :class:`~airflow.sdk.AssetAlias` added to the task's outlets, through
         which a merged snapshot emits one Asset event per table it loaded (kind ``snapshot``; the snapshot
         commits without a separate commit task; ``docs/assets.md``). None emits nothing.
@@ -150,17 +154,19 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         :raises MergeError: when the Spark application fails (a retry resumes) or the target lacks the rows.
         """
         from airflow_provider_binlog.contract.uris import join_uri, read_json
+        from airflow_provider_binlog.pipeline.history import StagedStateHistory
+        from airflow_provider_binlog.pipeline.lock import SourceStateLock
+        from airflow_provider_binlog.pipeline.staging import check_writable, storage_path
+        from airflow_provider_binlog.pipeline.storage import split_connection, storage_options_for
         from airflow_provider_binlog.snapshot.chunks import SOURCE_ENV
         from airflow_provider_binlog.snapshot.plan import PLAN_NAME
-        from airflow_provider_binlog.staging import check_writable, storage_path
-        from airflow_provider_binlog.state_history import StagedStateHistory
-        from airflow_provider_binlog.state_lock import SourceStateLock
         from airflow_provider_binlog.target import check_target, target_root
 
         if self.mode not in MODES:
             raise BinlogConfigError(f"mode={self.mode!r} must be one of {', '.join(MODES)}")
         check_keyless_mode(self.keyless_tables)
         self.keys = parse_keys(self.keys)
+        self.storage_options = storage_options_for(self.staging_conn_id, self.storage_options)
         hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
         selection = parse_tables(self.tables)
         server = hook.validate_source(
@@ -189,7 +195,8 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             server,
             sorted(resolved.keys),
             context=context,
-            staging_uri=lambda seq: str(root / f"snapshot={seq}"),
+            # The Spark job and pyarrow write and read the folder with the storage options: no conn id in it.
+            staging_uri=lambda seq: split_connection(str(root / f"snapshot={seq}"))[0],
         )
         if snapshot is None:
             self.log.info("every selected table of %s has a snapshot already; nothing to read", self.pipeline)
@@ -277,14 +284,14 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             self.staged_manifest,
             inputs="source",
             outputs=["staging", "target"],
-            tables=self.staged_manifest["tables"],
+            tables=self.staged_manifest.tables,
             source=self.source_namespace(),
             staging_uri=self.staged_uri,
             target_path=self.target_path,
         )
 
     def _keys(self, hook: BinlogHook, described: dict[str, TableInfo]) -> TableKeys:
-        """Resolve every table's chunk key (:func:`~airflow_provider_binlog.tables.resolve_key`, snapshot level).
+        """Resolve every table's chunk key (:func:`~airflow_provider_binlog.pipeline.tables.resolve_key`, snapshot level).
 
         :raises KeylessTableError: for a keyless table with ``keyless_tables="fail"``.
         :raises BinlogConfigError: for a named key that is not a UNIQUE index of NOT NULL columns.
@@ -318,7 +325,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         self, manager: StateManager, server: Any, tables: list[str], *, context: Any, staging_uri: Any
     ) -> Snapshot | None:
         """Start, find or take over this run's snapshot in a read-modify-write of the state."""
-        from airflow_provider_binlog.runs import holder_states
+        from airflow_provider_binlog.pipeline.runs import holder_states
 
         run_id = str(context["run_id"])
         started: dict[str, Snapshot | None] = {}
@@ -431,10 +438,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             target_path=self.target_path,
             kind="snapshot",
             seq=snapshot.seq,
-            entries={
-                table: manifest.tables[table].to_json() if table in manifest.tables else {}
-                for table in snapshot.tables
-            },
+            entries={table: manifest.tables.get(table, TableEntry()) for table in snapshot.tables},
             start=snapshot.start.model_dump(),
             end=None,
             committed_at=snapshot.finished_at or "",

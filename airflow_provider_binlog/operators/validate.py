@@ -11,7 +11,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, StateError, ValidationMismatchError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
-from airflow_provider_binlog.tables import is_template
+from airflow_provider_binlog.pipeline.tables import is_template
 
 ON_MISMATCH = ("fail", "warn")
 KEYS_SHOWN = 5
@@ -133,7 +133,7 @@ class BinlogValidateOperator(BaseOperator):
             selection that names no table of the pipeline.
         :raises ValidationMismatchError: on a confirmed mismatch with ``on_mismatch="fail"``.
         """
-        from airflow_provider_binlog.state import StateManager
+        from airflow_provider_binlog.pipeline.state import StateManager
         from airflow_provider_binlog.target import target_root
 
         if self.on_mismatch not in ON_MISMATCH:
@@ -195,7 +195,7 @@ class BinlogValidateOperator(BaseOperator):
 
         :raises BinlogConfigError: when an include matches none of them.
         """
-        from airflow_provider_binlog.tables import parse_tables, select_tables
+        from airflow_provider_binlog.pipeline.tables import parse_tables, select_tables
 
         if not self.tables:
             return sorted(written)

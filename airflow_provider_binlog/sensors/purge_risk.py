@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_provider_binlog.pipeline.tables import parse_tables
 from airflow_provider_binlog.sensors.base import PipelineSensor
-from airflow_provider_binlog.tables import parse_tables
 from airflow_provider_binlog.triggers.binlog import BinlogPurgeRiskTrigger
 
 DEFAULT_MIN_HEADROOM_SECONDS = 6 * 3600

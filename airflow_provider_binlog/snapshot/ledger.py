@@ -1,7 +1,7 @@
 """The snapshot entries of a pipeline's ledger: starting (or resuming) a snapshot and recording its merge.
 
-Pure functions over :class:`~airflow_provider_binlog.state.PipelineState`, applied inside
-:meth:`StateManager.transact <airflow_provider_binlog.state.StateManager.transact>`.
+Pure functions over :class:`~airflow_provider_binlog.pipeline.ledger.PipelineState`, applied inside
+:meth:`StateManager.transact <airflow_provider_binlog.pipeline.state.StateManager.transact>`.
 """
 
 from __future__ import annotations
@@ -10,14 +10,21 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError
-from airflow_provider_binlog.runs import HolderState, has_ended, never_ended
+from airflow_provider_binlog.pipeline.ledger import (
+    Checkpoint,
+    PipelineState,
+    Position,
+    Snapshot,
+    covers,
+    now_iso,
+)
+from airflow_provider_binlog.pipeline.runs import HolderState, has_ended, never_ended
 from airflow_provider_binlog.source.positions import BinlogPosition
-from airflow_provider_binlog.state import Checkpoint, PipelineState, Position, Snapshot, covers, now_iso
 
 SnapshotMode = Literal["missing", "requested", "purged"]
 """Which tables a snapshot reads: ``missing`` those no snapshot of the pipeline has read (all of them for
 a new pipeline) and those a schema change left waiting for a re-snapshot
-(:meth:`~airflow_provider_binlog.state.PipelineState.pending_resnapshots`), ``requested`` the tables named, ``purged`` the tables named after the binlogs the
+(:meth:`~airflow_provider_binlog.pipeline.ledger.PipelineState.pending_resnapshots`), ``requested`` the tables named, ``purged`` the tables named after the binlogs the
 pipeline still needed were purged (the checkpoint then jumps to the snapshot's start)."""
 
 
@@ -51,7 +58,7 @@ def begin_snapshot(
     :param staging_uri: ``seq -> staging folder`` of the snapshot.
     :param dag_id: the DAG of ``run_id``, recorded so another run can ask whether this one is active.
     :param holder_state: tells the state of the run holding a snapshot
-        (:func:`~airflow_provider_binlog.runs.holder_states`); by default every holder counts as active and
+        (:func:`~airflow_provider_binlog.pipeline.runs.holder_states`); by default every holder counts as active and
         nothing is taken over.
     :raises BinlogConfigError: for a pipeline that cuts windows by interval (their sequence numbers are
         times, so a snapshot cannot be ordered between them), or an unknown mode.
@@ -153,13 +160,13 @@ def finish_snapshot(
 ) -> PipelineState:
     """Return ``state`` with snapshot ``seq`` marked ``merged`` now (its rows are verified in the target).
 
-    The entries of ``resnapshots_needed`` it covers (:func:`~airflow_provider_binlog.state.covers`: one of
+    The entries of ``resnapshots_needed`` it covers (:func:`~airflow_provider_binlog.pipeline.ledger.covers`: one of
     its tables, ``since`` at or before its start, found by a window ordered before it) are cleared: the target holds the table as the source had it after the schema change.
 
     :param target: the target root it was merged into.
     :param written: the tables whose Delta tables hold its merge (none when every table was empty and
         no target table existed), recorded with the root (see
-        :meth:`~airflow_provider_binlog.state.PipelineState.with_target`).
+        :meth:`~airflow_provider_binlog.pipeline.ledger.PipelineState.with_target`).
     """
     snapshots = [
         s.model_copy(update={"status": "merged", "rows": rows, "finished_at": now_iso()})

@@ -140,6 +140,16 @@ class SourceFlavor(ABC):
     def persist_fix(self, setting: str, value: str) -> str:
         """Return how to set ``setting`` to ``value`` now and for every later start of the server."""
 
+    def cascades_are_logged(self, variables: Mapping[str, str]) -> bool:
+        """Return whether the server writes the child rows its foreign-key actions change to the binlog.
+
+        False here: MariaDB and MySQL before 9.6 apply the actions inside InnoDB, unlogged
+        (:mod:`airflow_provider_binlog.contract.foreign_keys`).
+
+        :param variables: the server's global variables, lower-case names (``ServerState.variables``).
+        """
+        return False
+
     def privileges(self, version: str) -> PrivilegeModel:
         """Return the privilege names of this flavor at ``version`` (``SELECT VERSION()``)."""
         return privilege_model(self.name, version)
@@ -190,6 +200,15 @@ class MySqlFlavor(SourceFlavor):
                 raise
             cur.execute("SHOW SLAVE HOSTS")
         return self._replica_rows(cur)
+
+    def cascades_are_logged(self, variables: Mapping[str, str]) -> bool:
+        """Return whether foreign keys live in the SQL layer, which logs the child rows they change.
+
+        True with ``innodb_native_foreign_keys`` present (9.6+) and OFF (its default); before 9.6, or with
+        it ON, InnoDB applies them unlogged.
+        """
+        native = variables.get("innodb_native_foreign_keys")
+        return native is not None and native.upper() in ("OFF", "0")
 
     def identity(self, variables: Mapping[str, str]) -> str:
         """Return ``@@server_uuid`` (MySQL 5.6+), else what :class:`MariaDbFlavor` uses."""

@@ -8,10 +8,12 @@ from Airflow.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_binlog.contract.names import split_table_name
+from airflow_provider_binlog.contract.foreign_keys import ForeignKey
+from airflow_provider_binlog.contract.names import database_of, split_table_name
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 """Schemas of the server itself, never captured."""
@@ -141,3 +143,60 @@ def column_descriptions(cur: Any, db: str, table: str) -> list[tuple[Any, ...]]:
             row = tuple(upper[name] for name in COLUMN_FIELDS)
         rows.append(tuple(row))
     return rows
+
+
+FOREIGN_KEYS_SQL = """SELECT rc.CONSTRAINT_SCHEMA, rc.TABLE_NAME, rc.CONSTRAINT_NAME,
+  rc.UNIQUE_CONSTRAINT_SCHEMA, rc.REFERENCED_TABLE_NAME, rc.DELETE_RULE, rc.UPDATE_RULE,
+  k.COLUMN_NAME, k.REFERENCED_COLUMN_NAME
+FROM information_schema.REFERENTIAL_CONSTRAINTS rc
+JOIN information_schema.KEY_COLUMN_USAGE k
+  ON k.CONSTRAINT_SCHEMA = rc.CONSTRAINT_SCHEMA AND k.TABLE_NAME = rc.TABLE_NAME
+  AND k.CONSTRAINT_NAME = rc.CONSTRAINT_NAME AND k.REFERENCED_TABLE_NAME IS NOT NULL
+WHERE (rc.DELETE_RULE IN ('CASCADE', 'SET NULL') OR rc.UPDATE_RULE IN ('CASCADE', 'SET NULL'))
+  AND rc.CONSTRAINT_SCHEMA IN ({schemas})
+ORDER BY rc.CONSTRAINT_SCHEMA, rc.TABLE_NAME, rc.CONSTRAINT_NAME, k.ORDINAL_POSITION"""
+"""One query for the acting foreign keys of the given schemas (information_schema REFERENTIAL_CONSTRAINTS
+joined with KEY_COLUMN_USAGE, which lists each key column with the column it references)."""
+
+
+def read_foreign_keys(cur: Any, children: Iterable[str]) -> list[ForeignKey]:
+    """Return the acting foreign keys (:data:`~airflow_provider_binlog.contract.foreign_keys.ACTING_RULES`) whose child is one of ``children``.
+
+    :param cur: an open DB-API cursor on the source (pymysql).
+    :param children: ``db.table`` names of the selected tables.
+    """
+    wanted = set(children)
+    schemas = sorted({database_of(name) for name in wanted})
+    if not schemas:
+        return []
+    cur.execute(FOREIGN_KEYS_SQL.format(schemas=", ".join(["%s"] * len(schemas))), schemas)
+    grouped: dict[tuple[str, str], dict[str, Any]] = {}
+    for (
+        schema,
+        table,
+        name,
+        parent_schema,
+        parent,
+        on_delete,
+        on_update,
+        column,
+        referenced,
+    ) in cur.fetchall():
+        child = f"{schema}.{table}"
+        if child not in wanted:
+            continue
+        entry = grouped.setdefault(
+            (child, str(name)),
+            {
+                "name": str(name),
+                "child": child,
+                "columns": [],
+                "parent": f"{parent_schema}.{parent}",
+                "referenced": [],
+                "on_delete": str(on_delete),
+                "on_update": str(on_update),
+            },
+        )
+        entry["columns"].append(str(column))
+        entry["referenced"].append(str(referenced))
+    return [ForeignKey.from_manifest(entry) for entry in grouped.values()]

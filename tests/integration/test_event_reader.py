@@ -29,9 +29,9 @@ from airflow_provider_binlog.extract.events.stream import Event, EventReader, Ro
 from airflow_provider_binlog.extract.reader import TableTarget
 from airflow_provider_binlog.extract.window import extract_window
 from airflow_provider_binlog.hooks.binlog import BinlogHook
+from airflow_provider_binlog.pipeline.ledger import Position, Window, now_iso
+from airflow_provider_binlog.pipeline.staging import window_path
 from airflow_provider_binlog.source.positions import BinlogPosition
-from airflow_provider_binlog.staging import window_path
-from airflow_provider_binlog.state import Position, Window, now_iso
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
 pytestmark = pytest.mark.integration

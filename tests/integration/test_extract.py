@@ -15,9 +15,9 @@ from airflow_provider_binlog.extract import progress
 from airflow_provider_binlog.extract.reader import TableTarget
 from airflow_provider_binlog.extract.window import extract_window
 from airflow_provider_binlog.hooks.binlog import BinlogHook
+from airflow_provider_binlog.pipeline.ledger import Position, Window, now_iso
+from airflow_provider_binlog.pipeline.staging import check_writable, storage_path, window_path
 from airflow_provider_binlog.source.positions import BinlogPosition
-from airflow_provider_binlog.staging import check_writable, storage_path, window_path
-from airflow_provider_binlog.state import Position, Window, now_iso
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
 pytestmark = pytest.mark.integration

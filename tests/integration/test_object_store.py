@@ -243,3 +243,73 @@ def test_a_window_merged_into_an_s3_target_is_verified_and_read_back_with_the_sa
 def test_options_for_a_store_they_cannot_reach_are_refused() -> None:
     with pytest.raises(ContractError, match="applied to s3:// locations only"):
         filesystem_for("gs://bucket/staging", {"AWS_ACCESS_KEY_ID": "k"})
+
+
+@pytest.fixture
+def lake_connection(s3_options: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> str:
+    """Define an Airflow ``aws`` connection to the moto store (the way a deployment defines one); return its id."""
+    import json
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_BINLOG_LAKE",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": s3_options["AWS_ACCESS_KEY_ID"],
+                "password": s3_options["AWS_SECRET_ACCESS_KEY"],
+                "extra": {
+                    "region_name": s3_options["AWS_REGION"],
+                    "endpoint_url": s3_options["AWS_ENDPOINT_URL"],
+                },
+            }
+        ),
+    )
+    return "binlog_lake"
+
+
+def test_one_connection_serves_the_staging_through_objectstoragepath_and_delta_through_derived_options(
+    s3_options: dict[str, str], lake_connection: str, no_ambient_aws: None
+) -> None:
+    pytest.importorskip("s3fs")
+    pytest.importorskip("airflow.providers.amazon")
+    from airflow_provider_binlog.pipeline import staging
+    from airflow_provider_binlog.pipeline.storage import split_connection, storage_options_for
+
+    options = storage_options_for(lake_connection)
+    assert options == s3_options
+    # The extractor's path: ObjectStoragePath authenticated by the connection, its URI naming it.
+    window_dir = staging.window_path(f"s3://{BUCKET}/staging-conn", PIPELINE, 5, lake_connection)
+    written = Manifest(
+        pipeline=PIPELINE, window=5, tables={"shop.orders": TableEntry(rows=0)}, stats={"rows": 0}
+    )
+    staging.write_manifest(window_dir, written)
+    plain, named = split_connection(str(window_dir))
+    assert (plain, named) == (f"s3://{BUCKET}/staging-conn/{PIPELINE}/window=5", lake_connection)
+    # The jobs' and delta-rs' path: pyarrow and deltalake with the options derived from the same connection.
+    assert read_manifest(plain, options) == written
+    target = f"s3://{BUCKET}/lake-conn"
+    deltalake.write_deltalake(
+        table_uri(target, "shop.orders"), pa.table({"id": [1, 2]}), storage_options=options
+    )
+    table = open_table(table_uri(target, "shop.orders"), options)
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [1, 2]
+    with pytest.raises(OSError):  # nothing else in the environment reaches the store
+        read_manifest(plain)
+
+
+def test_explicit_options_override_the_connection_and_other_connection_types_are_refused(
+    s3_options: dict[str, str], lake_connection: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("airflow.providers.amazon")
+    from airflow_provider_binlog.exceptions import BinlogConfigError
+    from airflow_provider_binlog.pipeline.storage import storage_options_for
+
+    overridden = storage_options_for(
+        lake_connection, {"AWS_REGION": "eu-west-1", "AWS_S3_LOCKING_PROVIDER": "dynamodb"}
+    )
+    assert overridden == {**s3_options, "AWS_REGION": "eu-west-1", "AWS_S3_LOCKING_PROVIDER": "dynamodb"}
+    assert storage_options_for(None, {"AWS_REGION": "eu-west-1"}) == {"AWS_REGION": "eu-west-1"}
+    assert storage_options_for(None) is None
+    monkeypatch.setenv("AIRFLOW_CONN_BINLOG_GCS", '{"conn_type": "google_cloud_platform"}')
+    with pytest.raises(BinlogConfigError, match="derived from 'aws' connections only"):
+        storage_options_for("binlog_gcs")

@@ -20,13 +20,14 @@ from airflow_provider_binlog.monitoring.health import pipeline_health
 from airflow_provider_binlog.monitoring.measure import lag_of, retention_of
 from airflow_provider_binlog.monitoring.retention import purge_risk_verdict
 from airflow_provider_binlog.monitoring.snapshot_estimate import SNAPSHOT_OVERHEAD_SECONDS
+from airflow_provider_binlog.pipeline.ledger import PipelineState
+from airflow_provider_binlog.pipeline.lock import SourceStateLock
+from airflow_provider_binlog.pipeline.state import StateManager, variable_key
+from airflow_provider_binlog.pipeline.windows import advance_checkpoint, cut_window, mark_window
 from airflow_provider_binlog.sensors import BinlogPurgeRiskSensor
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot
 from airflow_provider_binlog.source.positions import BinlogPosition
-from airflow_provider_binlog.state import PipelineState, StateManager, variable_key
-from airflow_provider_binlog.state_lock import SourceStateLock
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
-from airflow_provider_binlog.windows import advance_checkpoint, cut_window, mark_window
 
 pytestmark = pytest.mark.integration
 
@@ -264,18 +265,16 @@ def test_health_summary_names_open_windows_snapshots_and_the_next_step(
 def test_health_command_prints_json_from_the_metadata_database(
     hook: BinlogHook, server: LocalMariaDB, airflow_db: object, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from airflow_provider_binlog import state_admin
+    from airflow_provider_binlog import admin
 
     state = _pipeline_with_snapshot_in_progress(hook, server)
-    state_admin.MetadataVariableStore().set(variable_key(state.pipeline), state.model_dump_json())
-    code = state_admin.main(
-        ["health", "--pipeline", state.pipeline, "--binlog-conn-id", "health_src", "--json"]
-    )
+    admin.MetadataVariableStore().set(variable_key(state.pipeline), state.model_dump_json())
+    code = admin.main(["health", "--pipeline", state.pipeline, "--binlog-conn-id", "health_src", "--json"])
     summary = json.loads(capsys.readouterr().out)
     assert code == 1  # the holder runs are not in this Airflow: they ended, someone must look
     assert summary["pipeline"] == state.pipeline
     assert [h["run_state"] for h in summary["held"]] == ["missing", "missing"]
     assert summary["checkpoint"]["window"] == state.checkpoint.window
     assert summary["needs_attention"] is True
-    state_admin.main(["health", "--pipeline", state.pipeline, "--binlog-conn-id", "health_src"])
+    admin.main(["health", "--pipeline", state.pipeline, "--binlog-conn-id", "health_src"])
     assert f"pipeline {state.pipeline}" in capsys.readouterr().out

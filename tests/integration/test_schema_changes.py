@@ -40,19 +40,19 @@ from airflow_provider_binlog.operators.extract import (  # noqa: E402
     schema_barriers,
     snapshot_covers,
 )
+from airflow_provider_binlog.pipeline.ledger import Checkpoint, PipelineState, Position, Snapshot, now_iso  # noqa: E402
+from airflow_provider_binlog.pipeline.staging import window_path  # noqa: E402
+from airflow_provider_binlog.pipeline.tables import parse_tables  # noqa: E402
+from airflow_provider_binlog.pipeline.windows import advance_checkpoint, cut_window, mark_window  # noqa: E402
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot  # noqa: E402
 from airflow_provider_binlog.snapshot.plan import (
     PLAN_NAME,  # noqa: E402
     plan_snapshot,  # noqa: E402
 )
 from airflow_provider_binlog.source.positions import file_index  # noqa: E402
-from airflow_provider_binlog.staging import window_path  # noqa: E402
-from airflow_provider_binlog.state import Checkpoint, PipelineState, Position, Snapshot, now_iso  # noqa: E402
-from airflow_provider_binlog.tables import parse_tables  # noqa: E402
 from airflow_provider_binlog.target import read_table  # noqa: E402
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB  # noqa: E402
 from airflow_provider_binlog.verify import compare_table  # noqa: E402
-from airflow_provider_binlog.windows import advance_checkpoint, cut_window, mark_window  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

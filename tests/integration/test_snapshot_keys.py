@@ -8,8 +8,8 @@ import pytest
 
 from airflow_provider_binlog.exceptions import BinlogConfigError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
+from airflow_provider_binlog.pipeline.tables import resolve_key
 from airflow_provider_binlog.source.schema import TableInfo, unique_keys
-from airflow_provider_binlog.tables import resolve_key
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
 pytestmark = pytest.mark.integration

@@ -20,9 +20,9 @@ from airflow_provider_binlog.exceptions import BinlogConfigError, ReplicationCon
 from airflow_provider_binlog.extract.reader import TableTarget
 from airflow_provider_binlog.extract.window import extract_window, stream_options
 from airflow_provider_binlog.hooks.binlog import BinlogHook
+from airflow_provider_binlog.pipeline.ledger import Position, Window, now_iso
+from airflow_provider_binlog.pipeline.staging import window_path
 from airflow_provider_binlog.source.positions import BinlogPosition
-from airflow_provider_binlog.staging import window_path
-from airflow_provider_binlog.state import Position, Window, now_iso
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 from airflow_provider_binlog.testing.relay import SilentRelay
 

@@ -28,12 +28,13 @@ from airflow_provider_binlog.hooks.binlog import BinlogHook  # noqa: E402
 from airflow_provider_binlog.jobs.merge.job import merge_window  # noqa: E402
 from airflow_provider_binlog.jobs.merge.truncate import table_floor  # noqa: E402
 from airflow_provider_binlog.operators.extract import gone_targets  # noqa: E402
-from airflow_provider_binlog.staging import window_path  # noqa: E402
-from airflow_provider_binlog.state import StateManager, Window  # noqa: E402
+from airflow_provider_binlog.pipeline.ledger import Window  # noqa: E402
+from airflow_provider_binlog.pipeline.staging import window_path  # noqa: E402
+from airflow_provider_binlog.pipeline.state import StateManager  # noqa: E402
+from airflow_provider_binlog.pipeline.windows import cut_window, mark_window  # noqa: E402
 from airflow_provider_binlog.target import read_table  # noqa: E402
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB  # noqa: E402
 from airflow_provider_binlog.verify import compare_table  # noqa: E402
-from airflow_provider_binlog.windows import cut_window, mark_window  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

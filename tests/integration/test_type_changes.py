@@ -41,8 +41,8 @@ from airflow_provider_binlog.hooks.binlog import BinlogHook  # noqa: E402
 from airflow_provider_binlog.jobs.merge.job import merge_window  # noqa: E402
 from airflow_provider_binlog.jobs.merge.schema import UnfollowableSchemaChange, plan_schema_change  # noqa: E402
 from airflow_provider_binlog.jobs.merge.window import target_schema  # noqa: E402
-from airflow_provider_binlog.staging import window_path  # noqa: E402
-from airflow_provider_binlog.state import Position, Window, now_iso  # noqa: E402
+from airflow_provider_binlog.pipeline.ledger import Position, Window, now_iso  # noqa: E402
+from airflow_provider_binlog.pipeline.staging import window_path  # noqa: E402
 from airflow_provider_binlog.target import read_table, table_uri  # noqa: E402
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB  # noqa: E402
 

@@ -165,9 +165,9 @@ def test_a_window_whose_run_died_is_adopted_by_the_next_run_and_merged_exactly_o
 
 
 def health(pipeline: Pipeline, dag_id: str, capfd: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    """Return the exit code and text of ``state_admin health`` for the pipeline, as an operator runs it."""
-    from airflow_provider_binlog import state_admin
+    """Return the exit code and text of ``admin health`` for the pipeline, as an operator runs it."""
+    from airflow_provider_binlog import admin
 
     capfd.readouterr()
-    code = state_admin.main(["health", "--pipeline", pipeline.name, "--dag-id", dag_id])
+    code = admin.main(["health", "--pipeline", pipeline.name, "--dag-id", dag_id])
     return code, capfd.readouterr().out

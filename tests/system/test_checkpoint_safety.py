@@ -63,7 +63,7 @@ def test_a_failed_merge_moves_nothing_and_its_retry_remerges_the_same_window(
     seen: dict[str, Any] = {}
 
     def repair_spark(context: Any) -> None:
-        from airflow_provider_binlog.state import StateManager
+        from airflow_provider_binlog.pipeline.state import StateManager
 
         seen["state_at_failure"] = StateManager(pipeline).load()
         os.environ["AIRFLOW_CONN_SPARK_FLAKY"] = local_spark

@@ -196,8 +196,8 @@ def test_a_reader_slower_than_net_write_timeout_keeps_its_connection(
     from airflow_provider_binlog.extract.window import extract_window
     from airflow_provider_binlog.extract.writer import TableWriter
     from airflow_provider_binlog.hooks.binlog import BinlogHook
-    from airflow_provider_binlog.staging import window_path
-    from airflow_provider_binlog.state import Position, Window, now_iso
+    from airflow_provider_binlog.pipeline.ledger import Position, Window, now_iso
+    from airflow_provider_binlog.pipeline.staging import window_path
 
     server, db = pipeline.server, pipeline.db
     pipeline.sql(

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from conftest import REPO, DagRunner, Pipeline, load_module, stored_state, task_states
 
+from airflow_provider_binlog.admin import MetadataVariableStore
+from airflow_provider_binlog.admin import main as admin
 from airflow_provider_binlog.exceptions import BinlogConfigError
-from airflow_provider_binlog.state import variable_key
-from airflow_provider_binlog.state_admin import MetadataVariableStore
-from airflow_provider_binlog.state_admin import main as state_admin
+from airflow_provider_binlog.pipeline.state import variable_key
 from airflow_provider_binlog.target import check_target
 
 pytestmark = pytest.mark.system
@@ -46,16 +46,14 @@ def test_a_hand_edited_checkpoint_fails_the_next_run_and_a_kept_revision_restore
     assert stored_state(items.name) == edited  # left untouched
 
     staging = ["--staging", str(items.staging)]
-    assert state_admin(["validate", "--pipeline", items.name]) == 1
+    assert admin(["validate", "--pipeline", items.name]) == 1
     assert f"names window {good['checkpoint']['window']} as the last merged one" in capsys.readouterr().out
-    assert state_admin(["history", "--pipeline", items.name, *staging]) == 0
+    assert admin(["history", "--pipeline", items.name, *staging]) == 0
     listing = capsys.readouterr().out
     assert f"revision {good['revision']}: checkpoint" in listing
     assert "stored now: inconsistent" in listing
-    assert (
-        state_admin(["restore", "--pipeline", items.name, *staging, "--revision", str(good["revision"])]) == 0
-    )
-    assert state_admin(["validate", "--pipeline", items.name]) == 0
+    assert admin(["restore", "--pipeline", items.name, *staging, "--revision", str(good["revision"])]) == 0
+    assert admin(["validate", "--pipeline", items.name]) == 0
 
     restored = stored_state(items.name)
     assert restored is not None
@@ -110,7 +108,7 @@ def test_a_second_pipeline_cannot_write_a_table_another_owns_until_it_is_handed_
     items.run_window()  # the owner carries on untouched
     assert items.mismatches("items") == []
 
-    assert state_admin(["hand-over", "--target", items.target, "--table", f"{items.db}.items",
+    assert admin(["hand-over", "--target", items.target, "--table", f"{items.db}.items",
                         "--to", other_conf["pipeline"]]) == 0  # fmt: skip
     assert f"now belongs to {other_conf['pipeline']}" in capsys.readouterr().out
     taken = other.run()  # its first snapshot loads the table it now owns

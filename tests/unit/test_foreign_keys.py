@@ -6,15 +6,15 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_binlog.foreign_keys import (
+from airflow_provider_binlog.contract.foreign_keys import (
     ForeignKey,
     ForeignKeyCycleError,
-    cascades_are_logged,
     parents_first,
     referenced_columns,
     split_by_selection,
 )
 from airflow_provider_binlog.jobs.merge.cascades import ParentChange, replay
+from airflow_provider_binlog.source.flavor import flavor_named
 
 
 def fk(
@@ -54,7 +54,7 @@ def row(seq: int, op: str = "u", window: int = 1, **values: Any) -> dict[str, An
 def test_only_mysql_sql_layer_foreign_keys_log_their_cascades(
     flavor: str, variables: dict[str, str], logged: bool
 ) -> None:
-    assert cascades_are_logged(flavor, variables) is logged
+    assert flavor_named(flavor).cascades_are_logged(variables) is logged
 
 
 def test_manifest_form_round_trips_and_selection_splits() -> None:

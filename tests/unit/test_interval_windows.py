@@ -6,9 +6,15 @@ import pendulum
 import pytest
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError
+from airflow_provider_binlog.pipeline.ledger import PipelineState, Position
+from airflow_provider_binlog.pipeline.state import StateManager
+from airflow_provider_binlog.pipeline.windows import (
+    advance_checkpoint,
+    cut_interval_window,
+    cut_window,
+    mark_window,
+)
 from airflow_provider_binlog.source.positions import BinlogPosition
-from airflow_provider_binlog.state import PipelineState, Position, StateManager
-from airflow_provider_binlog.windows import advance_checkpoint, cut_interval_window, cut_window, mark_window
 
 T0 = pendulum.datetime(2026, 3, 1, 12, 0, tz="UTC")
 # A binlog where the transaction boundary before moment T0 + k minutes is at byte 1000 + 100 * k.

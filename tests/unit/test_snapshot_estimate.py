@@ -11,8 +11,9 @@ from airflow_provider_binlog.monitoring.snapshot_estimate import (
     estimate_snapshots,
     snapshot_rate,
 )
+from airflow_provider_binlog.pipeline.ledger import Handover, PipelineState, Position, Snapshot
+from airflow_provider_binlog.pipeline.state import StateManager
 from airflow_provider_binlog.source.positions import BinlogPosition
-from airflow_provider_binlog.state import Handover, PipelineState, Position, Snapshot, StateManager
 
 HEAD = BinlogPosition("mariadb-bin.000001", 400, "0-1-5")
 NOW = pendulum.datetime(2026, 11, 24, 12, tz="UTC")

@@ -8,11 +8,12 @@ import pytest
 
 from airflow_provider_binlog.contract.manifest import Manifest
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError
+from airflow_provider_binlog.pipeline.ledger import PipelineState, Position, ResnapshotNeeded
+from airflow_provider_binlog.pipeline.state import StateManager
+from airflow_provider_binlog.pipeline.windows import cut_window, mark_window
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot
 from airflow_provider_binlog.snapshot.plan import Chunk, decode_value, encode_value
 from airflow_provider_binlog.source.positions import BinlogPosition
-from airflow_provider_binlog.state import PipelineState, Position, ResnapshotNeeded, StateManager
-from airflow_provider_binlog.windows import cut_window, mark_window
 
 HEAD = BinlogPosition("b.000002", 500, "0-1-10")
 TABLES = ["shop.a", "shop.b"]

@@ -9,9 +9,10 @@ from contextlib import contextmanager
 import pytest
 
 from airflow_provider_binlog.exceptions import PipelineBusyError, StateConflictError, StateError
+from airflow_provider_binlog.pipeline.ledger import MERGED_WINDOWS_KEPT, Held, PipelineState
+from airflow_provider_binlog.pipeline.state import StateManager, variable_key
+from airflow_provider_binlog.pipeline.windows import cut_window, mark_window
 from airflow_provider_binlog.source.positions import BinlogPosition
-from airflow_provider_binlog.state import MERGED_WINDOWS_KEPT, Held, PipelineState, StateManager, variable_key
-from airflow_provider_binlog.windows import cut_window, mark_window
 
 HEAD = BinlogPosition("mariadb-bin.000001", 800, "0-1-10")
 
@@ -306,7 +307,7 @@ def test_a_hand_edited_checkpoint_is_refused_on_read_and_left_untouched(manager:
     message = str(raised.value)
     assert f"the checkpoint mariadb-bin.000001:5400 names window {last.seq} as the last merged one" in message
     assert f"ends at mariadb-bin.000001:{last.end.pos}" in message
-    assert "state_admin history --pipeline shop" in message
+    assert "admin history --pipeline shop" in message
     assert manager.store.get(variable_key("shop")) == edited
 
 
@@ -346,9 +347,9 @@ def test_an_inconsistent_state_is_never_written(manager: StateManager) -> None:
 
 
 def test_kept_revisions_restore_with_a_seq_floor_above_every_replaced_one(tmp_path) -> None:
-    from airflow_provider_binlog.staging import storage_path
-    from airflow_provider_binlog.state_admin import restore
-    from airflow_provider_binlog.state_history import KEPT_REVISIONS, StagedStateHistory
+    from airflow_provider_binlog.admin import restore
+    from airflow_provider_binlog.pipeline.history import KEPT_REVISIONS, StagedStateHistory
+    from airflow_provider_binlog.pipeline.staging import storage_path
 
     history = StagedStateHistory(storage_path(str(tmp_path)) / "shop")
     manager = StateManager("shop", DictStore(), history=history, lock=ThreadLock())

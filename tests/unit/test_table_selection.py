@@ -4,8 +4,8 @@ import pytest
 
 from airflow_provider_binlog.exceptions import BinlogConfigError
 from airflow_provider_binlog.operators.extract import table_targets
+from airflow_provider_binlog.pipeline.tables import KeylessTableError, parse_tables, select_tables, takes
 from airflow_provider_binlog.source.schema import TableInfo
-from airflow_provider_binlog.tables import KeylessTableError, parse_tables, select_tables, takes
 
 KEYED = TableInfo("shop.orders", ["id", "total"], ["bigint", "decimal(9,2)"], ["id"])
 KEYLESS = TableInfo("shop.log", ["at", "msg"], ["datetime", "text"], [])

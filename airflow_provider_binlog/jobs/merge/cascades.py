@@ -1,7 +1,7 @@
 """Apply foreign-key actions the source did not log: synthesise the child row changes of a window.
 
 InnoDB changes child rows for ``ON DELETE CASCADE``, ``ON UPDATE CASCADE`` and ``ON DELETE/UPDATE SET
-NULL`` below the layer that writes the binlog (see :mod:`airflow_provider_binlog.foreign_keys`), so a
+NULL`` below the layer that writes the binlog (see :mod:`airflow_provider_binlog.contract.foreign_keys`), so a
 window holds the parent's change but not the child rows it changed. The extractor records the acting keys
 among the selected tables in the manifest (``foreign_keys``); here the merge replays them, as the source
 did, before any table is merged (see ``docs/adr/0011-foreign-key-cascades.md``):
@@ -55,6 +55,14 @@ from airflow_provider_binlog.contract.columns import (
     WINDOW_COLUMN,
 )
 from airflow_provider_binlog.contract.delta import already_merged, delta_arrow_schema, open_table
+from airflow_provider_binlog.contract.foreign_keys import (
+    ACTING_RULES,
+    CASCADE,
+    MANIFEST_KEY,
+    ForeignKey,
+    ForeignKeyCycleError,
+    parents_first,
+)
 from airflow_provider_binlog.contract.types import recorded_arrow_type, storage_type
 from airflow_provider_binlog.contract.uris import (
     StorageOptions,
@@ -63,14 +71,6 @@ from airflow_provider_binlog.contract.uris import (
     read_json,
     table_uri,
     write_json,
-)
-from airflow_provider_binlog.foreign_keys import (
-    ACTING_RULES,
-    CASCADE,
-    MANIFEST_KEY,
-    ForeignKey,
-    ForeignKeyCycleError,
-    parents_first,
 )
 from airflow_provider_binlog.jobs.application import MergeJobError
 from airflow_provider_binlog.jobs.merge.window import StagedTable, StagedWindow, read_staged_schema

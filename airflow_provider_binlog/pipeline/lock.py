@@ -42,6 +42,8 @@ holder whose host vanished. A holder idle that long finds its lock lost before i
 LOCK_NAME_MAX_LENGTH = 64
 """MySQL 5.7+ refuses longer lock names (ER_USER_LOCK_WRONG_NAME, MySQL manual, "Locking Functions")."""
 _PREFIX = "airflow_provider_binlog.state."
+"""Kept from when the state lived in ``airflow_provider_binlog.state``: workers of two provider versions must
+compete for the same lock, so the name is a fixed value, not this module's path."""
 
 
 def lock_name(pipeline: str) -> str:

@@ -8,9 +8,11 @@ with ``innodb_native_foreign_keys=OFF`` (its default, a read-only global) the ca
 written as row events before the parent's event (MySQL 9.7 manual section 19.5.1.37; the variable is
 defined in ``sql/sys_vars.cc`` of 9.6.0). On such a server nothing needs to be synthesised.
 
-This module is shared by the extractor (which reads the keys, see :func:`read_foreign_keys`, and records
-them in the window manifest) and the Spark merge (which applies them, see
-:mod:`airflow_provider_binlog.jobs.merge.cascades`); it imports neither Airflow nor Spark.
+This module is shared by the extractor (which reads the keys with
+:func:`~airflow_provider_binlog.source.schema.read_foreign_keys` and records them in the window manifest)
+and the Spark merge (which applies them, see :mod:`airflow_provider_binlog.jobs.merge.cascades`); it
+imports neither Airflow nor Spark. Whether a source logs the cascaded rows itself is a flavor question
+(:meth:`~airflow_provider_binlog.source.flavor.SourceFlavor.cascades_are_logged`).
 """
 
 from __future__ import annotations
@@ -18,8 +20,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-from airflow_provider_binlog.contract.names import database_of
 
 MANIFEST_KEY = "foreign_keys"
 """The window manifest's list of the foreign keys whose actions the merge applies (:meth:`ForeignKey.to_manifest`)."""
@@ -89,76 +89,6 @@ class ForeignKey:
             on_delete=str(entry["on_delete"]).upper(),
             on_update=str(entry["on_update"]).upper(),
         )
-
-
-FOREIGN_KEYS_SQL = """SELECT rc.CONSTRAINT_SCHEMA, rc.TABLE_NAME, rc.CONSTRAINT_NAME,
-  rc.UNIQUE_CONSTRAINT_SCHEMA, rc.REFERENCED_TABLE_NAME, rc.DELETE_RULE, rc.UPDATE_RULE,
-  k.COLUMN_NAME, k.REFERENCED_COLUMN_NAME
-FROM information_schema.REFERENTIAL_CONSTRAINTS rc
-JOIN information_schema.KEY_COLUMN_USAGE k
-  ON k.CONSTRAINT_SCHEMA = rc.CONSTRAINT_SCHEMA AND k.TABLE_NAME = rc.TABLE_NAME
-  AND k.CONSTRAINT_NAME = rc.CONSTRAINT_NAME AND k.REFERENCED_TABLE_NAME IS NOT NULL
-WHERE (rc.DELETE_RULE IN ('CASCADE', 'SET NULL') OR rc.UPDATE_RULE IN ('CASCADE', 'SET NULL'))
-  AND rc.CONSTRAINT_SCHEMA IN ({schemas})
-ORDER BY rc.CONSTRAINT_SCHEMA, rc.TABLE_NAME, rc.CONSTRAINT_NAME, k.ORDINAL_POSITION"""
-"""One query for the acting foreign keys of the given schemas (information_schema REFERENTIAL_CONSTRAINTS
-joined with KEY_COLUMN_USAGE, which lists each key column with the column it references)."""
-
-
-def read_foreign_keys(cur: Any, children: Iterable[str]) -> list[ForeignKey]:
-    """Return the acting foreign keys (:data:`ACTING_RULES`) whose child is one of ``children``.
-
-    :param cur: an open DB-API cursor on the source (pymysql).
-    :param children: ``db.table`` names of the selected tables.
-    """
-    wanted = set(children)
-    schemas = sorted({database_of(name) for name in wanted})
-    if not schemas:
-        return []
-    cur.execute(FOREIGN_KEYS_SQL.format(schemas=", ".join(["%s"] * len(schemas))), schemas)
-    grouped: dict[tuple[str, str], dict[str, Any]] = {}
-    for (
-        schema,
-        table,
-        name,
-        parent_schema,
-        parent,
-        on_delete,
-        on_update,
-        column,
-        referenced,
-    ) in cur.fetchall():
-        child = f"{schema}.{table}"
-        if child not in wanted:
-            continue
-        entry = grouped.setdefault(
-            (child, str(name)),
-            {
-                "name": str(name),
-                "child": child,
-                "columns": [],
-                "parent": f"{parent_schema}.{parent}",
-                "referenced": [],
-                "on_delete": str(on_delete),
-                "on_update": str(on_update),
-            },
-        )
-        entry["columns"].append(str(column))
-        entry["referenced"].append(str(referenced))
-    return [ForeignKey.from_manifest(entry) for entry in grouped.values()]
-
-
-def cascades_are_logged(flavor: str, variables: Mapping[str, str]) -> bool:
-    """Return whether the source writes the child rows its foreign-key actions change to the binlog.
-
-    True only on MySQL with SQL-layer foreign keys: ``innodb_native_foreign_keys`` exists (9.6+) and is
-    OFF. MariaDB and MySQL before 9.6 (or 9.6+ with the variable ON) apply them inside InnoDB, unlogged.
-
-    :param flavor: ``mysql`` or ``mariadb``.
-    :param variables: the server's global variables, lower-case names (``ServerState.variables``).
-    """
-    native = variables.get("innodb_native_foreign_keys")
-    return flavor == "mysql" and native is not None and native.upper() in ("OFF", "0")
 
 
 def unselected_parent_warning(key: ForeignKey) -> str:

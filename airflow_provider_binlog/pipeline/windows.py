@@ -30,9 +30,9 @@ from airflow_provider_binlog.exceptions import (
     PipelineBusyError,
     StateError,
 )
-from airflow_provider_binlog.runs import HolderState, has_ended, never_ended
+from airflow_provider_binlog.pipeline.ledger import Checkpoint, PipelineState, Position, Window, now_iso
+from airflow_provider_binlog.pipeline.runs import HolderState, has_ended, never_ended
 from airflow_provider_binlog.source.positions import BinlogPosition
-from airflow_provider_binlog.state import Checkpoint, PipelineState, Position, Window, now_iso
 
 if TYPE_CHECKING:
     from airflow_provider_binlog.hooks.binlog import BinlogHook
@@ -59,7 +59,7 @@ def cut_window(
     :param head: the source head now (end of a new window).
     :param dag_id: the DAG of ``run_id``, recorded so a later run can ask whether this one is active.
     :param holder_state: tells the state of the run holding an unmerged window
-        (:func:`~airflow_provider_binlog.runs.holder_states`); by default every holder counts as active.
+        (:func:`~airflow_provider_binlog.pipeline.runs.holder_states`); by default every holder counts as active.
     :raises PipelineBusyError: when a run that is still active (or whose state cannot be told) holds the
         pipeline: its window is not merged yet.
     :raises StateError: when the head is behind the window start (the binlog was reset).
@@ -99,7 +99,7 @@ def adopt_window(
     The window keeps its bounds, seq, status and staged manifest: its bytes are fixed by its bounds, and
     its seq keeps the merge exactly-once (each table's Delta log records the window's seq with the commit
     that applied it, so tables the earlier holder merged are skipped). The ledger records the hand-over
-    (:class:`~airflow_provider_binlog.state.Handover`: from run, to run, when, the holder's state), and the
+    (:class:`~airflow_provider_binlog.pipeline.ledger.Handover`: from run, to run, when, the holder's state), and the
     commit and merge of ``run_id`` find the window by its new run id.
 
     :param held: an unmerged window of ``state`` held by another run.
@@ -168,7 +168,7 @@ def cut_interval_window(
 
     The window is ``(locate(interval_start), locate(interval_end)]`` where ``locate(t)`` is the boundary
     before the first transaction committed at or after ``t``
-    (:func:`~airflow_provider_binlog.windows.boundary_at`); a bound shared with an interval already in the
+    (:func:`~airflow_provider_binlog.pipeline.windows.boundary_at`); a bound shared with an interval already in the
     ledger is taken from that window, so neighbours tile the binlog exactly. The sequence number is the
     interval end in Unix milliseconds: binlog order, whatever order the windows are cut or merged in, so
     order keys let a re-merged old window lose to newer changes. A new run over an interval whose window

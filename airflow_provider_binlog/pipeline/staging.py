@@ -6,7 +6,7 @@ staging URI may be a local path, ``file://``, ``s3://conn_id@bucket/prefix``, ``
 ``<staging>/<pipeline>/window=<seq>/manifest.json``, the manifest written last (a window without
 one is incomplete and is written again from scratch). A run that adopts a window of a run that ended
 stages it, when it must be read again, under ``window=<seq>.handover-<n>`` instead
-(:attr:`~airflow_provider_binlog.state.Window.staging_name`).
+(:attr:`~airflow_provider_binlog.pipeline.ledger.Window.staging_name`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from airflow_provider_binlog.contract.manifest import MANIFEST_NAME, Manifest, M
 from airflow_provider_binlog.exceptions import StagingError
 
 if TYPE_CHECKING:
-    from airflow_provider_binlog.state import Window
+    from airflow_provider_binlog.pipeline.ledger import Window
 
 
 LOCAL_SCHEMES = frozenset({"", "file", "local"})

@@ -1,22 +1,22 @@
-"""Show, validate and restore a pipeline's state: ``python -m airflow_provider_binlog.state_admin``.
+"""Show, validate and restore a pipeline's state: ``python -m airflow_provider_binlog.admin``.
 
 Run it where ``airflow variables`` works (it reads and writes the state Variable through the metadata
 database), with the pipeline's CDC DAG paused::
 
-    python -m airflow_provider_binlog.state_admin show     --pipeline shop
-    python -m airflow_provider_binlog.state_admin validate --pipeline shop
-    python -m airflow_provider_binlog.state_admin history  --pipeline shop --staging /data/staging
-    python -m airflow_provider_binlog.state_admin restore  --pipeline shop --staging /data/staging --revision 41
-    python -m airflow_provider_binlog.state_admin set-target --pipeline shop --target /data/lake2
-    python -m airflow_provider_binlog.state_admin hand-over --target /data/lake --table shop.customers --to shop2
-    python -m airflow_provider_binlog.state_admin health   --pipeline shop [--json] [--tables 'shop.*']
+    python -m airflow_provider_binlog.admin show     --pipeline shop
+    python -m airflow_provider_binlog.admin validate --pipeline shop
+    python -m airflow_provider_binlog.admin history  --pipeline shop --staging /data/staging
+    python -m airflow_provider_binlog.admin restore  --pipeline shop --staging /data/staging --revision 41
+    python -m airflow_provider_binlog.admin set-target --pipeline shop --target /data/lake2
+    python -m airflow_provider_binlog.admin hand-over --target /data/lake --table shop.customers --to shop2
+    python -m airflow_provider_binlog.admin health   --pipeline shop [--json] [--tables 'shop.*']
 
 ``health`` prints the pipeline's health summary (:mod:`~airflow_provider_binlog.monitoring.health`): checkpoint,
 open windows and snapshots with the runs holding them, last merged window, lag, headroom, last error and
 the next step; it reads the source through ``--binlog-conn-id`` (default ``binlog_default``) and may run while
 the DAG is active. Exit code 0 when nothing needs a person, 1 otherwise.
 
-``restore`` puts a kept revision (:mod:`~airflow_provider_binlog.state_history`) back as the newest
+``restore`` puts a kept revision (:mod:`~airflow_provider_binlog.pipeline.history`) back as the newest
 revision. Its ``seq_floor`` is raised above every sequence number the replaced revisions and the
 staging used, so windows cut after the restore never reuse a staging folder or a Delta app-transaction
 marker. Windows the restored revision does not list as merged are read again from its checkpoint:
@@ -24,7 +24,7 @@ their changes are re-applied with newer order keys, which leaves the target as t
 once the pipeline has caught up.
 
 ``restore`` and ``set-target`` hold the pipeline's state lock on the source of ``--binlog-conn-id``
-(default ``binlog_default``; :mod:`~airflow_provider_binlog.state_lock`) while they write.
+(default ``binlog_default``; :mod:`~airflow_provider_binlog.pipeline.lock`) while they write.
 
 ``set-target`` records a new target root after the table folders were copied there (it checks that
 each table the pipeline has merged is there). ``hand-over`` gives one target table to another pipeline
@@ -42,14 +42,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from airflow_provider_binlog.state import (
-    VARIABLE_DESCRIPTION,
-    PipelineState,
-    StateLock,
-    StateManager,
-    state_summary,
-    variable_key,
-)
+from airflow_provider_binlog.pipeline.ledger import PipelineState, state_summary
+from airflow_provider_binlog.pipeline.state import VARIABLE_DESCRIPTION, StateLock, StateManager, variable_key
 
 
 class MetadataVariableStore:
@@ -85,7 +79,7 @@ class MetadataRunLookup:
         from airflow.utils.session import create_session
         from sqlalchemy import select
 
-        from airflow_provider_binlog.runs import failed_tasks_text
+        from airflow_provider_binlog.pipeline.runs import failed_tasks_text
 
         query = select(TaskInstance.task_id, TaskInstance.state).where(TaskInstance.run_id == run_id)
         if dag_id is not None:
@@ -98,7 +92,7 @@ def health(args: argparse.Namespace, store: Any) -> int:
     """Print the health summary of ``args.pipeline`` (text or JSON); return 0 when it needs nobody."""
     from airflow_provider_binlog.hooks.binlog import BinlogHook
     from airflow_provider_binlog.monitoring.health import pipeline_health
-    from airflow_provider_binlog.tables import parse_tables
+    from airflow_provider_binlog.pipeline.tables import parse_tables
 
     summary = pipeline_health(
         BinlogHook(args.binlog_conn_id, pipeline=args.pipeline),
@@ -171,9 +165,7 @@ def set_target(pipeline: str, target_path: str, store: Any, lock: StateLock) -> 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (0 ok, 1 inconsistent or failed)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m airflow_provider_binlog.state_admin", description=__doc__
-    )
+    parser = argparse.ArgumentParser(prog="python -m airflow_provider_binlog.admin", description=__doc__)
     parser.add_argument(
         "command", choices=["show", "validate", "history", "restore", "set-target", "hand-over", "health"]
     )
@@ -233,8 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if verdict == "consistent" else 1
     if not args.staging:
         parser.error(f"{args.command} needs --staging")
-    from airflow_provider_binlog.staging import storage_path
-    from airflow_provider_binlog.state_history import StagedStateHistory
+    from airflow_provider_binlog.pipeline.history import StagedStateHistory
+    from airflow_provider_binlog.pipeline.staging import storage_path
 
     history = StagedStateHistory(storage_path(args.staging, args.staging_conn_id) / args.pipeline)
     if args.command == "history":
@@ -262,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _lock(args: argparse.Namespace) -> StateLock:
     """Return the state lock of ``args.pipeline`` on the source of ``args.binlog_conn_id``."""
     from airflow_provider_binlog.hooks.binlog import BinlogHook
-    from airflow_provider_binlog.state_lock import SourceStateLock
+    from airflow_provider_binlog.pipeline.lock import SourceStateLock
 
     return SourceStateLock(BinlogHook(args.binlog_conn_id, pipeline=args.pipeline))
 

@@ -3,7 +3,7 @@
 Every write of the state Variable by an operator that knows the pipeline's staging also writes
 ``<staging>/<pipeline>/_state/revision=<revision>.json`` and keeps the newest :data:`KEPT_REVISIONS`.
 The Variable stays the one source of truth; the copies are what
-``python -m airflow_provider_binlog.state_admin restore`` puts back after a bad hand edit or a lost
+``python -m airflow_provider_binlog.admin restore`` puts back after a bad hand edit or a lost
 Variable (``docs/operating.md``, "Pipeline state").
 """
 
@@ -13,7 +13,7 @@ import logging
 import re
 from typing import TYPE_CHECKING
 
-from airflow_provider_binlog.state import PipelineState
+from airflow_provider_binlog.pipeline.ledger import PipelineState
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
@@ -42,7 +42,7 @@ class StagedStateHistory:
 
         A failure is logged, not raised: the Variable was written already and stays authoritative.
         """
-        from airflow_provider_binlog.staging import write_atomically
+        from airflow_provider_binlog.pipeline.staging import write_atomically
 
         try:
             write_atomically(

@@ -4,9 +4,9 @@ Airflow 3 tasks reach the metadata database only through the Task SDK's executio
 instance (``context["ti"]``) can count and read the state of any DAG run (``RuntimeTaskInstance.get_dr_count``
 and ``get_dagrun_state``, Airflow 3.1+, ``airflow/sdk/execution_time/task_runner.py``).
 
-A ledger entry (:class:`~airflow_provider_binlog.state.Held`: a window or a snapshot) whose holder run has
+A ledger entry (:class:`~airflow_provider_binlog.pipeline.ledger.Held`: a window or a snapshot) whose holder run has
 ended without merging it may be taken over by another run (:func:`has_ended`,
-:meth:`Held.handed_to <airflow_provider_binlog.state.Held.handed_to>`); one whose holder is active, or whose
+:meth:`Held.handed_to <airflow_provider_binlog.pipeline.ledger.Held.handed_to>`); one whose holder is active, or whose
 holder's state Airflow cannot tell, stays with its holder.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from airflow_provider_binlog.state import Held
+    from airflow_provider_binlog.pipeline.ledger import Held
 
 log = logging.getLogger(__name__)
 
