@@ -65,7 +65,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
     :param chunk_rows: rows per chunk.
     :param max_connections: most source connections (Spark read tasks) at once.
     :param buckets: hash buckets of target tables the snapshot creates.
-    :param binlog_conn_id: a ``mysql`` or ``mysql_binlog`` connection.
+    :param binlog_conn_id: a ``mysql`` or ``mysqlbinlog`` connection.
     :param staging_conn_id: connection of the staging object store, if any.
     :param conn_id: Spark connection id.
     :param storage_options: storage options (credentials, endpoint) of the staging and target object stores,
