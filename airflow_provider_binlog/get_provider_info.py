@@ -1,6 +1,6 @@
 """Provider metadata read by Airflow's ProvidersManager (entry point ``apache_airflow_provider``).
 
-It also declares the ``mysql_binlog`` connection form, once, like an official provider's
+It also declares the ``mysqlbinlog`` connection form, once, like an official provider's
 ``provider.yaml``: Airflow 3.2+ renders the form from the provider info (``connection-types[].conn-fields``,
 a JSON schema per extra field, and ``ui-field-behaviour`` for the standard fields; read by
 ``ProvidersManager._load_ui_metadata``), older Airflow 3 versions ask
@@ -19,7 +19,11 @@ from typing import Any
 
 from airflow_provider_binlog.source.config import conn_fields
 
-CONN_TYPE = "mysql_binlog"
+CONN_TYPE = "mysqlbinlog"
+"""The connection type (URI scheme). No ``_`` or ``-``: Airflow caches every connection a task fetches by its
+URI and warns ``Connection schemes (type: ...) shall not contain '_' according to RFC3986`` for a type with
+``_`` (``airflow/models/connection.py``, ``get_uri``), and reads a ``-`` back as ``_``. Connections made with
+the earlier type ``mysql_binlog`` keep working: the hook reads any connection type (ADR 0023)."""
 HOOK_NAME = "MySQL/MariaDB binlog"
 HOOK_CLASS_NAME = "airflow_provider_binlog.hooks.binlog.BinlogHook"
 
@@ -33,7 +37,7 @@ in the provider info ``ui-field-behaviour`` format."""
 
 
 def connection_type_info() -> dict[str, Any]:
-    """Return the ``connection-types`` entry of the provider info for ``mysql_binlog``, with its form."""
+    """Return the ``connection-types`` entry of the provider info for ``mysqlbinlog``, with its form."""
     return {
         "connection-type": CONN_TYPE,
         "hook-class-name": HOOK_CLASS_NAME,

@@ -32,7 +32,7 @@ the pending snapshot of the selected tables will take. (Pipelines cutting by int
 window instead: snapshots need head windows.) To re-snapshot tables while this DAG keeps running, trigger
 ``binlog_resnapshot``.
 
-Connections: ``binlog_default`` (a ``mysql`` or ``mysql_binlog`` connection) and ``spark_default``.
+Connections: ``binlog_default`` (a ``mysql`` or ``mysqlbinlog`` connection) and ``spark_default``.
 """
 
 from __future__ import annotations

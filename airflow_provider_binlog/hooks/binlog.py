@@ -66,7 +66,7 @@ masker uses the same threshold)."""
 class BinlogHook(BaseHook):
     """Open replication and SQL connections to a MySQL/MariaDB source and read its binlog state.
 
-    Works from a standard ``mysql`` connection or the provider's ``mysql_binlog`` connection type,
+    Works from a standard ``mysql`` connection or the provider's ``mysqlbinlog`` connection type,
     whose form declares the extras (see :mod:`airflow_provider_binlog.get_provider_info`).
     Connection extras (JSON; empty values count as unset): ``server_id`` (int in 1..4294967295, replica
     id of the stream; default derived from the pipeline name, see :func:`derive_server_id`), ``flavor``
@@ -97,7 +97,7 @@ class BinlogHook(BaseHook):
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        """Return how the Airflow UI shows the standard fields of the ``mysql_binlog`` form.
+        """Return how the Airflow UI shows the standard fields of the ``mysqlbinlog`` form.
 
         Airflow 3.2+ reads the same definition from the provider info (``ui-field-behaviour``).
         """

@@ -190,7 +190,7 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
     :param tables: ``db.table`` names or patterns such as ``shop.*`` (templated; list or comma-separated);
         an entry ``!db.table`` or ``!db.tmp_*`` excludes the tables it matches, after the includes.
     :param staging_uri: staging root, local path or object-store URI (templated).
-    :param binlog_conn_id: a ``mysql`` or ``mysql_binlog`` connection.
+    :param binlog_conn_id: a ``mysql`` or ``mysqlbinlog`` connection.
     :param staging_conn_id: connection for the staging object store (ObjectStoragePath), if any.
     :param keys: ``{"db.table": [columns]}`` (or its JSON text; templated) naming a unique key for tables without a primary key.
     :param keyless_tables: (templated) what a run does with a selected table that has no primary key and no named key:

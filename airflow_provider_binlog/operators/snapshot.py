@@ -67,7 +67,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
     :param max_connections: most source connections (Spark read tasks) at once.
     :param target_file_bytes: target data file size in bytes of target tables the snapshot creates (default
         128 MiB; ``docs/adr/0020-key-range-file-layout.md``).
-    :param binlog_conn_id: a ``mysql`` or ``mysql_binlog`` connection.
+    :param binlog_conn_id: a ``mysql`` or ``mysqlbinlog`` connection.
     :param staging_conn_id: the Airflow connection of the staging (and target) object store, if any: the
         staging is written through it and the job's storage options are derived from it
         (:func:`~airflow_provider_binlog.pipeline.storage.storage_options_for`).

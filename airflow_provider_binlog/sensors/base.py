@@ -35,7 +35,7 @@ class PipelineSensor(BaseSensorOperator):
     ``soft_fail=True``: a skip would hide data loss.
 
     :param pipeline: pipeline name (templated).
-    :param binlog_conn_id: source connection (``mysql`` or ``mysql_binlog``).
+    :param binlog_conn_id: source connection (``mysql`` or ``mysqlbinlog``).
     :param deferrable: wait in the triggerer instead of a worker slot; default from
         ``[operators] default_deferrable``.
     """

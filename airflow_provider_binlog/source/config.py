@@ -2,7 +2,7 @@
 
 :class:`SourceExtras` is the single definition of every extra: its type, limits, default, label and
 description. The hook validates a connection's extras with it (:func:`parse_extras`), and the
-``mysql_binlog`` connection form (``conn-fields`` in the provider info, a JSON schema per field) is built
+``mysqlbinlog`` connection form (``conn-fields`` in the provider info, a JSON schema per field) is built
 from it (:func:`conn_fields`), so the limits are written once.
 
 Imports pydantic and nothing from Airflow (the provider info reads it while Airflow discovers providers).
@@ -50,7 +50,7 @@ _FORM_EXCLUDED = ("ssl",)
 
 
 class SourceExtras(BaseModel):
-    """The extras of a ``mysql_binlog`` (or plain ``mysql``) connection; empty values count as unset.
+    """The extras of a ``mysqlbinlog`` (or plain ``mysql``) connection; empty values count as unset.
 
     Unknown extras are ignored (a ``mysql`` connection carries extras of the MySQL provider).
     """

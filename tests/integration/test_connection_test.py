@@ -58,10 +58,10 @@ def test_mariadb_gets_mariadb_advice_and_the_derivation_of_its_pipelines_ids(
 
 
 def airflow_cli(mariadb: LocalMariaDB, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run the Airflow CLI with Test enabled and ``binlog_default`` a ``mysql_binlog`` connection to ``mariadb``."""
+    """Run the Airflow CLI with Test enabled and ``binlog_default`` a ``mysqlbinlog`` connection to ``mariadb``."""
     env = {
         "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
-        "AIRFLOW_CONN_BINLOG_DEFAULT": mariadb.uri().replace("mysql://", "mysql-binlog://", 1),
+        "AIRFLOW_CONN_BINLOG_DEFAULT": mariadb.uri().replace("mysql://", "mysqlbinlog://", 1),
         **env,
     }
     return subprocess.run(
@@ -117,7 +117,7 @@ def test_the_api_names_the_connection_id_not_airflows_temporary_one(
     saved = Connection(uri=connections.uri())
     body = ConnectionBody(
         connection_id="shop_source",
-        conn_type="mysql_binlog",
+        conn_type="mysqlbinlog",
         host=saved.host,
         port=saved.port,
         login=saved.login,

@@ -187,7 +187,7 @@ def test_a_wrong_password_fails_without_showing_it(
 ) -> None:
     wrong = "not-the-password-42"
     monkeypatch.setenv(
-        "AIRFLOW_CONN_BINLOG_DEFAULT", f"mysql-binlog://root:{wrong}@127.0.0.1:{connections.port}"
+        "AIRFLOW_CONN_BINLOG_DEFAULT", f"mysqlbinlog://root:{wrong}@127.0.0.1:{connections.port}"
     )
     ok, message = BinlogHook().test_connection()
     assert not ok
@@ -201,7 +201,7 @@ def test_a_user_that_may_not_list_replicas_still_passes(
 ) -> None:
     user, password = unprivileged_user
     monkeypatch.setenv(
-        "AIRFLOW_CONN_BINLOG_DEFAULT", f"mysql-binlog://{user}:{password}@127.0.0.1:{connections.port}"
+        "AIRFLOW_CONN_BINLOG_DEFAULT", f"mysqlbinlog://{user}:{password}@127.0.0.1:{connections.port}"
     )
     hook = BinlogHook(pipeline="shop")
     assert hook.check_server_id() is None
@@ -225,7 +225,7 @@ def test_form_fields_become_pymysql_settings(monkeypatch: pytest.MonkeyPatch) ->
         "charset": "latin1",
         "connect_timeout": 3,
     }
-    connection = {"conn_type": "mysql_binlog", "host": "db", "port": 3307, "login": "repl", "extra": extra}
+    connection = {"conn_type": "mysqlbinlog", "host": "db", "port": 3307, "login": "repl", "extra": extra}
     monkeypatch.setenv("AIRFLOW_CONN_BINLOG_DEFAULT", json.dumps(connection))
     hook = BinlogHook()
     settings = hook.connection_settings()
@@ -238,10 +238,19 @@ def test_form_fields_become_pymysql_settings(monkeypatch: pytest.MonkeyPatch) ->
     assert (settings["charset"], settings["connect_timeout"], hook.server_id) == ("latin1", 3, 77)
 
 
+def test_a_connection_saved_with_the_earlier_type_still_works(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before ADR 0023 the type was ``mysql_binlog``; the hook reads the fields of any connection type.
+    connection = {"conn_type": "mysql_binlog", "host": "db", "port": 3307, "extra": {"server_id": 78}}
+    monkeypatch.setenv("AIRFLOW_CONN_BINLOG_DEFAULT", json.dumps(connection))
+    hook = BinlogHook()
+    settings = hook.connection_settings()
+    assert (settings["host"], settings["port"], hook.server_id) == ("db", 3307, 78)
+
+
 def test_empty_form_fields_mean_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     extra = {"server_id": None, "flavor": None, "ssl_ca": "", "charset": None, "connect_timeout": None}
     monkeypatch.setenv(
-        "AIRFLOW_CONN_BINLOG_DEFAULT", json.dumps({"conn_type": "mysql_binlog", "extra": extra})
+        "AIRFLOW_CONN_BINLOG_DEFAULT", json.dumps({"conn_type": "mysqlbinlog", "extra": extra})
     )
     hook = BinlogHook(pipeline="shop")
     settings = hook.connection_settings()
@@ -253,11 +262,11 @@ def test_empty_form_fields_mean_the_defaults(monkeypatch: pytest.MonkeyPatch) ->
 def test_the_ssl_object_still_works_and_may_not_contradict_the_fields(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    legacy = {"conn_type": "mysql_binlog", "extra": {"ssl": {"ca": "/etc/ca.pem", "check_hostname": False}}}
+    legacy = {"conn_type": "mysqlbinlog", "extra": {"ssl": {"ca": "/etc/ca.pem", "check_hostname": False}}}
     monkeypatch.setenv("AIRFLOW_CONN_BINLOG_DEFAULT", json.dumps(legacy))
     assert BinlogHook().connection_settings()["ssl"] == {"ca": "/etc/ca.pem", "check_hostname": False}
     both = {
-        "conn_type": "mysql_binlog",
+        "conn_type": "mysqlbinlog",
         "extra": {"ssl": {"password": "old-secret-1"}, "ssl_key_password": "new-secret-2"},
     }
     monkeypatch.setenv("AIRFLOW_CONN_BINLOG_DEFAULT", json.dumps(both))
@@ -281,7 +290,7 @@ def test_malformed_extras_are_named(
     monkeypatch: pytest.MonkeyPatch, extra: dict[str, object], error: str
 ) -> None:
     monkeypatch.setenv(
-        "AIRFLOW_CONN_BINLOG_DEFAULT", json.dumps({"conn_type": "mysql_binlog", "extra": extra})
+        "AIRFLOW_CONN_BINLOG_DEFAULT", json.dumps({"conn_type": "mysqlbinlog", "extra": extra})
     )
     with pytest.raises(BinlogConfigError, match=error):
         _ = BinlogHook().server_id

@@ -54,7 +54,7 @@ def silent_listener() -> Iterator[int]:
 
 def use_connection(monkeypatch: pytest.MonkeyPatch, port: int, **extra: object) -> None:
     connection = {
-        "conn_type": "mysql_binlog",
+        "conn_type": "mysqlbinlog",
         "host": "127.0.0.1",
         "port": port,
         "login": "root",

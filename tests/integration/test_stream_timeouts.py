@@ -56,7 +56,7 @@ def _head(mariadb: LocalMariaDB) -> BinlogPosition:
 def _through(relay: SilentRelay, mariadb: LocalMariaDB, monkeypatch: pytest.MonkeyPatch) -> BinlogHook:
     """Point ``binlog_default`` at the relay, with a 1 s heartbeat; return a hook on it."""
     connection = {
-        "conn_type": "mysql_binlog",
+        "conn_type": "mysqlbinlog",
         "host": "127.0.0.1",
         "port": relay.port,
         "login": "root",
@@ -188,12 +188,12 @@ def test_heartbeats_keep_a_stream_that_waits_on_a_quiet_source_alive(
 def test_a_malformed_heartbeat_period_is_refused(
     monkeypatch: pytest.MonkeyPatch, value: object, expected: str
 ) -> None:
-    connection = {"conn_type": "mysql_binlog", "host": "127.0.0.1", "extra": {"heartbeat_period": value}}
+    connection = {"conn_type": "mysqlbinlog", "host": "127.0.0.1", "extra": {"heartbeat_period": value}}
     monkeypatch.setenv("AIRFLOW_CONN_BINLOG_DEFAULT", json.dumps(connection))
     with pytest.raises(BinlogConfigError, match=expected):
         BinlogHook().stream_timeouts()
 
 
 def test_the_default_heartbeat_is_15_s_and_a_stream_waits_45_s(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AIRFLOW_CONN_BINLOG_DEFAULT", json.dumps({"conn_type": "mysql_binlog"}))
+    monkeypatch.setenv("AIRFLOW_CONN_BINLOG_DEFAULT", json.dumps({"conn_type": "mysqlbinlog"}))
     assert BinlogHook().stream_timeouts() == (15, 45)

@@ -253,7 +253,7 @@ def test_init_creates_connections_and_migrates(services: dict[str, dict[str, Any
     script = " ".join(as_text(services["airflow-init"].get("command")).replace("\\\n", " ").split())
     assert "airflow db migrate" in script
     assert (
-        "connections add binlog_default --conn-type mysql_binlog --conn-host mysql --conn-port 3306" in script
+        "connections add binlog_default --conn-type mysqlbinlog --conn-host mysql --conn-port 3306" in script
     )
     assert (
         "connections add spark_default --conn-type spark --conn-host spark://spark-master --conn-port 7077"
