@@ -20,12 +20,7 @@ from airflow_provider_binlog.contract.columns import (
     UTC,
     change_schema,
 )
-from airflow_provider_binlog.extract.columns import (
-    ColumnSpec,
-    Converter,
-    ValueConversionError,
-    is_zero_date,
-)
+from airflow_provider_binlog.extract.columns import ColumnSpec, ValueConversionError
 
 
 class ChangeBatchBuilder:
@@ -35,7 +30,6 @@ class ChangeBatchBuilder:
     GTID and commit timestamp are filled in by :meth:`commit` (or which :meth:`rollback` drops).
 
     :param columns: staged column specs in table order.
-    :param converters: one value converter per column (see :func:`columns.converter`).
     :param window: window sequence number written to ``_binlog_window``.
     :param labels: per column, how errors name it (``db.table.column (type, metadata)``, see
         :func:`columns.describe_column`); the spec's name and type when omitted.
@@ -44,43 +38,20 @@ class ChangeBatchBuilder:
     def __init__(
         self,
         columns: Sequence[ColumnSpec],
-        converters: Sequence[Converter],
         window: int,
         labels: Sequence[str] | None = None,
     ) -> None:
         self.columns = list(columns)
         self.labels = list(labels) if labels is not None else [f"{c.name} ({c.mysql_type})" for c in columns]
         self.names = [c.name for c in columns]
-        self.converters = list(converters)
         self.window = window
         self.schema = change_schema([pa.field(c.name, c.arrow_type) for c in columns])
-        self.zero_dates = 0
         self.committed = 0
         self.values: list[list[Any]] = [[] for _ in self.columns]
         self.meta: dict[str, list[Any]] = {name: [] for name in ("op", "seq", "gtid", "file", "pos", "ts")}
 
     def __len__(self) -> int:
         return len(self.meta["op"])
-
-    def add(
-        self, op: str, seq: int, file: str, pos: int, row: dict[str, Any], none_sources: dict[str, str]
-    ) -> None:
-        """Append one row image decoded by mysql-replication (converted to staged values here).
-
-        :raises ValueConversionError: when a value cannot be converted exactly (names the column).
-        """
-        values = []
-        for index, (name, convert) in enumerate(zip(self.names, self.converters, strict=True)):
-            value = row.get(name)
-            reason = none_sources.get(name) if value is None else None
-            try:
-                staged = convert(value, reason)
-            except Exception as err:  # any failure of a conversion is a value that cannot be staged
-                raise ValueConversionError(self.labels[index], err, file=file, pos=pos) from err
-            if staged is None and is_zero_date(value, reason, staged):
-                self.zero_dates += 1
-            values.append(staged)
-        self.add_values(op, seq, file, pos, values)
 
     def add_values(self, op: str, seq: int, file: str, pos: int, values: Sequence[Any]) -> None:
         """Append one row image of the open transaction, already in staged values and column order.

@@ -45,7 +45,7 @@ def test_binlog_file_name_without_index_is_rejected() -> None:
 
 def test_batch_value_that_does_not_fit_names_column_and_event() -> None:
     spec = ColumnSpec("n", "bigint", pa.int64())
-    builder = ChangeBatchBuilder([spec], [lambda v, _: v], window=3, labels=["db.t.n (bigint)"])
+    builder = ChangeBatchBuilder([spec], window=3, labels=["db.t.n (bigint)"])
     builder.add_values("c", 1, "bin.000001", 100, [5])
     builder.add_values("c", 2, "bin.000002", 200, [2**64])
     builder.commit("0-1-7", dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
@@ -54,18 +54,6 @@ def test_batch_value_that_does_not_fit_names_column_and_event() -> None:
     err = raised.value
     assert (err.column, err.file, err.pos, err.gtid) == ("db.t.n (bigint)", "bin.000002", 200, "0-1-7")
     assert isinstance(err.cause, OverflowError | pa.ArrowException)
-
-
-def test_converter_failure_names_column_and_event() -> None:
-    def refuse(value: object, _: str | None) -> object:
-        raise UnicodeDecodeError("cp1250", b"\x81", 0, 1, "undefined")
-
-    builder = ChangeBatchBuilder(
-        [ColumnSpec("v", "varchar(5)", pa.string())], [refuse], 1, ["db.t.v (varchar)"]
-    )
-    with pytest.raises(ValueConversionError, match=r"db\.t\.v \(varchar\): UnicodeDecodeError") as raised:
-        builder.add("c", 1, "bin.000003", 300, {"v": b"\x81"}, {})
-    assert (raised.value.file, raised.value.pos) == ("bin.000003", 300)
 
 
 @pytest.mark.parametrize(
