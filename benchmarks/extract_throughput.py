@@ -166,7 +166,7 @@ def reader_ours(args: argparse.Namespace) -> dict:
         window_dir=window_path(args.staging, "bench", 1),
         server=hook.server_state(),
     )
-    return {"rows": manifest["stats"]["rows"], "seconds": time.monotonic() - started}
+    return {"rows": manifest.stats["rows"], "seconds": time.monotonic() - started}
 
 
 def reader_raw(args: argparse.Namespace) -> dict:
