@@ -7,6 +7,7 @@ Rows are appended to per-column Python lists and turned into one Arrow record ba
 from __future__ import annotations
 
 import datetime as dt
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +22,35 @@ from airflow_provider_binlog.contract.columns import (
     change_schema,
 )
 from airflow_provider_binlog.extract.columns import ColumnSpec, ValueConversionError
+
+
+def arrow_without_pandas() -> None:
+    """Let pyarrow build arrays from Python lists without importing pandas (about 55 MiB of the extract's RSS).
+
+    ``pa.array`` asks pyarrow's pandas shim, on its first call in a process, whether pandas is installed (to
+    tell pandas objects apart), and imports pandas to find out (pyarrow 26, ``pandas-shim.pxi``
+    ``_check_import``). When pandas is not imported yet, no pandas object exists to convert, so this makes
+    that first check fail: ``import pandas`` raises ImportError while pyarrow builds one array. pyarrow
+    imports pandas again for anything that needs it (``to_pandas``, ``from_pandas``: its checks with
+    ``raise_`` retry the import), so only its sniffing of ``pa.array`` input is left without pandas. A no-op
+    when pandas is imported already.
+    """
+    if "pandas" in sys.modules:
+        return
+    blocker = _NoPandas()
+    sys.meta_path.insert(0, blocker)
+    try:
+        pa.array([0], pa.int64())
+    finally:
+        sys.meta_path.remove(blocker)
+
+
+class _NoPandas:
+    """A meta path finder under which ``import pandas`` raises ImportError (see :func:`arrow_without_pandas`)."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas":
+            raise ImportError("pandas is not imported while pyarrow builds its first array")
 
 
 class ChangeBatchBuilder:
@@ -72,11 +102,37 @@ class ChangeBatchBuilder:
         meta["pos"].append(pos)
         meta["ts"].append(None)
 
-    def commit(self, gtid: str | None, commit_ts: dt.datetime) -> None:
-        """Mark the open transaction's rows committed with their GTID and commit timestamp (UTC)."""
+    def add_images(
+        self, ops: str | list[str], images: Sequence[Sequence[Any]], first_seq: int, file: str, pos: int
+    ) -> None:
+        """Append the row images of one rows event to the open transaction, column by column.
+
+        :param ops: the op of every image, or one op per image (see :meth:`add_values`).
+        :param images: staged values in column order, one sequence per image.
+        :param first_seq: ``_binlog_seq`` of the first image; the others follow by one.
+        :param file: binlog file of the row event. :param pos: end position of the row event.
+        """
+        count = len(images)
+        if count == 1:
+            self.add_values(ops if isinstance(ops, str) else ops[0], first_seq, file, pos, images[0])
+            return
+        for column, values in zip(self.values, zip(*images, strict=True), strict=True):
+            column.extend(values)
+        meta = self.meta
+        meta["op"].extend([ops] * count if isinstance(ops, str) else ops)
+        meta["seq"].extend(range(first_seq, first_seq + count))
+        meta["gtid"].extend([None] * count)
+        meta["file"].extend([file] * count)
+        meta["pos"].extend([pos] * count)
+        meta["ts"].extend([None] * count)
+
+    def commit(self, gtid: str | None, commit_us: int) -> None:
+        """Mark the open transaction's rows committed with their GTID and commit time (microseconds since the epoch)."""
         count = len(self) - self.committed
+        if not count:
+            return
         self.meta["gtid"][self.committed :] = [gtid] * count
-        self.meta["ts"][self.committed :] = [(commit_ts - _EPOCH) // _MICROSECOND] * count
+        self.meta["ts"][self.committed :] = [commit_us] * count
         self.committed = len(self)
 
     def rollback(self, keep: int = 0) -> None:
@@ -140,7 +196,6 @@ class ChangeBatchBuilder:
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = dt.timedelta(microseconds=1)
 
 
 def truncate_marker(

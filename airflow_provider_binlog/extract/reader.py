@@ -37,7 +37,7 @@ from airflow_provider_binlog.exceptions import (
     UndecodableValueError,
     UnsupportedEventError,
 )
-from airflow_provider_binlog.extract.batches import with_commit
+from airflow_provider_binlog.extract.batches import arrow_without_pandas, with_commit
 from airflow_provider_binlog.extract.columns import ColumnSpec, ValueConversionError
 from airflow_provider_binlog.extract.connections import ConnectionLost
 from airflow_provider_binlog.extract.decoder import layout_key, unsupported_reason
@@ -110,6 +110,7 @@ class WindowReader(StatementEffects):
         covers: dict[str, SnapshotCover] | None = None,
         progress: ExtractProgress | None = None,
     ) -> None:
+        arrow_without_pandas()
         self.events = events
         self.start = start
         self.end = end
@@ -128,7 +129,11 @@ class WindowReader(StatementEffects):
         self.layout_of_list: dict[int, Layout] = {}
         self.zero_dates: Counter[str] = Counter()
         self.committed_tables: set[str] = set()
-        self.position = start
+        self._file_indexes: dict[str, int] = {}
+        self._end_key = end.key
+        self._at: tuple[str, int] = (start.file, start.pos)
+        self._at_key = start.key
+        self.last_commit_us: int | None = None
 
     def run(self) -> ExtractStats:
         """Read until the window end; return the counters.
@@ -157,6 +162,8 @@ class WindowReader(StatementEffects):
                 self._flush(layout)
             except ValueConversionError as err:
                 raise self._undecodable(err, None) from err
+        if self.last_commit_us is not None:
+            self.stats.last_commit_ts = _utc(self.last_commit_us).isoformat()
         self.stats.seconds = time.monotonic() - started
         return self.stats
 
@@ -186,6 +193,23 @@ class WindowReader(StatementEffects):
             f'snapshotted by the next run). See docs/types.md, "What is refused".'
         )
 
+    @property
+    def position(self) -> BinlogPosition:
+        """Return the last transaction boundary read."""
+        return BinlogPosition(*self._at)
+
+    def _key(self, file: str, pos: int) -> tuple[int, int]:
+        """Return ``(file index, pos)`` (:attr:`BinlogPosition.key`), the file's index parsed once per file."""
+        index = self._file_indexes.get(file)
+        if index is None:
+            index = self._file_indexes[file] = file_index(file)
+        return (index, pos)
+
+    def _move(self, file: str, pos: int) -> None:
+        """Record the transaction boundary at ``(file, pos)``."""
+        self._at = (file, pos)
+        self._at_key = self._key(file, pos)
+
     def _read(self) -> None:
         """Dispatch the window's events until the window end.
 
@@ -198,7 +222,7 @@ class WindowReader(StatementEffects):
                 and event.type_code != codes.ROTATE
                 and not event.in_payload
             ):
-                if BinlogPosition(event.file, event.start).key >= self.end.key:
+                if self._key(event.file, event.start) >= self._end_key:
                     break
             self.stats.events += 1
             try:
@@ -225,7 +249,7 @@ class WindowReader(StatementEffects):
         data, file, end_pos, code = event.data, event.file, event.end_pos, event.type_code
         if code == codes.ROTATE:
             if not self.txn.open:
-                self.position = BinlogPosition(data.next_file, data.position)
+                self._move(data.next_file, data.position)
             return
         if isinstance(data, Gtid):
             self._begin(data.gtid, data.immediate_commit_us)
@@ -246,7 +270,7 @@ class WindowReader(StatementEffects):
         elif code == codes.XA_PREPARE:
             self._xa_prepare(file, end_pos)
         if end_pos and not self.txn.open:
-            self.position = BinlogPosition(file, end_pos)
+            self._move(file, end_pos)
 
     def _flush(self, layout: Layout) -> None:
         """Hand the layout's committed rows to the sink (those of a covered table are dropped)."""
@@ -262,7 +286,7 @@ class WindowReader(StatementEffects):
             )
 
     def _reached_end(self) -> bool:
-        return not self.txn.open and self.position.key >= self.end.key
+        return not self.txn.open and self._at_key >= self._end_key
 
     def _begin(self, gtid: Any, commit_us: int | None = None) -> None:
         """Open a transaction (a GTID event, or a BEGIN without one).
@@ -371,12 +395,13 @@ class WindowReader(StatementEffects):
         self._rollback()  # nothing of the selected tables: the group ends here
 
     def _rows(self, event: Any, file: str, end_pos: int) -> None:
-        name = f"{event.schema}.{event.table}"
+        name = event.table_map.name
         target = self.tables.get(name)
         if target is None or name in self.stats.covered_tables:
             return
-        if not target.stages((file_index(file), end_pos)):
-            if target.barriers and (target.since is None or (file_index(file), end_pos) > target.since.key):
+        key = self._key(file, end_pos)
+        if not target.stages(key):
+            if target.barriers and (target.since is None or key > target.since.key):
                 self._skip_for_schema_change(target, BinlogPosition(file, end_pos))
             return
         self.txn.open = True
@@ -432,23 +457,29 @@ class WindowReader(StatementEffects):
                 f"row with RowDecoder"
             )
         builder = layout.builder
-        if event.kind == "update":
+        rows = event.rows_with(decoder)
+        count = len(rows)
+        if not count:
+            return
+        if event.kind != "update":
+            op = OP_INSERT if event.kind == "write" else OP_DELETE
+            builder.add_images(op, rows, self.seq + 1, file, end_pos)
+        else:
             names = builder.names
             index = [names.index(k) for k in target.moving_columns if k in names]
-            pairs = event.rows_with(decoder)
-            for before, after in pairs:
-                if any(before[i] != after[i] for i in index):
-                    builder.add_values(OP_DELETE, self._next_seq(), file, end_pos, before)
-                builder.add_values(OP_UPDATE, self._next_seq(), file, end_pos, after)
-            count = len(pairs)
-        else:
-            op = OP_INSERT if event.kind == "write" else OP_DELETE
-            rows = event.rows_with(decoder)
-            for values in rows:
-                builder.add_values(op, self._next_seq(), file, end_pos, values)
-            count = len(rows)
+            ops: list[str] = []
+            images: list[Any] = []
+            for before, after in rows:
+                if any(before[i] != after[i] for i in index):  # the row moved: a delete, then the after image
+                    ops.append(OP_DELETE)
+                    images.append(before)
+                ops.append(OP_UPDATE)
+                images.append(after)
+            builder.add_images(ops, images, self.seq + 1, file, end_pos)
+            count = len(images)
+        self.seq += count
         self.txn.rows_in_memory += count
-        self.stats.rows += count
+        self.stats.rows += len(rows)
 
     def _next_seq(self) -> int:
         self.seq += 1
@@ -460,10 +491,7 @@ class WindowReader(StatementEffects):
         The commit time is the MySQL GTID's ``immediate_commit_timestamp`` when the transaction had one,
         else the commit event's header timestamp (seconds).
         """
-        if self.txn.commit_us is not None:
-            commit_ts = dt.datetime.fromtimestamp(0, UTC) + dt.timedelta(microseconds=self.txn.commit_us)
-        else:
-            commit_ts = dt.datetime.fromtimestamp(event.timestamp, UTC)
+        commit_us = self.txn.commit_us if self.txn.commit_us is not None else event.timestamp * 1_000_000
         for key, layout in self.txn.touched.items():
             if layout.table in self.stats.covered_tables:
                 layout.builder.rollback()
@@ -471,9 +499,9 @@ class WindowReader(StatementEffects):
             for spill_file in self.txn.spilled.get(key, []):
                 spill_file.seek(0)
                 for batch in pa.ipc.open_stream(spill_file):
-                    spilled = with_commit(batch, gtid=self.txn.gtid, commit_ts=commit_ts)
+                    spilled = with_commit(batch, gtid=self.txn.gtid, commit_ts=_utc(commit_us))
                     self.sink(layout.table, spilled, layout.specs, self.tables[layout.table].primary_key)
-            layout.builder.commit(self.txn.gtid, commit_ts)
+            layout.builder.commit(self.txn.gtid, commit_us)
             if layout.builder.committed or self.txn.spilled.get(key):
                 self.committed_tables.add(layout.table)
             if layout.builder.committed >= BATCH_ROWS:
@@ -481,4 +509,9 @@ class WindowReader(StatementEffects):
         self.txn.close_spills()
         self.txn = Transaction()
         self.stats.transactions += 1
-        self.stats.last_commit_ts = commit_ts.isoformat()
+        self.last_commit_us = commit_us
+
+
+def _utc(micros: int) -> dt.datetime:
+    """Return the UTC time ``micros`` microseconds after the epoch."""
+    return dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(microseconds=micros)
