@@ -465,8 +465,10 @@ class WindowReader(StatementEffects):
             op = OP_INSERT if event.kind == "write" else OP_DELETE
             builder.add_images(op, rows, self.seq + 1, file, end_pos)
         else:
-            names = builder.names
-            index = [names.index(k) for k in target.moving_columns if k in names]
+            index = layout.moving_index
+            if index is None:
+                names = builder.names
+                index = layout.moving_index = [names.index(k) for k in target.moving_columns if k in names]
             ops: list[str] = []
             images: list[Any] = []
             for before, after in rows:

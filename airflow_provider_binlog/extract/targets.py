@@ -79,7 +79,7 @@ class TableTarget:
         """Return whether a change whose event ends at ``key`` is staged (see ``since``, ``barriers``, ``gone``)."""
         if self.gone or (self.since is not None and key <= self.since.key):
             return False
-        return all(b.stages(key) for b in self.barriers)
+        return not self.barriers or all(b.stages(key) for b in self.barriers)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,9 @@ class Layout:
         self.specs: list[ColumnSpec] = [column_spec(c) for c in columns]
         self.builder = ChangeBatchBuilder(self.specs, window, labels)
         self.decoder = RowDecoder(columns) if RowDecoder.supports(columns) else None
+        self.moving_index: list[int] | None = None
+        """Positions of the table's moving columns (:attr:`~.targets.TableTarget.moving_columns`) in the
+        layout, set by the reader at the layout's first UPDATE."""
 
     def take_zero_dates(self) -> int:
         """Return the zero dates the decoder counted since the last call."""
@@ -80,6 +83,8 @@ class Transaction:
 
     def close_spills(self) -> None:
         """Close (and so delete) every temporary file of spilled rows."""
+        if not self.spilled:
+            return
         for files in self.spilled.values():
             for spill_file in files:
                 spill_file.close()
