@@ -37,7 +37,7 @@ from airflow_provider_binlog.exceptions import (
     UndecodableValueError,
     UnsupportedEventError,
 )
-from airflow_provider_binlog.extract.batches import arrow_without_pandas, with_commit
+from airflow_provider_binlog.extract.batches import lean_arrow, with_commit
 from airflow_provider_binlog.extract.columns import ColumnSpec, ValueConversionError
 from airflow_provider_binlog.extract.connections import ConnectionLost
 from airflow_provider_binlog.extract.decoder import layout_key, unsupported_reason
@@ -110,7 +110,7 @@ class WindowReader(StatementEffects):
         covers: dict[str, SnapshotCover] | None = None,
         progress: ExtractProgress | None = None,
     ) -> None:
-        arrow_without_pandas()
+        lean_arrow()
         self.events = events
         self.start = start
         self.end = end

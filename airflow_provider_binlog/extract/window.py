@@ -17,7 +17,7 @@ from airflow_provider_binlog.extract.events.feeds import dump_events
 from airflow_provider_binlog.extract.events.stream import Event, EventReader
 from airflow_provider_binlog.extract.progress import ExtractProgress
 from airflow_provider_binlog.extract.reader import SnapshotCover, TableTarget, WindowReader
-from airflow_provider_binlog.extract.writer import TableOutput, TableWriter
+from airflow_provider_binlog.extract.writer import PENDING_BYTES, TableOutput, TableWriter
 from airflow_provider_binlog.monitoring.retention import binlog_bytes_between, check_retained
 from airflow_provider_binlog.source.grants import ACCESS_DENIED_ERRORS
 from airflow_provider_binlog.staging import clear_window, write_manifest
@@ -123,6 +123,8 @@ def extract_window(
         if writer is None:
             writer = writers[table] = TableWriter(window_dir, TableOutput(name=table, primary_key=key))
         writer.write(batch, specs)
+        if sum(w.pending_bytes for w in writers.values()) > PENDING_BYTES:
+            max(writers.values(), key=lambda w: w.pending_bytes).flush()
 
     stream = hook.stream_reader(start, schemas=[database_of(n) for n in tables], **stream_options(tables))
     try:
