@@ -7,6 +7,8 @@ Rows are appended to per-column Python lists and turned into one Arrow record ba
 from __future__ import annotations
 
 import datetime as dt
+import importlib.abc
+import importlib.util
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -43,12 +45,12 @@ def arrow_without_pandas() -> None:
     ``pa.array`` asks pyarrow's pandas shim, on its first call in a process, whether pandas is installed (to
     tell pandas objects apart), and imports pandas to find out (pyarrow 26, ``pandas-shim.pxi``
     ``_check_import``). When pandas is not imported yet, no pandas object exists to convert, so this makes
-    that first check fail: ``import pandas`` raises ImportError while pyarrow builds one array. pyarrow
-    imports pandas again for anything that needs it (``to_pandas``, ``from_pandas``: its checks with
-    ``raise_`` retry the import), so only its sniffing of ``pa.array`` input is left without pandas. A no-op
-    when pandas is imported already.
+    that first check fail: ``import pandas`` raises ImportError while pyarrow builds one array. Whoever
+    imports pandas later gets pyarrow's pandas support back as it imports: :class:`_PandasImportHook`
+    has the shim import it again (else ``pa.array(series)`` would take a Series for a plain sequence). A
+    no-op when pandas is imported already, or this ran before.
     """
-    if "pandas" in sys.modules:
+    if "pandas" in sys.modules or any(isinstance(f, _PandasImportHook) for f in sys.meta_path):
         return
     blocker = _NoPandas()
     sys.meta_path.insert(0, blocker)
@@ -56,6 +58,7 @@ def arrow_without_pandas() -> None:
         pa.array([0], pa.int64())
     finally:
         sys.meta_path.remove(blocker)
+    sys.meta_path.insert(0, _PandasImportHook())
 
 
 class _NoPandas:
@@ -64,6 +67,36 @@ class _NoPandas:
     def find_spec(self, name: str, path: object = None, target: object = None) -> None:
         if name == "pandas":
             raise ImportError("pandas is not imported while pyarrow builds its first array")
+
+
+class _PandasImportHook:
+    """A meta path finder that, when pandas is imported, has pyarrow's pandas shim import it once it is loaded.
+
+    It finds pandas as the other finders do and wraps its loader; it removes itself on first use.
+    """
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> Any:
+        if name != "pandas":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _ShimRefreshingLoader(spec.loader)
+        return spec
+
+
+class _ShimRefreshingLoader(importlib.abc.Loader):
+    """Load a module with ``loader``, then have pyarrow's pandas shim import pandas (see :class:`_PandasImportHook`)."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.loader.exec_module(module)
+        pa.lib._pandas_api.pd  # noqa: B018  # the shim's raising check imports pandas again, and keeps it
 
 
 class ChangeBatchBuilder:

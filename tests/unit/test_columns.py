@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
 
 import pyarrow as pa
 import pytest
@@ -90,3 +92,24 @@ def test_library_text_of_a_charset_it_decodes_wrongly_is_refused() -> None:
         convert("\ue900", None)  # the library's little-endian text
     latin1 = Column(type=FIELD_TYPE.VARCHAR, name="l", max_length=40, character_set_name="cp1252")
     assert converter(latin1)("é", None) == "é"
+
+
+_LEAN_ARROW = """
+import sys
+from airflow_provider_binlog.extract.batches import lean_arrow
+import pyarrow as pa
+lean_arrow()
+pa.array(["x"], pa.string())
+print("pandas" in sys.modules, pa.default_memory_pool().backend_name)
+import pandas as pd
+print(pa.array(pd.Series(pd.Categorical(["a", None]))).type, pa.array(pd.Series([1.5, None])).null_count)
+"""
+
+
+def test_the_extract_builds_arrays_without_pandas_and_pandas_imported_later_still_converts() -> None:
+    """A fresh interpreter: no pandas import for the extract's arrays; a later pandas import gets pyarrow's
+    pandas support back (a categorical Series converts as a dictionary, not as a plain sequence)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _LEAN_ARROW], check=True, capture_output=True, text=True
+    ).stdout.splitlines()
+    assert out == ["False system", "dictionary<values=large_string, indices=int8, ordered=0> 1"]
