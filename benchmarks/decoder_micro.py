@@ -1,15 +1,12 @@
-"""Row decoding micro benchmark: mysql-replication's ``event.rows`` (+ our converters) vs ``RowDecoder``.
+"""Row decoding micro benchmark: mysql-replication's ``event.rows`` vs our event reader + ``RowDecoder``.
 
 Writes ``--rows`` inserts and as many updates to a sysbench-like table on a private MariaDB, then
 reads the same binlog range with each reader in one process and prints rows/s of each reader:
 
-* ``library raw, uncached``: ``event.rows`` only, the library parsing every table map (a raw
-  mysql-replication loop, the baseline of the throughput goal);
-* ``library raw``: the same with the extractor's table-map cache;
-* ``library + converters``: ``event.rows`` then :func:`columns.converter` per value (the extractor today);
-* ``RowDecoder``: one decoder per table layout (cached by ``layout_key``), ``decode`` / ``decode_updates`` per event.
-
-All but the first read with the extractor's table-map cache (``extract/tablemaps.py``).
+* ``library raw``: mysql-replication's ``event.rows`` only (a raw mysql-replication loop, the baseline of
+  the throughput goal);
+* ``ours``: our event reader over COM_BINLOG_DUMP (``extract/events``), one ``RowDecoder`` per table
+  layout (cached by ``layout_key``), ``rows_with`` per event, as the window reader decodes.
 
 "stream" counts the whole loop (socket, event headers, table maps), "decode" only the row decoding.
 The machines are shared and noisy: compare the ratios within one run.
@@ -58,16 +55,14 @@ def fill(server: Any, rows: int, per_statement: int) -> tuple[str, int]:
     return str(file), int(pos)
 
 
-def stream(server: Any, start: tuple[str, int], cached_table_maps: bool = True) -> Any:
-    """Open a non-blocking stream of the table's row events from ``start``."""
+def library_raw(server: Any, start: tuple[str, int]) -> tuple[int, float, float]:
+    """Return (rows, stream seconds, decode seconds) of mysql-replication decoding every row of the range."""
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-    from airflow_provider_binlog.extract.tablemaps import CACHED_TABLE_MAP_EVENTS
-
     kwargs = server.connection_kwargs()
     settings = {k: kwargs[k] for k in ("host", "port", "user", "password")}
-    return BinLogStreamReader(
+    reader = BinLogStreamReader(
         connection_settings=settings,
         server_id=4242,
         log_file=start[0],
@@ -75,80 +70,46 @@ def stream(server: Any, start: tuple[str, int], cached_table_maps: bool = True) 
         resume_stream=True,
         blocking=False,
         only_schemas=["sbtest"],
-        only_events=[
-            *(CACHED_TABLE_MAP_EVENTS if cached_table_maps else []),
-            WriteRowsEvent,
-            UpdateRowsEvent,
-            DeleteRowsEvent,
-        ],
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
         enable_logging=False,
     )
-
-
-def library_raw(event: Any) -> int:
-    """Decode with the library only."""
-    return len(event.rows)
-
-
-def library_converted(event: Any, cache: dict[Any, Any]) -> int:
-    """Decode with the library, then convert each value as the extractor does today."""
-    from pymysqlreplication.row_event import UpdateRowsEvent
-
-    from airflow_provider_binlog.extract.columns import converter
-
-    key = id(event.columns)
-    if key not in cache:
-        cache[key] = [(c.name, converter(c)) for c in event.columns]
-    convs = cache[key]
-    if isinstance(event, UpdateRowsEvent):
-        images = [
-            (r[f"{side}_values"], r[f"{side}_none_sources"])
-            for r in event.rows
-            for side in ("before", "after")
-        ]
-    else:
-        images = [(r["values"], r["none_sources"]) for r in event.rows]
-    for values, none_sources in images:
-        [convert(values[name], none_sources.get(name)) for name, convert in convs]
-    return len(event.rows)
-
-
-def ours(event: Any, cache: Any) -> int:
-    """Decode with one RowDecoder per layout (cached by ``layout_key``)."""
-    from pymysqlreplication.row_event import UpdateRowsEvent
-
-    from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key
-
-    key = layout_key(event.columns)
-    decoder = cache.get(key) or cache.setdefault(key, RowDecoder(event.columns))
-    if isinstance(event, UpdateRowsEvent):
-        return len(decoder.decode_updates(event))
-    return len(decoder.decode(event))
-
-
-def measure(
-    server: Any, start: tuple[str, int], decode: Callable[[Any], int], cached_table_maps: bool = True
-) -> tuple[int, float, float]:
-    """Return (rows, stream seconds, decode seconds) of one pass over the range."""
-    from contextlib import nullcontext
-
-    from pymysqlreplication.row_event import RowsEvent
-
-    from airflow_provider_binlog.extract.tablemaps import table_map_cache
-
     rows, decoding = 0, 0.0
-    reader = stream(server, start, cached_table_maps)
     started = time.perf_counter()
     try:
-        with table_map_cache() if cached_table_maps else nullcontext():
-            for event in reader:
-                if not isinstance(event, RowsEvent):
-                    continue
-                before = time.perf_counter()
-                rows += decode(event)
-                decoding += time.perf_counter() - before
+        for event in reader:
+            before = time.perf_counter()
+            rows += len(event.rows)
+            decoding += time.perf_counter() - before
     finally:
         reader.close()
+    return rows, time.perf_counter() - started, decoding
+
+
+def ours(server: Any, start: tuple[str, int]) -> tuple[int, float, float]:
+    """Return (rows, stream seconds, decode seconds) of our event reader + RowDecoder over the range."""
+    import pymysql
+
+    from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key
+    from airflow_provider_binlog.extract.events.feeds import read_binlog_socket
+    from airflow_provider_binlog.extract.events.stream import EventReader, RowsEvent
+
+    cache: dict[Any, RowDecoder] = {}
+    rows, decoding = 0, 0.0
+    conn = pymysql.connect(**server.connection_kwargs())
+    started = time.perf_counter()
+    try:
+        raw = read_binlog_socket(conn, server_id=4243, file=start[0], position=start[1])
+        for event in EventReader().events(raw):
+            data = event.data
+            if not isinstance(data, RowsEvent) or data.schema != "sbtest":
+                continue
+            before = time.perf_counter()
+            key = layout_key(data.columns)
+            decoder = cache.get(key) or cache.setdefault(key, RowDecoder(data.columns))
+            rows += len(data.rows_with(decoder))
+            decoding += time.perf_counter() - before
+    finally:
+        conn.close()
     return rows, time.perf_counter() - started, decoding
 
 
@@ -163,25 +124,19 @@ def main() -> None:
 
     with LocalMariaDB() as server:
         start = fill(server, args.rows, args.rows_per_statement)
-        converted_cache: dict[Any, Any] = {}
-        decoder_cache: dict[Any, Any] = {}
-        readers: dict[str, tuple[Callable[[Any], int], bool]] = {
-            "library raw, uncached": (library_raw, False),
-            "library raw": (library_raw, True),
-            "library + converters": (lambda e: library_converted(e, converted_cache), True),
-            "RowDecoder": (lambda e: ours(e, decoder_cache), True),
+        readers: dict[str, Callable[[Any, tuple[str, int]], tuple[int, float, float]]] = {
+            "library raw": library_raw,
+            "ours": ours,
         }
         results = {}
-        for name, (decode, cached) in readers.items():
-            passes = [measure(server, start, decode, cached) for _ in range(args.repeat)]
+        for name, read in readers.items():
+            passes = [read(server, start) for _ in range(args.repeat)]
             results[name] = min(passes, key=lambda r: r[1])
         print(f"{'reader':24s} {'rows':>8s} {'stream rows/s':>14s} {'decode rows/s':>14s}")
         for name, (rows, total, decoding) in results.items():
             print(f"{name:24s} {rows:8d} {rows / total:14,.0f} {rows / decoding:14,.0f}")
-        mine = results["RowDecoder"]
-        for name in ("library raw, uncached", "library raw", "library + converters"):
-            other = results[name]
-            print(f"RowDecoder vs {name}: stream x{other[1] / mine[1]:.2f}, decode x{other[2] / mine[2]:.2f}")
+        mine, other = results["ours"], results["library raw"]
+        print(f"ours vs library raw: stream x{other[1] / mine[1]:.2f}, decode x{other[2] / mine[2]:.2f}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@ Rows are appended to per-column Python lists and turned into one Arrow record ba
 from __future__ import annotations
 
 import datetime as dt
+import importlib.abc
+import importlib.util
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,12 +23,80 @@ from airflow_provider_binlog.contract.columns import (
     UTC,
     change_schema,
 )
-from airflow_provider_binlog.extract.columns import (
-    ColumnSpec,
-    Converter,
-    ValueConversionError,
-    is_zero_date,
-)
+from airflow_provider_binlog.extract.columns import ColumnSpec, ValueConversionError
+
+
+def lean_arrow() -> None:
+    """Make pyarrow lean for the extract: no pandas import (:func:`arrow_without_pandas`), the system allocator.
+
+    pyarrow's default pool (jemalloc) keeps pages it freed mapped: on 240,000 OLTP rows the extract's peak
+    RSS was 279 MiB with it and 236 MiB with the system allocator, at the same CPU time (one run each,
+    ``benchmarks/extract_throughput.py``'s range). The pool is the process's default from then on; the
+    extract's Arrow data are batches of a few MiB, which the system allocator serves as well.
+    """
+    arrow_without_pandas()
+    if pa.default_memory_pool().backend_name != "system":
+        pa.set_memory_pool(pa.system_memory_pool())
+
+
+def arrow_without_pandas() -> None:
+    """Let pyarrow build arrays from Python lists without importing pandas (about 55 MiB of the extract's RSS).
+
+    ``pa.array`` asks pyarrow's pandas shim, on its first call in a process, whether pandas is installed (to
+    tell pandas objects apart), and imports pandas to find out (pyarrow 26, ``pandas-shim.pxi``
+    ``_check_import``). When pandas is not imported yet, no pandas object exists to convert, so this makes
+    that first check fail: ``import pandas`` raises ImportError while pyarrow builds one array. Whoever
+    imports pandas later gets pyarrow's pandas support back as it imports: :class:`_PandasImportHook`
+    has the shim import it again (else ``pa.array(series)`` would take a Series for a plain sequence). A
+    no-op when pandas is imported already, or this ran before.
+    """
+    if "pandas" in sys.modules or any(isinstance(f, _PandasImportHook) for f in sys.meta_path):
+        return
+    blocker = _NoPandas()
+    sys.meta_path.insert(0, blocker)
+    try:
+        pa.array([0], pa.int64())
+    finally:
+        sys.meta_path.remove(blocker)
+    sys.meta_path.insert(0, _PandasImportHook())
+
+
+class _NoPandas:
+    """A meta path finder under which ``import pandas`` raises ImportError (see :func:`arrow_without_pandas`)."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas":
+            raise ImportError("pandas is not imported while pyarrow builds its first array")
+
+
+class _PandasImportHook:
+    """A meta path finder that, when pandas is imported, has pyarrow's pandas shim import it once it is loaded.
+
+    It finds pandas as the other finders do and wraps its loader; it removes itself on first use.
+    """
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> Any:
+        if name != "pandas":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _ShimRefreshingLoader(spec.loader)
+        return spec
+
+
+class _ShimRefreshingLoader(importlib.abc.Loader):
+    """Load a module with ``loader``, then have pyarrow's pandas shim import pandas (see :class:`_PandasImportHook`)."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.loader.exec_module(module)
+        pa.lib._pandas_api.pd  # noqa: B018  # the shim's raising check imports pandas again, and keeps it
 
 
 class ChangeBatchBuilder:
@@ -35,7 +106,6 @@ class ChangeBatchBuilder:
     GTID and commit timestamp are filled in by :meth:`commit` (or which :meth:`rollback` drops).
 
     :param columns: staged column specs in table order.
-    :param converters: one value converter per column (see :func:`columns.converter`).
     :param window: window sequence number written to ``_binlog_window``.
     :param labels: per column, how errors name it (``db.table.column (type, metadata)``, see
         :func:`columns.describe_column`); the spec's name and type when omitted.
@@ -44,43 +114,20 @@ class ChangeBatchBuilder:
     def __init__(
         self,
         columns: Sequence[ColumnSpec],
-        converters: Sequence[Converter],
         window: int,
         labels: Sequence[str] | None = None,
     ) -> None:
         self.columns = list(columns)
         self.labels = list(labels) if labels is not None else [f"{c.name} ({c.mysql_type})" for c in columns]
         self.names = [c.name for c in columns]
-        self.converters = list(converters)
         self.window = window
         self.schema = change_schema([pa.field(c.name, c.arrow_type) for c in columns])
-        self.zero_dates = 0
         self.committed = 0
         self.values: list[list[Any]] = [[] for _ in self.columns]
         self.meta: dict[str, list[Any]] = {name: [] for name in ("op", "seq", "gtid", "file", "pos", "ts")}
 
     def __len__(self) -> int:
         return len(self.meta["op"])
-
-    def add(
-        self, op: str, seq: int, file: str, pos: int, row: dict[str, Any], none_sources: dict[str, str]
-    ) -> None:
-        """Append one row image decoded by mysql-replication (converted to staged values here).
-
-        :raises ValueConversionError: when a value cannot be converted exactly (names the column).
-        """
-        values = []
-        for index, (name, convert) in enumerate(zip(self.names, self.converters, strict=True)):
-            value = row.get(name)
-            reason = none_sources.get(name) if value is None else None
-            try:
-                staged = convert(value, reason)
-            except Exception as err:  # any failure of a conversion is a value that cannot be staged
-                raise ValueConversionError(self.labels[index], err, file=file, pos=pos) from err
-            if staged is None and is_zero_date(value, reason, staged):
-                self.zero_dates += 1
-            values.append(staged)
-        self.add_values(op, seq, file, pos, values)
 
     def add_values(self, op: str, seq: int, file: str, pos: int, values: Sequence[Any]) -> None:
         """Append one row image of the open transaction, already in staged values and column order.
@@ -101,11 +148,37 @@ class ChangeBatchBuilder:
         meta["pos"].append(pos)
         meta["ts"].append(None)
 
-    def commit(self, gtid: str | None, commit_ts: dt.datetime) -> None:
-        """Mark the open transaction's rows committed with their GTID and commit timestamp (UTC)."""
+    def add_images(
+        self, ops: str | list[str], images: Sequence[Sequence[Any]], first_seq: int, file: str, pos: int
+    ) -> None:
+        """Append the row images of one rows event to the open transaction, column by column.
+
+        :param ops: the op of every image, or one op per image (see :meth:`add_values`).
+        :param images: staged values in column order, one sequence per image.
+        :param first_seq: ``_binlog_seq`` of the first image; the others follow by one.
+        :param file: binlog file of the row event. :param pos: end position of the row event.
+        """
+        count = len(images)
+        if count == 1:
+            self.add_values(ops if isinstance(ops, str) else ops[0], first_seq, file, pos, images[0])
+            return
+        for column, values in zip(self.values, zip(*images, strict=True), strict=True):
+            column.extend(values)
+        meta = self.meta
+        meta["op"].extend([ops] * count if isinstance(ops, str) else ops)
+        meta["seq"].extend(range(first_seq, first_seq + count))
+        meta["gtid"].extend([None] * count)
+        meta["file"].extend([file] * count)
+        meta["pos"].extend([pos] * count)
+        meta["ts"].extend([None] * count)
+
+    def commit(self, gtid: str | None, commit_us: int) -> None:
+        """Mark the open transaction's rows committed with their GTID and commit time (microseconds since the epoch)."""
         count = len(self) - self.committed
+        if not count:
+            return
         self.meta["gtid"][self.committed :] = [gtid] * count
-        self.meta["ts"][self.committed :] = [commit_ts] * count
+        self.meta["ts"][self.committed :] = [commit_us] * count
         self.committed = len(self)
 
     def rollback(self, keep: int = 0) -> None:
@@ -122,7 +195,7 @@ class ChangeBatchBuilder:
     def take_open(self) -> pa.RecordBatch:
         """Return the open transaction's rows (commit timestamp not known yet: epoch) and drop them."""
         count = len(self) - self.committed
-        self.meta["ts"][self.committed :] = [_EPOCH] * count
+        self.meta["ts"][self.committed :] = [0] * count
         return self._take(self.committed, len(self))
 
     def _take(self, low: int, high: int) -> pa.RecordBatch:
@@ -140,7 +213,9 @@ class ChangeBatchBuilder:
             pa.array(meta["gtid"][low:high], pa.string()),
             pa.array(meta["file"][low:high], pa.string()),
             pa.array(meta["pos"][low:high], pa.int64()),
-            pa.array(meta["ts"][low:high], pa.timestamp("us", tz="UTC")),
+            # Microseconds since the epoch, viewed as timestamps (same layout; a cast would import
+            # pyarrow.compute): pa.array of tz-aware datetimes costs ~1 us per row.
+            pa.array(meta["ts"][low:high], pa.int64()).view(_TIMESTAMP),
         ]
         for values in self.values:
             del values[low:high]
@@ -168,6 +243,7 @@ class ChangeBatchBuilder:
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
 def truncate_marker(

@@ -34,7 +34,6 @@ from airflow_provider_binlog.contract.columns import UTC
 from airflow_provider_binlog.extract.charsets import text_decoder
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
-ZERO_DATE_SOURCES = frozenset({"out of date range", "out of datetime range", "out of datetime2 range"})
 
 _STRING_TYPES = {FIELD_TYPE.VARCHAR, FIELD_TYPE.VAR_STRING, FIELD_TYPE.STRING}
 _BLOB_TYPES = {FIELD_TYPE.TINY_BLOB, FIELD_TYPE.MEDIUM_BLOB, FIELD_TYPE.LONG_BLOB, FIELD_TYPE.BLOB}
@@ -71,9 +70,9 @@ class ColumnSpec:
 def charset_of(column: Any) -> str | None:
     """Return the server character set of a string/blob column of a table map, None when not known.
 
-    The extractor's table maps carry it as ``mysql_charset`` (see
-    :func:`~airflow_provider_binlog.extract.tablemaps.attach_charsets`); otherwise it is derived from
-    mysql-replication's codec name, which is None without ``binlog_row_metadata=FULL``.
+    Our table maps carry it as ``mysql_charset`` (:mod:`~airflow_provider_binlog.extract.events.tablemap`);
+    a mysql-replication column (the reference decoder in tests) has only a codec name, None without
+    ``binlog_row_metadata=FULL``, from which it is derived.
     """
     charset = getattr(column, "mysql_charset", None)
     if isinstance(charset, str):
@@ -222,6 +221,23 @@ def describe_column(table: str, column: Any) -> str:
     return f"{table}.{getattr(column, 'name', '?')} ({', '.join(details)})"
 
 
+def check_stageable(column: Any) -> None:
+    """Raise when a table-map column cannot be staged exactly, whatever its values.
+
+    :raises ValueError: for a type :func:`column_spec` does not know, ENUM/SET member names that could not
+        be read (``members_problem``, see :func:`~airflow_provider_binlog.extract.tablemaps.redecode_members`),
+        or text in a character set no codec decodes exactly
+        (:class:`~airflow_provider_binlog.extract.charsets.UnsupportedCharsetError`).
+    """
+    spec = column_spec(column)
+    problem = getattr(column, "members_problem", None)
+    if problem:
+        raise ValueError(problem)
+    text_types = (FIELD_TYPE.NEWDECIMAL, FIELD_TYPE.SET, FIELD_TYPE.JSON)
+    if pa.types.is_string(spec.arrow_type) and column.type not in text_types:
+        text_decoder(charset_of(column) or "utf8mb4")
+
+
 def converter(column: Any) -> Converter:
     """Return ``convert(value, none_source) -> staged value`` for one column.
 
@@ -234,11 +250,9 @@ def converter(column: Any) -> Converter:
         member names could not be read (``members_problem``, see
         :func:`~airflow_provider_binlog.extract.tablemaps.redecode_members`).
     """
+    check_stageable(column)
     code = column.type
     spec = column_spec(column)
-    problem = getattr(column, "members_problem", None)
-    if problem:
-        raise ValueError(problem)
     if code == FIELD_TYPE.LONGLONG and getattr(column, "unsigned", False):
         return _none_safe(lambda v: decimal.Decimal(int(v)))
     if code == FIELD_TYPE.NEWDECIMAL and pa.types.is_string(spec.arrow_type):
@@ -349,16 +363,3 @@ def fix_negative_time(value: dt.timedelta) -> dt.timedelta:
     whole = dt.timedelta(days=magnitude.days, seconds=magnitude.seconds)
     wrong_fraction = magnitude - whole
     return -(whole + (dt.timedelta(seconds=1) - wrong_fraction))
-
-
-def is_zero_date(value: Any, none_source: str | None, staged: Any) -> bool:
-    """Return True when a value staged as None stands for a zero date rather than NULL.
-
-    :param value: the value mysql-replication decoded.
-    :param none_source: the library's reason when ``value`` is None.
-    :param staged: what the converter made of it (the zero TIMESTAMP is decoded as the epoch and
-        staged as None).
-    """
-    if value is None:
-        return none_source in ZERO_DATE_SOURCES
-    return staged is None

@@ -12,18 +12,12 @@ import pymysql
 from airflow_provider_binlog.contract.manifest import Manifest
 from airflow_provider_binlog.contract.names import database_of, table_part
 from airflow_provider_binlog.extract.columns import ColumnSpec
+from airflow_provider_binlog.extract.connections import ReplicationConnections
 from airflow_provider_binlog.extract.events.feeds import dump_events
 from airflow_provider_binlog.extract.events.stream import Event, EventReader
 from airflow_provider_binlog.extract.progress import ExtractProgress
-from airflow_provider_binlog.extract.reader import (
-    READ_EVENTS,
-    ReplicationConnections,
-    SnapshotCover,
-    TableTarget,
-    WindowReader,
-)
-from airflow_provider_binlog.extract.tablemaps import CACHED_TABLE_MAP_EVENTS, table_map_cache
-from airflow_provider_binlog.extract.writer import TableOutput, TableWriter
+from airflow_provider_binlog.extract.reader import SnapshotCover, TableTarget, WindowReader
+from airflow_provider_binlog.extract.writer import PENDING_BYTES, TableOutput, TableWriter
 from airflow_provider_binlog.monitoring.retention import binlog_bytes_between, check_retained
 from airflow_provider_binlog.pipeline.ledger import Window, now_iso
 from airflow_provider_binlog.pipeline.staging import clear_window, write_manifest
@@ -42,24 +36,14 @@ log = logging.getLogger(__name__)
 def stream_options(tables: dict[str, TableTarget]) -> dict[str, Any]:
     """Return BinLogStreamReader options for one window read.
 
-    They decode only the selected tables' row events, and open the stream's connections through a new
-    :class:`~airflow_provider_binlog.extract.reader.ReplicationConnections`, which turns the library's silent
-    reconnect into an error (a window is read over one connection; the task's retry re-reads it).
+    The library only logs in and opens the dump (:func:`own_events`); its connections are opened through a
+    new :class:`~airflow_provider_binlog.extract.connections.ReplicationConnections`, which turns the library's
+    silent reconnect into an error (a window is read over one connection; the task's retry re-reads it).
     """
-    from pymysqlreplication.event import FormatDescriptionEvent
-
     return {
         "only_tables": sorted({table_part(name) for name in tables}),
-        "only_events": [*CACHED_TABLE_MAP_EVENTS, FormatDescriptionEvent, *READ_EVENTS],
-        "filter_non_implemented_events": False,
         "pymysql_wrapper": ReplicationConnections(),
     }
-
-
-READERS = ("own", "library")
-"""How a window's events are decoded: by our reader (``own``, the default: ``extract/events``, ADR 0018)
-from the dump the library's stream opened, or by mysql-replication's event classes (``library``, the
-earlier path: it also decodes layouts RowDecoder does not, through the value converters)."""
 
 
 def own_events(stream: Any) -> Iterator[Event]:
@@ -67,7 +51,15 @@ def own_events(stream: Any) -> Iterator[Event]:
 
     mysql-replication logs in, sets the checksum and the heartbeat, registers and sends COM_BINLOG_DUMP;
     the events are read off its stream connection directly, so none of its event classes run.
+
+    :raises ValueError: when ``stream`` opens its connections otherwise than through
+        :class:`~airflow_provider_binlog.extract.connections.ReplicationConnections` (they reconnect silently).
     """
+    if not isinstance(getattr(stream, "pymysql_wrapper", None), ReplicationConnections):
+        raise ValueError(
+            "open the window's stream with pymysql_wrapper=ReplicationConnections() (see "
+            "extract.window.stream_options): the library's own connections reconnect silently"
+        )
     stream._BinLogStreamReader__connect_to_stream()
     checksum = 4 if stream._BinLogStreamReader__use_checksum else 0
     raw = dump_events(stream._stream_connection, file=stream.log_file, checksum=checksum)
@@ -85,7 +77,6 @@ def extract_window(
     covers: dict[str, SnapshotCover] | None = None,
     skipped: dict[str, str] | None = None,
     foreign_keys: Sequence[ForeignKey] = (),
-    event_reader: str = "own",
 ) -> Manifest:
     """Stream ``window`` into ``window_dir`` and return the manifest written last.
 
@@ -102,7 +93,6 @@ def extract_window(
     :param foreign_keys: the cascading foreign keys among the selected tables whose child changes the source
         does not log (:func:`~airflow_provider_binlog.operators.extract.cascading_keys`); recorded in the
         manifest under ``foreign_keys`` for the merge, which applies them.
-    :param event_reader: one of :data:`READERS`.
 
     DDL of selected tables is classified (:mod:`~airflow_provider_binlog.extract.ddl`): the manifest lists
     each statement with its effect per table (``ddl``), the tables that need a re-snapshot from a point in
@@ -119,7 +109,7 @@ def extract_window(
     :raises SourcePrivilegeError: when the source refuses the stream for a missing privilege (no retry;
         the message holds the GRANT statements).
     :raises SourceUnreachableError: when the stream breaks or ends early (retryable; a broken connection
-        raises :class:`~airflow_provider_binlog.extract.reader.ReplicationConnectionLostError`). The retry
+        raises :class:`~airflow_provider_binlog.exceptions.ReplicationConnectionLostError`). The retry
         re-reads the window: the window folder holds no manifest then, and it is cleared first.
     """
     start, end = window.start.to_position(), window.end.to_position()
@@ -133,11 +123,13 @@ def extract_window(
         if writer is None:
             writer = writers[table] = TableWriter(window_dir, TableOutput(name=table, primary_key=key))
         writer.write(batch, specs)
+        if sum(w.pending_bytes for w in writers.values()) > PENDING_BYTES:
+            max(writers.values(), key=lambda w: w.pending_bytes).flush()
 
     stream = hook.stream_reader(start, schemas=[database_of(n) for n in tables], **stream_options(tables))
     try:
         reader = WindowReader(
-            stream,
+            own_events(stream),
             start=start,
             end=end,
             tables=tables,
@@ -148,10 +140,8 @@ def extract_window(
             progress=ExtractProgress(
                 window=window.seq, start=start, end=end, binlog_files=server.binlog_files
             ),
-            events=own_events(stream) if event_reader == "own" else None,
         )
-        with table_map_cache():
-            stats = reader.run()
+        stats = reader.run()
     except pymysql.err.MySQLError as err:
         if err.args and err.args[0] in ACCESS_DENIED_ERRORS:
             raise hook.privilege_error(err, f"stream the binlog of window {window.seq} from {start}") from err

@@ -16,6 +16,10 @@ from airflow_provider_binlog.extract.columns import ColumnSpec
 
 ROW_GROUP_ROWS = 65_536
 """Rows buffered per table before a Parquet row group is flushed (bounds the writer's memory)."""
+PENDING_BYTES = 16 << 20
+"""Arrow bytes the writers of one window buffer in all, at most: past it the table holding the most writes
+its rows as a row group (so a window of many tables, or of tables below :data:`ROW_GROUP_ROWS` rows each,
+stays within this bound too)."""
 
 
 @dataclass
@@ -60,6 +64,8 @@ class TableWriter:
         self._schema: pa.Schema | None = None
         self._pending: list[pa.RecordBatch] = []
         self._pending_rows = 0
+        self.pending_bytes = 0
+        """Arrow bytes of the batches buffered for the next row group."""
 
     def write(self, batch: pa.RecordBatch, columns: list[ColumnSpec]) -> None:
         """Append a committed batch whose source columns are ``columns``."""
@@ -71,17 +77,21 @@ class TableWriter:
             self._open_part(batch.schema, columns)
         self._pending.append(batch)
         self._pending_rows += batch.num_rows
-        ops = batch.column(OP_COLUMN).value_counts().to_pylist()
-        self.output.ops.update({entry["values"]: entry["counts"] for entry in ops})
+        self.pending_bytes += batch.nbytes
+        # Counted in Python: Array.value_counts imports pyarrow.compute (9 MiB) for a handful of distinct values.
+        self.output.ops.update(batch.column(OP_COLUMN).to_pylist())
         self.output.rows += batch.num_rows
         if self._pending_rows >= self.row_group_rows:
-            self._flush()
+            self.flush()
 
     def _open_part(self, schema: pa.Schema, columns: list[ColumnSpec]) -> None:
         relative = f"{self.output.name}/part-{len(self.output.files):05d}.parquet"
         path = self.window_dir / relative
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle = path.open("wb")
+        # The filesystem's own file: ObjectStoragePath.open wraps it to report hook-level lineage on every
+        # write call (loading Airflow's plugins on the first); the window's lineage is the operator's
+        # OpenLineage facets (docs/lineage.md), not each part file.
+        self._handle = path.fs.open(path.path, mode="wb")
         self._writer = pq.ParquetWriter(self._handle, schema, compression="zstd")
         self._schema = schema
         self.output.files.append(relative)
@@ -92,13 +102,14 @@ class TableWriter:
             else:
                 self.output.columns.append(column)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Write the buffered batches as one row group of the current part file."""
         if self._pending and self._writer is not None:
             self._writer.write_table(pa.Table.from_batches(self._pending), row_group_size=self._pending_rows)
-        self._pending, self._pending_rows = [], 0
+        self._pending, self._pending_rows, self.pending_bytes = [], 0, 0
 
     def _close_part(self) -> None:
-        self._flush()
+        self.flush()
         if self._writer is not None:
             self._writer.close()
             self._handle.close()

@@ -206,12 +206,12 @@ _MUST_EQUAL = (
 )
 """Settings that must have one value: ``(name, value, why)``."""
 _MUST_BE_OFF = {
-    "binlog_transaction_compression": "compressed transaction payloads cannot be decoded by the reader and "
-    "would be lost",
     "log_bin_compress": "MariaDB's compressed binlog events cannot be decoded by the reader and their rows "
     "would be lost",
 }
-"""The compression settings (MySQL 8.0.20+, MariaDB), judged when the server has them, and why each must be OFF."""
+"""The compression settings judged when the server has them, and why each must be OFF. MySQL's
+``binlog_transaction_compression`` (8.0.20+) is not among them: the reader inflates TRANSACTION_PAYLOAD
+events (zstd) and decodes their inner events (ADR 0018)."""
 
 
 def _on(value: str | None) -> bool:

@@ -25,6 +25,9 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from airflow_provider_binlog.exceptions import UnsupportedEventError
 from airflow_provider_binlog.extract.columns import ValueConversionError, converter
 from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key
+from airflow_provider_binlog.extract.events.feeds import read_binlog_socket
+from airflow_provider_binlog.extract.events.stream import EventReader
+from airflow_provider_binlog.extract.events.stream import RowsEvent as OwnRowsEvent
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
 pytestmark = pytest.mark.integration
@@ -79,17 +82,26 @@ def stream_events(server: LocalMariaDB, start: tuple[str, int], schema: str) -> 
 
 
 def decoded(server: LocalMariaDB, start: tuple[str, int], schema: str) -> tuple[list[Event], int]:
-    """Return the range's row events decoded by RowDecoder, and the zero dates it counted."""
+    """Return the range's row events read over COM_BINLOG_DUMP by our event reader and decoded by RowDecoder
+    (one per layout, as the window reader keeps them), and the zero dates it counted."""
     cache: dict[Any, RowDecoder] = {}
     events: list[Event] = []
-    for event in stream_events(server, start, schema):
-        key = (event.table, layout_key(event.columns))
-        decoder = cache.get(key) or cache.setdefault(key, RowDecoder(event.columns))
-        rows: list[Any] = (
-            decoder.decode_updates(event) if isinstance(event, UpdateRowsEvent) else decoder.decode(event)
-        )
-        events.append((_kind(event), event.table, rows))
+    conn = pymysql.connect(**server.connection_kwargs())
+    try:
+        raw = read_binlog_socket(conn, server_id=next(_server_ids), file=start[0], position=start[1])
+        for event in EventReader().events(raw):
+            data = event.data
+            if not isinstance(data, OwnRowsEvent) or data.schema != schema:
+                continue
+            key = (data.table, layout_key(data.columns))
+            decoder = cache.get(key) or cache.setdefault(key, RowDecoder(data.columns))
+            events.append((_OWN_KINDS[data.kind], data.table, data.rows_with(decoder)))
+    finally:
+        conn.close()
     return events, sum(d.zero_dates for d in cache.values())
+
+
+_OWN_KINDS = {"write": "insert", "update": "update", "delete": "delete"}
 
 
 def _convert_image(columns: list[Any], values: dict[str, Any], none_sources: dict[str, str]) -> list[Any]:
@@ -386,9 +398,8 @@ def test_minimal_row_image_is_refused(mariadb: LocalMariaDB, source_db: str) -> 
     mariadb.execute(
         "SET SESSION binlog_row_image = 'MINIMAL'", "UPDATE m SET a = 5 WHERE id = 1", database=source_db
     )
-    [event] = list(stream_events(mariadb, start, source_db))
     with pytest.raises(UnsupportedEventError, match="binlog_row_image=FULL"):
-        RowDecoder(event.columns).decode_updates(event)
+        decoded(mariadb, start, source_db)
 
 
 def test_unsupported_layouts_are_reported(mariadb: LocalMariaDB, source_db: str) -> None:

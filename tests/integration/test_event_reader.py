@@ -15,10 +15,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pymysql
 import pytest
-from test_decoder import RANDOM_ROW_CHANGES, exact, head, stream_events, through_library, write_random_rows
+from test_decoder import (
+    RANDOM_ROW_CHANGES,
+    _convert_image,
+    exact,
+    head,
+    open_stream,
+    stream_events,
+    through_library,
+    write_random_rows,
+)
 
 from airflow_provider_binlog.extract.columns import charset_of
 from airflow_provider_binlog.extract.decoder import LAYOUT_ATTRIBUTES
@@ -150,10 +160,8 @@ def test_table_maps_parse_like_mysql_replication(mariadb: LocalMariaDB, source_d
     assert rows[1] == [2] + [None] * 21
 
 
-def _extract(
-    server: LocalMariaDB, start: BinlogPosition, table: str, staging: Path, event_reader: str
-) -> Any:
-    """Extract the window from ``start`` to the head with ``event_reader``; return (manifest, staged rows)."""
+def _extract(server: LocalMariaDB, start: BinlogPosition, table: str, staging: Path) -> Any:
+    """Extract the window from ``start`` to the head; return (manifest, staged rows per file)."""
     hook = BinlogHook(pipeline="equivalence")
     state = hook.server_state()
     assert state.head is not None
@@ -167,17 +175,57 @@ def _extract(
         tables={table: TableTarget(table, ["id"])},
         window_dir=window_path(str(staging), "equivalence", 7),
         server=state,
-        event_reader=event_reader,
     ).to_json()
     folder = staging / "equivalence" / "window=7" / table
     files = sorted(folder.rglob("*.parquet"))
     return manifest, [pq.read_table(f).to_pylist() for f in files]
 
 
-def test_a_window_read_by_our_reader_stages_what_the_library_path_stages(
+def _reference_rows(
+    server: LocalMariaDB, start: BinlogPosition, table: str, until: tuple[str, int]
+) -> list[dict[str, Any]]:
+    """Return what the window must stage of ``table`` up to ``until``, decoded by the reference decoder.
+
+    mysql-replication plus the value converters decode each row event; the order keys follow the window's
+    rules: one ``_binlog_seq`` per staged row from 1 in binlog order, an UPDATE that moves the key is a
+    delete of the before image plus the after image, file and end position of the row event.
+    """
+    database, name = table.split(".")
+    rows: list[dict[str, Any]] = []
+    stream = open_stream(server, (start.file, start.pos), database)
+    try:
+        for event in stream:
+            at = (stream.log_file, event.packet.log_pos)
+            if BinlogPosition(*at).key > BinlogPosition(*until).key:
+                break
+            if event.table != name:
+                continue
+            columns = event.columns
+            names = [c.name for c in columns]
+            images: list[tuple[str, list[Any]]] = []
+            for row in event.rows:
+                if "before_values" in row:
+                    before = _convert_image(columns, row["before_values"], row["before_none_sources"])
+                    after = _convert_image(columns, row["after_values"], row["after_none_sources"])
+                    if before[0] != after[0]:  # the key (id) moved
+                        images.append(("d", before))
+                    images.append(("u", after))
+                else:
+                    op = "c" if event.__class__.__name__ == "WriteRowsEvent" else "d"
+                    images.append((op, _convert_image(columns, row["values"], row["none_sources"])))
+            for op, values in images:
+                meta = {"_binlog_op": op, "_binlog_window": 7, "_binlog_seq": len(rows) + 1}
+                meta |= {"_binlog_file": at[0], "_binlog_pos": at[1]}
+                rows.append(dict(zip(names, values, strict=True)) | meta)
+    finally:
+        stream.close()
+    return rows
+
+
+def test_a_window_stages_the_rows_and_order_keys_of_the_reference_decoder(
     mariadb: LocalMariaDB, source_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The same window, extracted through mysql-replication and through our reader: same rows, same order keys."""
+    """A window over a mixed workload stages what mysql-replication decodes, with the order keys of the contract."""
     monkeypatch.setenv("AIRFLOW_CONN_BINLOG_DEFAULT", mariadb.uri())
     hook = BinlogHook(pipeline="equivalence")
     before = hook.server_state().head
@@ -190,24 +238,24 @@ def test_a_window_read_by_our_reader_stages_what_the_library_path_stages(
         f"DELETE FROM {table} WHERE id = 3",
         "ROLLBACK",  # rolled back: nothing staged
         "FLUSH BINARY LOGS",  # the window spans two files
+    )
+    until = head(mariadb)
+    mariadb.execute(
         f"ALTER TABLE {table} ADD COLUMN extra INT DEFAULT 5",  # a new layout, a new file
         f"INSERT INTO {table} (id, vc, extra) VALUES (5000, 'after', 6)",
         f"UPDATE {table} SET extra = 7 WHERE id = 4",
     )
-    library_manifest, library_rows = _extract(mariadb, before, table, tmp_path / "library", "library")
-    own_manifest, own_rows = _extract(mariadb, before, table, tmp_path / "own", "own")
+    manifest, files = _extract(mariadb, before, table, tmp_path / "own")
     # Two key moves stage a delete and an update each; the ADD COLUMN with a DEFAULT waits for a re-snapshot,
-    # so the window stages none of the table's later changes (both manifests list it).
-    assert sum(len(f) for f in own_rows) == RANDOM_ROW_CHANGES + 4
-    assert [r["table"] for r in own_manifest["resnapshots"]] == [table]
-    assert exact(own_rows) == exact(
-        library_rows
-    )  # every column, _binlog_window/_binlog_seq/_gtid/_file/_pos/_ts
-    # "events" counts the events each reader delivers: the library drops types it was not asked for
-    # (GTID_LIST, BINLOG_CHECKPOINT), ours decodes every event of the dump.
-    for volatile in ("read_seconds", "events"):
-        library_manifest["stats"].pop(volatile)
-        own_manifest["stats"].pop(volatile)
-    library_manifest.pop("created_at")
-    own_manifest.pop("created_at")
-    assert own_manifest == library_manifest
+    # so the window stages none of the table's later changes.
+    assert [r["table"] for r in manifest["resnapshots"]] == [table]
+    staged = sorted((row for rows in files for row in rows), key=lambda r: r["_binlog_seq"])
+    assert len(staged) == RANDOM_ROW_CHANGES + 4 == manifest["stats"]["rows"]
+    assert all(r["_binlog_gtid"] and r["_binlog_ts"] for r in staged)
+    reference = _reference_rows(mariadb, before, table, until)
+    schema = pq.read_schema(next((tmp_path / "own").rglob("*.parquet")))
+    keys = list(reference[0])
+    through_arrow = pa.Table.from_pylist(reference, schema=pa.schema([schema.field(k) for k in keys]))
+    assert exact([[r[k] for k in keys] for r in staged]) == exact(
+        [[r[k] for k in keys] for r in through_arrow.to_pylist()]
+    )

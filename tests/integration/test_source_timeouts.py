@@ -12,7 +12,7 @@ import pymysql
 import pytest
 
 from airflow_provider_binlog.exceptions import SourceUnreachableError
-from airflow_provider_binlog.extract.reader import ReplicationConnections
+from airflow_provider_binlog.extract.connections import ReplicationConnections
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB

@@ -18,8 +18,11 @@ from typing import Any
 import pytest
 
 from airflow_provider_binlog.exceptions import UnsupportedEventError
+from airflow_provider_binlog.extract.decoder import unsupported_reason
 from airflow_provider_binlog.extract.events.feeds import read_binlog_file
 from airflow_provider_binlog.extract.events.stream import Event, EventReader, RowsEvent
+from airflow_provider_binlog.extract.reader import TableTarget, WindowReader
+from airflow_provider_binlog.source.positions import BinlogPosition
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "mysql_binlogs"
 pytestmark = pytest.mark.skipif(
@@ -343,3 +346,54 @@ def test_reading_from_a_later_position_decodes_with_the_files_format_description
     tail = list(EventReader().events(read_binlog_file(path, last_gtid.start)))
     assert [e.start for e in tail] == [4] + [e.start for e in whole if e.start >= last_gtid.start]
     assert rows_of(tail) == [rows_of(whole)[-1]]
+
+
+def _stage(path: Path) -> tuple[list[Event], list[dict[str, Any]]]:
+    """Read a corpus file through the window reader (the tables of its rows events that RowDecoder decodes
+    selected); return (its events, the staged rows)."""
+    events = list(EventReader().events(read_binlog_file(path, follow_rotations=False)))
+    tables = {
+        e.data.table_map.name
+        for e in events
+        if isinstance(e.data, RowsEvent) and unsupported_reason(e.data.columns) is None
+    }
+    staged: list[dict[str, Any]] = []
+    reader = WindowReader(
+        iter(events),
+        start=BinlogPosition(events[0].file, 4),
+        end=BinlogPosition(events[0].file, max(e.end_pos for e in events)),
+        tables={name: TableTarget(name, []) for name in tables},
+        window=1,
+        sink=lambda table, batch, specs, key: staged.extend(batch.to_pylist()),
+    )
+    reader.run()
+    return events, staged
+
+
+def test_mysql_commit_times_are_the_gtid_events_microseconds() -> None:
+    """``_binlog_ts`` of a MySQL transaction is its GTID's immediate_commit_timestamp, compressed or not."""
+    events, staged = _stage(DATA / "apecloud_rust/mysql-bin.000057")
+    commit_us = {e.data.gtid: e.data.immediate_commit_us for e in events if e.name == "GTID"}
+    rows = sum(
+        len(e.data.rows())
+        for e in events
+        if isinstance(e.data, RowsEvent) and unsupported_reason(e.data.columns) is None
+    )
+    assert rows
+    assert len(staged) >= rows
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    for row in staged:
+        assert row["_binlog_ts"] == epoch + dt.timedelta(microseconds=commit_us[row["_binlog_gtid"]])
+    assert any(row["_binlog_ts"].microsecond for row in staged)  # not the commit event's whole seconds
+
+
+def test_an_anonymous_mysql_transaction_gets_its_commit_time_too() -> None:
+    events, staged = _stage(DATA / RMC / "transaction_compression.000001")
+    (gtid,) = [e.data for e in events if e.name == "ANONYMOUS_GTID"]
+    assert staged
+    assert gtid.immediate_commit_us
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    assert {row["_binlog_ts"] for row in staged} == {
+        epoch + dt.timedelta(microseconds=gtid.immediate_commit_us)
+    }
+    assert {row["_binlog_gtid"] for row in staged} == {None}

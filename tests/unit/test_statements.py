@@ -7,12 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_provider_binlog.exceptions import UnsupportedEventError
-from airflow_provider_binlog.extract.reader import (
-    ReplicationConnections,
-    SnapshotCover,
-    TableTarget,
-    WindowReader,
-)
+from airflow_provider_binlog.extract.reader import SnapshotCover, TableTarget, WindowReader
 from airflow_provider_binlog.extract.statements import written_tables
 from airflow_provider_binlog.source.positions import BinlogPosition
 
@@ -57,10 +52,9 @@ def test_a_statement_that_cannot_be_parsed_says_so(sql: str) -> None:
 
 
 def _reader(window: int, covers: dict[str, SnapshotCover]) -> WindowReader:
-    stream = SimpleNamespace(pymysql_wrapper=ReplicationConnections(), log_file="mariadb-bin.000002")
     tables = {name: TableTarget(name, ["id"]) for name in ("shop.orders", "shop.nopk", "crm.people")}
     return WindowReader(
-        stream,
+        [],
         start=BinlogPosition("mariadb-bin.000002", 4),
         end=BinlogPosition("mariadb-bin.000002", 90_000),
         tables=tables,

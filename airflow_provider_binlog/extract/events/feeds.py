@@ -175,14 +175,12 @@ def dump_events(connection: Any, *, file: str, checksum: int) -> Iterator[RawEve
         ``binlog_checksum`` is CRC32), else 0: the ROTATE events' file names end before it.
     """
     current = file
-    while True:
-        packet = connection._read_packet()
-        if packet.is_eof_packet():
+    for data in packets(connection):
+        if data[0] == 0xFE and len(data) < 9:  # EOF: the end of a non-blocking dump
             return
-        data = packet.get_all_data()
         if data[0] != 0:
             continue
-        event = bytes(data[1:])
+        event = data[1:]
         kind, size, end, event_flags = event[4], *struct.unpack_from("<IIH", event, 9)
         if kind == codes.ROTATE:
             next_file = _rotation(event, checksum)[0]
@@ -199,3 +197,49 @@ def dump_events(connection: Any, *, file: str, checksum: int) -> Iterator[RawEve
                 yield RawEvent(current, 4, event)
             continue
         yield RawEvent(current, end - size, event)
+
+
+_MAX_PACKET = 0xFFFFFF
+"""A packet payload this long continues in the next packet (MySQL internals, "Sending More Than 16 MB")."""
+
+
+def packets(connection: Any) -> Iterator[bytes]:
+    """Yield the payloads of the packets that follow on a pymysql ``connection``, as its ``_read_packet`` would.
+
+    The first packet is read by pymysql (which sets the socket's read timeout); the rest are framed here
+    (3-byte length, sequence id, payload; payloads of 16 MiB - 1 continue in the next packet) over pymysql's
+    ``_read_bytes``, without building a ``MysqlPacket`` per event, which cost about a tenth of the extract.
+    Errors are pymysql's: a lost connection or a timeout raises ``OperationalError`` 2013 from
+    ``_read_bytes``, a wrong sequence id ``InternalError`` (``OperationalError`` 2013 for MariaDB's shutdown
+    packet, sequence id 0), an error packet the server's error.
+
+    :raises pymysql.err.MySQLError: as above.
+    """
+    import pymysql
+    from pymysql.constants import CR
+
+    yield connection._read_packet().get_all_data()
+    read = connection._read_bytes
+
+    def length_of(header: bytes) -> int:
+        if header[3] != connection._next_seq_id:
+            connection._force_close()
+            if header[3] == 0:
+                raise pymysql.err.OperationalError(
+                    CR.CR_SERVER_LOST, "Lost connection to MySQL server during query"
+                )
+            raise pymysql.err.InternalError(
+                f"Packet sequence number wrong - got {header[3]} expected {connection._next_seq_id}"
+            )
+        connection._next_seq_id = (header[3] + 1) & 0xFF
+        return header[0] | header[1] << 8 | header[2] << 16
+
+    while True:
+        length = length_of(read(4))
+        payload = read(length)
+        while length == _MAX_PACKET:
+            length = length_of(read(4))
+            payload += read(length)
+        if payload[0] == 0xFF:
+            pymysql.err.raise_mysql_exception(payload)
+        yield payload

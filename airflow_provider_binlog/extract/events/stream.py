@@ -30,7 +30,9 @@ from airflow_provider_binlog.extract.events.parsers import (
 from airflow_provider_binlog.extract.events.tablemap import TableMap, TableMapParser
 from airflow_provider_binlog.extract.events.wire import packed_integer
 
-UINT32 = struct.Struct("<I")
+CRC32_RESIDUE = 0x2144DF1C
+"""The CRC-32 of any bytes followed by their own CRC-32 (little-endian): an event whose checksum is right
+has this CRC-32 over all its bytes, so checking it needs no slice of the event without its checksum."""
 
 
 class ChecksumMismatchError(UnsupportedEventError):
@@ -227,7 +229,7 @@ class EventReader:
                     type_code, timestamp, server_id, end_pos, flags, raw.file, raw.start, False, self.format
                 )
                 continue
-            if checksum and zlib.crc32(data[:-4]) != UINT32.unpack_from(data, size - 4)[0]:
+            if checksum and zlib.crc32(data) != CRC32_RESIDUE:
                 where = _describe(type_code, raw, False)
                 raise ChecksumMismatchError(f"{where}: CRC32 checksum mismatch; the binlog bytes are corrupt")
             parsed = self._body(type_code, data[HEADER_SIZE : size - checksum], server_id, raw, False)

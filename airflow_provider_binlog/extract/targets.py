@@ -1,0 +1,113 @@
+"""What a window read is asked to stage per table, and what it counts.
+
+:class:`TableTarget` (a selected table, where its capture starts, its schema barriers), :class:`SchemaBarrier`,
+:class:`SnapshotCover` (the newest snapshot of a table in the ledger) and :class:`ExtractStats` (the read's
+counters for the manifest). Used by :class:`~airflow_provider_binlog.extract.reader.WindowReader` and
+:class:`~airflow_provider_binlog.extract.effects.StatementEffects`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_binlog.source.positions import BinlogPosition
+
+
+@dataclass(frozen=True)
+class SchemaBarrier:
+    """A schema change of a table that the target cannot follow from the binlog (it waits for a re-snapshot).
+
+    :param since: the end of the statement's event.
+    :param covered: a snapshot of the table ordered before this window (lower seq) started at or after
+        ``since``: that snapshot holds the table as it was after the change, so the window stages the
+        table's changes logged after ``since`` (they outrank the snapshot's rows) and none before it (their
+        row images lack what the change gave every row, and would outrank the snapshot's exact rows).
+        Uncovered, the window stages only the changes at or before ``since``; the re-snapshot brings the rest.
+    """
+
+    since: BinlogPosition
+    covered: bool = False
+
+    def stages(self, key: tuple[int, int]) -> bool:
+        """Return whether a change whose event ends at ``key`` (``(file index, position)``) is staged."""
+        return self.covered == (key > self.since.key)
+
+
+@dataclass
+class TableTarget:
+    """A selected table: its name, its key, and where the pipeline's capture of it begins.
+
+    :param name: ``db.table``.
+    :param primary_key: the key that identifies its rows (primary key, or the one the user named).
+    :param since: the start of the table's first snapshot when that lies inside the window: changes logged
+        at or before it are in the snapshot and are not staged (they may predate the key, e.g. a table that
+        got its primary key just before; replayed, rows sharing a key value would merge into one). None
+        stages every change of the window.
+    :param referenced: columns of this table that cascading foreign keys of selected tables reference
+        (see :attr:`moving_columns`).
+    :param captured: whether the target already holds rows of the table (a ``CREATE TABLE`` of its name is then
+        re-snapshotted, see :func:`~airflow_provider_binlog.extract.ddl.classify_ddl`).
+    :param barriers: schema changes of the table waiting for a re-snapshot (from the pipeline's state; the
+        reader adds those it finds): a change is staged only when every barrier :meth:`SchemaBarrier.stages` it.
+    :param gone: the table no longer exists on the source, but the target holds it: none of its row changes
+        are staged (a ``DROP TABLE`` or ``RENAME TABLE`` at or after them empties it), only the truncate marker
+        of the statement that removed it, when the window holds that statement.
+    """
+
+    name: str
+    primary_key: list[str]
+    since: BinlogPosition | None = None
+    referenced: list[str] = field(default_factory=list)
+
+    @property
+    def moving_columns(self) -> list[str]:
+        """Return the columns whose change is staged as a delete of the before image plus the after image.
+
+        The key (the row moves), and the ``referenced`` columns that cascading foreign keys of selected
+        child tables reference: the merge needs their old values to find the child rows the source changed
+        (:mod:`airflow_provider_binlog.jobs.merge.cascades`).
+        """
+        return [*self.primary_key, *(c for c in self.referenced if c not in self.primary_key)]
+
+    barriers: list[SchemaBarrier] = field(default_factory=list)
+    captured: bool = False
+    gone: bool = False
+
+    def stages(self, key: tuple[int, int]) -> bool:
+        """Return whether a change whose event ends at ``key`` is staged (see ``since``, ``barriers``, ``gone``)."""
+        if self.gone or (self.since is not None and key <= self.since.key):
+            return False
+        return not self.barriers or all(b.stages(key) for b in self.barriers)
+
+
+@dataclass(frozen=True)
+class SnapshotCover:
+    """The newest snapshot (merged or running) of a selected table, as the pipeline's ledger records it.
+
+    :param seq: the snapshot's sequence number (the order key of its rows).
+    :param start: the source head before its first chunk was read.
+    """
+
+    seq: int
+    start: BinlogPosition
+
+
+@dataclass
+class ExtractStats:
+    """Counters of one window read (for the manifest and the task log)."""
+
+    events: int = 0
+    transactions: int = 0
+    rolled_back: int = 0
+    rows: int = 0
+    seconds: float = 0.0
+    ddl: list[dict[str, Any]] = field(default_factory=list)
+    last_commit_ts: str | None = None
+    statements_ignored: int = 0
+    skipped_statements: list[dict[str, Any]] = field(default_factory=list)
+    covered_tables: dict[str, int] = field(default_factory=dict)
+    resnapshots: list[dict[str, Any]] = field(default_factory=list)
+    schema_skipped_row_events: Counter[str] = field(default_factory=Counter)
+    dropped: list[dict[str, Any]] = field(default_factory=list)

@@ -1,0 +1,109 @@
+"""The window reader's open transaction and the table-map layouts its rows are decoded and built with.
+
+A :class:`Layout` holds, per table and table-map layout, the staged column specs, the generated
+:class:`~airflow_provider_binlog.extract.decoder.RowDecoder` and the
+:class:`~airflow_provider_binlog.extract.batches.ChangeBatchBuilder` that collects committed and open rows.
+A :class:`Transaction` records which layouts the open transaction touched, its rows spilled to temporary
+Arrow IPC files and its savepoints.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_provider_binlog.extract.batches import ChangeBatchBuilder
+from airflow_provider_binlog.extract.columns import (
+    ColumnSpec,
+    ValueConversionError,
+    check_stageable,
+    column_spec,
+    describe_column,
+)
+from airflow_provider_binlog.extract.decoder import RowDecoder
+
+LayoutKey = tuple[str, tuple[Any, ...]]
+"""``(db.table, decoder.layout_key(columns))``."""
+
+
+class Layout:
+    """Column specs, row decoder and row builder of one table-map layout of a table.
+
+    :param table: ``db.table``. :param columns: the table map's columns.
+    :param window: the window's sequence number (``_binlog_window`` of the rows built).
+    :raises ValueConversionError: when a column cannot be staged exactly (its type, character set or
+        ENUM/SET members; :func:`~airflow_provider_binlog.extract.columns.check_stageable`), naming it.
+    """
+
+    def __init__(self, table: str, columns: list[Any], window: int) -> None:
+        self.table = table
+        self.columns = columns
+        labels = [describe_column(table, c) for c in columns]
+        for column, label in zip(columns, labels, strict=True):
+            try:
+                check_stageable(column)
+            except ValueError as err:
+                raise ValueConversionError(label, err) from err
+        self.specs: list[ColumnSpec] = [column_spec(c) for c in columns]
+        self.builder = ChangeBatchBuilder(self.specs, window, labels)
+        self.decoder = RowDecoder(columns) if RowDecoder.supports(columns) else None
+        self.moving_index: list[int] | None = None
+        """Positions of the table's moving columns (:attr:`~.targets.TableTarget.moving_columns`) in the
+        layout, set by the reader at the layout's first UPDATE."""
+
+    def take_zero_dates(self) -> int:
+        """Return the zero dates the decoder counted since the last call."""
+        if self.decoder is None:
+            return 0
+        count, self.decoder.zero_dates = self.decoder.zero_dates, 0
+        return count
+
+
+SavepointMarks = dict[tuple[str, int], tuple[int, int]]
+"""Per touched layout of the open transaction: ``(spilled files, rows in memory)`` at a savepoint."""
+
+
+class Transaction:
+    """The open transaction: its GTID, the layouts it touched, its spilled row batches and savepoints.
+
+    ``commit_us`` is the commit time a MySQL GTID event carries (``immediate_commit_timestamp``,
+    microseconds since the epoch), None when the source logs none (MariaDB, MySQL before 8.0.1).
+    """
+
+    def __init__(self) -> None:
+        self.open = False
+        self.gtid: str | None = None
+        self.commit_us: int | None = None
+        self.touched: dict[tuple[str, int], Layout] = {}
+        self.spilled: dict[tuple[str, int], list[Any]] = {}
+        self.rows_in_memory = 0
+        self.savepoints: dict[str, SavepointMarks] = {}
+
+    def close_spills(self) -> None:
+        """Close (and so delete) every temporary file of spilled rows."""
+        if not self.spilled:
+            return
+        for files in self.spilled.values():
+            for spill_file in files:
+                spill_file.close()
+        self.spilled = {}
+
+
+def spill(batch: pa.RecordBatch) -> Any:
+    """Return a new temporary file (deleted on close) holding ``batch`` as an Arrow IPC stream."""
+    spill_file = tempfile.TemporaryFile(prefix="binlog-spill-")
+    with pa.ipc.new_stream(spill_file, batch.schema) as stream:
+        stream.write_batch(batch)
+    return spill_file
+
+
+def spill_head(spill_file: Any, rows: int) -> Any:
+    """Return a new spill file holding the first ``rows`` rows of ``spill_file``."""
+    spill_file.seek(0)
+    head = pa.ipc.open_stream(spill_file).read_all().slice(0, rows)
+    out = tempfile.TemporaryFile(prefix="binlog-spill-")
+    with pa.ipc.new_stream(out, head.schema) as stream:
+        stream.write_table(head)
+    return out
