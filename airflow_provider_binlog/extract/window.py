@@ -112,7 +112,10 @@ def extract_window(
     A statement that empties a table (``TRUNCATE``, ``DROP TABLE``, renamed away) stages a truncate marker
     at its place in the order (``_binlog_op`` = ``t``, :mod:`~airflow_provider_binlog.jobs.merge.truncate`);
     the tables dropped or renamed away are listed under ``dropped`` (table, position, GTID, statement, the
-    marker's seq or None when the target held no rows of it).
+    marker's seq or None when the target held no rows of it). The rows staged of a table the target never
+    held are discarded when the window drops it (a table created again under its name starts anew). A table
+    dropped in an earlier window (a ``gone`` target) has an entry in ``tables`` only when this window stages
+    its truncate marker.
 
     :raises BinlogPurgedError: when the window start was purged.
     :raises UnsupportedEventError: on events that cannot be decoded without loss.
@@ -134,6 +137,11 @@ def extract_window(
             writer = writers[table] = TableWriter(window_dir, TableOutput(name=table, primary_key=key))
         writer.write(batch, specs)
 
+    def discard(table: str) -> None:  # a table the target never held was dropped: nothing staged of it counts
+        writer = writers.pop(table, None)
+        for relative in writer.close().files if writer is not None else []:
+            (window_dir / relative).unlink()
+
     stream = hook.stream_reader(start, schemas=[database_of(n) for n in tables], **stream_options(tables))
     try:
         reader = WindowReader(
@@ -149,6 +157,7 @@ def extract_window(
                 window=window.seq, start=start, end=end, binlog_files=server.binlog_files
             ),
             events=own_events(stream) if event_reader == "own" else None,
+            discard=discard,
         )
         with table_map_cache():
             stats = reader.run()
@@ -163,6 +172,8 @@ def extract_window(
         for relative in outputs.pop(name, TableOutput(name=name, primary_key=[])).files:
             (window_dir / relative).unlink()
     for name, target in tables.items():
+        if target.gone and name not in outputs:
+            continue  # dropped in an earlier window: nothing to say about it in every later manifest
         outputs.setdefault(name, TableOutput(name=name, primary_key=target.primary_key))
         outputs[name].zero_dates = reader.zero_dates[name]
     manifest = Manifest(
