@@ -492,3 +492,43 @@ def _max_bytes(column: Any, field_type: Any) -> int:
         field_type.LONG_BLOB: 4,
     }.get(column.type, 2)
     return int(2 ** (8 * size) - 1)
+
+
+_COLUMN_FIELDS = (
+    "type",
+    "name",
+    "unsigned",
+    "max_length",
+    "length_size",
+    "precision",
+    "decimals",
+    "fsp",
+    "bits",
+    "bytes",
+    "size",
+    "enum_values",
+    "set_values",
+)
+"""The table-map column attributes :func:`keeps_values` reads, kept in a window's manifest (``schemas``)."""
+
+
+def column_record(column: Any) -> dict[str, Any]:
+    """Return the JSON form of a table-map column, as the manifest's ``schemas`` keep it (:func:`keeps_values`'s needs).
+
+    :param column: a ``Column`` of mysql-replication or of :mod:`~airflow_provider_binlog.extract.events.tablemap`.
+    """
+    from airflow_provider_binlog.extract.columns import charset_of
+
+    record = {name: getattr(column, name, None) for name in _COLUMN_FIELDS}
+    record["mysql_charset"] = charset_of(column)
+    return {name: value for name, value in record.items() if value is not None}
+
+
+def record_column(record: Any) -> Any:
+    """Return the table-map column of a :func:`column_record` (an :mod:`~airflow_provider_binlog.extract.events.tablemap` ``Column``).
+
+    :raises TypeError: when the record holds an unknown field.
+    """
+    from airflow_provider_binlog.extract.events.tablemap import Column
+
+    return Column(**record)

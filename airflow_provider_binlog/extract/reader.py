@@ -252,7 +252,7 @@ class _Retype:
     :param at: the end of the statement's event.
     :param text: the statement.
     :param gtid: its GTID.
-    :param before: the table-map columns of the table's last row event before it in the window.
+    :param before: the table's table-map columns before it (:attr:`WindowReader.columns`).
     :param decision: its entry of the manifest's ``ddl[].effects``, completed when decided.
     """
 
@@ -373,6 +373,11 @@ class WindowReader:
     :param discard: removes every row of a table the sink has received so far (called when the table is
         dropped in the window and the target never held it, see :meth:`_empty`); None when the sink keeps
         nothing.
+    :param columns: per selected table, its table-map columns at the window's start, when known (the schema
+        history the previous window's manifest keeps, ``schemas``). The reader keeps them current in
+        :attr:`columns`: each row event of a table sets them, each DDL that touches it (any action but
+        ``ignore``) forgets them. They tell the old type of a column that a ``MODIFY`` under a non-strict
+        ``sql_mode`` changes (:meth:`_decide_retype`).
     :raises ValueError: when ``stream`` opens its connections some other way.
     """
 
@@ -390,6 +395,7 @@ class WindowReader:
         progress: ExtractProgress | None = None,
         events: Iterable[Event] | None = None,
         discard: Callable[[str], None] | None = None,
+        columns: dict[str, list[Any]] | None = None,
     ) -> None:
         if not isinstance(getattr(stream, "pymysql_wrapper", None), ReplicationConnections):
             raise ValueError(
@@ -418,6 +424,7 @@ class WindowReader:
         self.events = events
         self.discard = discard
         self.retypes: dict[str, _Retype] = {}
+        self.columns: dict[str, list[Any]] = {t: c for t, c in (columns or {}).items() if t in tables}
 
     def run(self) -> ExtractStats:
         """Read until the window end; return the counters.
@@ -705,6 +712,7 @@ class WindowReader:
         for effect in effects:  # a later DDL of the table before any row event shows no new column type
             if effect.table in self.retypes:
                 self._decide_retype(effect.table, None)
+        before = {e.table: self.columns.pop(e.table, None) for e in effects if e.action != "ignore"}
         at = BinlogPosition(file, end_pos)
         decisions: list[dict[str, Any]] = [
             {"table": e.table, "action": e.action, "reason": e.reason} for e in effects
@@ -728,10 +736,8 @@ class WindowReader:
                     "window %s of %s: %s at %s (GTID %s): %s (%s)",
                     self.window, self.pipeline, effect.table, at, self.txn.gtid, effect.action, effect.reason,
                 )  # fmt: skip
-            elif effect.retyped and (layout := self.current_layout.get(effect.table)) is not None:
-                self.retypes[effect.table] = _Retype(
-                    effect, at, text, self.txn.gtid, self.layouts[layout].columns, decision
-                )
+            elif effect.retyped and (columns := before.get(effect.table)) is not None:
+                self.retypes[effect.table] = _Retype(effect, at, text, self.txn.gtid, columns, decision)
                 log.info(
                     "window %s of %s: %s at %s (GTID %s): %s; followed if the table's next row event shows a "
                     "lossless widening of each, else re-snapshotted",
@@ -740,7 +746,8 @@ class WindowReader:
             else:
                 if effect.retyped:
                     decision["reason"] = effect.reason + (
-                        "; no row event of the table before it in this window shows the old column types"
+                        "; no table map of the table before it (in this window or the schema history of earlier "
+                        "ones) shows the old column types"
                     )
                 self._needs_resnapshot(effect.table, decision["reason"], at, text, self.txn.gtid)
 
@@ -1039,10 +1046,13 @@ class WindowReader:
     def _rows(self, event: Any, file: str, end_pos: int) -> None:
         name = f"{event.schema}.{event.table}"
         target = self.tables.get(name)
-        if target is None or name in self.stats.covered_tables:
+        if target is None:
             return
         if name in self.retypes:
             self._decide_retype(name, event.columns)
+        self.columns[name] = event.columns
+        if name in self.stats.covered_tables:
+            return
         if not target.stages((file_index(file), end_pos)):
             if target.barriers and (target.since is None or (file_index(file), end_pos) > target.since.key):
                 self._skip_for_schema_change(target, BinlogPosition(file, end_pos))

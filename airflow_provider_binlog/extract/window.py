@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -12,6 +12,7 @@ import pymysql
 from airflow_provider_binlog.contract.manifest import Manifest
 from airflow_provider_binlog.contract.names import database_of, table_part
 from airflow_provider_binlog.extract.columns import ColumnSpec
+from airflow_provider_binlog.extract.ddl import column_record, record_column
 from airflow_provider_binlog.extract.events.feeds import dump_events
 from airflow_provider_binlog.extract.events.stream import Event, EventReader
 from airflow_provider_binlog.extract.progress import ExtractProgress
@@ -86,6 +87,7 @@ def extract_window(
     skipped: dict[str, str] | None = None,
     foreign_keys: Sequence[ForeignKey] = (),
     event_reader: str = "own",
+    schemas: Mapping[str, list[Any]] | None = None,
 ) -> Manifest:
     """Stream ``window`` into ``window_dir`` and return the manifest written last.
 
@@ -103,6 +105,9 @@ def extract_window(
         does not log (:func:`~airflow_provider_binlog.operators.extract.cascading_keys`); recorded in the
         manifest under ``foreign_keys`` for the merge, which applies them.
     :param event_reader: one of :data:`READERS`.
+    :param schemas: the schema history at the window's start: the ``schemas`` of the manifest of the window
+        that ends where this one starts (``{"db.table": [column records]}``, :func:`~.ddl.column_record`); the
+        manifest records it as of this window's end.
 
     DDL of selected tables is classified (:mod:`~airflow_provider_binlog.extract.ddl`): the manifest lists
     each statement with its effect per table (``ddl``), the tables that need a re-snapshot from a point in
@@ -158,6 +163,7 @@ def extract_window(
             ),
             events=own_events(stream) if event_reader == "own" else None,
             discard=discard,
+            columns={t: [record_column(c) for c in cols] for t, cols in (schemas or {}).items()},
         )
         with table_map_cache():
             stats = reader.run()
@@ -191,6 +197,7 @@ def extract_window(
         resnapshots=stats.resnapshots,
         schema_skipped_row_events=dict(sorted(stats.schema_skipped_row_events.items())),
         dropped=stats.dropped,
+        schemas={t: [column_record(c) for c in cols] for t, cols in sorted(reader.columns.items())},
         stats={
             "events": stats.events,
             "transactions": stats.transactions,

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 from pymysqlreplication.constants import FIELD_TYPE
 
-from airflow_provider_binlog.extract.ddl import classify_ddl, keeps_values
+from airflow_provider_binlog.extract.ddl import classify_ddl, column_record, keeps_values, record_column
 from airflow_provider_binlog.extract.events.tablemap import Column
 
 SELECTED = ["shop.orders", "shop.items", "shop._orders_new", "other.orders"]
@@ -287,6 +289,14 @@ TEXT = {"mysql_charset": "utf8mb4"}
 )
 def test_keeps_values_only_for_lossless_widenings(before: Column, after: Column, kept: bool) -> None:
     assert keeps_values(before, after) is kept
+
+
+def test_a_column_record_keeps_what_keeps_values_reads() -> None:
+    enum = _column(FIELD_TYPE.ENUM, enum_values=["", "a", "b"], **TEXT)
+    text = _column(FIELD_TYPE.VARCHAR, max_length=40, **TEXT)
+    back = [record_column(json.loads(json.dumps(column_record(c)))) for c in (enum, text)]
+    assert [asdict(c) for c in back] == [asdict(enum), asdict(text)]
+    assert keeps_values(back[1], _column(FIELD_TYPE.VARCHAR, max_length=80, **TEXT))
 
 
 def test_a_non_strict_sql_mode_changes_nothing_else() -> None:
