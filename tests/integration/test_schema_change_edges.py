@@ -4,9 +4,11 @@ The pipeline's library steps run as in ``test_schema_changes.py`` (its :class:`F
 
 - a pipeline that takes no snapshot (tables are captured from their first row) sees ``CREATE``, ``DROP`` and
   ``CREATE`` again of one table inside one window;
-- a pipeline with an initial snapshot sees, in window 1, a table that needs a re-snapshot and is then dropped for
-  good, lossless widenings under a non-strict ``sql_mode`` (followed) beside a lossy one (re-snapshotted), and a
-  table that keeps flowing; then the next run's snapshot and window 2.
+- a pipeline with an initial snapshot sees, after a window 0 whose manifest keeps a table map (the schema
+  history), in window 1 a table that needs a re-snapshot and is then dropped for good, lossless widenings under
+  a non-strict ``sql_mode`` (followed, the old types from the window or from window 0's manifest) beside a lossy
+  one and one whose old type nothing shows (re-snapshotted), and a table that keeps flowing; then the next run's
+  snapshot and window 2.
 """
 
 from __future__ import annotations
@@ -104,12 +106,16 @@ def edges(mariadb: LocalMariaDB, spark: Any, tmp_path_factory: pytest.TempPathFa
             "INSERT INTO t_lossy SELECT seq, CAST(seq AS SIGNED) - 10 FROM seq_1_to_20",
             "CREATE TABLE t_cold (id INT PRIMARY KEY, n SMALLINT)",
             "INSERT INTO t_cold SELECT seq, seq FROM seq_1_to_20",
+            "CREATE TABLE t_history (id INT PRIMARY KEY, n SMALLINT, v VARCHAR(10))",
+            "INSERT INTO t_history SELECT seq, seq, 'r' FROM seq_1_to_20",
             "CREATE TABLE t_keep (id INT PRIMARY KEY, v VARCHAR(20))",
             "INSERT INTO t_keep SELECT seq, 'r' FROM seq_1_to_20",
             database=db,
         )
         flow = new_flow(mariadb, spark, db, tmp_path_factory.mktemp("edges"))
         assert flow.snapshot() is not None  # the initial load
+        flow.sql("UPDATE t_history SET v = 'window 0' WHERE id = 1")
+        flow.window()  # its manifest keeps t_history's table map: the schema history window 1 starts from
         flow.sql(
             "UPDATE t_gone SET v = 'before' WHERE id <= 5",
             "ALTER TABLE t_gone ADD COLUMN c VARCHAR(5) NOT NULL DEFAULT 'x'",  # waits for a re-snapshot ...
@@ -125,8 +131,10 @@ def edges(mariadb: LocalMariaDB, spark: Any, tmp_path_factory: pytest.TempPathFa
             "UPDATE t_lossy SET n = n - 1 WHERE id = 1",
             "ALTER TABLE t_lossy MODIFY n INT UNSIGNED",  # negative values become 0, without row events
             "UPDATE t_lossy SET n = 7 WHERE id = 20",
-            "ALTER TABLE t_cold MODIFY n INT",  # no row of t_cold before it in the window: old type unknown
+            "ALTER TABLE t_cold MODIFY n INT",  # no row of t_cold before it in any window: old type unknown
             "UPDATE t_cold SET n = 100000 WHERE id = 1",
+            "ALTER TABLE t_history MODIFY n INT, MODIFY v VARCHAR(30)",  # old types from window 0's manifest
+            "UPDATE t_history SET n = 100000, v = REPEAT('y', 30) WHERE id = 2",
         ):
             flow.sql("SET SESSION sql_mode = ''", sql)  # one session per statement: each logs sql_mode ''
         flow.window()
@@ -142,7 +150,7 @@ def edges(mariadb: LocalMariaDB, spark: Any, tmp_path_factory: pytest.TempPathFa
 
 def test_a_table_dropped_for_good_no_longer_waits_for_its_resnapshot(edges: Flow) -> None:
     name = f"{edges.db}.t_gone"
-    first = edges.manifests[0]
+    first = edges.manifests[1]
     assert [a for a, _ in edges.ddl_effects(first, "t_gone")] == ["resnapshot", "follow"]
     assert [r["table"] for r in first.resnapshots].count(name) == 1
     (dropped,) = [d for d in first.dropped if d["table"] == name]
@@ -154,14 +162,14 @@ def test_a_table_dropped_for_good_no_longer_waits_for_its_resnapshot(edges: Flow
 
 def test_a_table_dropped_long_ago_is_not_in_later_manifests(edges: Flow) -> None:
     name = f"{edges.db}.t_gone"
-    assert name in edges.manifests[0].tables  # the window holding the DROP stages its marker
-    assert name not in edges.manifests[1].tables
-    assert f"{edges.db}.t_keep" in edges.manifests[1].tables
+    assert name in edges.manifests[1].tables  # the window holding the DROP stages its marker
+    assert name not in edges.manifests[2].tables
+    assert f"{edges.db}.t_keep" in edges.manifests[2].tables
 
 
 def test_lossless_widening_under_a_non_strict_sql_mode_is_followed(edges: Flow) -> None:
     name = f"{edges.db}.t_widen"
-    first = edges.manifests[0]
+    first = edges.manifests[1]
     assert [a for a, _ in edges.ddl_effects(first, "t_widen")] == ["follow"], first.ddl
     assert all(r.table != name for r in edges.state.resnapshots_needed)
     assert all(name not in s.tables for s in edges.snapshots[1:])
@@ -172,8 +180,19 @@ def test_lossless_widening_under_a_non_strict_sql_mode_is_followed(edges: Flow) 
     assert rows[1000]["s"] == 2000000
 
 
+def test_the_schema_history_of_an_earlier_window_tells_the_old_type(edges: Flow) -> None:
+    name = f"{edges.db}.t_history"
+    assert [c["name"] for c in edges.manifests[0].schemas[name]] == ["id", "n", "v"]
+    first = edges.manifests[1]
+    assert first.tables[name].rows == 1  # no row of it before the ALTER in this window
+    assert [a for a, _ in edges.ddl_effects(first, "t_history")] == ["follow"], first.ddl
+    assert all(name not in s.tables for s in edges.snapshots[1:])
+    assert edges.mismatch("t_history") is None
+    assert {c["name"]: c["max_length"] for c in first.schemas[name] if c["name"] == "v"} == {"v": 120}
+
+
 def test_lossy_type_changes_under_a_non_strict_sql_mode_are_resnapshotted(edges: Flow) -> None:
-    first = edges.manifests[0]
+    first = edges.manifests[1]
     for table in ("t_lossy", "t_cold"):  # INT -> INT UNSIGNED; and an old type the window cannot tell
         name = f"{edges.db}.{table}"
         assert [a for a, _ in edges.ddl_effects(first, table)] == ["resnapshot"], first.ddl

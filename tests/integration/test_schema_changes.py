@@ -39,6 +39,7 @@ from airflow_provider_binlog.operators.extract import (  # noqa: E402
     capture_start,
     gone_targets,
     schema_barriers,
+    schema_history,
     snapshot_covers,
 )
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot  # noqa: E402
@@ -153,6 +154,7 @@ class Flow:
             window_dir=window_dir,
             server=server,
             covers=snapshot_covers(state, targets),
+            schemas=schema_history(state, window, window_dir.parent),
         )
         merge_window(
             self.spark,
@@ -161,7 +163,7 @@ class Flow:
             pipeline=PIPELINE,
             buckets=BUCKETS,
         )
-        merged = mark_window(state, window.seq, status="merged")
+        merged = mark_window(state, window.seq, status="merged", manifest_uri=str(window_dir))
         self.state = with_schema_changes(
             merged.model_copy(
                 update={"checkpoint": advance_checkpoint(merged, merged.window(window.seq))}
