@@ -108,6 +108,8 @@ def edges(mariadb: LocalMariaDB, spark: Any, tmp_path_factory: pytest.TempPathFa
             "INSERT INTO t_cold SELECT seq, seq FROM seq_1_to_20",
             "CREATE TABLE t_history (id INT PRIMARY KEY, n SMALLINT, v VARCHAR(10))",
             "INSERT INTO t_history SELECT seq, seq, 'r' FROM seq_1_to_20",
+            "CREATE TABLE t_gone_later (id INT PRIMARY KEY, v VARCHAR(20))",
+            "INSERT INTO t_gone_later SELECT seq, 'r' FROM seq_1_to_20",
             "CREATE TABLE t_keep (id INT PRIMARY KEY, v VARCHAR(20))",
             "INSERT INTO t_keep SELECT seq, 'r' FROM seq_1_to_20",
             database=db,
@@ -121,6 +123,7 @@ def edges(mariadb: LocalMariaDB, spark: Any, tmp_path_factory: pytest.TempPathFa
             "ALTER TABLE t_gone ADD COLUMN c VARCHAR(5) NOT NULL DEFAULT 'x'",  # waits for a re-snapshot ...
             "UPDATE t_gone SET v = 'after' WHERE id <= 10",
             "DROP TABLE t_gone",  # ... until it is dropped for good
+            "ALTER TABLE t_gone_later ADD COLUMN c INT NOT NULL DEFAULT 7",  # dropped in the next window
             "UPDATE t_keep SET v = 'window 1' WHERE id <= 3",
         )
         for sql in (
@@ -138,6 +141,7 @@ def edges(mariadb: LocalMariaDB, spark: Any, tmp_path_factory: pytest.TempPathFa
         ):
             flow.sql("SET SESSION sql_mode = ''", sql)  # one session per statement: each logs sql_mode ''
         flow.window()
+        flow.sql("DROP TABLE t_gone_later")  # before the next run: its snapshot no longer finds the table
         flow.snapshot()  # the next run's snapshot task: only the tables waiting for one
         flow.sql(
             "UPDATE t_widen SET v = 'window 2' WHERE id = 9",
@@ -158,6 +162,16 @@ def test_a_table_dropped_for_good_no_longer_waits_for_its_resnapshot(edges: Flow
     assert all(r.table != name for r in edges.state.resnapshots_needed)
     assert all(name not in s.tables for s in edges.snapshots[1:])
     assert read_table(edges.target, name).num_rows == 0  # as the source: no table, no rows
+
+
+def test_a_waiting_table_dropped_in_a_later_window_no_longer_waits(edges: Flow) -> None:
+    name = f"{edges.db}.t_gone_later"
+    assert [r["table"] for r in edges.manifests[1].resnapshots].count(name) == 1
+    assert all(name not in s.tables for s in edges.snapshots[1:])  # the snapshot task never finds it again
+    (dropped,) = [d for d in edges.manifests[2].dropped if d["table"] == name]
+    assert dropped["marker_seq"] is not None
+    assert all(r.table != name for r in edges.state.resnapshots_needed)
+    assert read_table(edges.target, name).num_rows == 0
 
 
 def test_a_table_dropped_long_ago_is_not_in_later_manifests(edges: Flow) -> None:
