@@ -262,6 +262,8 @@ def _alter(statement: Any, schema: str, *, strict: bool) -> _Found:
                 found.append(
                     (table, "resnapshot", f"CHANGE renames column {renamed_from.name} to {new_name}")
                 )
+            elif action.find(exp.ComputedColumnConstraint) is not None:
+                found.append((table, "resnapshot", f"MODIFY/CHANGE makes column {new_name} generated"))
             elif not strict:
                 found.append((table, "retyped", new_name))
             else:
@@ -418,10 +420,11 @@ def keeps_values(before: Any, after: Any) -> bool:
       ``CHAR`` to ``CHAR``/``VARCHAR``/``TEXT``, ``VARCHAR`` to ``VARCHAR``/``TEXT`` (not to ``CHAR``, whose
       reads strip trailing spaces), ``BINARY(n)`` only to ``VARBINARY``/``BLOB`` (a longer ``BINARY`` pads
       with zero bytes);
-    - ``ENUM``/``SET`` whose old members are all members of the new one; ``JSON`` to ``JSON``.
+    - ``ENUM``/``SET`` whose old members are all members of the new one; ``JSON`` to ``JSON``;
 
-    Anything else (another character set, a change of kind, an unknown length or member list) is not
-    known to keep every value.
+    and a column that allowed NULL still does (a non-strict ``NOT NULL`` turns NULL into the type's implicit
+    default). Anything else (another character set, a change of kind, an unknown length, member list or
+    NULL-ability, as in mysql-replication's table-map columns) is not known to keep every value.
 
     :param before: the column in the table map before the change (``Column`` of mysql-replication or of
         :mod:`~airflow_provider_binlog.extract.events.tablemap`).
@@ -435,6 +438,9 @@ def keeps_values(before: Any, after: Any) -> bool:
     try:
         old, new = column_spec(before), column_spec(after)
     except ValueError:
+        return False
+    nullable = getattr(before, "nullable", None), getattr(after, "nullable", None)
+    if None in nullable or nullable == (True, False):
         return False
     old_kind, new_kind = (
         old.mysql_type.split("(")[0].split(" ")[0],
@@ -497,6 +503,7 @@ def _max_bytes(column: Any, field_type: Any) -> int:
 _COLUMN_FIELDS = (
     "type",
     "name",
+    "nullable",
     "unsigned",
     "max_length",
     "length_size",

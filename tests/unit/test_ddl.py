@@ -186,6 +186,8 @@ def test_a_non_strict_retype_names_every_column_unless_a_stronger_action_needs_a
     )
     assert (added.action, added.retyped) == ("resnapshot", ())
     assert "DEFAULT" in added.reason
+    (generated,) = classify_ddl("ALTER TABLE orders MODIFY a INT AS (b + 1) STORED", "shop", SELECTED)
+    assert (generated.action, generated.retyped) == ("resnapshot", ())  # under a strict mode too
     (renamed,) = classify_ddl(
         "ALTER TABLE orders MODIFY a BIGINT, RENAME TO gone", "shop", SELECTED, sql_mode=LAX
     )
@@ -285,6 +287,8 @@ TEXT = {"mysql_charset": "utf8mb4"}
             False,
         ),
         (_column(FIELD_TYPE.LONG), _column(FIELD_TYPE.VARCHAR, max_length=80, **TEXT), False),
+        (_column(FIELD_TYPE.SHORT), _column(FIELD_TYPE.LONG, nullable=False), False),  # NULL becomes 0
+        (_column(FIELD_TYPE.SHORT, nullable=False), _column(FIELD_TYPE.LONG), True),
     ],
 )
 def test_keeps_values_only_for_lossless_widenings(before: Column, after: Column, kept: bool) -> None:
