@@ -528,7 +528,11 @@ def column_record(column: Any) -> dict[str, Any]:
 
     record = {name: getattr(column, name, None) for name in _COLUMN_FIELDS}
     record["mysql_charset"] = charset_of(column)
-    return {name: value for name, value in record.items() if value is not None}
+    return {  # without the defaults of ``Column``: the manifest keeps every column of every table
+        name: value
+        for name, value in record.items()
+        if name in ("type", "name", "nullable") or value not in (None, 0, False, "")
+    }
 
 
 def record_column(record: Any) -> Any:
