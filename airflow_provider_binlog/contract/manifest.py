@@ -15,7 +15,8 @@ JSON shape (format version :data:`FORMAT_VERSION`)::
                              "zero_dates": int, "chunks": int (snapshots only)}},
      "stats": {...numbers...}, "ddl": [...], "skipped": {"db.table": reason}, "skipped_statements": [...],
      "covered_tables": {"db.table": seq}, "foreign_keys": [...], "resnapshots": [...],
-     "schema_skipped_row_events": {"db.table": n}, "watermarks": {"lowest", "highest"} (snapshots only)}
+     "schema_skipped_row_events": {"db.table": n}, "watermarks": {"lowest", "highest"} (snapshots only),
+     "schemas": {"db.table": [table-map column, ...]} (windows only)}
 
 A manifest written before ``kind`` existed is a window manifest.
 """
@@ -129,6 +130,9 @@ class Manifest:
     :param dropped: tables dropped or renamed away in the window (table, position, GTID, statement), each
         emptied in the target by a truncate marker (``docs/adr/0015-truncate-marker.md``).
     :param watermarks: lowest and highest chunk watermark (snapshots only).
+    :param schemas: per selected table whose columns the binlog showed (a table map) and no DDL changed since,
+        its table-map columns at the window's end (``extract.ddl.column_record``); the next window's reader
+        starts from them (a schema history: the old type of a column a ``MODIFY`` changes).
     """
 
     pipeline: str
@@ -149,6 +153,7 @@ class Manifest:
     schema_skipped_row_events: Mapping[str, int] = field(default_factory=dict)
     dropped: list[Any] = field(default_factory=list)
     watermarks: Mapping[str, Any] | None = None
+    schemas: Mapping[str, list[Any]] = field(default_factory=dict)
 
     @property
     def is_snapshot(self) -> bool:
@@ -199,6 +204,7 @@ class Manifest:
             "schema_skipped_row_events": dict(sorted(self.schema_skipped_row_events.items())),
             "dropped": list(self.dropped),
             "watermarks": None if self.watermarks is None else dict(self.watermarks),
+            "schemas": dict(sorted(self.schemas.items())) or None,
         }
         return {key: value for key, value in body.items() if value is not None}
 
@@ -247,6 +253,7 @@ class Manifest:
                 schema_skipped_row_events=dict(body.get("schema_skipped_row_events") or {}),
                 dropped=list(body.get("dropped") or []),
                 watermarks=body.get("watermarks"),
+                schemas={str(k): list(v) for k, v in (body.get("schemas") or {}).items()},
             )
         except ContractError as err:
             raise ManifestError(f"{where} does not follow the staging contract: {err}") from err

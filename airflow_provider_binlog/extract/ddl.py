@@ -20,10 +20,13 @@ statement is parsed with sqlglot's ``mysql`` dialect and every selected table it
   marker, ``docs/adr/0015-truncate-marker.md``).
 * ``resnapshot``: the binlog does not carry what the target needs: every other ``ADD COLUMN``, ``CHANGE``
   or ``RENAME COLUMN`` that renames, primary key changes, ``CONVERT TO CHARACTER SET``,
-  ``CREATE OR REPLACE TABLE``, the destination of a ``RENAME TABLE``, a ``MODIFY``/``CHANGE`` of a column's
-  type under a ``sql_mode`` without strict mode (the server may clamp or cut stored values without row
-  events), and anything that cannot be parsed or is not known to be harmless while it names a selected
-  table. The rule over-approximates: an extra snapshot costs time, a missed one loses rows.
+  ``CREATE OR REPLACE TABLE``, the destination of a ``RENAME TABLE``, and anything that cannot be parsed or
+  is not known to be harmless while it names a selected table. The rule over-approximates: an extra
+  snapshot costs time, a missed one loses rows.
+* A ``MODIFY``/``CHANGE`` of a column's type under a ``sql_mode`` without strict mode (the server may clamp
+  or cut stored values without row events) is ``resnapshot`` with the columns it retypes
+  (:attr:`DdlEffect.retyped`): the window reader follows it instead when the table maps before and after it
+  show a lossless widening of each (:func:`keeps_values`).
 
 Names are matched case-insensitively (``lower_case_table_names`` differs between servers; a false match
 costs one snapshot). Unqualified names take the statement's default database (the ``db`` of its query
@@ -43,8 +46,9 @@ DdlAction = Literal["ignore", "follow", "resnapshot"]
 Emptied = Literal["", "truncated", "dropped"]
 """How a followed statement empties a table: ``truncated`` (``TRUNCATE``), ``dropped`` (``DROP TABLE``,
 ``DROP DATABASE``, renamed away), or ``''`` (it does not)."""
-_Decision = Literal["ignore", "follow", "truncated", "dropped", "resnapshot"]
-"""What :func:`_effects` finds per table: an action, or a ``follow`` that empties the table."""
+_Decision = Literal["ignore", "follow", "retyped", "truncated", "dropped", "resnapshot"]
+"""What :func:`_effects` finds per table: an action, a ``follow`` that empties the table, or ``retyped`` (a
+non-strict ``MODIFY``/``CHANGE``; :func:`_effects` gives the column as its reason)."""
 
 _IDENT = r"(?:`(?:[^`]|``)+`|[\w$]+)"
 _NAME = rf"{_IDENT}(?:\s*\.\s*{_IDENT})?"
@@ -88,12 +92,16 @@ class DdlEffect:
     :param reason: why, in a few words (for the task log and the manifest).
     :param empties: whether the statement removes every row of the table at its place in the order
         (action ``follow``): the extract stages a truncate marker there (:data:`Emptied`).
+    :param retyped: the columns a ``MODIFY``/``CHANGE`` under a non-strict ``sql_mode`` gave another type
+        (action ``resnapshot``, the statement's only reason for it): the change may be followed when each
+        keeps every stored value (:func:`keeps_values`).
     """
 
     table: str
     action: DdlAction
     reason: str
     empties: Emptied = ""
+    retyped: tuple[str, ...] = ()
 
 
 NEW_TABLE = "CREATE TABLE: a new table is captured from its first row"
@@ -131,6 +139,7 @@ def classify_ddl(
         return _unparsed(sql, by_lower)
     effects: dict[str, DdlEffect] = {}
     ranks: dict[str, int] = {}
+    retyped: dict[str, list[str]] = {}
     for name, action, reason in found:
         lower = name.lower()
         if lower.endswith(".*"):  # every table of a database
@@ -140,14 +149,26 @@ def classify_ddl(
         for table in tables:
             if reason == NEW_TABLE and table.lower() in in_target:
                 action, reason = "resnapshot", "CREATE TABLE of a name the target holds rows of"
+            if action == "retyped":
+                retyped.setdefault(table, []).append(reason)  # its reason is the column
             known = ranks.get(table)
             if known is None or _RANK[action] > known:
                 ranks[table] = _RANK[action]
                 effects[table] = _effect(table, action, reason)
+    for table, columns in retyped.items():
+        if ranks[table] == _RANK["retyped"]:  # no stronger decision: a re-snapshot unless values are kept
+            effects[table] = _retyped(table, columns)
     return [effects[t] for t in sorted(effects)]
 
 
-_RANK: dict[_Decision, int] = {"ignore": 0, "follow": 1, "truncated": 2, "dropped": 2, "resnapshot": 3}
+_RANK: dict[_Decision, int] = {
+    "ignore": 0,
+    "follow": 1,
+    "retyped": 2,
+    "truncated": 3,
+    "dropped": 3,
+    "resnapshot": 4,
+}
 _Found = list[tuple[str, _Decision, str]]
 
 STRICT_MODES = {"STRICT_TRANS_TABLES": 1 << 21, "STRICT_ALL_TABLES": 1 << 22}
@@ -171,7 +192,19 @@ def is_strict(sql_mode: int | None) -> bool:
 def _effect(table: str, decision: _Decision, reason: str) -> DdlEffect:
     if decision == "truncated" or decision == "dropped":
         return DdlEffect(table, "follow", reason, empties=decision)
+    if decision == "retyped":
+        return _retyped(table, [reason])
     return DdlEffect(table, decision, reason)
+
+
+def _retyped(table: str, columns: list[str]) -> DdlEffect:
+    return DdlEffect(
+        table,
+        "resnapshot",
+        f"MODIFY/CHANGE of column(s) {', '.join(columns)} under a sql_mode without STRICT_TRANS_TABLES or "
+        "STRICT_ALL_TABLES may clamp or cut stored values without row events",
+        retyped=tuple(columns),
+    )
 
 
 def _effects(sql: str, schema: str, *, strict: bool = True) -> _Found | None:
@@ -229,15 +262,10 @@ def _alter(statement: Any, schema: str, *, strict: bool) -> _Found:
                 found.append(
                     (table, "resnapshot", f"CHANGE renames column {renamed_from.name} to {new_name}")
                 )
+            elif action.find(exp.ComputedColumnConstraint) is not None:
+                found.append((table, "resnapshot", f"MODIFY/CHANGE makes column {new_name} generated"))
             elif not strict:
-                found.append(
-                    (
-                        table,
-                        "resnapshot",
-                        f"MODIFY/CHANGE of column {new_name} under a sql_mode without STRICT_TRANS_TABLES or "
-                        "STRICT_ALL_TABLES may clamp or cut stored values without row events",
-                    )
-                )
+                found.append((table, "retyped", new_name))
             else:
                 found.append((table, "follow", f"MODIFY/CHANGE of column {new_name} keeps its name"))
         elif isinstance(action, exp.RenameColumn):
@@ -368,3 +396,150 @@ def _unparsed(sql: str, by_lower: dict[str, str]) -> list[DdlEffect]:
 
 def _qualify(table: Any, schema: str) -> str:
     return f"{table.db or schema}.{table.name}"
+
+
+_INTEGER_BITS = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "bigint": 64}
+_TEMPORAL = frozenset({"datetime", "timestamp", "time"})
+
+
+def keeps_values(before: Any, after: Any) -> bool:
+    """Return whether changing a column from the table-map column ``before`` to ``after`` keeps every stored value.
+
+    Under a non-strict ``sql_mode`` the server clamps or cuts values that do not fit the new type, and logs no
+    row event for them; only a change whose every old value is a value of the new type, unchanged, can be
+    followed from the binlog. Measured from what the table maps say (``binlog_row_metadata=FULL``), never
+    from the statement's text:
+
+    - integers: the new range holds the old one (``SMALLINT`` -> ``INT``, ``INT UNSIGNED`` -> ``BIGINT``; not
+      ``INT`` -> ``INT UNSIGNED``, which clamps negative values to 0), or a ``DECIMAL`` with enough integer digits;
+    - ``DECIMAL(p,s)`` -> ``DECIMAL(p',s')`` with ``s' >= s`` and ``p'-s' >= p-s``; ``FLOAT`` -> ``DOUBLE``;
+      ``BIT(n)`` -> ``BIT(m)``, ``m >= n``;
+    - ``DATETIME``/``TIMESTAMP``/``TIME`` keeping the kind with at least as many fraction digits;
+      ``DATE`` -> ``DATETIME`` (:func:`~airflow_provider_binlog.contract.types.is_lossless_widening`);
+    - text and bytes in the same character set whose maximum length in bytes does not shrink, from
+      ``CHAR`` to ``CHAR``/``VARCHAR``/``TEXT``, ``VARCHAR`` to ``VARCHAR``/``TEXT`` (not to ``CHAR``, whose
+      reads strip trailing spaces), ``BINARY(n)`` only to ``VARBINARY``/``BLOB`` (a longer ``BINARY`` pads
+      with zero bytes);
+    - ``ENUM``/``SET`` whose old members are all members of the new one; ``JSON`` to ``JSON``;
+
+    and a column that allowed NULL still does (a non-strict ``NOT NULL`` turns NULL into the type's implicit
+    default). Anything else (another character set, a change of kind, an unknown length, member list or
+    NULL-ability, as in mysql-replication's table-map columns) is not known to keep every value.
+
+    :param before: the column in the table map before the change (``Column`` of mysql-replication or of
+        :mod:`~airflow_provider_binlog.extract.events.tablemap`).
+    :param after: the column in the table map after it.
+    """
+    from pymysqlreplication.constants import FIELD_TYPE
+
+    from airflow_provider_binlog.contract.types import is_lossless_widening
+    from airflow_provider_binlog.extract.columns import charset_of, column_spec
+
+    try:
+        old, new = column_spec(before), column_spec(after)
+    except ValueError:
+        return False
+    nullable = getattr(before, "nullable", None), getattr(after, "nullable", None)
+    if None in nullable or nullable == (True, False):
+        return False
+    old_kind, new_kind = (
+        old.mysql_type.split("(")[0].split(" ")[0],
+        new.mysql_type.split("(")[0].split(" ")[0],
+    )
+    if old_kind in _INTEGER_BITS:
+        low, high = _integer_range(old.mysql_type)
+        if new_kind in _INTEGER_BITS:
+            new_low, new_high = _integer_range(new.mysql_type)
+            return new_low <= low and high <= new_high
+        return new_kind == "decimal" and after.precision - after.decimals >= len(str(max(-low, high)))
+    if old_kind == "decimal":
+        return new_kind == "decimal" and (
+            after.decimals >= before.decimals
+            and after.precision - after.decimals >= before.precision - before.decimals
+        )
+    if old_kind == "bit":
+        return new_kind == "bit" and int(after.bits or 64) >= int(before.bits or 64)
+    if old_kind in _TEMPORAL:
+        return new_kind == old_kind and int(after.fsp or 0) >= int(before.fsp or 0)
+    if old_kind in ("enum", "set"):
+        members = "enum_values" if old_kind == "enum" else "set_values"
+        old_members, new_members = getattr(before, members, None), getattr(after, members, None)
+        return new_kind == old_kind and bool(old_members) and set(old_members or ()) <= set(new_members or ())
+    if old_kind in ("char", "varchar", "binary", "varbinary", "text", "blob"):
+        charset = charset_of(before)
+        if charset is None or charset != charset_of(after):
+            return False
+        if new_kind not in ("char", "varchar", "binary", "varbinary", "text", "blob") or (
+            old.arrow_type != new.arrow_type
+        ):
+            return False
+        if new_kind in ("char", "binary") and (old_kind not in ("char", "binary") or old_kind == "binary"):
+            return old.mysql_type == new.mysql_type
+        return _max_bytes(after, FIELD_TYPE) >= _max_bytes(before, FIELD_TYPE)
+    if old_kind == "json":
+        return new_kind == "json"
+    return old_kind in ("float", "double", "date") and is_lossless_widening(old.arrow_type, new.arrow_type)
+
+
+def _integer_range(mysql_type: str) -> tuple[int, int]:
+    """Return the lowest and highest value of an integer type such as ``int unsigned``."""
+    kind, _, sign = mysql_type.partition(" ")
+    bits = _INTEGER_BITS[kind]
+    return (0, 2**bits - 1) if sign == "unsigned" else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+
+
+def _max_bytes(column: Any, field_type: Any) -> int:
+    """Return the most bytes a CHAR/VARCHAR/BINARY/VARBINARY (``max_length``) or TEXT/BLOB value may hold."""
+    if column.type in (field_type.VARCHAR, field_type.VAR_STRING, field_type.STRING):
+        return int(column.max_length or 0)
+    size = int(getattr(column, "length_size", 0) or 0) or {
+        field_type.TINY_BLOB: 1,
+        field_type.MEDIUM_BLOB: 3,
+        field_type.LONG_BLOB: 4,
+    }.get(column.type, 2)
+    return int(2 ** (8 * size) - 1)
+
+
+_COLUMN_FIELDS = (
+    "type",
+    "name",
+    "nullable",
+    "unsigned",
+    "max_length",
+    "length_size",
+    "precision",
+    "decimals",
+    "fsp",
+    "bits",
+    "bytes",
+    "size",
+    "enum_values",
+    "set_values",
+)
+"""The table-map column attributes :func:`keeps_values` reads, kept in a window's manifest (``schemas``)."""
+
+
+def column_record(column: Any) -> dict[str, Any]:
+    """Return the JSON form of a table-map column, as the manifest's ``schemas`` keep it (:func:`keeps_values`'s needs).
+
+    :param column: a ``Column`` of mysql-replication or of :mod:`~airflow_provider_binlog.extract.events.tablemap`.
+    """
+    from airflow_provider_binlog.extract.columns import charset_of
+
+    record = {name: getattr(column, name, None) for name in _COLUMN_FIELDS}
+    record["mysql_charset"] = charset_of(column)
+    return {  # without the defaults of ``Column``: the manifest keeps every column of every table
+        name: value
+        for name, value in record.items()
+        if name in ("type", "name", "nullable") or value not in (None, 0, False, "")
+    }
+
+
+def record_column(record: Any) -> Any:
+    """Return the table-map column of a :func:`column_record` (an :mod:`~airflow_provider_binlog.extract.events.tablemap` ``Column``).
+
+    :raises TypeError: when the record holds an unknown field.
+    """
+    from airflow_provider_binlog.extract.events.tablemap import Column
+
+    return Column(**record)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -19,16 +20,16 @@ import pyarrow as pa
 from airflow_provider_binlog.contract.names import database_of
 from airflow_provider_binlog.exceptions import UnsupportedEventError
 from airflow_provider_binlog.extract.batches import truncate_marker
-from airflow_provider_binlog.extract.ddl import classify_ddl
+from airflow_provider_binlog.extract.ddl import classify_ddl, keeps_values
 from airflow_provider_binlog.extract.statements import written_tables
-from airflow_provider_binlog.extract.targets import SchemaBarrier
+from airflow_provider_binlog.extract.targets import Retype, SchemaBarrier
 from airflow_provider_binlog.pipeline.ledger import STATEMENT_CHARS
 from airflow_provider_binlog.source.positions import BinlogPosition
 
 if TYPE_CHECKING:
     from airflow_provider_binlog.extract.columns import ColumnSpec
     from airflow_provider_binlog.extract.targets import ExtractStats, SnapshotCover, TableTarget
-    from airflow_provider_binlog.extract.transaction import Transaction
+    from airflow_provider_binlog.extract.transaction import Layout, Transaction
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,11 @@ class StatementEffects:
     pipeline: str
     sink: Callable[[str, pa.RecordBatch, list[ColumnSpec], list[str]], None]
     committed_tables: set[str]
+    retypes: dict[str, Retype]
+    columns: dict[str, list[Any]]
+    discard: Callable[[str], None] | None
+    layouts: dict[Any, Layout]
+    zero_dates: Counter[str]
     _next_seq: Callable[[], int]
 
     def _ddl(
@@ -73,6 +79,10 @@ class StatementEffects:
         )
         if not effects:
             return
+        for effect in effects:  # a later DDL of the table before any row event shows no new column type
+            if effect.table in self.retypes:
+                self._decide_retype(effect.table, None)
+        before = {e.table: self.columns.pop(e.table, None) for e in effects if e.action != "ignore"}
         at = BinlogPosition(file, end_pos)
         decisions: list[dict[str, Any]] = [
             {"table": e.table, "action": e.action, "reason": e.reason} for e in effects
@@ -96,33 +106,83 @@ class StatementEffects:
                     "window %s of %s: %s at %s (GTID %s): %s (%s)",
                     self.window, self.pipeline, effect.table, at, self.txn.gtid, effect.action, effect.reason,
                 )  # fmt: skip
-                continue
-            cover = self.covers.get(effect.table)
-            covered = cover is not None and cover.seq < self.window and cover.start.key >= at.key
-            self.tables[effect.table].barriers.append(SchemaBarrier(at, covered=covered))
-            if covered:
+            elif effect.retyped and (columns := before.get(effect.table)) is not None:
+                self.retypes[effect.table] = Retype(effect, at, text, self.txn.gtid, columns, decision)
                 log.info(
-                    "window %s of %s: %s at %s (GTID %s) needs a re-snapshot (%s); snapshot %s already read "
-                    "the table after it: the window stages only its later changes",
-                    self.window, self.pipeline, effect.table, at, self.txn.gtid, effect.reason, cover.seq,  # type: ignore[union-attr]
+                    "window %s of %s: %s at %s (GTID %s): %s; followed if the table's next row event shows a "
+                    "lossless widening of each, else re-snapshotted",
+                    self.window, self.pipeline, effect.table, at, self.txn.gtid, effect.reason,
                 )  # fmt: skip
-                continue
-            self.stats.resnapshots.append(
-                {
-                    "table": effect.table,
-                    "since": {"file": file, "pos": end_pos},
-                    "gtid": self.txn.gtid,
-                    "reason": effect.reason,
-                    "statement": text[:STATEMENT_CHARS],
-                    "window": self.window,
-                }
-            )
-            log.warning(
-                "window %s of %s: %s at %s (GTID %s) cannot be followed from the binlog (%s): the table's "
-                "changes after it are not staged, and the snapshot task of the next run re-snapshots %s; "
-                "until that snapshot is merged the target shows the table as it was before this statement",
-                self.window, self.pipeline, effect.table, at, self.txn.gtid, effect.reason, effect.table,
+            else:
+                if effect.retyped:
+                    decision["reason"] = effect.reason + (
+                        "; no table map of the table before it (in this window or the schema history of earlier "
+                        "ones) shows the old column types"
+                    )
+                self._needs_resnapshot(effect.table, decision["reason"], at, text, self.txn.gtid)
+
+    def _needs_resnapshot(
+        self, table: str, reason: str, at: BinlogPosition, text: str, gtid: str | None
+    ) -> None:
+        """Put a :class:`SchemaBarrier` on ``table`` at ``at``; list the table under ``resnapshots`` unless covered."""
+        cover = self.covers.get(table)
+        covered = cover is not None and cover.seq < self.window and cover.start.key >= at.key
+        self.tables[table].barriers.append(SchemaBarrier(at, covered=covered))
+        if covered:
+            log.info(
+                "window %s of %s: %s at %s (GTID %s) needs a re-snapshot (%s); snapshot %s already read "
+                "the table after it: the window stages only its later changes",
+                self.window, self.pipeline, table, at, gtid, reason, cover.seq,  # type: ignore[union-attr]
             )  # fmt: skip
+            return
+        self.stats.resnapshots.append(
+            {
+                "table": table,
+                "since": {"file": at.file, "pos": at.pos},
+                "gtid": gtid,
+                "reason": reason,
+                "statement": text[:STATEMENT_CHARS],
+                "window": self.window,
+            }
+        )
+        log.warning(
+            "window %s of %s: %s at %s (GTID %s) cannot be followed from the binlog (%s): the table's "
+            "changes after it are not staged, and the snapshot task of the next run re-snapshots %s; "
+            "until that snapshot is merged the target shows the table as it was before this statement",
+            self.window, self.pipeline, table, at, gtid, reason, table,
+        )  # fmt: skip
+
+    def _decide_retype(self, table: str, after: list[Any] | None) -> None:
+        """Follow or re-snapshot a waiting non-strict ``MODIFY``/``CHANGE`` of ``table`` (:class:`Retype`).
+
+        :param after: the table-map columns of the table's first row event after the statement; None when
+            none is known (a later DDL of the table, or the window's end): then it is re-snapshotted.
+        """
+        retype = self.retypes.pop(table)
+        by_name = {c.name.lower(): c for c in after or []}
+        before = {c.name.lower(): c for c in retype.before}
+        kept = after is not None and all(
+            name.lower() in by_name
+            and name.lower() in before
+            and keeps_values(before[name.lower()], by_name[name.lower()])
+            for name in retype.effect.retyped
+        )
+        if kept:
+            retype.decision.update(
+                action="follow",
+                reason=f"{retype.effect.reason}; the table maps before and after it show a lossless widening",
+            )
+            log.info(
+                "window %s of %s: %s at %s (GTID %s): follow (%s)",
+                self.window, self.pipeline, table, retype.at, retype.gtid, retype.decision["reason"],
+            )  # fmt: skip
+            return
+        retype.decision["reason"] = retype.effect.reason + (
+            "; the change may not keep every stored value (the table maps before and after it)"
+            if after is not None
+            else "; no row event of the table after it in this window shows the new column types"
+        )
+        self._needs_resnapshot(table, retype.decision["reason"], retype.at, retype.text, retype.gtid)
 
     def _empty(self, effect: Any, text: str, at: BinlogPosition, timestamp: int) -> int | None:
         """Stage a truncate marker of ``effect.table`` at the statement's place in the order; return its seq.
@@ -130,16 +190,30 @@ class StatementEffects:
         The marker (``_binlog_op = 't'``, every data column NULL, see
         :mod:`~airflow_provider_binlog.jobs.merge.truncate`) tells the merge to remove every row of the table
         ordered before it. It is staged where the table's row changes would be (:meth:`TableTarget.stages`, or
-        the table is ``gone``), when the target holds the table or this window committed rows of it: a
-        marker of a table the target never held has nothing to remove. A dropped table is listed under
-        ``dropped`` in the manifest; one whose rows this window staged is then taken as held by the target, so
-        a ``CREATE TABLE`` of its name later in the window is re-snapshotted (only a snapshot replaces the
-        old table's columns).
+        the table is ``gone``; a drop also behind a barrier waiting for a re-snapshot: the table is empty after
+        it whatever the change before did, so the drop ends the barriers before it, and the window's commit
+        clears their entries, :func:`~airflow_provider_binlog.operators.commit.with_schema_changes`), when the target holds the
+        table or this window committed rows of it: a marker of a table the target never held has nothing to
+        remove. A dropped table is listed under ``dropped`` in the manifest; one whose rows this window staged
+        is then taken as held by the target, so a ``CREATE TABLE`` of its name later in the window is
+        re-snapshotted (only a snapshot replaces the old table's columns). Unless the target never held it:
+        then the rows this window staged of it are discarded (``discard``) instead, and a table created again
+        under its name is followed from its first row, with its own columns only.
 
         :returns: the marker's ``_binlog_seq``, None when no marker was staged.
         """
         target = self.tables[effect.table]
         staged = target.gone or target.stages(at.key)
+        discarded = False
+        if effect.empties == "dropped":
+            if not staged:
+                staged = (target.since is None or at.key > target.since.key) and all(
+                    not b.covered or b.stages(at.key) for b in target.barriers
+                )
+            if staged:  # what comes after is another table: the waits of this one end here
+                target.barriers = [b for b in target.barriers if b.since.key > at.key]
+            if staged and not target.captured and effect.table in self.committed_tables:
+                discarded = self._discard(effect.table)
         held = target.captured or effect.table in self.committed_tables
         seq = None
         if staged and held and effect.table not in self.stats.covered_tables:
@@ -166,6 +240,8 @@ class StatementEffects:
             outcome = f"truncate marker staged (seq {seq}); the merge removes every row ordered before it"
         elif not held:
             outcome = "no truncate marker: neither the target nor this window holds rows of it"
+            if discarded:
+                outcome += " (the target never held it: the rows this window had staged of it are discarded)"
         else:
             outcome = (
                 "no truncate marker: a snapshot or a pending re-snapshot of the table covers the statement"
@@ -175,6 +251,23 @@ class StatementEffects:
             self.window, self.pipeline, effect.table, effect.empties, at, self.txn.gtid, outcome,
         )  # fmt: skip
         return seq
+
+    def _discard(self, table: str) -> bool:
+        """Drop every row of ``table`` this window has committed so far, in the sink and held back.
+
+        :returns: False (nothing dropped) when the reader has no ``discard``: the rows stay, and are then taken as
+            held by the target.
+        """
+        if self.discard is None:
+            return False
+        for layout in self.layouts.values():
+            if layout.table == table:
+                layout.builder.take_committed()
+                layout.take_zero_dates()
+        self.zero_dates.pop(table, None)
+        self.committed_tables.discard(table)
+        self.discard(table)
+        return True
 
     def _statement(self, text: str, schema: str, file: str, end_pos: int) -> None:
         """Act on a statement-based DML statement (logged as SQL text, its rows are not in the binlog).

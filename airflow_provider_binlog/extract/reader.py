@@ -46,7 +46,13 @@ from airflow_provider_binlog.extract.events import codes
 from airflow_provider_binlog.extract.events.parsers import Gtid, MariadbGtid
 from airflow_provider_binlog.extract.events.stream import Event, RowsEvent
 from airflow_provider_binlog.extract.progress import ExtractProgress
-from airflow_provider_binlog.extract.targets import ExtractStats, SchemaBarrier, SnapshotCover, TableTarget
+from airflow_provider_binlog.extract.targets import (
+    ExtractStats,
+    Retype,
+    SchemaBarrier,
+    SnapshotCover,
+    TableTarget,
+)
 from airflow_provider_binlog.extract.transaction import Layout, LayoutKey, Transaction, spill, spill_head
 from airflow_provider_binlog.source.connect import LOST_CONNECTION_ERRORS
 from airflow_provider_binlog.source.positions import BinlogPosition, file_index
@@ -95,6 +101,14 @@ class WindowReader(StatementEffects):
         statement-based write to the table is skipped when that snapshot covers it (see :meth:`_statement`).
     :param progress: logs progress lines while the window is read (checked every
         :data:`PROGRESS_EVERY_EVENTS` events).
+    :param discard: removes every row of a table the sink has received so far (called when the table is
+        dropped in the window and the target never held it, see :meth:`_empty`); None when the sink keeps
+        nothing.
+    :param columns: per selected table, its table-map columns at the window's start, when known (the schema
+        history the previous window's manifest keeps, ``schemas``). The reader keeps them current in
+        :attr:`columns`: each row event of a table sets them, each DDL that touches it (any action but
+        ``ignore``) forgets them. They tell the old type of a column that a ``MODIFY`` under a non-strict
+        ``sql_mode`` changes (:meth:`_decide_retype`).
     """
 
     def __init__(
@@ -109,6 +123,8 @@ class WindowReader(StatementEffects):
         pipeline: str = "?",
         covers: dict[str, SnapshotCover] | None = None,
         progress: ExtractProgress | None = None,
+        discard: Callable[[str], None] | None = None,
+        columns: dict[str, list[Any]] | None = None,
     ) -> None:
         lean_arrow()
         self.events = events
@@ -134,6 +150,9 @@ class WindowReader(StatementEffects):
         self._at: tuple[str, int] = (start.file, start.pos)
         self._at_key = start.key
         self.last_commit_us: int | None = None
+        self.discard = discard
+        self.retypes: dict[str, Retype] = {}
+        self.columns: dict[str, list[Any]] = {t: c for t, c in (columns or {}).items() if t in tables}
 
     def run(self) -> ExtractStats:
         """Read until the window end; return the counters.
@@ -157,6 +176,8 @@ class WindowReader(StatementEffects):
             raise
         finally:
             self.txn.close_spills()
+        for table in list(self.retypes):
+            self._decide_retype(table, None)
         for layout in self.layouts.values():
             try:
                 self._flush(layout)
@@ -397,7 +418,12 @@ class WindowReader(StatementEffects):
     def _rows(self, event: Any, file: str, end_pos: int) -> None:
         name = event.table_map.name
         target = self.tables.get(name)
-        if target is None or name in self.stats.covered_tables:
+        if target is None:
+            return
+        if name in self.retypes:
+            self._decide_retype(name, event.columns)
+        self.columns[name] = event.columns
+        if name in self.stats.covered_tables:
             return
         key = self._key(file, end_pos)
         if not target.stages(key):

@@ -1,8 +1,8 @@
 """What a window read is asked to stage per table, and what it counts.
 
 :class:`TableTarget` (a selected table, where its capture starts, its schema barriers), :class:`SchemaBarrier`,
-:class:`SnapshotCover` (the newest snapshot of a table in the ledger) and :class:`ExtractStats` (the read's
-counters for the manifest). Used by :class:`~airflow_provider_binlog.extract.reader.WindowReader` and
+:class:`SnapshotCover` (the newest snapshot of a table in the ledger), :class:`ExtractStats` (the read's
+counters for the manifest) and :class:`Retype` (a non-strict type change waiting for the table's next table map). Used by :class:`~airflow_provider_binlog.extract.reader.WindowReader` and
 :class:`~airflow_provider_binlog.extract.effects.StatementEffects`.
 """
 
@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_binlog.source.positions import BinlogPosition
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.extract.ddl import DdlEffect
 
 
 @dataclass(frozen=True)
@@ -111,3 +114,23 @@ class ExtractStats:
     resnapshots: list[dict[str, Any]] = field(default_factory=list)
     schema_skipped_row_events: Counter[str] = field(default_factory=Counter)
     dropped: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Retype:
+    """A ``MODIFY``/``CHANGE`` under a non-strict ``sql_mode`` whose decision waits for the table's next table map.
+
+    :param effect: the statement's effect on the table (``resnapshot``, with :attr:`DdlEffect.retyped`).
+    :param at: the end of the statement's event.
+    :param text: the statement.
+    :param gtid: its GTID.
+    :param before: the table's table-map columns before it (:attr:`WindowReader.columns`).
+    :param decision: its entry of the manifest's ``ddl[].effects``, completed when decided.
+    """
+
+    effect: DdlEffect
+    at: BinlogPosition
+    text: str
+    gtid: str | None
+    before: list[Any]
+    decision: dict[str, Any]

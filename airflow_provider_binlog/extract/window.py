@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -13,6 +13,7 @@ from airflow_provider_binlog.contract.manifest import Manifest
 from airflow_provider_binlog.contract.names import database_of, table_part
 from airflow_provider_binlog.extract.columns import ColumnSpec
 from airflow_provider_binlog.extract.connections import ReplicationConnections
+from airflow_provider_binlog.extract.ddl import column_record, record_column
 from airflow_provider_binlog.extract.events.feeds import dump_events
 from airflow_provider_binlog.extract.events.stream import Event, EventReader
 from airflow_provider_binlog.extract.progress import ExtractProgress
@@ -77,6 +78,7 @@ def extract_window(
     covers: dict[str, SnapshotCover] | None = None,
     skipped: dict[str, str] | None = None,
     foreign_keys: Sequence[ForeignKey] = (),
+    schemas: Mapping[str, list[Any]] | None = None,
 ) -> Manifest:
     """Stream ``window`` into ``window_dir`` and return the manifest written last.
 
@@ -93,6 +95,9 @@ def extract_window(
     :param foreign_keys: the cascading foreign keys among the selected tables whose child changes the source
         does not log (:func:`~airflow_provider_binlog.operators.extract.cascading_keys`); recorded in the
         manifest under ``foreign_keys`` for the merge, which applies them.
+    :param schemas: the schema history at the window's start: the ``schemas`` of the manifest of the window
+        that ends where this one starts (``{"db.table": [column records]}``, :func:`~.ddl.column_record`); the
+        manifest records it as of this window's end.
 
     DDL of selected tables is classified (:mod:`~airflow_provider_binlog.extract.ddl`): the manifest lists
     each statement with its effect per table (``ddl``), the tables that need a re-snapshot from a point in
@@ -102,7 +107,10 @@ def extract_window(
     A statement that empties a table (``TRUNCATE``, ``DROP TABLE``, renamed away) stages a truncate marker
     at its place in the order (``_binlog_op`` = ``t``, :mod:`~airflow_provider_binlog.jobs.merge.truncate`);
     the tables dropped or renamed away are listed under ``dropped`` (table, position, GTID, statement, the
-    marker's seq or None when the target held no rows of it).
+    marker's seq or None when the target held no rows of it). The rows staged of a table the target never
+    held are discarded when the window drops it (a table created again under its name starts anew). A table
+    dropped in an earlier window (a ``gone`` target) has an entry in ``tables`` only when this window stages
+    its truncate marker.
 
     :raises BinlogPurgedError: when the window start was purged.
     :raises UnsupportedEventError: on events that cannot be decoded without loss.
@@ -126,6 +134,11 @@ def extract_window(
         if sum(w.pending_bytes for w in writers.values()) > PENDING_BYTES:
             max(writers.values(), key=lambda w: w.pending_bytes).flush()
 
+    def discard(table: str) -> None:  # a table the target never held was dropped: nothing staged of it counts
+        writer = writers.pop(table, None)
+        for relative in writer.close().files if writer is not None else []:
+            (window_dir / relative).unlink()
+
     stream = hook.stream_reader(start, schemas=[database_of(n) for n in tables], **stream_options(tables))
     try:
         reader = WindowReader(
@@ -140,6 +153,8 @@ def extract_window(
             progress=ExtractProgress(
                 window=window.seq, start=start, end=end, binlog_files=server.binlog_files
             ),
+            discard=discard,
+            columns={t: [record_column(c) for c in cols] for t, cols in (schemas or {}).items()},
         )
         stats = reader.run()
     except pymysql.err.MySQLError as err:
@@ -153,6 +168,8 @@ def extract_window(
         for relative in outputs.pop(name, TableOutput(name=name, primary_key=[])).files:
             (window_dir / relative).unlink()
     for name, target in tables.items():
+        if target.gone and name not in outputs:
+            continue  # dropped in an earlier window: nothing to say about it in every later manifest
         outputs.setdefault(name, TableOutput(name=name, primary_key=target.primary_key))
         outputs[name].zero_dates = reader.zero_dates[name]
     manifest = Manifest(
@@ -170,6 +187,7 @@ def extract_window(
         resnapshots=stats.resnapshots,
         schema_skipped_row_events=dict(sorted(stats.schema_skipped_row_events.items())),
         dropped=stats.dropped,
+        schemas={t: [column_record(c) for c in cols] for t, cols in sorted(reader.columns.items())},
         stats={
             "events": stats.events,
             "transactions": stats.transactions,

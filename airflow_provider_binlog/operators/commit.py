@@ -61,6 +61,37 @@ def resnapshots_of(
     ]
 
 
+def with_schema_changes(
+    state: PipelineState,
+    manifest: Manifest,
+    window: Window,
+    refused: dict[str, dict[str, Any]] | None = None,
+) -> PipelineState:
+    """Return ``state`` recording what the schema changes of the merged ``window`` leave waiting for a re-snapshot.
+
+    It adds :func:`resnapshots_of`, then removes every entry (this window's or an earlier one's) of a table the
+    window dropped or renamed away (its manifest's ``dropped``) at or after the entry's ``since``: the table is
+    empty in the source after that statement, and so is the target once the window's truncate marker is merged,
+    whatever the change before it did, so no snapshot would ever read the table for it (a table created again
+    under the name gets an entry of its own). A table whose merge was ``refused`` keeps its entries: its marker
+    is not in the target.
+    """
+    added = state.with_resnapshots_needed(resnapshots_of(manifest, window, refused))
+    drops = [
+        (d["table"], BinlogPosition(d["since"]["file"], d["since"]["pos"]).key)
+        for d in manifest.dropped
+        if d["table"] not in (refused or {})
+    ]
+    kept = [
+        r
+        for r in added.resnapshots_needed
+        if not any(r.table == table and r.since.to_position().key <= at for table, at in drops)
+    ]
+    if len(kept) == len(added.resnapshots_needed):
+        return added
+    return added.model_copy(update={"resnapshots_needed": kept})
+
+
 class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
     """Move the pipeline's checkpoint to the end of this run's window and mark the window ``merged``.
 
@@ -156,6 +187,13 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
         changed = [table for table in manifest.changed_tables() if table not in refused]
 
         needed = resnapshots_of(manifest, window, refused)
+        for entry in manifest.dropped:
+            if entry["table"] not in refused:
+                self.log.info(
+                    "%s was dropped or renamed away at %s:%s (GTID %s): a wait of it for a re-snapshot since an "
+                    "earlier schema change ends there",
+                    entry["table"], entry["since"]["file"], entry["since"]["pos"], entry.get("gtid"),
+                )  # fmt: skip
         for entry in needed:
             self.log.warning(
                 "%s waits for a re-snapshot since %s:%s (GTID %s, found by window %s): %s; the snapshot task of the "
@@ -166,12 +204,11 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
         def advance(current: PipelineState) -> PipelineState:
             last_commit_ts = manifest.stats.get("last_commit_ts")
             marked = mark_window(current, window.seq, status="merged", last_commit_ts=last_commit_ts)
-            return (
-                marked.model_copy(
-                    update={"checkpoint": advance_checkpoint(marked, marked.window(window.seq))}
-                )
-                .with_target(target_root(self.target_path), changed)
-                .with_resnapshots_needed(needed)
+            moved = marked.model_copy(
+                update={"checkpoint": advance_checkpoint(marked, marked.window(window.seq))}
+            )
+            return with_schema_changes(
+                moved.with_target(target_root(self.target_path), changed), manifest, window, refused
             )
 
         from airflow_provider_binlog.pipeline.history import StagedStateHistory

@@ -171,6 +171,31 @@ def schema_barriers(state: PipelineState | None, table: str, window: int) -> lis
     ]
 
 
+def schema_history(state: PipelineState, window: Window, root: Any) -> dict[str, list[Any]]:
+    """Return the schema history at ``window``'s start: the ``schemas`` of the window that ends there.
+
+    That window's manifest (in its staging folder under ``root``) keeps the table-map columns of each table at
+    its end (:class:`~airflow_provider_binlog.contract.manifest.Manifest`); ``{}`` when there is no such
+    window in the ledger (the first window, an interval window read before the one before it) or its manifest
+    is gone. The reader then knows a column's old type only from a row event of the window.
+    """
+    from airflow_provider_binlog.pipeline.staging import read_manifest
+
+    start = window.start.to_position().key
+    before = next(
+        (
+            w
+            for w in state.windows
+            if w.seq != window.seq and w.manifest_uri and w.end.to_position().key == start
+        ),
+        None,
+    )
+    if before is None or before.manifest_uri is None:
+        return {}
+    manifest = read_manifest(root / PurePosixPath(before.manifest_uri).name)
+    return {} if manifest is None else dict(manifest.schemas)
+
+
 class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
     """Cut this DAG run's binlog window (or reuse it on a retry) and stage it as Parquet plus a manifest.
 
@@ -285,6 +310,7 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
                 covers=snapshot_covers(manager.load(), targets),
                 skipped=skipped,
                 foreign_keys=cascading_keys(hook, server, targets, self.log),
+                schemas=schema_history(current, window, root),
             )
         uri = str(window_dir)
         self.remember_staged(manifest, uri)

@@ -34,10 +34,12 @@ from airflow_provider_binlog.extract.window import extract_window  # noqa: E402
 from airflow_provider_binlog.hooks.binlog import BinlogHook  # noqa: E402
 from airflow_provider_binlog.jobs.merge.job import merge_window  # noqa: E402
 from airflow_provider_binlog.jobs.snapshot import run_snapshot  # noqa: E402
-from airflow_provider_binlog.operators.commit import resnapshots_of  # noqa: E402
+from airflow_provider_binlog.operators.commit import with_schema_changes  # noqa: E402
 from airflow_provider_binlog.operators.extract import (  # noqa: E402
     capture_start,
+    gone_targets,
     schema_barriers,
+    schema_history,
     snapshot_covers,
 )
 from airflow_provider_binlog.pipeline.ledger import Checkpoint, PipelineState, Position, Snapshot, now_iso  # noqa: E402
@@ -128,17 +130,18 @@ class Flow:
         server = self.hook.server_state()
         assert server.head is not None
         state, window, _ = cut_window(self.state, run_id=f"run{len(self.manifests) + 1}", head=server.head)
-        captured = {t for s in state.snapshots for t in s.tables}
-        targets = {
+        snapshotted = {t for s in state.snapshots for t in s.tables}
+        described = self.keys()
+        targets = {  # as the extract operator selects them: a snapshotting pipeline loads new tables first
             name: TableTarget(
-                name,
-                key,
-                since=capture_start(state, name),
-                barriers=schema_barriers(state, name, window.seq),
+                name, key, since=capture_start(state, name), captured=name in state.target_tables
             )
-            for name, key in self.keys().items()
-            if name in captured
+            for name, key in described.items()
+            if not state.snapshots or name in snapshotted
         }
+        targets.update(gone_targets(state, [f"{self.db}.*"], described))
+        for target in targets.values():
+            target.barriers = schema_barriers(state, target.name, window.seq)
         window_dir = window_path(f"{self.root}/staging", PIPELINE, window.seq)
         manifest = extract_window(
             self.hook,
@@ -148,6 +151,7 @@ class Flow:
             window_dir=window_dir,
             server=server,
             covers=snapshot_covers(state, targets),
+            schemas=schema_history(state, window, window_dir.parent),
         )
         merge_window(
             self.spark,
@@ -155,11 +159,13 @@ class Flow:
             self.target,
             pipeline=PIPELINE,
         )
-        merged = mark_window(state, window.seq, status="merged")
-        self.state = (
-            merged.model_copy(update={"checkpoint": advance_checkpoint(merged, merged.window(window.seq))})
-            .with_target(self.target, manifest.changed_tables())
-            .with_resnapshots_needed(resnapshots_of(manifest, window))
+        merged = mark_window(state, window.seq, status="merged", manifest_uri=str(window_dir))
+        self.state = with_schema_changes(
+            merged.model_copy(
+                update={"checkpoint": advance_checkpoint(merged, merged.window(window.seq))}
+            ).with_target(self.target, manifest.changed_tables()),
+            manifest,
+            window,
         )
         self.manifests.append(manifest)
         return manifest

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from pymysqlreplication.constants import FIELD_TYPE
 
-from airflow_provider_binlog.extract.ddl import classify_ddl
+from airflow_provider_binlog.extract.ddl import classify_ddl, column_record, keeps_values, record_column
+from airflow_provider_binlog.extract.events.tablemap import Column
 
 SELECTED = ["shop.orders", "shop.items", "shop._orders_new", "other.orders"]
 DEBEZIUM = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "debezium_ddl"
@@ -167,8 +171,136 @@ def test_a_type_change_under_a_non_strict_sql_mode_is_resnapshotted(sql: str) ->
     (lax,) = classify_ddl(sql, "shop", SELECTED, sql_mode=LAX)
     assert lax.action == "resnapshot"
     assert "STRICT_TRANS_TABLES" in lax.reason
+    assert lax.retyped == ("c",)  # the reader follows it when the table maps show a lossless widening
     for strict in (STRICT, 1 << 22, None):  # STRICT_ALL_TABLES; None: the event logged no sql_mode
         assert [e.action for e in classify_ddl(sql, "shop", SELECTED, sql_mode=strict)] == ["follow"]
+
+
+def test_a_non_strict_retype_names_every_column_unless_a_stronger_action_needs_a_resnapshot() -> None:
+    (both,) = classify_ddl(
+        "ALTER TABLE orders MODIFY a BIGINT, CHANGE b b TEXT", "shop", SELECTED, sql_mode=LAX
+    )
+    assert (both.action, both.retyped) == ("resnapshot", ("a", "b"))
+    (added,) = classify_ddl(
+        "ALTER TABLE orders MODIFY a BIGINT, ADD COLUMN c INT DEFAULT 1", "shop", SELECTED, sql_mode=LAX
+    )
+    assert (added.action, added.retyped) == ("resnapshot", ())
+    assert "DEFAULT" in added.reason
+    (generated,) = classify_ddl("ALTER TABLE orders MODIFY a INT AS (b + 1) STORED", "shop", SELECTED)
+    assert (generated.action, generated.retyped) == ("resnapshot", ())  # under a strict mode too
+    (renamed,) = classify_ddl(
+        "ALTER TABLE orders MODIFY a BIGINT, RENAME TO gone", "shop", SELECTED, sql_mode=LAX
+    )
+    assert (renamed.action, renamed.empties, renamed.retyped) == ("follow", "dropped", ())
+
+
+def _column(code: int, **kwargs: object) -> Column:
+    return Column(type=code, name="c", **kwargs)  # type: ignore[arg-type]
+
+
+TEXT = {"mysql_charset": "utf8mb4"}
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "kept"),
+    [
+        (_column(FIELD_TYPE.SHORT), _column(FIELD_TYPE.LONG), True),
+        (_column(FIELD_TYPE.LONG), _column(FIELD_TYPE.INT24), False),  # both staged as int32
+        (_column(FIELD_TYPE.LONG), _column(FIELD_TYPE.LONG, unsigned=True), False),  # negatives clamp to 0
+        (_column(FIELD_TYPE.LONG, unsigned=True), _column(FIELD_TYPE.LONGLONG), True),
+        (_column(FIELD_TYPE.LONG), _column(FIELD_TYPE.NEWDECIMAL, precision=12, decimals=2), True),
+        (_column(FIELD_TYPE.LONG), _column(FIELD_TYPE.NEWDECIMAL, precision=11, decimals=2), False),
+        (
+            _column(FIELD_TYPE.NEWDECIMAL, precision=6, decimals=2),
+            _column(FIELD_TYPE.NEWDECIMAL, precision=9, decimals=3),
+            True,
+        ),
+        (
+            _column(FIELD_TYPE.NEWDECIMAL, precision=6, decimals=2),
+            _column(FIELD_TYPE.NEWDECIMAL, precision=9, decimals=1),
+            False,
+        ),
+        (_column(FIELD_TYPE.FLOAT), _column(FIELD_TYPE.DOUBLE), True),
+        (_column(FIELD_TYPE.DOUBLE), _column(FIELD_TYPE.FLOAT), False),
+        (_column(FIELD_TYPE.DATETIME2, fsp=3), _column(FIELD_TYPE.DATETIME2, fsp=6), True),
+        (_column(FIELD_TYPE.DATETIME2, fsp=6), _column(FIELD_TYPE.DATETIME2, fsp=3), False),
+        (_column(FIELD_TYPE.DATE), _column(FIELD_TYPE.DATETIME2), True),
+        (_column(FIELD_TYPE.BIT, bits=8), _column(FIELD_TYPE.BIT, bits=64), True),
+        (
+            _column(FIELD_TYPE.VARCHAR, max_length=40, **TEXT),
+            _column(FIELD_TYPE.VARCHAR, max_length=80, **TEXT),
+            True,
+        ),
+        (
+            _column(FIELD_TYPE.VARCHAR, max_length=80, **TEXT),
+            _column(FIELD_TYPE.VARCHAR, max_length=40, **TEXT),
+            False,
+        ),
+        (
+            _column(FIELD_TYPE.VARCHAR, max_length=40, **TEXT),
+            _column(FIELD_TYPE.BLOB, length_size=2, **TEXT),
+            True,
+        ),
+        (
+            _column(FIELD_TYPE.BLOB, length_size=2, **TEXT),
+            _column(FIELD_TYPE.BLOB, length_size=1, **TEXT),
+            False,
+        ),
+        (
+            _column(FIELD_TYPE.STRING, max_length=40, **TEXT),
+            _column(FIELD_TYPE.VARCHAR, max_length=40, **TEXT),
+            True,
+        ),
+        (
+            _column(FIELD_TYPE.VARCHAR, max_length=40, **TEXT),
+            _column(FIELD_TYPE.STRING, max_length=80, **TEXT),
+            False,
+        ),
+        (
+            _column(FIELD_TYPE.VARCHAR, max_length=40, **TEXT),
+            _column(FIELD_TYPE.VARCHAR, max_length=80, mysql_charset="latin1"),
+            False,
+        ),
+        (
+            _column(FIELD_TYPE.VARCHAR, max_length=40),
+            _column(FIELD_TYPE.VARCHAR, max_length=80),
+            False,
+        ),  # charset?
+        (
+            _column(FIELD_TYPE.STRING, max_length=4, mysql_charset="binary"),
+            _column(FIELD_TYPE.STRING, max_length=8, mysql_charset="binary"),
+            False,  # a longer BINARY pads with zero bytes
+        ),
+        (
+            _column(FIELD_TYPE.STRING, max_length=4, mysql_charset="binary"),
+            _column(FIELD_TYPE.VARCHAR, max_length=8, mysql_charset="binary"),
+            True,
+        ),
+        (
+            _column(FIELD_TYPE.ENUM, enum_values=["", "a", "b"], **TEXT),
+            _column(FIELD_TYPE.ENUM, enum_values=["", "a", "b", "c"], **TEXT),
+            True,
+        ),
+        (
+            _column(FIELD_TYPE.ENUM, enum_values=["", "a", "b"], **TEXT),
+            _column(FIELD_TYPE.ENUM, enum_values=["", "a"], **TEXT),
+            False,
+        ),
+        (_column(FIELD_TYPE.LONG), _column(FIELD_TYPE.VARCHAR, max_length=80, **TEXT), False),
+        (_column(FIELD_TYPE.SHORT), _column(FIELD_TYPE.LONG, nullable=False), False),  # NULL becomes 0
+        (_column(FIELD_TYPE.SHORT, nullable=False), _column(FIELD_TYPE.LONG), True),
+    ],
+)
+def test_keeps_values_only_for_lossless_widenings(before: Column, after: Column, kept: bool) -> None:
+    assert keeps_values(before, after) is kept
+
+
+def test_a_column_record_keeps_what_keeps_values_reads() -> None:
+    enum = _column(FIELD_TYPE.ENUM, enum_values=["", "a", "b"], **TEXT)
+    text = _column(FIELD_TYPE.VARCHAR, max_length=40, **TEXT)
+    back = [record_column(json.loads(json.dumps(column_record(c)))) for c in (enum, text)]
+    assert [asdict(c) for c in back] == [asdict(enum), asdict(text)]
+    assert keeps_values(back[1], _column(FIELD_TYPE.VARCHAR, max_length=80, **TEXT))
 
 
 def test_a_non_strict_sql_mode_changes_nothing_else() -> None:
