@@ -40,7 +40,7 @@ from airflow_provider_binlog.contract.uris import (
     write_json,
 )
 from airflow_provider_binlog.snapshot.plan import Chunk, TablePlan, chunk_query
-from airflow_provider_binlog.snapshot.rows import describe_columns, rows_to_batch
+from airflow_provider_binlog.snapshot.rows import RowReader, SourceColumn, describe_columns
 from airflow_provider_binlog.source.flavor import flavor_named
 
 SOURCE_ENV = "BINLOG_SNAPSHOT_SOURCE"
@@ -132,7 +132,6 @@ def read_chunk(
     conn = LoginTimeoutConnection(**{**source, "autocommit": True, "charset": "utf8mb4"})
     try:
         with conn.cursor() as cur:
-            cur.execute("SET time_zone = '+00:00'")
             watermark = flavor_named(flavor).read_head(cur)
             if watermark is None:
                 raise ChunkError("binary logging is off on the source: a snapshot needs the binlog")
@@ -145,21 +144,25 @@ def read_chunk(
                 f"{[c['name'] for c in table.columns]}, now {[c['name'] for c in described]}. Start the snapshot again "
                 f"in a new run (a retry of this one keeps the old plan)."
             )
-        read_at = dt.datetime.now(UTC)
         sql, params = chunk_query(table.name, [c.select_expr for c in columns], table.key, chunk)
-        rows, zero_dates = _write_rows(
-            conn,
-            sql,
-            params,
-            columns,
-            snapshot_uri,
-            table.name,
-            chunk.index,
-            seq,
-            watermark.to_dict(),
-            read_at,
-            storage_options,
-        )
+        reader = RowReader(source)
+        try:
+            read_at = dt.datetime.now(UTC)
+            rows, zero_dates = _write_rows(
+                reader,
+                sql,
+                params,
+                columns,
+                snapshot_uri,
+                table.name,
+                chunk.index,
+                seq,
+                watermark.to_dict(),
+                read_at,
+                storage_options,
+            )
+        finally:
+            reader.close()
     finally:
         conn.close()
     result = ChunkResult(
@@ -177,10 +180,10 @@ def read_chunk(
 
 
 def _write_rows(
-    conn: Any,
+    reader: RowReader,
     sql: str,
     params: list[Any],
-    columns: list[Any],
+    columns: list[SourceColumn],
     snapshot_uri: str,
     table: str,
     index: int,
@@ -190,21 +193,14 @@ def _write_rows(
     storage_options: StorageOptions | None,
 ) -> tuple[int, int]:
     """Stream the chunk's rows into its Parquet file (temporary name, then rename); return (rows, zero dates)."""
-    import pymysql.cursors
-
     schema = change_schema([pa.field(c.spec.name, c.spec.arrow_type) for c in columns])
     rows = zero_dates = 0
-    with (
-        conn.cursor(pymysql.cursors.SSCursor) as cur,
-        atomic_output(join_uri(snapshot_uri, chunk_file(table, index)), storage_options) as out,
-    ):
+    with atomic_output(join_uri(snapshot_uri, chunk_file(table, index)), storage_options) as out:
         writer = pq.ParquetWriter(out, schema, compression="zstd")
-        cur.execute(sql, params)
-        while batch := cur.fetchmany(FETCH_ROWS):
-            values, zeros = rows_to_batch(columns, batch)
-            meta = _snapshot_meta(len(batch), seq, index, rows, watermark, read_at)
+        for values, zeros in reader.batches(sql, params, columns, FETCH_ROWS):
+            meta = _snapshot_meta(values.num_rows, seq, index, rows, watermark, read_at)
             writer.write_batch(pa.RecordBatch.from_arrays([*values.columns, *meta], schema=schema))
-            rows += len(batch)
+            rows += values.num_rows
             zero_dates += zeros
         writer.close()
     return rows, zero_dates
@@ -215,12 +211,12 @@ def _snapshot_meta(
 ) -> list[pa.Array]:
     """Return the ``_binlog_*`` columns of ``count`` snapshot rows (op ``r``, the chunk's watermark)."""
     values: dict[str, Any] = {
-        OP_COLUMN: pa.array([OP_SNAPSHOT] * count, pa.string()),
-        WINDOW_COLUMN: pa.array([seq] * count, pa.int64()),
-        SEQ_COLUMN: pa.array([order_seq(index, first + i) for i in range(count)], pa.int64()),
+        OP_COLUMN: pa.repeat(pa.scalar(OP_SNAPSHOT, pa.string()), count),
+        WINDOW_COLUMN: pa.repeat(pa.scalar(seq, pa.int64()), count),
+        SEQ_COLUMN: pa.array(range(order_seq(index, first), order_seq(index, first + count)), pa.int64()),
         GTID_COLUMN: pa.nulls(count, pa.string()),
-        FILE_COLUMN: pa.array([watermark["file"]] * count, pa.string()),
-        POS_COLUMN: pa.array([watermark["pos"]] * count, pa.int64()),
-        TS_COLUMN: pa.array([read_at] * count, pa.timestamp("us", tz="UTC")),
+        FILE_COLUMN: pa.repeat(pa.scalar(watermark["file"], pa.string()), count),
+        POS_COLUMN: pa.repeat(pa.scalar(watermark["pos"], pa.int64()), count),
+        TS_COLUMN: pa.repeat(pa.scalar(read_at, pa.timestamp("us", tz="UTC")), count),
     }
     return [values[f.name] for f in CHANGE_FIELDS]
