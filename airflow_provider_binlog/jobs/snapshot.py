@@ -53,8 +53,8 @@ from airflow_provider_binlog.jobs.application import (
     run_application,
 )
 from airflow_provider_binlog.jobs.merge.job import merge_window
-from airflow_provider_binlog.snapshot.chunks import SOURCE_ENV, ChunkResult, finished, read_chunk
-from airflow_provider_binlog.snapshot.plan import PLAN_NAME, Chunk, TablePlan
+from airflow_provider_binlog.snapshot.chunks import SOURCE_ENV, ChunkResult, finished, read_task
+from airflow_provider_binlog.snapshot.plan import PLAN_NAME, TablePlan
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -79,44 +79,6 @@ def load_plan(
 
 #: Spark schema of the rows the read job returns (one per chunk).
 CHUNK_DONE_SCHEMA = "table_name string, chunk_index long, rows long"
-
-
-def _read_task(
-    source: dict[str, Any],
-    flavor: str,
-    snapshot_uri: str,
-    seq: int,
-    storage_options: StorageOptions | None,
-    tables: list[TablePlan],
-    pending: list[tuple[int, Chunk]],
-    tasks: int,
-) -> Any:
-    """Return the ``mapInArrow`` function that reads the chunks of its read tasks, one after another.
-
-    The job runs over ``spark.range(tasks)`` in ``tasks`` partitions: one input row per Spark task, its
-    ``id`` the read task's number ``t``. Task ``t`` reads ``pending[t::tasks]`` (``(index into tables,
-    chunk)`` pairs; chunks hold equal row counts, so the tasks get equal shares). This needs no shuffle
-    stage, where spreading a DataFrame of the chunks over the tasks did (``repartition``). Each output
-    row reports a finished chunk. The function runs in the Spark Python workers (over spark-submit and
-    over Spark Connect alike).
-    """
-    import pyarrow as pa
-
-    def read_partition(batches: Any) -> Any:
-        for batch in batches:
-            for task in batch.column("id").to_pylist():
-                for table_index, chunk in pending[task::tasks]:
-                    table = tables[table_index]
-                    done = read_chunk(source, flavor, snapshot_uri, seq, table, chunk, storage_options)
-                    yield pa.RecordBatch.from_pydict(
-                        {
-                            "table_name": [done["table"]],
-                            "chunk_index": [done["index"]],
-                            "rows": [done["rows"]],
-                        }
-                    )
-
-    return read_partition
 
 
 class Progress:
@@ -208,7 +170,7 @@ def read_chunks(
             tasks,
             max_connections,
         )
-        read = _read_task(
+        read = read_task(
             source, plan["flavor"], snapshot_uri, int(plan["seq"]), storage_options, tables, pending, tasks
         )
         job = spark.range(0, tasks, 1, tasks).mapInArrow(read, CHUNK_DONE_SCHEMA)

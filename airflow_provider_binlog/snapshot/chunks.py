@@ -179,6 +179,46 @@ def read_chunk(
     return asdict(result)
 
 
+def read_task(
+    source: dict[str, Any],
+    flavor: str,
+    snapshot_uri: str,
+    seq: int,
+    storage_options: StorageOptions | None,
+    tables: list[TablePlan],
+    pending: list[tuple[int, Chunk]],
+    tasks: int,
+) -> Any:
+    """Return the ``mapInArrow`` function that reads the chunks of its read tasks, one after another.
+
+    It lives here, not in the Spark application (``jobs/snapshot.py``), so that a Spark Python worker
+    unpickling it imports only the chunk reader, not the merge job.
+
+    The job runs over ``spark.range(tasks)`` in ``tasks`` partitions: one input row per Spark task, its
+    ``id`` the read task's number ``t``. Task ``t`` reads ``pending[t::tasks]`` (``(index into tables,
+    chunk)`` pairs; chunks hold equal row counts, so the tasks get equal shares). This needs no shuffle
+    stage, where spreading a DataFrame of the chunks over the tasks did (``repartition``). Each output
+    row reports a finished chunk. The function runs in the Spark Python workers (over spark-submit and
+    over Spark Connect alike).
+    """
+
+    def read_partition(batches: Any) -> Any:
+        for batch in batches:
+            for task in batch.column("id").to_pylist():
+                for table_index, chunk in pending[task::tasks]:
+                    table = tables[table_index]
+                    done = read_chunk(source, flavor, snapshot_uri, seq, table, chunk, storage_options)
+                    yield pa.RecordBatch.from_pydict(
+                        {
+                            "table_name": [done["table"]],
+                            "chunk_index": [done["index"]],
+                            "rows": [done["rows"]],
+                        }
+                    )
+
+    return read_partition
+
+
 def _write_rows(
     reader: RowReader,
     sql: str,
