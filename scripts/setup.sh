@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything `make demo` and `make test` need on a fresh Debian/Ubuntu machine:
 # system packages (MariaDB server if none, Java 17, docker-compose for validating the compose file,
-# percona-toolkit for the online schema change tests),
+# percona-toolkit for the online schema change tests, the build dependencies of mysqlclient),
 # a .venv with the provider and its test extras, and the pinned pyspark/JVM pair.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +19,13 @@ fi
 if ! command -v java >/dev/null; then need_apt+=(openjdk-17-jre-headless); fi
 if ! command -v docker-compose >/dev/null; then need_apt+=(docker-compose); fi
 if ! command -v pt-online-schema-change >/dev/null; then need_apt+=(percona-toolkit); fi  # tests of the online schema change cut-over
+# mysqlclient (snapshot chunk reads) has no Linux wheels: its build needs a C compiler, pkg-config and the
+# MariaDB Connector/C headers.
+if ! command -v cc >/dev/null; then need_apt+=(gcc libc6-dev); fi
+if ! command -v pkg-config >/dev/null; then need_apt+=(pkg-config); fi
+if ! pkg-config --exists libmariadb 2>/dev/null && ! pkg-config --exists mysqlclient 2>/dev/null; then
+  need_apt+=(libmariadb-dev)
+fi
 if [ "${WITH_SYSBENCH:-0}" = 1 ] && ! command -v sysbench >/dev/null; then need_apt+=(sysbench); fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"

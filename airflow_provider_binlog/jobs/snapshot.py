@@ -53,8 +53,8 @@ from airflow_provider_binlog.jobs.application import (
     run_application,
 )
 from airflow_provider_binlog.jobs.merge.job import merge_window
-from airflow_provider_binlog.snapshot.chunks import SOURCE_ENV, ChunkResult, finished, read_chunk
-from airflow_provider_binlog.snapshot.plan import PLAN_NAME, Chunk, TablePlan
+from airflow_provider_binlog.snapshot.chunks import SOURCE_ENV, ChunkResult, finished, read_task
+from airflow_provider_binlog.snapshot.plan import PLAN_NAME, TablePlan
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -77,34 +77,8 @@ def load_plan(
     return plan, [TablePlan.from_json(t) for t in plan["tables"]]
 
 
-#: Spark schema of the chunk list the read job runs over, and of the rows it returns (one per chunk).
-CHUNK_LIST_SCHEMA = "table_plan string, chunk string"
+#: Spark schema of the rows the read job returns (one per chunk).
 CHUNK_DONE_SCHEMA = "table_name string, chunk_index long, rows long"
-
-
-def _read_task(
-    source: dict[str, Any], flavor: str, snapshot_uri: str, seq: int, storage_options: StorageOptions | None
-) -> Any:
-    """Return the ``mapInArrow`` function that reads the chunks of its partition, one after another.
-
-    Each input row names a table plan and a chunk (JSON text); each output row reports a finished chunk. The
-    function runs in the Spark Python workers (over spark-submit and over Spark Connect alike).
-    """
-    import pyarrow as pa
-
-    def read_partition(batches: Any) -> Any:
-        for batch in batches:
-            for table_json, chunk_json in zip(
-                batch.column("table_plan").to_pylist(), batch.column("chunk").to_pylist(), strict=True
-            ):
-                table = TablePlan.from_json(json.loads(table_json))
-                chunk = Chunk.from_json(json.loads(chunk_json))
-                done = read_chunk(source, flavor, snapshot_uri, seq, table, chunk, storage_options)
-                yield pa.RecordBatch.from_pydict(
-                    {"table_name": [done["table"]], "chunk_index": [done["index"]], "rows": [done["rows"]]}
-                )
-
-    return read_partition
 
 
 class Progress:
@@ -175,8 +149,8 @@ def read_chunks(
     progress.scan()
     progress.rows_at_start = progress.rows
     pending = [
-        (json.dumps(t.to_json()), json.dumps(c.to_json()))
-        for t in tables
+        (table_index, c)
+        for table_index, t in enumerate(tables)
         for c in t.chunks
         if (t.name, c.index) not in progress.seen
     ]
@@ -196,11 +170,10 @@ def read_chunks(
             tasks,
             max_connections,
         )
-        chunks = spark.createDataFrame(pending, CHUNK_LIST_SCHEMA).repartition(tasks)
-        job = chunks.mapInArrow(
-            _read_task(source, plan["flavor"], snapshot_uri, int(plan["seq"]), storage_options),
-            CHUNK_DONE_SCHEMA,
+        read = read_task(
+            source, plan["flavor"], snapshot_uri, int(plan["seq"]), storage_options, tables, pending, tasks
         )
+        job = spark.range(0, tasks, 1, tasks).mapInArrow(read, CHUNK_DONE_SCHEMA)
         failure: list[BaseException] = []
 
         def run() -> None:

@@ -1,12 +1,12 @@
 """Rows of a plain ``SELECT`` as Arrow record batches staged exactly like the binlog extractor's.
 
-A snapshot chunk is read with one ``SELECT`` over a pymysql connection with the default (tuple)
-cursor. The session must use the character set ``utf8mb4`` (pymysql ``charset="utf8mb4"``) and have
-run ``SET time_zone = '+00:00'``:
+A snapshot chunk is read with one ``SELECT`` over a :class:`RowReader`: an unbuffered cursor that
+returns every value as the bytes the server sent, staged column by column by :func:`rows_to_batch`.
+The session uses the character set ``utf8mb4`` and has run ``SET time_zone = '+00:00'``:
 
 * with ``utf8mb4`` the server converts utf8mb3/utf8mb4 text columns to UTF-8 on the way out
   (``character_set_results``; MySQL manual, "Connection Character Sets and Collations"), so text
-  arrives as ``str``. Text of any other character set is selected as ``CAST(col AS BINARY)`` (its
+  arrives as UTF-8. Text of any other character set is selected as ``CAST(col AS BINARY)`` (its
   stored bytes) and decoded by :func:`~airflow_provider_binlog.extract.charsets.text_decoder`, the
   decoding of the binlog path, which is the server's own conversion: the server would send ``?`` for
   bytes it has no character for, where both paths refuse the value;
@@ -17,7 +17,7 @@ run ``SET time_zone = '+00:00'``:
 each the :class:`~airflow_provider_binlog.extract.columns.ColumnSpec` that
 :func:`~airflow_provider_binlog.extract.columns.column_spec` gives the same column in a binlog table
 map (same ``mysql_type`` text, same Arrow type) and the expression to select it with.
-:func:`rows_to_batch` turns the fetched tuples into a record batch of those types and values, equal
+:func:`rows_to_batch` turns the fetched rows into a record batch of those types and values, equal
 to what the binlog path stages for the same rows (checked type by type against a real server by
 ``tests/integration/test_snapshot_rows.py``).
 
@@ -46,11 +46,13 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-from collections.abc import Callable, Sequence
+import gc
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from pymysql.converters import convert_date, convert_datetime, convert_timedelta
 
 from airflow_provider_binlog.contract.columns import UTC
 from airflow_provider_binlog.extract.charsets import UTF8, text_decoder
@@ -123,25 +125,33 @@ class SourceColumn:
     spec: ColumnSpec
     select_expr: str
     charset: str | None = None
-    _convert: Callable[[Any], Any] | None = field(init=False, repr=False, compare=False)
-    _zero_dates: bool = field(init=False, repr=False, compare=False)
+    _stage: Callable[[Sequence[bytes | None]], tuple[pa.Array, int]] = field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
-        convert, zero_dates = _value_converter(self.spec)
-        if self.charset is not None:
-            convert = _stored_text(self.charset)
-        object.__setattr__(self, "_convert", convert)
-        object.__setattr__(self, "_zero_dates", zero_dates)
+        decode = _stored_text(self.charset) if self.charset is not None else None
+        object.__setattr__(self, "_stage", _stager(self.spec, decode))
 
-    def convert(self, value: Any) -> Any:
-        """Return the staged value of one value pymysql returned for this column (None stays None).
+    def stage(self, values: Sequence[bytes | None]) -> tuple[pa.Array, int]:
+        """Return the staged array of this column's raw text-protocol values, and the zero dates nulled.
 
-        A DATE/DATETIME that is not a calendar date (``0000-00-00``, ``2024-00-10``, ``2015-02-30``) and
-        the zero TIMESTAMP, which pymysql return as ``str``, become None (counted as zero dates).
+        :param values: the column's values as the server sent them (MySQL Client/Server Protocol, "Text
+            Resultset Row"): ``bytes``, or None for NULL. Text arrives in ``utf8mb4``.
+        :returns: ``(array of spec.arrow_type, zero_dates)``: a DATE/DATETIME that is not a calendar date
+            (``0000-00-00``, ``2024-00-10``, ``2015-02-30``) and the zero TIMESTAMP become null and are
+            counted.
+        :raises ValueError: when a value cannot be staged exactly (it does not fit the Arrow type, text
+            bytes its character set has no character for); the message names the column.
         """
-        if value is None or self._convert is None:
-            return value
-        return self._convert(value)
+        try:
+            return self._stage(values)
+        except Exception as err:  # any failure of a conversion is a value that cannot be staged
+            raise ValueError(
+                f"column {self.name!r} ({self.spec.mysql_type}"
+                f"{f', character set {self.charset}' if self.charset else ''}): a value cannot be staged "
+                f"as {self.spec.arrow_type}: {type(err).__name__}: {err}"
+            ) from err
 
 
 def describe_columns(cur: Any, db: str, table: str) -> list[SourceColumn]:
@@ -166,43 +176,145 @@ def describe_columns(cur: Any, db: str, table: str) -> list[SourceColumn]:
 
 
 def rows_to_batch(
-    columns: Sequence[SourceColumn], rows: Sequence[tuple[Any, ...]]
+    columns: Sequence[SourceColumn], rows: Sequence[Sequence[bytes | None]]
 ) -> tuple[pa.RecordBatch, int]:
-    """Return the rows as one record batch of the source columns, and the number of zero dates nulled.
+    """Return raw text-protocol rows as one record batch of the source columns, and the zero dates nulled.
+
+    The rows are transposed into columns (``zip``, in C) and each column is staged at once
+    (:meth:`SourceColumn.stage`): Arrow parses integers, DOUBLE, FLOAT, DECIMAL(p<=38) and YEAR from their
+    text and validates UTF-8 text, Python converts the rest.
 
     :param columns: the columns the rows hold, in ``SELECT`` order (from :func:`describe_columns`).
-    :param rows: tuples as pymysql returns them for ``SELECT <select_expr, ...>`` (one value per
-        column, in column order) on a session with ``charset utf8mb4`` and ``time_zone '+00:00'``.
+    :param rows: tuples as :class:`RowReader` fetches them for ``SELECT <select_expr, ...>`` (one ``bytes``
+        or None per column, in column order).
     :returns: ``(batch, zero_dates)``: a batch of ``len(rows)`` rows with one field per column, named
         after it and typed ``spec.arrow_type`` (no ``_binlog_*`` columns), and how many DATE/DATETIME/
         TIMESTAMP values were zero dates stored as null (the binlog path's ``zero_dates`` count).
     :raises ValueError: when a row's width differs from ``len(columns)``, or a value cannot be staged
-        exactly (text bytes its character set has no character for, a value that does not fit its Arrow
-        type); the message names the column.
+        exactly; the message names the column.
     """
-    width = len(columns)
-    for row in rows:
-        if len(row) != width:
-            raise ValueError(f"a row has {len(row)} values for {width} columns")
+    # strict zips: rows of different widths, or of a width other than len(columns), raise ValueError
+    values = list(zip(*rows, strict=True)) if rows else [() for _ in columns]
     arrays = []
     zero_dates = 0
-    for index, column in enumerate(columns):
-        values = [row[index] for row in rows]
-        if column._zero_dates:
-            zero_dates += sum(1 for value in values if isinstance(value, str))
-        convert = column._convert
-        try:
-            if convert is not None:
-                values = [None if value is None else convert(value) for value in values]
-            arrays.append(pa.array(values, type=column.spec.arrow_type))
-        except Exception as err:  # any failure of a conversion is a value that cannot be staged
-            raise ValueError(
-                f"column {column.name!r} ({column.spec.mysql_type}"
-                f"{f', character set {column.charset}' if column.charset else ''}): a value cannot be staged "
-                f"as {column.spec.arrow_type}: {type(err).__name__}: {err}"
-            ) from err
+    for column, column_values in zip(columns, values, strict=True):
+        array, zeros = column.stage(column_values)
+        arrays.append(array)
+        zero_dates += zeros
     schema = pa.schema([pa.field(c.name, c.spec.arrow_type) for c in columns])
     return pa.RecordBatch.from_arrays(arrays, schema=schema), zero_dates
+
+
+class RowReader:
+    """The connection a chunk's ``SELECT`` is read over, returning every value as the bytes the server sent.
+
+    The session uses ``utf8mb4``, autocommit and ``time_zone = '+00:00'`` (see the module docstring), and
+    the rows are streamed (``mysql_use_result``: an unbuffered cursor), so a batch's rows are all a read
+    holds in memory. The driver is mysqlclient (``MySQLdb``: libmariadb/libmysqlclient parses the rows in
+    C; ``benchmarks/snapshot_row_paths.py`` measures it against the alternatives) with no field converters
+    and ``use_unicode=False``: every value is ``bytes`` or None, and :func:`rows_to_batch` stages them
+    column by column. A source with TLS settings (``ssl``) is read with pymysql in the same raw mode
+    instead: pymysql's ``ssl`` dict (``ca``, ``cert``, ``key``, ``password``, ``check_hostname``) has no
+    exact mysqlclient equivalent, and pymysql applies ``connect_timeout`` to the whole login
+    (:class:`~airflow_provider_binlog.source.connect.LoginTimeoutConnection`).
+
+    :param source: ``pymysql.connect()`` keyword arguments (``host``, ``port``, ``user``, ``password``,
+        ``connect_timeout``, ``read_timeout``, ``write_timeout``, ``ssl``); ``charset`` and ``autocommit``
+        are set here.
+    :param driver: ``mysqlclient`` or ``pymysql``; None picks as described above.
+    :raises ValueError: for an unknown driver.
+    :raises MySQLdb.OperationalError, pymysql.err.OperationalError: when the login fails.
+    """
+
+    def __init__(self, source: dict[str, Any], driver: str | None = None) -> None:
+        self.driver = driver or ("pymysql" if source.get("ssl") else "mysqlclient")
+        if self.driver == "mysqlclient":
+            import MySQLdb
+            import MySQLdb.cursors
+
+            settings = {key: source[key] for key in _MYSQLCLIENT_SETTINGS if source.get(key) is not None}
+            self.connection = MySQLdb.connect(
+                **settings,
+                charset="utf8mb4",
+                use_unicode=False,
+                autocommit=True,
+                conv=_encoders("MySQLdb.converters"),
+            )
+            self._cursor_class: Any = MySQLdb.cursors.SSCursor
+        elif self.driver == "pymysql":
+            import pymysql.cursors
+
+            from airflow_provider_binlog.source.connect import LoginTimeoutConnection
+
+            settings = {**source, "charset": "utf8mb4", "use_unicode": False, "autocommit": True}
+            self.connection = LoginTimeoutConnection(**settings, conv=_encoders("pymysql.converters"))
+            self._cursor_class = pymysql.cursors.SSCursor
+        else:
+            raise ValueError(f"unknown driver {driver!r}: use mysqlclient or pymysql")
+        try:
+            with self.connection.cursor() as cur:
+                cur.execute("SET time_zone = '+00:00'")
+        except BaseException:
+            self.connection.close()
+            raise
+
+    def batches(
+        self, sql: str, params: Sequence[Any], columns: Sequence[SourceColumn], batch_rows: int
+    ) -> Iterator[tuple[pa.RecordBatch, int]]:
+        """Run ``sql`` (selecting ``columns``' ``select_expr`` in order) and yield its rows as record batches.
+
+        :param batch_rows: rows fetched per round of the driver and per batch.
+        :returns: an iterator of :func:`rows_to_batch` results, ``batch_rows`` rows each but the last.
+        :raises ValueError: as :func:`rows_to_batch`.
+        """
+        cur = self.connection.cursor(self._cursor_class)
+        try:
+            cur.execute(sql, tuple(params))
+            while (batch := _fetch_batch(cur, batch_rows, columns)) is not None:
+                yield batch
+        finally:
+            cur.close()
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.connection.close()
+
+
+def _fetch_batch(cur: Any, count: int, columns: Sequence[SourceColumn]) -> tuple[pa.RecordBatch, int] | None:
+    """Return the next ``count`` rows (fewer at the end) as :func:`rows_to_batch` does, None after the last.
+
+    Python's cyclic garbage collector is paused meanwhile: every row is a new tuple the collector tracks,
+    so fetching and transposing them starts collections that walk all the rows still held (py-spy: 37%
+    of a 1M-row read). Rows of bytes hold no reference cycles.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        rows = cur.fetchmany(count)
+        return rows_to_batch(columns, rows) if rows else None
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _encoders(module: str) -> dict[Any, Any]:
+    """Return a driver's parameter encoders (its ``conversions`` entries keyed by Python type), no decoders."""
+    import importlib
+
+    conversions = importlib.import_module(module).conversions
+    return {key: value for key, value in conversions.items() if not isinstance(key, int)}
+
+
+_MYSQLCLIENT_SETTINGS = (
+    "host",
+    "port",
+    "user",
+    "password",
+    "connect_timeout",
+    "read_timeout",
+    "write_timeout",
+)
+"""The ``pymysql.connect()`` arguments that mean the same to ``MySQLdb.connect()``."""
 
 
 # --- column descriptions ---------------------------------------------------------------------------
@@ -275,64 +387,111 @@ def _source_column(db: str, table: str, row: tuple[Any, ...]) -> SourceColumn:
 # --- value conversion --------------------------------------------------------------------------------
 
 
-def _value_converter(spec: ColumnSpec) -> tuple[Callable[[Any], Any] | None, bool]:
-    """Return (converter of non-None pymysql values or None for as-is, whether zero dates can occur).
+_ARROW_PARSED = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal)
+"""Staged types Arrow parses from the text the server sends (``cast`` from binary: strict, raises on any
+character or range it does not accept): integers, YEAR, DOUBLE, FLOAT (selected as DOUBLE, then cast to
+float32: the value is a float32, so the cast is exact), BIGINT UNSIGNED and DECIMAL(p<=38) (decimal128,
+rescaled to the column's scale; a value needing more digits raises)."""
 
-    pymysql's text-protocol decoders (``pymysql.converters.decoders``) already give the staged value
-    for integers, DOUBLE (and FLOAT selected as DOUBLE), DECIMAL(p<=38) (``Decimal``), YEAR (int, 0
-    for ``0000``), TIME (``timedelta``, negative values and fractions exact), text (``str``), ENUM
-    and SET (``str``, SET members in definition order, ``''`` for the empty set: MySQL manual, "The
-    SET Type") and binary strings (``bytes``; BINARY(n) comes back with its 0x00 padding, MySQL
-    manual, "The BINARY and VARBINARY Types").
+
+def _stager(
+    spec: ColumnSpec, decode_text: Callable[[bytes], str] | None
+) -> Callable[[Sequence[bytes | None]], tuple[pa.Array, int]]:
+    """Return the function staging one column's raw values: ``values -> (array, zero dates)``.
+
+    Arrow stages the common types column-wise: the types of :data:`_ARROW_PARSED`, utf8mb3/utf8mb4 text
+    (UTF-8 validated) and binary strings (as sent; BINARY(n) keeps its 0x00 padding: MySQL manual, "The
+    BINARY and VARBINARY Types"). The rest is converted value by value in Python: temporal types with
+    pymysql's text-protocol decoders (``pymysql.converters``: TIME negative and beyond 24 hours, fractions
+    exact; a DATE/DATETIME/TIMESTAMP that is no calendar date stays text and becomes null), BIT,
+    DECIMAL(p>38) and text of other character sets (``decode_text``).
     """
     label, arrow = spec.mysql_type, spec.arrow_type
     base = label.split("(", 1)[0]
-    if label == "bigint unsigned":
-        return _bigint_unsigned, False
-    if base == "decimal" and pa.types.is_string(arrow):
-        return _decimal_text, False
-    if base == "timestamp":
-        return _timestamp, True
-    if base in ("date", "datetime"):
-        return _calendar_date, True
+    if decode_text is not None:
+        return _python_stager(arrow, decode_text)
     if base == "bit":
-        return (_bit if pa.types.is_integer(arrow) else _bit_decimal), False
-    return None, False
+        return _python_stager(arrow, _bit if pa.types.is_integer(arrow) else _bit_decimal)
+    if base == "decimal" and pa.types.is_string(arrow):
+        return _python_stager(arrow, _decimal_text)
+    if base in ("timestamp", "datetime", "date", "time"):
+        return _python_stager(arrow, _TEMPORAL_DECODERS[base], zero_dates=base != "time")
+    if pa.types.is_string(arrow):
+        return lambda values: (pa.array(values, pa.binary()).cast(pa.string()), 0)
+    if pa.types.is_binary(arrow):
+        return lambda values: (pa.array(values, pa.binary()), 0)
+    if any(is_type(arrow) for is_type in _ARROW_PARSED):
+        parsed = pa.float64() if pa.types.is_float32(arrow) else arrow
+        return lambda values: (pa.array(values, pa.binary()).cast(parsed).cast(arrow), 0)
+    raise ValueError(f"no staging of {label} as {arrow}")  # describe_columns gives no other spec
 
 
-def _bigint_unsigned(value: Any) -> decimal.Decimal:
-    """Return a BIGINT UNSIGNED as ``Decimal``: it is staged as decimal128(20,0) (int64 stops at 2**63-1)."""
-    return decimal.Decimal(int(value))
+def _python_stager(
+    arrow: pa.DataType, convert: Callable[[bytes], Any], zero_dates: bool = False
+) -> Callable[[Sequence[bytes | None]], tuple[pa.Array, int]]:
+    """Return a stager converting each non-null value with ``convert``.
+
+    With ``zero_dates``, the values ``convert`` turned into None are counted as zero dates.
+    """
+
+    def stage(values: Sequence[bytes | None]) -> tuple[pa.Array, int]:
+        converted = [None if value is None else convert(value) for value in values]
+        zeros = 0
+        if zero_dates:
+            zeros = sum(1 for value in converted if value is None) - sum(
+                1 for value in values if value is None
+            )
+        return pa.array(converted, type=arrow), zeros
+
+    return stage
 
 
-def _decimal_text(value: Any) -> str:
+def _decimal_text(value: bytes) -> str:
     """Return a DECIMAL(p>38) as ``str(Decimal)``, as the binlog path stages it (zero of scale 30: ``0E-30``)."""
-    return str(value if isinstance(value, decimal.Decimal) else decimal.Decimal(value))
+    return str(decimal.Decimal(value.decode("ascii")))
 
 
-def _timestamp(value: Any) -> dt.datetime | None:
-    """Return a TIMESTAMP read in a ``+00:00`` session as UTC, the zero TIMESTAMP (a ``str``) as None.
+def _timestamp(value: bytes) -> dt.datetime | None:
+    """Return a TIMESTAMP read in a ``+00:00`` session as UTC, the zero TIMESTAMP as None.
 
     The binlog stores a TIMESTAMP as seconds since the epoch, the zero one as 0 (MySQL internals,
     "Date and Time Data Type Representation"), and the binlog path stages that as None, counted as a
     zero date like the zero DATE/DATETIME.
     """
-    if isinstance(value, str):
-        return None
-    return value.replace(tzinfo=UTC) if isinstance(value, dt.datetime) else value
+    parsed = convert_datetime(value)
+    return parsed.replace(tzinfo=UTC) if isinstance(parsed, dt.datetime) else None
 
 
-def _calendar_date(value: Any) -> Any:
-    """Return None for a DATE/DATETIME that is no calendar date (pymysql returns it as ``str``)."""
-    return None if isinstance(value, str) else value
+def _calendar(convert: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """Return ``convert`` with the text it leaves for no calendar date (``0000-00-00``) as None."""
+    return lambda value: None if isinstance(parsed := convert(value), str) else parsed
 
 
-def _bit_decimal(value: Any) -> decimal.Decimal:
+def _time(value: bytes) -> dt.timedelta:
+    """Return a TIME (``[-]HHH:MM:SS[.ffffff]``) as ``timedelta``.
+
+    :raises ValueError: when the text is no TIME (pymysql leaves it as text).
+    """
+    parsed = convert_timedelta(value)
+    if not isinstance(parsed, dt.timedelta):
+        raise ValueError(f"{value!r} is not a TIME")
+    return parsed
+
+
+_TEMPORAL_DECODERS: dict[str, Callable[[bytes], Any]] = {
+    "timestamp": _timestamp,
+    "datetime": _calendar(convert_datetime),
+    "date": _calendar(convert_date),
+    "time": _time,
+}
+
+
+def _bit_decimal(value: bytes) -> decimal.Decimal:
     """Return BIT(64) as ``Decimal``: it is staged as decimal128(20,0) (int64 stops at 2**63-1)."""
     return decimal.Decimal(_bit(value))
 
 
-def _stored_text(charset: str) -> Callable[[Any], str]:
+def _stored_text(charset: str) -> Callable[[bytes], str]:
     """Return the decoding of a text column's stored bytes (``CAST(col AS BINARY)``), as the binlog path's.
 
     :raises ValueError: when ``charset`` cannot be decoded exactly.
@@ -341,8 +500,6 @@ def _stored_text(charset: str) -> Callable[[Any], str]:
     return lambda value: decode(bytes(value))
 
 
-def _bit(value: Any) -> int:
+def _bit(value: bytes) -> int:
     """Return BIT(n) as an int: it is sent as ``(n + 7) // 8`` bytes, big-endian (MySQL manual, "Bit-Value Type - BIT")."""
-    if isinstance(value, bytes | bytearray):
-        return int.from_bytes(value, "big")
-    return int(value)
+    return int.from_bytes(value, "big")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from airflow_provider_binlog.extract.window import extract_window
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.pipeline.ledger import Position, Window, now_iso
 from airflow_provider_binlog.pipeline.staging import window_path
-from airflow_provider_binlog.snapshot.rows import describe_columns, rows_to_batch
+from airflow_provider_binlog.snapshot.rows import RowReader, describe_columns
 from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.source.sql import quote_identifier as quote
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
@@ -273,28 +274,34 @@ def insert(row: dict[str, str], db: str) -> str:
 
 
 def read_snapshot(
-    server: LocalMariaDB, db: str, table: str, order: str = "ORDER BY id"
+    server: LocalMariaDB, db: str, table: str, order: str = "ORDER BY id", driver: str | None = None
 ) -> tuple[list[dict[str, str]], pa.Table, int]:
     """Read ``db.table`` as a snapshot chunk does: return (column specs, source columns, zero dates).
 
     :param order: the ``ORDER BY`` clause of the ``SELECT`` (empty for tables without an ``id``).
+    :param driver: the :class:`RowReader` driver (None: the one a chunk picks, mysqlclient without TLS).
     """
     conn = pymysql.connect(**server.connection_kwargs(charset="utf8mb4"))
     try:
         with conn.cursor() as cur:
-            cur.execute("SET time_zone = '+00:00'")
             columns = describe_columns(cur, db, table)
-            cur.execute(
-                f"SELECT {', '.join(c.select_expr for c in columns)} FROM {quote(db)}.{quote(table)} {order}"
-            )
-            batch, zero_dates = rows_to_batch(columns, cur.fetchall())
     finally:
         conn.close()
-    return [c.spec.to_manifest() for c in columns], pa.Table.from_batches([batch]), zero_dates
+    reader = RowReader(server.connection_kwargs(), driver)
+    try:
+        sql = f"SELECT {', '.join(c.select_expr for c in columns)} FROM {quote(db)}.{quote(table)} {order}"
+        # 2 rows per batch: the batches are staged one by one, a table of several rows spans several
+        batches = list(reader.batches(sql, [], columns, 2))
+    finally:
+        reader.close()
+    schema = pa.schema([pa.field(c.name, c.spec.arrow_type) for c in columns])
+    data = pa.Table.from_batches([b for b, _ in batches], schema=schema)
+    return [c.spec.to_manifest() for c in columns], data, sum(zeros for _, zeros in batches)
 
 
+@pytest.mark.parametrize("driver", ["mysqlclient", "pymysql"])
 def test_snapshot_rows_equal_binlog_staged_rows(
-    recorder: Recorder, mariadb: LocalMariaDB, source_db: str
+    driver: str, recorder: Recorder, mariadb: LocalMariaDB, source_db: str
 ) -> None:
     table = f"{source_db}.snap"
     mariadb.execute(DDL.format(db=source_db))
@@ -307,7 +314,7 @@ def test_snapshot_rows_equal_binlog_staged_rows(
     )
     manifest, staged = recorder.extract({table: ["id"]})
 
-    specs, snapshot, zero_dates = read_snapshot(mariadb, source_db, "snap")
+    specs, snapshot, zero_dates = read_snapshot(mariadb, source_db, "snap", driver=driver)
 
     entry = manifest["tables"][table]
     assert specs == entry["columns"]
@@ -339,29 +346,35 @@ def test_snapshot_rows_equal_binlog_staged_rows(
     assert (zero["ts0"], zero["ts3"]) == (None, None)
 
 
-def test_bit64_values_beyond_int64_are_staged_as_decimals(mariadb: LocalMariaDB, source_db: str) -> None:
+@pytest.mark.parametrize("driver", ["mysqlclient", "pymysql"])
+def test_bit64_values_beyond_int64_are_staged_as_decimals(
+    driver: str, mariadb: LocalMariaDB, source_db: str
+) -> None:
     mariadb.execute(
         f"CREATE TABLE `{source_db}`.b (id INT PRIMARY KEY, b BIT(64))",
-        f"INSERT INTO `{source_db}`.b VALUES (1, b'{'1' * 64}'), (2, b'1{'0' * 63}'), (3, 0)",
+        f"INSERT INTO `{source_db}`.b VALUES (1, b'{'1' * 64}'), (2, b'1{'0' * 63}'), (3, 0), (4, NULL)",
     )
-    conn = pymysql.connect(**mariadb.connection_kwargs())
-    try:
-        with conn.cursor() as cur:
-            columns = describe_columns(cur, source_db, "b")
-            cur.execute(
-                f"SELECT {', '.join(c.select_expr for c in columns)} FROM `{source_db}`.b ORDER BY id"
-            )
-            rows = cur.fetchall()
-    finally:
-        conn.close()
-    assert [c.spec.to_manifest() for c in columns][1] == {
-        "name": "b",
-        "mysql_type": "bit(64)",
-        "arrow_type": "decimal128(20, 0)",
-    }
-    batch, _ = rows_to_batch(columns, rows)
-    assert batch.column(1).to_pylist() == [
+    specs, data, _ = read_snapshot(mariadb, source_db, "b", driver=driver)
+    assert specs[1] == {"name": "b", "mysql_type": "bit(64)", "arrow_type": "decimal128(20, 0)"}
+    assert data.column(1).to_pylist() == [
         decimal.Decimal("18446744073709551615"),
         decimal.Decimal("9223372036854775808"),
         decimal.Decimal("0"),
+        None,
     ]
+
+
+def test_values_arrow_does_not_parse_exactly_are_refused() -> None:
+    """Arrow parses numbers column-wise and strictly: text out of range, needing more scale or not a number
+    raises, naming the column, instead of staging a changed value; rows of unequal width are refused."""
+    from airflow_provider_binlog.extract.columns import ColumnSpec
+    from airflow_provider_binlog.snapshot.rows import SourceColumn, rows_to_batch
+
+    for text, arrow in [("2147483648", pa.int32()), ("1.5", pa.decimal128(5, 0)), ("12abc", pa.int64())]:
+        column = SourceColumn("v", ColumnSpec("v", "int", arrow), "`v`")
+        with pytest.raises(
+            ValueError, match=re.escape(f"column 'v' (int): a value cannot be staged as {arrow}")
+        ):
+            rows_to_batch([column], [(text.encode(),)])
+    with pytest.raises(ValueError, match="zip"):
+        rows_to_batch([column, column], [(b"1", b"2"), (b"3",)])
