@@ -31,6 +31,9 @@ statement is parsed with sqlglot's ``mysql`` dialect and every selected table it
 Names are matched case-insensitively (``lower_case_table_names`` differs between servers; a false match
 costs one snapshot). Unqualified names take the statement's default database (the ``db`` of its query
 event, MySQL manual "Query_log_event").
+
+About 550 lines because the classifier and :func:`keeps_values` (whether a type change keeps every stored
+value) answer one question, what a statement means for the target, and cite the same manual sections.
 """
 
 from __future__ import annotations

@@ -17,6 +17,10 @@ and ``docs/adr/0020-key-range-file-layout.md``):
 4. The driver validates the new files' footers, moves them into the table and commits remove-old +
    add-new in one Delta commit that also records the window as app transactions, so readers never see half
    a window and a re-run is a no-op.
+
+About 550 lines because the window merge, the whole-table rewrites (retype, truncate, snapshot, the
+bucket-table migration) and the conflict re-planning share one commit path; the file layout planning is
+in :mod:`~airflow_provider_binlog.jobs.merge.layout`.
 """
 
 from __future__ import annotations
