@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from airflow_provider_binlog.contract.columns import UTC
 from airflow_provider_binlog.contract.names import database_of
 from airflow_provider_binlog.exceptions import UnsupportedEventError
 from airflow_provider_binlog.extract.batches import truncate_marker
@@ -218,7 +219,7 @@ class StatementEffects:
         seq = None
         if staged and held and effect.table not in self.stats.covered_tables:
             seq = self._next_seq()
-            commit_ts = dt.datetime.fromtimestamp(timestamp, dt.timezone.utc)
+            commit_ts = dt.datetime.fromtimestamp(timestamp, UTC)
             marker = truncate_marker(
                 window=self.window, seq=seq, gtid=self.txn.gtid, file=at.file, pos=at.pos, commit_ts=commit_ts
             )

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pymysql
 
 from airflow_provider_binlog.contract.manifest import Manifest
-from airflow_provider_binlog.contract.names import database_of, table_part
+from airflow_provider_binlog.contract.names import database_of
 from airflow_provider_binlog.extract.columns import ColumnSpec
 from airflow_provider_binlog.extract.connections import ReplicationConnections
 from airflow_provider_binlog.extract.ddl import column_record, record_column
@@ -34,17 +34,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def stream_options(tables: dict[str, TableTarget]) -> dict[str, Any]:
+def stream_options() -> dict[str, Any]:
     """Return BinLogStreamReader options for one window read.
 
     The library only logs in and opens the dump (:func:`own_events`); its connections are opened through a
     new :class:`~airflow_provider_binlog.extract.connections.ReplicationConnections`, which turns the library's
     silent reconnect into an error (a window is read over one connection; the task's retry re-reads it).
     """
-    return {
-        "only_tables": sorted({table_part(name) for name in tables}),
-        "pymysql_wrapper": ReplicationConnections(),
-    }
+    return {"pymysql_wrapper": ReplicationConnections()}
 
 
 def own_events(stream: Any) -> Iterator[Event]:
@@ -139,7 +136,7 @@ def extract_window(
         for relative in writer.close().files if writer is not None else []:
             (window_dir / relative).unlink()
 
-    stream = hook.stream_reader(start, schemas=[database_of(n) for n in tables], **stream_options(tables))
+    stream = hook.stream_reader(start, schemas=[database_of(n) for n in tables], **stream_options())
     try:
         reader = WindowReader(
             own_events(stream),

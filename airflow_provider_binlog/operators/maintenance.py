@@ -87,6 +87,7 @@ class BinlogMaintenanceOperator(BaseOperator):
         """
         import datetime as dt
 
+        from airflow_provider_binlog.contract.columns import UTC
         from airflow_provider_binlog.maintenance import (
             Compacted,
             Freed,
@@ -110,7 +111,7 @@ class BinlogMaintenanceOperator(BaseOperator):
                 f"pipeline {self.pipeline!r} writes its target at {state.target}, not {self.target_path}: give "
                 f"the maintenance task the pipeline's target root"
             )
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(UTC)
         root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
         staging, kept = clean_staging(
             root,

@@ -142,7 +142,7 @@ def test_heartbeats_keep_a_stream_that_waits_on_a_quiet_source_alive(
         mariadb.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY)")
         try:
             hook = _through(relay, mariadb, monkeypatch)
-            options = stream_options({f"{db}.t": TableTarget(f"{db}.t", ["id"])})
+            options = stream_options()
             stream = hook.stream_reader(_head(mariadb), schemas=[db], **options)
             stream._BinLogStreamReader__blocking = True  # type: ignore[attr-defined]
             quiet = 2.5 * READ_TIMEOUT
