@@ -213,9 +213,11 @@ def write_sorted_files(
     stage_path = filesystem_for(stage_uri, storage_options)[1]
     order = [col(SEGMENT_COLUMN), *[col(k) for k in layout.keys]]
     try:
+        # One writing task needs no range shuffle: coalescing skips the exchange (and its stage) that
+        # repartitionByRange(1) still plans, which a small window's merge over Spark Connect pays for.
+        spread = rows.coalesce(1) if partitions == 1 else rows.repartitionByRange(partitions, *order)
         (
-            rows.repartitionByRange(partitions, *order)
-            .sortWithinPartitions(*order)
+            spread.sortWithinPartitions(*order)
             .write.mode("error")
             .option("maxRecordsPerFile", layout.rows_per_file)
             .partitionBy(SEGMENT_COLUMN)
