@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -91,7 +92,25 @@ def run_window(dag, number: int) -> dict:  # type: ignore[no-untyped-def]
     extract = task_result(dag, run, "extract")
     extract["snapshot"] = task_result(dag, run, "snapshot")
     extract["seconds"] = time.monotonic() - started
+    extract["merge_seconds"] = task_seconds(dag, run, "merge")
     return extract
+
+
+def task_seconds(dag, run, task_id: str) -> float:  # type: ignore[no-untyped-def]
+    """Return the wall seconds a task of the run took (start to end, as Airflow recorded them)."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        duration = session.scalar(
+            select(TaskInstance.duration).where(
+                TaskInstance.dag_id == dag.dag_id,
+                TaskInstance.run_id == run.run_id,
+                TaskInstance.task_id == task_id,
+            )
+        )
+    return float(duration or 0.0)
 
 
 def task_result(dag, run, task_id: str) -> dict:  # type: ignore[no-untyped-def]
@@ -172,6 +191,11 @@ def main() -> int:
         print("\nverification (source vs. target, row by row):")
         for comparison in comparisons:
             print(f"  {comparison}")
+        later = results[1:]  # the first run also takes the snapshot
+        print(
+            f"a window's DAG run: median {statistics.median(r['seconds'] for r in later):.1f} s, its merge task "
+            f"median {statistics.median(r['merge_seconds'] for r in later):.1f} s ({args.spark} mode, runs 2-{len(results)})"
+        )
         print(
             f"throughput: {rows} row changes in {len(results)} windows, {seconds:.1f} s of DAG runs "
             f"({rows / seconds:.0f} row changes/s end to end, {args.spark} mode); binlog read + Parquet "
