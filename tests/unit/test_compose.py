@@ -293,3 +293,65 @@ def test_driver_and_cluster_versions_match(services: dict[str, dict[str, Any]]) 
     for dockerfile in (DOCKER_DIR / "airflow" / "Dockerfile", DOCKER_DIR / "spark" / "Dockerfile"):
         assert dockerfile_arg(dockerfile, "PYSPARK_VERSION") == pin, dockerfile
         assert dockerfile_arg(dockerfile, "PYTHON_VERSION") == str(airflow_args["PYTHON_VERSION"]), dockerfile
+
+
+EXECUTOR_ENTRY = ROOT / "airflow_provider_binlog" / "snapshot" / "chunks.py"
+"""What Spark executors run of the provider: the snapshot's chunk read task (``mapInArrow``). The merge's
+Python code runs in the driver, the Airflow image."""
+
+
+def executor_imports(entry: Path) -> set[str]:
+    """Return the top-level third-party modules ``entry`` and the provider modules it imports can import.
+
+    Every import counts, also inside functions (mysqlclient is imported where rows are read); imports under
+    ``if TYPE_CHECKING:`` do not run and are left out.
+    """
+    import ast
+    import sys
+
+    package = ROOT / "airflow_provider_binlog"
+    found: set[str] = set()
+    seen: set[Path] = set()
+    todo = [entry]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        tree = ast.parse(path.read_text())
+        skipped = {
+            id(n)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for n in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if id(node) in skipped or not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for name in names:
+                if name.startswith("airflow_provider_binlog"):
+                    module = ROOT.joinpath(*name.split("."))
+                    todo += [p for p in (module.with_suffix(".py"), module / "__init__.py") if p.exists()]
+                elif name and name.split(".")[0] not in sys.stdlib_module_names and name != "__future__":
+                    found.add(name.split(".")[0])
+    assert seen & {package / "snapshot" / "rows.py"}, "the chunk reader no longer imports snapshot/rows.py"
+    return found
+
+
+def test_the_spark_image_installs_what_executors_import() -> None:
+    # A chunk read task on the compose Spark cluster imports these; a missing one fails every snapshot there.
+    import importlib.metadata
+
+    distributions = importlib.metadata.packages_distributions()
+    needed = {
+        distributions[module][0].lower() for module in executor_imports(EXECUTOR_ENTRY) if module != "pyspark"
+    }
+    installed = {
+        re.split(r"[<>=!~\[ ]", spec.strip('"'), maxsplit=1)[0].lower()
+        for spec in re.findall(
+            r'"[A-Za-z][A-Za-z0-9_.\-]*(?:\[[^\]]*\])?[<>=!~][^"]*"',
+            (DOCKER_DIR / "spark" / "Dockerfile").read_text(),
+        )
+    }
+    assert needed <= installed, f"docker/spark/Dockerfile does not install {sorted(needed - installed)}"
