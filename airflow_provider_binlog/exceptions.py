@@ -37,6 +37,15 @@ class BinlogPurgedError(BinlogError, AirflowFailException):
     """Binlogs the pipeline still needs were purged from the source; a snapshot is needed."""
 
 
+RESNAPSHOT_REMEDY = (
+    "The changes in between are gone: re-snapshot every table of the pipeline, which also moves its "
+    'checkpoint past the gap (trigger binlog_resnapshot with {"mode": "purged", "tables": "<the '
+    'pipeline\'s tables>"}, or BinlogSnapshotOperator(mode="purged")), and raise the source\'s binlog '
+    "retention (binlog_expire_logs_seconds) to at least twice the longest expected outage."
+)
+"""What a :class:`BinlogPurgedError` message tells the user to do."""
+
+
 class UnsupportedEventError(BinlogError, AirflowFailException):
     """The binlog holds an event the extractor cannot decode without losing rows."""
 

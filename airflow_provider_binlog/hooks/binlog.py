@@ -13,7 +13,7 @@ import inspect
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from airflow.sdk import BaseHook
 
 from airflow_provider_binlog.exceptions import (
     BinlogConfigError,
+    BinlogPurgedError,
     SourcePrivilegeError,
     SourceUnreachableError,
 )
@@ -57,6 +58,10 @@ if TYPE_CHECKING:
     from airflow_provider_binlog.source.grants import Grants, PrivilegeReport
 
 log = logging.getLogger(__name__)
+
+_FATAL_READING_BINLOG = 1236
+"""ER_MASTER_FATAL_ERROR_READING_BINLOG (MySQL manual, "Server Error Message Reference"): the source could not
+open the requested file/position, e.g. because it was purged meanwhile."""
 
 MIN_REDACTED_SECRET_LENGTH = 5
 """Secrets shorter than this are not redacted from messages (they would garble them; Airflow's secrets
@@ -757,7 +762,7 @@ class BinlogHook(BaseHook):
     def open_stream(self, start: BinlogPosition, *, server_id: int, **kwargs: Any) -> BinLogStreamReader:
         """Open a non-blocking stream from ``start`` by coordinates with ``server_id``, unchecked.
 
-        For short reads under an id of their own (:mod:`airflow_provider_binlog.monitoring.probes`); pipelines use
+        For short reads under an id of their own (:meth:`probe_stream`); pipelines use
         :meth:`stream_reader`. ``kwargs`` go to ``BinLogStreamReader`` (``only_events``, ...). Its
         connections log in within ``connect_timeout`` (``pymysql_wrapper`` defaults to
         :class:`~airflow_provider_binlog.source.connect.LoginTimeoutConnection`); afterwards the source sends
@@ -787,6 +792,44 @@ class BinlogHook(BaseHook):
             enable_logging=False,
             **kwargs,
         )
+
+    @contextmanager
+    def probe_stream(self, file: str, pos: int, events: Sequence[type]) -> Iterator[BinLogStreamReader]:
+        """Yield a stream of ``events`` from ``file``:``pos`` for :mod:`~airflow_provider_binlog.source.probes`.
+
+        It registers with :func:`~airflow_provider_binlog.source.probes.probe_server_id` of this hook's
+        pipeline and is closed after the block. Errors inside the block leave as the provider's: a denied
+        privilege as :meth:`privilege_error`; ER_MASTER_FATAL_ERROR_READING_BINLOG (1236, MySQL manual,
+        "Server Error Message Reference": the source cannot open the file or position, e.g. purged
+        meanwhile) and :class:`~airflow_provider_binlog.source.probes.BinlogGoneError` as
+        :class:`BinlogPurgedError`; other server errors as :class:`SourceUnreachableError`.
+        """
+        import pymysql
+
+        from airflow_provider_binlog.source.probes import BinlogGoneError, probe_server_id
+
+        stream = self.open_stream(
+            BinlogPosition(file=file, pos=pos),
+            server_id=probe_server_id(self.pipeline),
+            only_events=list(events),
+        )
+        try:
+            yield stream
+        except BinlogGoneError as err:
+            raise BinlogPurgedError(str(err)) from err
+        except pymysql.err.OperationalError as err:
+            code = err.args[0] if err.args else None
+            if code in ACCESS_DENIED_ERRORS:
+                raise self.privilege_error(err, f"read binlog {file} from position {pos}") from err
+            if code == _FATAL_READING_BINLOG:
+                raise BinlogPurgedError(
+                    f"the source cannot serve binlog {file} from position {pos}: {err.args[1]}"
+                ) from err
+            raise SourceUnreachableError(
+                f"binlog probe of {file}:{pos} via {self.binlog_conn_id!r} failed: {err}"
+            ) from err
+        finally:
+            stream.close()
 
 
 def _caller_locals(match: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:

@@ -130,12 +130,12 @@ def measure_lag(
     :param snapshots: the pipeline's snapshot ledger; those ``running`` count as pending since they started.
 
     Reads at most one transaction after the checkpoint
-    (:func:`~airflow_provider_binlog.monitoring.probes.next_commit_at`).
+    (:func:`~airflow_provider_binlog.source.probes.next_commit_at`).
 
     :raises BinlogPurgedError: when binlogs from the checkpoint on are gone (lag is then unbounded).
     :raises SourceUnreachableError: when the source cannot be reached.
     """
-    from airflow_provider_binlog.monitoring.probes import next_commit_at
+    from airflow_provider_binlog.source.probes import next_commit_at
 
     check_retained(server, checkpoint, pipeline)
     head = server.head or checkpoint

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pendulum
 
-from airflow_provider_binlog.exceptions import BinlogPurgedError
+from airflow_provider_binlog.exceptions import RESNAPSHOT_REMEDY, BinlogPurgedError
 from airflow_provider_binlog.source.gtid import GtidSet
 from airflow_provider_binlog.source.positions import BinlogPosition, file_index
 from airflow_provider_binlog.source.server import RetentionPolicy, rds_retention_hours, retention_policy
@@ -25,13 +25,6 @@ if TYPE_CHECKING:
     from airflow_provider_binlog.monitoring.snapshot_estimate import SnapshotEstimate
     from airflow_provider_binlog.source.flavor import PurgedGtids
     from airflow_provider_binlog.source.server import ServerState
-
-RESNAPSHOT_REMEDY = (
-    "The changes in between are gone: re-snapshot every table of the pipeline, which also moves its "
-    'checkpoint past the gap (trigger binlog_resnapshot with {"mode": "purged", "tables": "<the '
-    'pipeline\'s tables>"}, or BinlogSnapshotOperator(mode="purged")), and raise the source\'s binlog '
-    "retention (binlog_expire_logs_seconds) to at least twice the longest expected outage."
-)
 
 
 def binlog_bytes_between(files: list[tuple[str, int]], start: BinlogPosition, end: BinlogPosition) -> int:
@@ -206,13 +199,13 @@ def assess_retention(
     :param snapshot: the time its pending snapshots still need (see :class:`RetentionReport`).
 
     Reads the RDS retention setting and the oldest file's GTID list (MariaDB) over SQL, and the time
-    the next file was opened (:func:`~airflow_provider_binlog.monitoring.probes.file_opened_at`) over the
+    the next file was opened (:func:`~airflow_provider_binlog.source.probes.file_opened_at`) over the
     replication protocol.
 
     :raises BinlogConfigError: on a refused login or missing grant.
     :raises SourceUnreachableError: when the source cannot be reached.
     """
-    from airflow_provider_binlog.monitoring.probes import file_opened_at
+    from airflow_provider_binlog.source.probes import file_opened_at
 
     with hook.cursor() as cur:
         policy = retention_policy(server.variables, rds_retention_hours(cur))
@@ -296,17 +289,3 @@ def purge_risk_verdict(report: RetentionReport, min_headroom_seconds: float) -> 
         f"still has {report.bytes_to_read} bytes of binlog to read. Catch the pipeline up (run or unpause its "
         f"CDC DAG) or raise {report.policy.setting} to at least twice the longest expected outage."
     )
-
-
-def nothing_purged(hook: BinlogHook, server: ServerState) -> bool:
-    """Return True when no transaction was ever logged before the oldest binlog the source still has.
-
-    The purged GTIDs (:meth:`~airflow_provider_binlog.source.flavor.SourceFlavor.purged_gtids`: MySQL
-    ``@@gtid_purged`` with GTIDs on, MariaDB the oldest file's GTID list) are empty; when they cannot be
-    known, the oldest file is the first one (index 1) the server wrote.
-    """
-    with hook.cursor() as cur:
-        purged = server.strategy.purged_gtids(server.variables, server.oldest_file, cur)
-    if purged is not None:
-        return not purged.gtids
-    return bool(server.binlog_files) and file_index(server.binlog_files[0][0]) == 1

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import pendulum
 
 from airflow_provider_binlog.exceptions import (
+    RESNAPSHOT_REMEDY,
     BinlogConfigError,
     BinlogPurgedError,
     PipelineBusyError,
@@ -33,6 +34,8 @@ from airflow_provider_binlog.exceptions import (
 from airflow_provider_binlog.pipeline.ledger import Checkpoint, PipelineState, Position, Window, now_iso
 from airflow_provider_binlog.pipeline.runs import HolderState, has_ended, never_ended
 from airflow_provider_binlog.source.positions import BinlogPosition
+from airflow_provider_binlog.source.probes import file_opened_at, scan_to
+from airflow_provider_binlog.source.server import nothing_purged
 
 if TYPE_CHECKING:
     from airflow_provider_binlog.hooks.binlog import BinlogHook
@@ -279,8 +282,6 @@ def boundary_at(hook: BinlogHook, server: ServerState, moment: pendulum.DateTime
         MySQL has no SQL function for it, so there the GTID set is left empty).
     :raises BinlogPurgedError: when the binlogs holding ``moment`` were purged.
     """
-    from airflow_provider_binlog.monitoring.probes import scan_to
-
     boundary = scan_to(hook, _file_holding(hook, server, moment), moment)
     with hook.cursor() as cur:
         gtids = server.strategy.gtid_at(cur, boundary.file, boundary.pos)
@@ -292,16 +293,14 @@ def _file_holding(hook: BinlogHook, server: ServerState, moment: pendulum.DateTi
 
     :raises BinlogPurgedError: when the oldest file was opened after ``moment`` and older ones existed.
     """
-    from airflow_provider_binlog.monitoring.probes import file_opened_at
-    from airflow_provider_binlog.monitoring.retention import RESNAPSHOT_REMEDY, nothing_purged
-
     names = [name for name, _ in server.binlog_files]
     if not names:
         raise BinlogPurgedError("the source lists no binary logs")
     oldest_opened = file_opened_at(hook, names[0])
     if oldest_opened > moment:
-        if nothing_purged(hook, server):
-            return names[0]
+        with hook.cursor() as cur:
+            if nothing_purged(server, cur):
+                return names[0]
         raise BinlogPurgedError(
             f"the binlogs holding {moment.isoformat()} were purged: the oldest binlog left, {names[0]}, was "
             f"opened at {oldest_opened.isoformat()}. {RESNAPSHOT_REMEDY}"

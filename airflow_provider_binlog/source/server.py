@@ -18,7 +18,7 @@ from typing import Any
 from airflow_provider_binlog.source.config import SERVER_ID_BASE, SERVER_ID_SPAN
 from airflow_provider_binlog.source.findings import Finding, Outcome
 from airflow_provider_binlog.source.flavor import ER_NO_BINARY_LOGGING, SourceFlavor, flavor_named
-from airflow_provider_binlog.source.positions import BinlogPosition
+from airflow_provider_binlog.source.positions import BinlogPosition, file_index
 
 
 def derive_server_id(pipeline: str) -> int:
@@ -299,3 +299,16 @@ def retention_finding(policy: RetentionPolicy) -> Finding:
         Outcome.NOTE,
         "keep it at least twice the longest outage a pipeline must survive" + notes,
     )
+
+
+def nothing_purged(server: ServerState, cur: Any) -> bool:
+    """Return True when no transaction was ever logged before the oldest binlog the source still has.
+
+    The purged GTIDs (:meth:`~airflow_provider_binlog.source.flavor.SourceFlavor.purged_gtids`: MySQL
+    ``@@gtid_purged`` with GTIDs on, MariaDB the oldest file's GTID list) are empty; when they cannot be
+    known, the oldest file is the first one (index 1) the server wrote.
+    """
+    purged = server.strategy.purged_gtids(server.variables, server.oldest_file, cur)
+    if purged is not None:
+        return not purged.gtids
+    return bool(server.binlog_files) and file_index(server.binlog_files[0][0]) == 1

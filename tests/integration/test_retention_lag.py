@@ -179,8 +179,8 @@ def test_probes_never_end_a_group_at_a_statement_based_dml(hook: BinlogHook, ser
     # A statement-based transaction is BEGIN, the DML's query event (its statement's start time) and the
     # Xid (the COMMIT's start time). The probes classify query events like the reader (source.sql): the DML
     # lies inside the group, so neither the commit time nor an interval cut is taken from it.
-    from airflow_provider_binlog.monitoring.probes import next_commit_at
     from airflow_provider_binlog.pipeline.windows import boundary_at
+    from airflow_provider_binlog.source.probes import next_commit_at
 
     # A transaction right before, so the boundary before the statement-based one is its end and not the
     # start of a binlog file an earlier test just rotated to (both are the same point of the stream).

@@ -13,9 +13,9 @@ from airflow_provider_binlog.exceptions import SourcePrivilegeError
 from airflow_provider_binlog.extract.reader import TableTarget
 from airflow_provider_binlog.extract.window import extract_window
 from airflow_provider_binlog.hooks.binlog import BinlogHook
-from airflow_provider_binlog.monitoring.probes import file_opened_at
 from airflow_provider_binlog.pipeline.ledger import Position, Window, now_iso
 from airflow_provider_binlog.pipeline.staging import window_path
+from airflow_provider_binlog.source.probes import file_opened_at
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
 pytestmark = pytest.mark.integration
