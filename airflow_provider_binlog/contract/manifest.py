@@ -50,6 +50,15 @@ class ManifestMissingError(ManifestError):
     """A staged folder has no manifest: it is not staged completely."""
 
 
+def only_markers(markers: int, rows: int) -> bool:
+    """Return whether a table's ``rows`` staged rows are all truncate markers (``markers`` of them, > 0).
+
+    Such a table stages no data column, and its source table may be gone: it merges by its Delta table's
+    own key (``docs/adr/0015-truncate-marker.md``).
+    """
+    return 0 < markers == rows
+
+
 @dataclass(frozen=True)
 class TableEntry:
     """One table of a manifest.
@@ -73,8 +82,8 @@ class TableEntry:
 
     @property
     def markers_only(self) -> bool:
-        """Return whether every staged row is a truncate marker (no data column; the table may be gone)."""
-        return 0 < self.ops.get(OP_TRUNCATE, 0) == self.rows
+        """Return whether every staged row is a truncate marker (:func:`only_markers`)."""
+        return only_markers(self.ops.get(OP_TRUNCATE, 0), self.rows)
 
     def to_json(self) -> dict[str, Any]:
         """Return the entry's JSON object."""

@@ -23,7 +23,7 @@ from airflow_provider_binlog.contract.columns import (
     REQUIRED_CHANGE_COLUMNS,
 )
 from airflow_provider_binlog.contract.keys import resolve_keys
-from airflow_provider_binlog.contract.manifest import Manifest, require_manifest
+from airflow_provider_binlog.contract.manifest import Manifest, only_markers, require_manifest
 from airflow_provider_binlog.contract.manifest import has_changes as stages_changes
 from airflow_provider_binlog.contract.types import (
     ARROW_TYPE_KEY,
@@ -64,8 +64,12 @@ class StagedTable:
 
     @property
     def markers_only(self) -> bool:
-        """Return whether every staged row is a truncate marker (no data column, maybe no source table)."""
-        return 0 < self.markers == self.rows
+        """Return whether every staged row is a truncate marker (:func:`~airflow_provider_binlog.contract.manifest.only_markers`).
+
+        Cascades add rows to a table (:mod:`~airflow_provider_binlog.jobs.merge.cascades`), so this counts
+        :attr:`rows` with theirs, not the manifest's entry.
+        """
+        return only_markers(self.markers, self.rows)
 
 
 @dataclass(frozen=True)
