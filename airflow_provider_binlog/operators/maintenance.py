@@ -101,7 +101,7 @@ class BinlogMaintenanceOperator(BaseOperator):
         from airflow_provider_binlog.pipeline.storage import storage_options_for
         from airflow_provider_binlog.target import table_uri, target_root
 
-        self.storage_options = storage_options_for(self.staging_conn_id, self.storage_options)
+        options = storage_options_for(self.staging_conn_id, self.storage_options)
 
         state = StateManager(self.pipeline).load()
         if state is None:
@@ -125,16 +125,14 @@ class BinlogMaintenanceOperator(BaseOperator):
         for table in state.target_tables:
             if self.compact:
                 uri = table_uri(self.target_path, table)
-                compacted[table] = compact_table(
-                    uri, dry_run=self.report_only, storage_options=self.storage_options
-                )
+                compacted[table] = compact_table(uri, dry_run=self.report_only, storage_options=options)
                 if not self.report_only:
-                    checkpoint_table(uri, storage_options=self.storage_options)
+                    checkpoint_table(uri, storage_options=options)
             tables[table] = vacuum_table(
                 table_uri(self.target_path, table),
                 retention_hours=self.target_retention_hours,
                 dry_run=self.report_only,
-                storage_options=self.storage_options,
+                storage_options=options,
             )
         target_files = sum(f.files for f in tables.values())
         target_bytes = sum(f.bytes for f in tables.values())
