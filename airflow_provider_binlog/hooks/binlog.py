@@ -2,18 +2,15 @@
 
 The hook is the Airflow face of :mod:`airflow_provider_binlog.source`: it resolves the connection, turns the
 server's errors into the provider's exceptions (naming the connection, the address and the fix), and
-composes the source's findings into validation errors and the connection Test's report. It is longer than
-500 lines because those messages are its job and each is documented where it is written; the logic it
-uses lives in ``source/``.
+composes the source's findings into validation errors (the connection Test's report is in
+:mod:`~airflow_provider_binlog.hooks.connection_report`). It is longer than 500 lines because those messages
+are its job and each is documented where it is written; the logic it uses lives in ``source/``.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
-import os
-import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -27,15 +24,12 @@ from airflow_provider_binlog.exceptions import (
 )
 from airflow_provider_binlog.get_provider_info import CONN_TYPE, HOOK_NAME, ui_field_behaviour
 from airflow_provider_binlog.source.config import (
-    SERVER_ID_BASE,
     SERVER_ID_MAX,
     SERVER_ID_MIN,
-    SERVER_ID_SPAN,
     STREAM_TIMEOUT_HEARTBEATS,
     SourceExtras,
     parse_extras,
 )
-from airflow_provider_binlog.source.findings import Finding, Outcome
 from airflow_provider_binlog.source.flavor import ReplicaHost, SourceFlavor, flavor_named, flavor_of_version
 from airflow_provider_binlog.source.grants import ACCESS_DENIED_ERRORS
 from airflow_provider_binlog.source.positions import BinlogPosition
@@ -43,10 +37,7 @@ from airflow_provider_binlog.source.schema import TableInfo, base_tables, table_
 from airflow_provider_binlog.source.server import (
     ServerState,
     derive_server_id,
-    rds_retention_hours,
     read_server_state,
-    retention_finding,
-    retention_policy,
     setting_findings,
 )
 
@@ -149,7 +140,7 @@ class BinlogHook(BaseHook):
         configured = self.extras().server_id
         return derive_server_id(self.pipeline) if configured is None else configured
 
-    def _server_id_origin(self) -> str:
+    def server_id_origin(self) -> str:
         """Return where :attr:`server_id` comes from, for messages."""
         if self.extras().server_id is not None:
             return f"set by the extra of connection {self.connection_label()}"
@@ -160,47 +151,17 @@ class BinlogHook(BaseHook):
 
         Airflow's API (the UI's Test button) tests a connection under a random temporary id, exported as
         ``AIRFLOW_CONN_<ID>`` for the test's duration, which means nothing to the user. During such a test
-        the label names the id the request was made for (:meth:`_requested_connection_id`), or says the id
+        the label names the id the request was made for (:func:`~airflow_provider_binlog.hooks.connection_report.requested_connection_id`), or says the id
         is temporary when that cannot be known.
         """
-        requested = self._requested_connection_id()
+        from airflow_provider_binlog.hooks.connection_report import requested_connection_id
+
+        requested = requested_connection_id(self)
         if requested is None or requested == self.binlog_conn_id:
             return repr(self.binlog_conn_id)
         if requested:
             return repr(requested)
         return f"being tested (Airflow's temporary id {self.binlog_conn_id!r}; use the id you save it under)"
-
-    def _requested_connection_id(self) -> str | None:
-        """Return the id an API connection test was requested for; None outside one, "" when unknown.
-
-        Airflow 3's ``POST /api/v2/connections/test`` (``routes/public/connections.py``,
-        ``test_connection``) holds the request body ``test_body`` (whose ``connection_id`` is the id the
-        user typed) and the ``transient_conn_id`` it tests under, and calls ``Connection.test_connection``
-        and so this hook in the same thread: the caller's frame is found by those two local names. Only
-        looked for while :meth:`test_connection` runs.
-        """
-        if not self.testing_connection:
-            return None
-        caller = _caller_locals(
-            lambda names: names.get("transient_conn_id") == self.binlog_conn_id and "test_body" in names
-        )
-        if caller is not None:
-            return str(getattr(caller["test_body"], "connection_id", "") or "")
-        temporary = re.fullmatch(r"[A-Za-z0-9]{8}", self.binlog_conn_id)
-        if temporary and f"AIRFLOW_CONN_{self.binlog_conn_id.upper()}" in os.environ:
-            return ""  # the shape and the environment variable of a transient id, without the caller's frame
-        return None
-
-    def _tested_by_the_cli(self) -> bool:
-        """Return True when ``airflow connections test`` runs this test.
-
-        That command (``cli/commands/connection_command.py``, ``connections_test``, whose ``args.conn_id``
-        is this connection) prints the message only on failure and silences logging unless ``--verbose``.
-        """
-        caller = _caller_locals(
-            lambda names: "args" in names and getattr(names["args"], "conn_id", None) == self.binlog_conn_id
-        )
-        return caller is not None and not getattr(caller["args"], "verbose", False)
 
     testing_connection = False
     """True while :meth:`test_connection` runs (set by it)."""
@@ -394,7 +355,7 @@ class BinlogHook(BaseHook):
             else f"Grant {account} the privilege the message names."
         )
         return SourcePrivilegeError(
-            self._redacted(
+            self.redacted(
                 f"the source {where} refused to let {account} {action} (connection {self.connection_label()}): "
                 f"{err}. {advice}\nA retry cannot succeed before that, so the task fails without retrying."
             )
@@ -509,23 +470,23 @@ class BinlogHook(BaseHook):
         :raises BinlogConfigError: naming the colliding server and the fix.
         """
         server_id = self.server_id
-        source_id, replicas = self._taken_server_ids()
+        source_id, replicas = self.taken_server_ids()
         taken = [source_id, *(r.server_id for r in replicas or [])]
         if server_id == source_id:
             raise BinlogConfigError(
-                f"server_id {server_id} ({self._server_id_origin()}) is the source's own @@server_id: "
+                f"server_id {server_id} ({self.server_id_origin()}) is the source's own @@server_id: "
                 f"every server and replica of a topology needs its own id. {self._server_id_fix(taken)}"
             )
         clashes = [r for r in replicas or [] if r.server_id == server_id]
         if clashes:
             raise BinlogConfigError(
-                f"server_id {server_id} ({self._server_id_origin()}) is already used by the replica "
+                f"server_id {server_id} ({self.server_id_origin()}) is already used by the replica "
                 f"{clashes[0]} registered with the source: the source keeps one binlog dump per server_id "
                 f"and would disconnect one of the two. {self._server_id_fix(taken)}"
             )
         return replicas
 
-    def _taken_server_ids(self) -> tuple[int, list[ReplicaHost] | None]:
+    def taken_server_ids(self) -> tuple[int, list[ReplicaHost] | None]:
         """Return the source's ``@@server_id`` and its registered replicas (None: the user may not list them)."""
         import pymysql
 
@@ -552,7 +513,7 @@ class BinlogHook(BaseHook):
 
         The report is returned (the UI and the API show it) and logged at INFO. ``airflow connections
         test`` prints a returned message only on failure and silences logs without ``--verbose``, so under
-        that command a successful report is printed too (:meth:`_tested_by_the_cli`). Testing is off in
+        that command a successful report is printed too (:func:`~airflow_provider_binlog.hooks.connection_report.tested_by_the_cli`). Testing is off in
         Airflow by default; ``[core] test_connection = Enabled`` (``AIRFLOW__CORE__TEST_CONNECTION=Enabled``)
         turns it on for the UI, the API and the CLI.
 
@@ -565,142 +526,19 @@ class BinlogHook(BaseHook):
             keeps line breaks or not); ``ok`` is False when any line is WRONG or the server cannot be
             reached. Secrets never appear in it.
         """
+        from airflow_provider_binlog.hooks.connection_report import connection_report, tested_by_the_cli
+
         self.testing_connection = True
         try:
-            ok, message = self._test_report()
+            ok, message = connection_report(self)
         finally:
             self.testing_connection = False
         log.info("connection test:\n%s", message)
-        if ok and self._tested_by_the_cli():
+        if ok and tested_by_the_cli(self):
             print(message.replace(";\n", "\n"))  # the CLI shows nothing else of a successful test
         return ok, message
 
-    def _test_report(self) -> tuple[bool, str]:
-        try:
-            report = self.check_privileges()
-        except Exception as err:  # the errors name the connection, the address and what to do
-            return False, self._redacted(str(err))
-        state: ServerState | None = None
-        try:
-            state = self.server_state()
-        except SourcePrivilegeError as err:
-            findings = [self._refusal_finding(err, report)]
-        except Exception as err:
-            return False, self._redacted(f"connection {self.connection_label()}: {err}")
-        else:
-            with self.cursor() as cur:
-                policy = retention_policy(state.variables, rds_retention_hours(cur))
-            findings = [
-                *setting_findings(state),
-                retention_finding(policy),
-                self._server_id_finding(state, report.grants),
-            ]
-        findings += report.findings()
-        ok = not any(f.wrong for f in findings)
-        settings = self.connection_settings()
-        verdict = (
-            "usable as a CDC source" if ok else "NOT usable as a CDC source; fix the settings marked WRONG"
-        )
-        header = (
-            f"{report.flavor} {report.version} (connection {self.connection_label()}) at "
-            f"{settings['host']}:{settings['port']}: {verdict}"
-        )
-        head = state.head if state else None
-        footer = f"head={head.file}:{head.pos} gtid={head.gtid_set or 'none'}" if head else "head=none"
-        return ok, self._redacted(";\n".join([header, *map(str, findings), footer]))
-
-    @staticmethod
-    def _refusal_finding(err: SourcePrivilegeError, report: PrivilegeReport) -> Finding:
-        """Return the finding for a server that refused to show its binlog state (a grants finding, not the raw error).
-
-        With privileges marked missing the settings were simply not checked; otherwise ``SHOW GRANTS``
-        looked complete but the server still refused, and the finding carries its message and the
-        ``GRANT`` for the privilege it names (:func:`~airflow_provider_binlog.source.grants.fix_from_error`).
-        """
-        from airflow_provider_binlog.source.grants import fix_from_error
-
-        if report.missing:
-            return Finding(
-                "settings", "?", Outcome.NOT_CHECKED, "reading them needs the privileges marked WRONG"
-            )
-        cause = err.__cause__
-        text = str(cause.args[1]) if cause is not None and len(cause.args) > 1 else str(err)
-        fix = fix_from_error(text, report.grants.account)
-        return Finding(
-            "settings",
-            "?",
-            Outcome.WRONG,
-            f"not checked: the source refused to show its binlog state although SHOW GRANTS lists what the "
-            f"pipeline needs ({text})",
-            f"run {fix.rstrip(';')}"
-            if fix
-            else f"grant {report.grants.account} the privilege the message names",
-        )
-
-    def _server_id_finding(self, state: ServerState, grants: Grants) -> Finding:
-        """Return the verdict on the ``server_id`` of the pipelines using this connection.
-
-        With the extra ``server_id``, or a hook made for a pipeline, that id is checked
-        (:meth:`check_server_id`). Otherwise (the connection Test, which knows no pipeline) each pipeline
-        derives its own id from its name, and the finding explains that and checks the derived range
-        against the ids in use.
-        """
-        source_id = state.variables.get("server_id", "?")
-        if self.extras().server_id is None and not self.pipeline_given:
-            return self._derived_server_id_finding(source_id, grants)
-        try:
-            replicas = self.check_server_id()
-        except BinlogConfigError as err:
-            return Finding("server_id", str(self.server_id), Outcome.WRONG, str(err))
-        value = f"{self.server_id} ({self._server_id_origin()}; the source's is {source_id})"
-        if replicas is None:
-            return self._unlisted_replicas_finding(value, grants)
-        ids = ", ".join(str(r.server_id) for r in replicas) or "none"
-        return Finding("server_id", value, Outcome.OK, f"no registered replica uses it (registered: {ids})")
-
-    def _derived_server_id_finding(self, source_id: str, grants: Grants) -> Finding:
-        """Return the finding for a connection without the extra ``server_id`` tested outside any pipeline."""
-        example = "binlog_cdc"
-        value = (
-            f"derived per pipeline: {SERVER_ID_BASE} + crc32(pipeline name) % {SERVER_ID_SPAN}, e.g. "
-            f"{derive_server_id(example)} for pipeline {example!r} (the example DAG's default); the source's is "
-            f"{source_id}"
-        )
-        _, replicas = self._taken_server_ids()
-        if replicas is None:
-            return self._unlisted_replicas_finding(value, grants)
-        inside = [r for r in replicas if SERVER_ID_BASE <= r.server_id < SERVER_ID_BASE + SERVER_ID_SPAN]
-        if inside:
-            names = ", ".join(map(str, inside))
-            return Finding(
-                "server_id",
-                value,
-                Outcome.NOTE,
-                f"the registered replica(s) {names} use ids in the derived range, so a pipeline whose name "
-                "derives the same id would clash (each extract checks its id and fails naming the clash)",
-                "set the extra server_id to an unused id if that happens",
-            )
-        ids = ", ".join(str(r.server_id) for r in replicas) or "none"
-        return Finding(
-            "server_id",
-            value,
-            Outcome.OK,
-            f"no registered replica uses an id in the derived range (registered: {ids}); each extract task "
-            "checks its pipeline's id again before it streams",
-        )
-
-    @staticmethod
-    def _unlisted_replicas_finding(value: str, grants: Grants) -> Finding:
-        privilege = grants.privileges.list_replicas
-        return Finding(
-            "server_id",
-            value,
-            Outcome.NOTE,
-            "not checked against replicas: the user may not list them",
-            f"grant {privilege} to check: {grants.list_replicas_fix().rstrip(';')}",
-        )
-
-    def _redacted(self, text: str) -> str:
+    def redacted(self, text: str) -> str:
         """Return ``text`` with the connection's password and TLS key password replaced by ``***``."""
         settings = self._settings or {}
         secrets = (settings.get("passwd"), (settings.get("ssl") or {}).get("password"))
@@ -830,13 +668,3 @@ class BinlogHook(BaseHook):
             ) from err
         finally:
             stream.close()
-
-
-def _caller_locals(match: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
-    """Return the local names of the nearest calling frame for which ``match`` is true (None: no such frame)."""
-    frame = inspect.currentframe()
-    while frame is not None:
-        if match(frame.f_locals):
-            return frame.f_locals
-        frame = frame.f_back
-    return None
