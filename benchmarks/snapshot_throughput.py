@@ -166,15 +166,12 @@ def read_again(
 
 def run_ours(server: Any, workdir: Path, chunk_rows: int, connections: int) -> dict[str, Any]:
     """Start local Spark, plan and run the snapshot; return timings, manifest stats and Spark counts."""
-    import pymysql
     from pyspark.sql import SparkSession
 
     from airflow_provider_binlog.contract.manifest import MANIFEST_NAME
     from airflow_provider_binlog.contract.types import SPARK_SQL_CONF
-    from airflow_provider_binlog.contract.uris import write_json
     from airflow_provider_binlog.jobs.snapshot import run_snapshot
-    from airflow_provider_binlog.snapshot.plan import PLAN_NAME, plan_snapshot
-    from airflow_provider_binlog.source.flavor import MARIADB
+    from airflow_provider_binlog.testing.snapshots import write_plan
 
     os.environ["PYSPARK_PYTHON"] = sys.executable  # Python workers run this interpreter, as the operators do
     started = time.monotonic()
@@ -191,24 +188,14 @@ def run_ours(server: Any, workdir: Path, chunk_rows: int, connections: int) -> d
         snapshot_uri = f"file://{snapshot_dir}"  # not Path.as_uri(): Spark would not unquote "%3D"
         target = str(workdir / "target")
         started = time.monotonic()
-        conn = pymysql.connect(**server.connection_kwargs())
-        try:
-            with conn.cursor() as cur:
-                head = MARIADB.read_head(cur)
-                assert head is not None
-                plan = plan_snapshot(
-                    cur,
-                    pipeline=PIPELINE,
-                    seq=1,
-                    run_id="bench",
-                    flavor="mariadb",
-                    start=head.to_dict(),
-                    keys={f"{DB}.{TABLE}": ["id"]},
-                    chunk_rows=chunk_rows,
-                )
-        finally:
-            conn.close()
-        write_json(f"{snapshot_uri}/{PLAN_NAME}", plan)
+        plan = write_plan(
+            server.connection_kwargs(),
+            snapshot_uri,
+            pipeline=PIPELINE,
+            keys={f"{DB}.{TABLE}": ["id"]},
+            run_id="bench",
+            chunk_rows=chunk_rows,
+        )
         plan_seconds = time.monotonic() - started
         before = spark_tasks(spark)
         started = time.monotonic()
