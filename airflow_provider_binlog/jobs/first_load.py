@@ -11,9 +11,11 @@ that follows (:func:`~airflow_provider_binlog.jobs.merge.job.merge_window`) skip
 merged and merges the others.
 
 A table stays on the merge path when the shortcut is not exactly equivalent: the table has rows or history
-(a re-snapshot replaces rows and leaves tombstones), the snapshot read no row of it, a key column is a string,
-binary or floating type (the source's collation may order keys differently from Parquet's byte order), a key
-repeats or is null (a Spark task refuses the table), or another writer committed to the table meanwhile.
+(a re-snapshot replaces rows and leaves tombstones), the snapshot read no row of it, a Spark task finds a key
+null or not strictly increasing in the order Parquet statistics and Spark compare values (a named key that
+repeats, or strings the source's collation orders otherwise than their bytes: ``'b' < 'C'``), or another
+writer committed to the table meanwhile. The tasks check the key over every run and across runs, so a table
+that passes is in the order the merge would write.
 """
 
 from __future__ import annotations
@@ -61,16 +63,6 @@ FIRST_LOAD_KEY = "binlog.first_load"
 """Commit info key set on a first load's commit (and in the table's summary entry)."""
 
 
-def ordered_alike(t: pa.DataType) -> bool:
-    """Return whether the source orders values of stored type ``t`` as Parquet statistics and Spark do.
-
-    Integers (unsigned ones stored as wider integers or ``decimal(20,0)``), decimals, dates, timestamps and
-    TIME (stored as ``int64``) compare numerically everywhere; strings and binary compare by collation on
-    the source but by bytes in Parquet, and floats have signed zeros.
-    """
-    return pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_date(t) or pa.types.is_timestamp(t)
-
-
 def _fresh_table(dt: DeltaTable | None, schema: pa.Schema, keys: list[str], pipeline: str, name: str) -> bool:
     """Return whether a table is absent, or was created with this schema and key and nothing since."""
     if dt is None:
@@ -113,11 +105,6 @@ def _candidates(
         staged_schema = read_staged_schema(staged, pipeline=pipeline, storage_options=storage_options)
         schema = target_schema(staged_schema, staged.columns)
         key = list(keys[staged.name])
-        if not all(k in schema.names and ordered_alike(schema.field(k).type) for k in key):
-            log.info(
-                "%s: the key %s is merged (its type may sort differently on the source)", staged.name, key
-            )
-            continue
         uri = table_uri(target, staged.name)
         if not _fresh_table(open_table(uri, storage_options), schema, key, pipeline, staged.name):
             continue
