@@ -3,14 +3,17 @@
 A snapshot's chunks are disjoint key ranges read in key order (``ORDER BY`` the key, chunks planned by
 walking it), so for a table the target does not hold yet, the merge's shuffle (newest change per key) and
 range-partitioned write (sorted by key) would only put the rows back in the order they already have. The
-driver (:mod:`airflow_provider_binlog.jobs.first_load`) cuts the chunks into runs of consecutive chunks, one
-run per target file (:func:`group_chunks`); a Spark task streams each run's chunk files into one data file of
-the table's schema (:func:`write_target_file`): the columns cast to their storage types and
-``_binlog_deleted = false``, as ``conform_changes`` gives them to the merge. The task checks that the key
-strictly increases over the run (from the last row of the run before) and has no null: if not (a named key that repeats, a key the source orders
-differently), it raises :class:`FirstLoadRefused` and the driver merges the table the usual way.
+driver (:mod:`airflow_provider_binlog.jobs.first_load`) cuts the chunks' rows, in key order, into runs of the
+table's rows per file, one run per target file (:func:`plan_runs`); a Spark task streams each run's rows from
+the chunk files into one data file of the table's schema (:func:`write_run`): the columns cast to their
+storage types and ``_binlog_deleted = false``, as ``conform_changes`` gives them to the merge. The task checks
+that the key has no null and strictly increases over the run, from the last row of the run before, in the
+order Parquet statistics and Spark compare values: if not (a named key that repeats, strings the source's
+collation orders otherwise than their bytes), the table is refused (:class:`FirstLoadRefused`) and the driver
+merges it the usual way.
 
-Imports nothing from Airflow or Spark: it runs in Spark's Python workers (``docs/adr/0026-first-load-without-a-shuffle.md``).
+Imports nothing from Airflow or Spark: it runs in Spark's Python workers
+(``docs/adr/0026-first-load-without-a-shuffle.md``).
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ _WRITTEN = pa.schema(
 
 
 class FirstLoadRefused(Exception):
-    """The chunks of a table are not in strictly increasing key order: the table needs the merge path."""
+    """A table's staged rows are not in strictly increasing key order, or a key is null: it needs the merge."""
 
 
 @dataclass(frozen=True)
