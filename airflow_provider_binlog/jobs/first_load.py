@@ -4,9 +4,9 @@ For a table the target does not hold yet (no Delta table, or one with nothing co
 merging a snapshot gives its rows in key order, ``_binlog_deleted = false``, cut into files of the table's
 target size with exact key ranges (``apply_window`` has no current rows to compare with, and every key is in
 one chunk). The chunks already hold the rows in key order, so :func:`load_first` writes the files directly:
-one Spark task per target file, reading its rows from the chunk files (:mod:`airflow_provider_binlog.snapshot.first_load`), no
-shuffle, then the driver validates the footers and commits the files with the snapshot's app transactions
-in one delta-rs commit, as the merge does (``docs/adr/0026-first-load-without-a-shuffle.md``). The merge
+one Spark task per target file, reading its rows from the chunk files
+(:mod:`airflow_provider_binlog.snapshot.first_load`), no shuffle; then the driver validates the footers and
+commits the files with the snapshot's app transactions in one delta-rs commit, as the merge does (``docs/adr/0026-first-load-without-a-shuffle.md``). The merge
 that follows (:func:`~airflow_provider_binlog.jobs.merge.job.merge_window`) skips these tables as already
 merged and merges the others.
 
