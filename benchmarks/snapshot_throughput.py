@@ -9,14 +9,18 @@ enough to hold it and the source checksum query warms it before either reader ru
   over TCP into a file (what an operator would run for a one-off copy), ``--dump-runs`` times; the
   fastest run is the yardstick;
 - **ours**: ``plan_snapshot`` (the key walk that finds chunk bounds), then ``run_snapshot``: chunks
-  read by ``--connections`` Spark tasks into zstd Parquet, then the Delta merge. The read phase is the
-  manifest's ``read_seconds``; end to end is plan + read + merge (the Spark session start is reported
-  apart). The Spark tasks the whole application ran come from ``SparkContext.statusTracker()``.
+  read by ``--connections`` Spark tasks into zstd Parquet, then written into the Delta table (a first load
+  without a merge, ADR 0026). The read phase is the manifest's ``read_seconds``; end to end is plan + read +
+  write (the Spark session start is reported apart). ``--spark local`` starts a ``local[2]`` application (the
+  snapshot is its first Python job: cold); ``--spark connect`` a local Spark Connect server that runs one
+  no-op Python job first, as a long-lived server has (warm). With ``local`` the Spark tasks the application
+  ran come from ``SparkContext.statusTracker()``.
 
 The target is then checked against the source (row count, distinct ids, sums and a CRC32 of every row);
 the script exits non-zero when they differ.
 
-    .venv/bin/python benchmarks/snapshot_throughput.py [--rows 1000000] [--connections 2] [--dump-runs 3] [--write-docs]
+    .venv/bin/python benchmarks/snapshot_throughput.py [--rows 1000000] [--connections 2] [--dump-runs 3]
+        [--spark local|connect] [--write-docs]
 """
 
 from __future__ import annotations
@@ -164,26 +168,56 @@ def read_again(
     return seconds
 
 
-def run_ours(server: Any, workdir: Path, chunk_rows: int, connections: int) -> dict[str, Any]:
-    """Start local Spark, plan and run the snapshot; return timings, manifest stats and Spark counts."""
-    import pymysql
+def local_session() -> tuple[Any, Any]:
+    """Start a ``local[2]`` Spark application in this process; return (session, its stop function)."""
     from pyspark.sql import SparkSession
 
-    from airflow_provider_binlog.contract.manifest import MANIFEST_NAME
     from airflow_provider_binlog.contract.types import SPARK_SQL_CONF
-    from airflow_provider_binlog.contract.uris import write_json
-    from airflow_provider_binlog.jobs.snapshot import run_snapshot
-    from airflow_provider_binlog.snapshot.plan import PLAN_NAME, plan_snapshot
-    from airflow_provider_binlog.source.flavor import MARIADB
 
     os.environ["PYSPARK_PYTHON"] = sys.executable  # Python workers run this interpreter, as the operators do
-    started = time.monotonic()
     builder: Any = SparkSession.builder.master("local[2]").appName("bench-snapshot")
     builder = builder.config("spark.ui.enabled", "false")
     for key, value in SPARK_SQL_CONF.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    return spark, spark.stop
+
+
+def connect_session() -> tuple[Any, Any]:
+    """Start a local Spark Connect server (``local[2]``) and open a client session; return (session, stop).
+
+    A long-lived server has run Python jobs before: one no-op ``mapInArrow`` job starts its Python workers
+    before the snapshot (its seconds are logged, not counted).
+    """
+    from pyspark.sql import SparkSession
+
+    from airflow_provider_binlog.contract.types import SPARK_SQL_CONF
+    from airflow_provider_binlog.testing.spark_connect import LocalSparkConnect
+
+    server = LocalSparkConnect(cores=2).start()
+    spark = SparkSession.builder.remote(server.url).getOrCreate()
+    for key, value in SPARK_SQL_CONF.items():
+        spark.conf.set(key, value)
+    started = time.monotonic()
+    spark.range(0, 2, 1, 2).mapInArrow(lambda batches: batches, "id long").collect()
+    logging.info("Spark Connect: first Python job (no-op mapInArrow) %.1f s", time.monotonic() - started)
+
+    def stop() -> None:
+        spark.stop()
+        server.stop()
+
+    return spark, stop
+
+
+def run_ours(server: Any, workdir: Path, chunk_rows: int, connections: int, mode: str) -> dict[str, Any]:
+    """Start Spark (``mode`` ``local`` or ``connect``), plan and run the snapshot; return timings and counts."""
+    from airflow_provider_binlog.contract.manifest import MANIFEST_NAME
+    from airflow_provider_binlog.jobs.snapshot import run_snapshot
+    from airflow_provider_binlog.testing.snapshots import write_plan
+
+    started = time.monotonic()
+    spark, stop = local_session() if mode == "local" else connect_session()
     session_seconds = time.monotonic() - started
     try:
         snapshot_dir = workdir / "staging" / PIPELINE / "snapshot=1"
@@ -191,26 +225,16 @@ def run_ours(server: Any, workdir: Path, chunk_rows: int, connections: int) -> d
         snapshot_uri = f"file://{snapshot_dir}"  # not Path.as_uri(): Spark would not unquote "%3D"
         target = str(workdir / "target")
         started = time.monotonic()
-        conn = pymysql.connect(**server.connection_kwargs())
-        try:
-            with conn.cursor() as cur:
-                head = MARIADB.read_head(cur)
-                assert head is not None
-                plan = plan_snapshot(
-                    cur,
-                    pipeline=PIPELINE,
-                    seq=1,
-                    run_id="bench",
-                    flavor="mariadb",
-                    start=head.to_dict(),
-                    keys={f"{DB}.{TABLE}": ["id"]},
-                    chunk_rows=chunk_rows,
-                )
-        finally:
-            conn.close()
-        write_json(f"{snapshot_uri}/{PLAN_NAME}", plan)
+        plan = write_plan(
+            server.connection_kwargs(),
+            snapshot_uri,
+            pipeline=PIPELINE,
+            keys={f"{DB}.{TABLE}": ["id"]},
+            run_id="bench",
+            chunk_rows=chunk_rows,
+        )
         plan_seconds = time.monotonic() - started
-        before = spark_tasks(spark)
+        before = spark_tasks(spark) if mode == "local" else None
         started = time.monotonic()
         summary = run_snapshot(
             spark,
@@ -221,11 +245,11 @@ def run_ours(server: Any, workdir: Path, chunk_rows: int, connections: int) -> d
             max_connections=connections,
         )
         run_seconds = time.monotonic() - started
-        after = spark_tasks(spark)
+        after = spark_tasks(spark) if mode == "local" else None
         rows = json.loads((snapshot_dir / MANIFEST_NAME).read_text())["stats"]["rows"]
         warm_read_seconds = read_again(spark, workdir, plan, server.connection_kwargs(), connections, rows)
     finally:
-        spark.stop()
+        stop()
     manifest = json.loads((snapshot_dir / MANIFEST_NAME).read_text())
     return {
         "session_seconds": session_seconds,
@@ -233,7 +257,9 @@ def run_ours(server: Any, workdir: Path, chunk_rows: int, connections: int) -> d
         "run_seconds": run_seconds,
         "warm_read_seconds": warm_read_seconds,
         "stats": manifest["stats"],
-        "spark": {name: after[name] - before[name] for name in after},
+        "spark": None
+        if after is None or before is None
+        else {name: after[name] - before[name] for name in after},
         "summary": summary,
         "target": target,
     }
@@ -247,6 +273,7 @@ def render(
     dump: dict[str, Any],
     dump_runs: int,
     ours: dict[str, Any],
+    mode: str,
 ) -> str:
     stats, spark = ours["stats"], ours["spark"]
     dump_rate = dump["rows"] / dump["seconds"]
@@ -255,6 +282,8 @@ def render(
     end_to_end = ours["plan_seconds"] + ours["run_seconds"]
     e2e_rate = stats["rows"] / end_to_end
     merge_seconds = ours["run_seconds"] - stats["read_seconds"]
+    loaded = next(iter(ours["summary"]["tables"].values()), {}).get("first_load")
+    write = "first load" if loaded else "merge"
     lines = [
         "| reader | rows | seconds | rows/s | vs. mariadb-dump |",
         "|---|---:|---:|---:|---:|",
@@ -263,28 +292,38 @@ def render(
         f"{dump['seconds']:.1f} | {dump_rate:,.0f} | 1.00x |",
         f"| ours: read phase ({stats['chunks']} chunks, {stats['read_tasks']} Spark tasks) | {stats['rows']} | "
         f"{stats['read_seconds']:.1f} | {read_rate:,.0f} | {read_rate / dump_rate:.2f}x |",
-        f"| ours: read phase again, Python workers already started (same chunks, same Spark application) | "
+        f"| ours: read phase again (same chunks, same Spark application: its Python workers run) | "
         f"{stats['rows']} | {ours['warm_read_seconds']:.1f} | {warm_rate:,.0f} | {warm_rate / dump_rate:.2f}x |",
-        f"| ours: end to end (plan {ours['plan_seconds']:.1f} s + read + merge {merge_seconds:.1f} s) | "
+        f"| ours: end to end (plan {ours['plan_seconds']:.1f} s + read + {write} {merge_seconds:.1f} s) | "
         f"{stats['rows']} | {end_to_end:.1f} | {e2e_rate:,.0f} | {e2e_rate / dump_rate:.2f}x |",
     ]
+    spark_label = (
+        "local[2] Spark started by the benchmark (cold: the snapshot is its first Python job)"
+        if mode == "local"
+        else "a local[2] Spark Connect server that already ran a Python job (warm, as a long-lived server)"
+    )
     header = (
         f"sysbench-like table, {rows} rows, chunk_rows {chunk_rows}, {connections} connections, "
-        f"MariaDB {version}, local[2] Spark, one run on {os.cpu_count()} cores ({time.strftime('%Y-%m-%d')}, "
-        f"1-minute load average {os.getloadavg()[0]:.1f} at the end)\n\n"
+        f"MariaDB {version}, {spark_label}, one run on {os.cpu_count()} cores ({time.strftime('%Y-%m-%d %H:%M')} "
+        f"UTC, 1-minute load average {os.getloadavg()[0]:.1f} at the end)\n\n"
+    )
+    counted = (
+        f"the snapshot ran {spark['tasks']} Spark tasks in {spark['stages']} stages of {spark['jobs']} jobs "
+        f"({stats['read_tasks']} of them read the chunks); "
+        if spark
+        else ""
     )
     footer = (
-        f"\n\nSpark: session start {ours['session_seconds']:.1f} s (not in the times above); the snapshot ran "
-        f"{spark['tasks']} Spark tasks in {spark['stages']} stages of {spark['jobs']} jobs "
-        f"({stats['read_tasks']} of them read the chunks); the chunks' own times (connect, watermark, SELECT, "
-        f"Parquet) add up to {stats['chunk_seconds']:.1f} s. Target checked: {stats['rows']} rows, "
-        "distinct ids, sums and CRC32 equal to the source."
+        f"\n\nSpark: session start {ours['session_seconds']:.1f} s (not in the times above); {counted}the chunks' "
+        f"own times (connect, watermark, SELECT, Parquet) add up to {stats['chunk_seconds']:.1f} s. Target "
+        f"checked: {stats['rows']} rows, distinct ids, sums and CRC32 equal to the source."
     )
     return header + "\n".join(lines) + footer
 
 
-def write_docs(table: str) -> None:
-    write_block("snapshot_throughput", "Snapshot throughput (`benchmarks/snapshot_throughput.py`)", table)
+def write_docs(table: str, mode: str) -> None:
+    name = "snapshot_throughput" if mode == "local" else "snapshot_throughput_connect"
+    write_block(name, "Snapshot throughput (`benchmarks/snapshot_throughput.py`)", table)
 
 
 def main() -> int:
@@ -294,6 +333,12 @@ def main() -> int:
     parser.add_argument("--chunk-rows", type=int, default=50_000, help="rows per chunk")
     parser.add_argument(
         "--dump-runs", type=int, default=3, help="mariadb-dump runs (the fastest is the yardstick)"
+    )
+    parser.add_argument(
+        "--spark",
+        choices=("local", "connect"),
+        default="local",
+        help="local: a local[2] application started for the run; connect: a local Spark Connect server, warm",
     )
     parser.add_argument("--write-docs", action="store_true", help="put the results into docs/benchmarks.md")
     args = parser.parse_args()
@@ -320,7 +365,7 @@ def main() -> int:
             )
             if dump["rows"] != args.rows:
                 raise SystemExit(f"mariadb-dump wrote {dump['rows']} rows, not {args.rows}")
-            ours = run_ours(server, workdir, args.chunk_rows, args.connections)
+            ours = run_ours(server, workdir, args.chunk_rows, args.connections, args.spark)
             print(f"ours: {json.dumps({k: v for k, v in ours.items() if k != 'summary'}, default=str)}")
         got = target_checksum(ours["target"])
         if got != expected:
@@ -328,10 +373,12 @@ def main() -> int:
         print(f"target matches the source: {got}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    table = render(args.rows, args.chunk_rows, args.connections, version, dump, args.dump_runs, ours)
+    table = render(
+        args.rows, args.chunk_rows, args.connections, version, dump, args.dump_runs, ours, args.spark
+    )
     print(table)
     if args.write_docs:
-        write_docs(table)
+        write_docs(table, args.spark)
     return 0
 
 

@@ -12,8 +12,11 @@ chunks. Steps:
    (:func:`~airflow_provider_binlog.snapshot.chunks.read_chunk`). The driver logs progress (chunks done of
    total, rows, rows/s) every few seconds from the stats files.
 2. The manifest is written last, in the window manifest format with ``"kind": "snapshot"``.
-3. The staged snapshot is merged like a window (:func:`~airflow_provider_binlog.jobs.merge.job.merge_window`,
-   which replaces each table's rows, see ``apply_window``'s ``refresh_seq``).
+3. Tables the target does not hold yet get their files straight from the chunk files, without a shuffle
+   (:func:`~airflow_provider_binlog.jobs.first_load.load_first`, ``docs/adr/0026-first-load-without-a-shuffle.md``).
+4. The staged snapshot is merged like a window (:func:`~airflow_provider_binlog.jobs.merge.job.merge_window`,
+   which replaces each table's rows, see ``apply_window``'s ``refresh_seq``); tables of step 3 are skipped
+   there as already merged.
 
 It prints one JSON summary line to stdout and exits non-zero on failure. It needs
 ``airflow_provider_binlog`` importable by the driver's and executors' Python (true in local mode, where
@@ -52,6 +55,7 @@ from airflow_provider_binlog.jobs.application import (
     job_storage_options,
     run_application,
 )
+from airflow_provider_binlog.jobs.first_load import load_first
 from airflow_provider_binlog.jobs.merge.job import merge_window
 from airflow_provider_binlog.snapshot.chunks import SOURCE_ENV, ChunkResult, finished, read_task
 from airflow_provider_binlog.snapshot.plan import PLAN_NAME, TablePlan
@@ -254,10 +258,13 @@ def run_snapshot(
     max_connections: int = 4,
     target_file_bytes: int | None = None,
     storage_options: StorageOptions | None = None,
+    first_load: bool = True,
 ) -> dict[str, Any]:
     """Read (or finish reading) the planned snapshot, write its manifest, merge it; return the summary.
 
     :param storage_options: storage options of the staging and target stores.
+    :param first_load: write the tables the target does not hold yet without the merge
+        (:func:`~airflow_provider_binlog.jobs.first_load.load_first`); False merges every table.
 
     :raises MergeJobError: if the plan is missing or belongs to another pipeline, a chunk fails, or the
         merge fails.
@@ -294,6 +301,17 @@ def run_snapshot(
         stats["read_tasks"],
         stats["rows"] / max(stats["read_seconds"], 1e-6),
     )
+    loaded = {}
+    if first_load:
+        loaded = load_first(
+            spark,
+            snapshot_uri,
+            manifest,
+            target,
+            pipeline=pipeline,
+            target_file_bytes_default=target_file_bytes,
+            storage_options=storage_options,
+        )
     summary = merge_window(
         spark,
         snapshot_uri,
@@ -302,6 +320,7 @@ def run_snapshot(
         target_file_bytes=target_file_bytes,
         storage_options=storage_options,
     )
+    summary["tables"].update(loaded)
     return {**summary, "snapshot": stats}
 
 
