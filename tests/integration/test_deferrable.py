@@ -69,18 +69,19 @@ def run_deferring(operator: Any, deferral: Any = None) -> tuple[Any, list[dict[s
             deferral = deferred
 
 
+#: The merge task of these tests: small target files, the keyless log table keyed by hand.
+MERGE_TASK = {
+    "task_id": "merge",
+    "pipeline": PIPELINE,
+    "keys": {"shop.access_log": ["host", "at"]},
+    "target_file_bytes": 4096,
+}
+
+
 def merge_operator(window: str, target: str, **kwargs: Any) -> Any:
     from airflow_provider_binlog.operators.merge import BinlogMergeOperator
 
-    return BinlogMergeOperator(
-        task_id="merge",
-        pipeline=PIPELINE,
-        window_uri=window,
-        target_path=target,
-        keys={"shop.access_log": ["host", "at"]},
-        target_file_bytes=4096,
-        **kwargs,
-    )
+    return BinlogMergeOperator(window_uri=window, target_path=target, **MERGE_TASK, **kwargs)
 
 
 def two_windows(staging: Path) -> list[str]:
