@@ -208,6 +208,7 @@ async def watch_operation(
     builder = DefaultChannelBuilder(url)
     metadata = tuple(builder.metadata())
     user = pb2.UserContext(user_id=operation.user_id)
+    what = operation.description or f"operation {operation.operation_id}"
     async with _aio_channel(builder) as channel:
         stub = base_pb2_grpc.SparkConnectServiceStub(channel)
         last_response_id = ""
@@ -231,7 +232,7 @@ async def watch_operation(
                     last_response_id = response.response_id
                     if response.HasField("result_complete"):
                         await _release(stub, pb2, operation, user, metadata)
-                        return OperationOutcome("success", f"{operation.description}: done")
+                        return OperationOutcome("success", f"{what}: done")
             except grpc.aio.AioRpcError as err:
                 code = err.code().name
                 if code in RETRY_CODES and failures < MAX_ATTACH_FAILURES:
@@ -243,7 +244,6 @@ async def watch_operation(
                 # INVALID_HANDLE.*: operation or session not found, closed or abandoned (Spark error classes)
                 lost = "INVALID_HANDLE" in details or code in RETRY_CODES
                 await _release(stub, pb2, operation, user, metadata)
-                what = operation.description or f"operation {operation.operation_id}"
                 return OperationOutcome("error", f"{what}: {details}", lost=lost)
             if heartbeat is not None:
                 await heartbeat(responses)
