@@ -123,7 +123,10 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {
                 "integration-name": "MySQL/MariaDB binlog",
-                "python-modules": ["airflow_provider_binlog.triggers.binlog"],
+                "python-modules": [
+                    "airflow_provider_binlog.triggers.binlog",
+                    "airflow_provider_binlog.triggers.spark_connect",
+                ],
             }
         ],
         "connection-types": [connection_type_info()],

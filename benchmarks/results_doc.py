@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 BENCHMARKS_DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -21,3 +22,15 @@ def write_block(name: str, title: str, table: str, path: Path = BENCHMARKS_DOC) 
     else:
         text += f"\n## {title}\n\n{block}\n"
     path.write_text(text)
+
+
+def publish(name: str, title: str, table: str, *, write_docs: bool) -> None:
+    """Print a benchmark's result table and, when ``write_docs``, put it into its block (:func:`write_block`)."""
+    print(table)
+    if write_docs:
+        write_block(name, title, table)
+
+
+def write_docs_argument(parser: argparse.ArgumentParser) -> None:
+    """Add the ``--write-docs`` flag whose value :func:`publish` takes."""
+    parser.add_argument("--write-docs", action="store_true", help="put the results into docs/benchmarks.md")

@@ -47,6 +47,7 @@ from airflow_provider_binlog.contract.manifest import (
     write_manifest,
 )
 from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, join_uri, read_json
+from airflow_provider_binlog.jobs.actions import start_detached
 from airflow_provider_binlog.jobs.application import (
     Application,
     MergeJobError,
@@ -178,6 +179,8 @@ def read_chunks(
             source, plan["flavor"], snapshot_uri, int(plan["seq"]), storage_options, tables, pending, tasks
         )
         job = spark.range(0, tasks, 1, tasks).mapInArrow(read, CHUNK_DONE_SCHEMA)
+        # A deferrable task leaves the chunk reads to the server; run again, this job finds them read.
+        start_detached(job, description=f"reading {len(pending)} chunks of snapshot {plan['seq']}")
         failure: list[BaseException] = []
 
         def run() -> None:

@@ -48,6 +48,9 @@ class BinlogMergeOperator(SparkJobOperator):
     :param staging_conn_id: the Airflow connection of the object store (an ``aws`` connection for
         ``s3://``; also taken from a window URI ``s3://<conn_id>@bucket/...``): the job's storage options
         are derived from it (:func:`~airflow_provider_binlog.pipeline.storage.storage_options_for`).
+    :param deferrable: over a ``spark_connect`` connection, run the long Spark actions as detached operations
+        and wait in the triggerer (:class:`~airflow_provider_binlog.operators.spark.SparkJobOperator`,
+        ``docs/adr/0024-deferrable-spark-work.md``); default from ``[operators] default_deferrable``.
     :param kwargs: further :class:`~airflow.providers.apache.spark.operators.spark_submit.SparkSubmitOperator`
         arguments (``executor_memory``, ``env_vars``, ...), except ``application`` and ``application_args``.
     :raises ValueError: if an argument is invalid.

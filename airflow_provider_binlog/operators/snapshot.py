@@ -78,6 +78,9 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
     :param asset_alias: name of the :class:`~airflow.sdk.AssetAlias` added to the task's outlets, through
         which a merged snapshot emits one Asset event per table it loaded (kind ``snapshot``; the snapshot
         commits without a separate commit task; ``docs/assets.md``). None emits nothing.
+    :param deferrable: over a ``spark_connect`` connection, run the long Spark actions as detached operations
+        and wait in the triggerer (:class:`~airflow_provider_binlog.operators.spark.SparkJobOperator`,
+        ``docs/adr/0024-deferrable-spark-work.md``); default from ``[operators] default_deferrable``.
     :raises ValueError: on an invalid argument.
     """
 

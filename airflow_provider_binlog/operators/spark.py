@@ -12,11 +12,15 @@ import shutil
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import conf
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.jobs.connect_operations import DetachedOperation
 
 #: The Spark provider's connection type for Spark Connect servers (``SparkConnectHook``).
 SPARK_CONNECT_CONN_TYPE = "spark_connect"
@@ -42,6 +46,16 @@ class SparkJobOperator(SparkSubmitOperator):
       Connect client of a long-lived server, so a window pays no JVM start. The server's Python workers
       must be able to import this provider (they read snapshot chunks); ``spark.sql.*`` settings in
       ``conf`` are set on the client session, other settings belong to the server's configuration.
+
+    With ``deferrable=True`` over Spark Connect, the job's long Spark actions (the merge's writes of new
+    files, the snapshot's chunk reads) are handed to the server as detached operations: the task defers to
+    :class:`~airflow_provider_binlog.triggers.spark_connect.SparkConnectOperationTrigger`, freeing its worker
+    slot, and :meth:`execute_complete` runs the task again, which takes the finished output and makes the
+    Delta commits itself (``docs/adr/0024-deferrable-spark-work.md``). Over spark-submit the job runs in the
+    worker as without it (nothing to watch: see the ADR), and the task logs why.
+
+    :param deferrable: defer while Spark Connect runs the long actions; default from
+        ``[operators] default_deferrable``.
     """
 
     #: Module of the bundled application: its ``application(argv)`` binds it to a command line.
@@ -49,6 +63,17 @@ class SparkJobOperator(SparkSubmitOperator):
     #: Storage options of the staging and target stores, handed to the job in its environment.
     storage_options: dict[str, str] | None = None
     _connect_session: Any = None
+    #: Whether this task resumes from a deferral (outputs of its operations must be taken or cleaned up).
+    _deferred: bool = False
+
+    def __init__(
+        self,
+        *,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.deferrable = deferrable
 
     @classmethod
     def check_arguments(cls, kwargs: Mapping[str, Any], **positive: int) -> None:
@@ -98,6 +123,13 @@ class SparkJobOperator(SparkSubmitOperator):
         if conn.conn_type == SPARK_CONNECT_CONN_TYPE:
             self._run_connected(args, failure=failure, env=env)
             return
+        if self.deferrable:
+            self.log.info(
+                "deferrable=True: not deferring, the job runs in this worker: Spark connection %r is a "
+                "spark-submit connection, whose driver runs in this task (Spark standalone runs no Python "
+                "application in cluster mode); use a spark_connect connection to defer",
+                self._conn_id,
+            )
         self.application_args = args
         master, deploy_mode = self._spark_master(conn)
         launcher = launcher_environment(master, deploy_mode, env_vars=self.env_vars)
@@ -125,10 +157,13 @@ class SparkJobOperator(SparkSubmitOperator):
         from pyspark.sql import SparkSession
 
         from airflow_provider_binlog.contract import ContractError
+        from airflow_provider_binlog.jobs.actions import detaching
+        from airflow_provider_binlog.jobs.connect_operations import OperationDetached, leave_session
 
         app = importlib.import_module(self.job_module).application(args)
         url = SparkConnectHook(self._conn_id).get_connection_url()
         self.log.info("Running %s as a Spark Connect client of %s", app.name, url.split(";")[0])
+        detached: DetachedOperation | None = None
         # pyspark marks the whole process as a Connect client (CONNECT_MODE_ENV) when a remote session
         # starts, which would turn later classic sessions of this process into Connect ones.
         with _patched_environ(env or {}), _restored_environ(CONNECT_MODE_ENV):
@@ -137,13 +172,57 @@ class SparkJobOperator(SparkSubmitOperator):
                 self._connect_session = spark
                 try:
                     self._set_session_conf(spark)
-                    summary = app.job(spark)
+                    in_place = not (self.deferrable or self._deferred)
+                    with contextlib.nullcontext() if in_place else detaching(submit=self.deferrable):
+                        summary = app.job(spark)
+                except OperationDetached as signal:
+                    leave_session(spark)  # the server runs the operation in this session; the trigger ends it
+                    detached = signal.operation
                 finally:
                     self._connect_session = None
                     spark.stop()
             except (ContractError, PySparkException) as err:
                 raise MergeError(f"{failure}: {err}") from err
+        if detached is not None:
+            from airflow_provider_binlog.triggers.spark_connect import SparkConnectOperationTrigger
+
+            self.log.info(
+                "Deferring while Spark Connect runs %s (operation %s)",
+                detached.description,
+                detached.operation_id,
+            )
+            self.defer(
+                trigger=SparkConnectOperationTrigger(conn_id=self._conn_id, operation=detached.to_dict()),
+                method_name="execute_complete",
+            )
         self.log.info("%s finished: %s", app.name, json.dumps(summary, sort_keys=True, default=str))
+
+    def execute_complete(self, context: Any, event: Mapping[str, Any]) -> Any:
+        """Resume after the trigger: run the task again, which takes the operation's output and commits it.
+
+        The task re-plans the same work and finds the finished output by its name; tables already committed
+        are skipped, so handling one event twice commits once. When the operation failed or was lost
+        (``status`` ``error``), the rest of the task runs in this worker without deferring, so a failure the
+        operation keeps hitting is raised here instead of deferring again.
+
+        :param context: the task context.
+        :param event: the trigger's payload (``status``, ``message``, ``lost``, ``operation_id``).
+        :returns: what :meth:`execute` returns.
+        """
+        self._deferred = True
+        if event.get("status") == "success":
+            self.log.info(
+                "Spark Connect operation %s finished; finishing the task", event.get("operation_id")
+            )
+        else:
+            self.log.warning(
+                "Spark Connect operation %s did not finish (%s%s); running the rest of the task in this worker",
+                event.get("operation_id"),
+                event.get("message"),
+                ", the server no longer knew it" if event.get("lost") else "",
+            )
+            self.deferrable = False
+        return self.execute(context)
 
     def _set_session_conf(self, spark: Any) -> None:
         """Set the operator's ``spark.sql.*`` settings on a Connect session; warn about the others."""

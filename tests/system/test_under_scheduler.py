@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -107,9 +107,12 @@ class Standalone:
 
 @contextmanager
 def running_standalone(
-    mariadb: LocalMariaDB, tmp_path: Path, **settings: str
+    mariadb: LocalMariaDB, tmp_path: Path, *, airflow_env: Mapping[str, str] | None = None, **settings: str
 ) -> Iterator[tuple[Standalone, str, Path]]:
-    """Start ``airflow standalone`` over the example DAG with ``BINLOG_CDC_*`` ``settings``; stop it after."""
+    """Start ``airflow standalone`` over the example DAG with ``BINLOG_CDC_*`` ``settings``; stop it after.
+
+    ``airflow_env`` adds or replaces environment variables of Airflow (``AIRFLOW__...``, ``AIRFLOW_CONN_...``).
+    """
     home = tmp_path / "airflow"
     (home / "dags").mkdir(parents=True)
     (home / "dags" / "binlog_cdc.py").symlink_to(REPO / "example_dags" / "binlog_cdc.py")
@@ -136,6 +139,7 @@ def running_standalone(
             "BINLOG_CDC_TARGET": str(tmp_path / "target"),
             "BINLOG_CDC_SCHEDULE": "none",
             **{f"BINLOG_CDC_{name.upper()}": value for name, value in settings.items()},
+            **(airflow_env or {}),
         }
     )
     mariadb.execute(

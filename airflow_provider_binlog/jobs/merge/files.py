@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,7 +23,9 @@ import pyarrow.parquet as pq
 
 from airflow_provider_binlog.contract.delta import file_stats
 from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, join_uri
+from airflow_provider_binlog.jobs.actions import output_name, save_output
 from airflow_provider_binlog.jobs.application import MergeJobError
+from airflow_provider_binlog.jobs.connect_operations import OperationDetached
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -185,6 +186,7 @@ def write_sorted_files(
     layout: FileLayout,
     partitions: int,
     storage_options: StorageOptions | None = None,
+    output_key: Sequence[Any] = (),
 ) -> list[PlacedFile]:
     """Write rows as Parquet files sorted by key, cut by segment and target size; move them into the table.
 
@@ -203,30 +205,41 @@ def write_sorted_files(
     :param partitions: the number of Spark tasks writing (about rows / rows per file).
     :param storage_options: storage options of the target store (the driver's moves; Spark's writes use
         the session's filesystem configuration).
+    :param output_key: what the new files depend on besides the table and window (the Delta version read,
+        the files replaced): names the folder Spark writes when the write may run detached
+        (:func:`~airflow_provider_binlog.jobs.actions.output_name`).
     :raises MergeJobError: if a file does not match the schema.
+    :raises OperationDetached: when the write was handed to the Spark Connect server to finish
+        (:func:`~airflow_provider_binlog.jobs.actions.detaching`); nothing is placed then.
     """
     from airflow_provider_binlog.jobs.merge.layout import SEGMENT_COLUMN
     from airflow_provider_binlog.jobs.merge.transforms import col
 
     fs, table_path = filesystem_for(uri, storage_options)
-    stage_uri = join_uri(uri, STAGING_DIR, f"w{seq}-{uuid.uuid4().hex}")
+    stage_uri = join_uri(uri, STAGING_DIR, f"w{seq}-{output_name(uri, seq, *output_key)}")
     stage_path = filesystem_for(stage_uri, storage_options)[1]
     order = [col(SEGMENT_COLUMN), *[col(k) for k in layout.keys]]
+    detached = False
     try:
         # One writing task needs no range shuffle: coalescing skips the exchange (and its stage) that
         # repartitionByRange(1) still plans, which a small window's merge over Spark Connect pays for.
         spread = rows.coalesce(1) if partitions == 1 else rows.repartitionByRange(partitions, *order)
-        (
+        writer = (
             spread.sortWithinPartitions(*order)
             .write.mode("error")
             .option("maxRecordsPerFile", layout.rows_per_file)
             .partitionBy(SEGMENT_COLUMN)
-            .parquet(stage_uri)
+            .format("parquet")
         )
+        save_output(writer, stage_uri, fs, stage_path, description=f"window {seq}'s new files of {uri}")
         return place_outputs(fs, table_path, staged_outputs(fs, stage_path), data_schema, seq, layout)
+    except OperationDetached:
+        detached = True  # the server writes the folder now; the resumed job takes it
+        raise
     finally:
-        _delete_dir(fs, stage_path)
-        _delete_dir_if_empty(fs, stage_path.rsplit("/", 1)[0])
+        if not detached:
+            _delete_dir(fs, stage_path)
+            _delete_dir_if_empty(fs, stage_path.rsplit("/", 1)[0])
 
 
 def _delete_dir(fs: pafs.FileSystem, path: str) -> None:

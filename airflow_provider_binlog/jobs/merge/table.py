@@ -421,6 +421,12 @@ def _write_plan(
         layout=layout,
         partitions=write_partitions(count, layout.rows_per_file),
         storage_options=storage_options,
+        # field metadata left out: delta-rs gives its keys in no fixed order
+        output_key=(
+            dt.version(),
+            [f.path for f in plan.removed],
+            [(f.name, str(f.type)) for f in data_schema],
+        ),
     )
 
 
