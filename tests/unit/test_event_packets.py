@@ -86,22 +86,19 @@ def test_a_packet_out_of_sequence_fails_and_closes() -> None:
     assert conn.closed
 
 
-def test_a_shutdown_packet_and_a_short_stream_are_lost_connections() -> None:
-    shutdown = _Connection(b"\x00first", frame(b"\xff\x35\x05", 0), 64)
-    stream = packets(shutdown)
+@pytest.mark.parametrize(
+    "rest",
+    [frame(b"\xff\x35\x05", 0), frame(b"\x00" + b"y" * 100, 2)[:50]],
+    ids=["MariaDB's shutdown packet (sequence id 0)", "the stream ends inside a packet"],
+)
+def test_lost_connections_fail_with_2013_and_close(rest: bytes) -> None:
+    conn = _Connection(b"\x00first", rest, 8)
+    stream = packets(conn)
     next(stream)
     with pytest.raises(pymysql.err.OperationalError) as lost:
         next(stream)
     assert lost.value.args[0] == 2013
-    assert shutdown.closed
-
-    short = _Connection(b"\x00first", frame(b"\x00" + b"y" * 100, 2)[:50], 8)
-    stream = packets(short)
-    next(stream)
-    with pytest.raises(pymysql.err.OperationalError) as ended:
-        next(stream)
-    assert ended.value.args[0] == 2013
-    assert short.closed
+    assert conn.closed
 
 
 def test_an_error_packet_raises_the_server_error() -> None:
