@@ -61,7 +61,7 @@ def own_events(stream: Any) -> Iterator[Event]:
     stream._BinLogStreamReader__connect_to_stream()
     checksum = 4 if stream._BinLogStreamReader__use_checksum else 0
     raw = dump_events(stream._stream_connection, file=stream.log_file, checksum=checksum)
-    yield from EventReader(rows_queries=False).events(raw)
+    yield from EventReader().events(raw)
 
 
 def extract_window(

@@ -198,17 +198,10 @@ class EventReader:
     """Decode a sequence of raw events of one server (one binlog file chain, or one replication stream).
 
     :param verify_checksums: check each event's CRC32 when the FORMAT_DESCRIPTION says the server writes them.
-    :param rows_queries: parse ROWS_QUERY and ANNOTATE_ROWS events (the statement behind the row events that
-        follow, a :class:`~.parsers.RowsQuery`); when False their data is None (the window reader ignores them,
-        and MariaDB logs one per statement).
     """
 
-    def __init__(self, *, verify_checksums: bool = True, rows_queries: bool = True) -> None:
+    def __init__(self, *, verify_checksums: bool = True) -> None:
         self.verify_checksums = verify_checksums
-        self.rows_queries = rows_queries
-        self._unparsed = (
-            frozenset() if rows_queries else frozenset({codes.ROWS_QUERY, codes.MARIADB_ANNOTATE_ROWS})
-        )
         self.format: FormatDescription | None = None
         self.table_maps: dict[int, TableMap] = {}
         self._parser: TableMapParser | None = None
@@ -229,7 +222,7 @@ class EventReader:
             rows events of an unknown table id, and malformed events.
         """
         checksum = 0
-        unpack, crc32, body_of, unparsed = HEADER.unpack_from, zlib.crc32, self._body, self._unparsed
+        unpack, crc32, body_of = HEADER.unpack_from, zlib.crc32, self._body
         for raw in raw_events:
             data = raw.data
             timestamp, type_code, server_id, size, end_pos, flags = unpack(data)
@@ -243,9 +236,7 @@ class EventReader:
             if checksum and crc32(data) != CRC32_RESIDUE:
                 where = _describe(type_code, raw, False)
                 raise ChecksumMismatchError(f"{where}: CRC32 checksum mismatch; the binlog bytes are corrupt")
-            parsed: Any = None
-            if type_code not in unparsed or self.format is None:
-                parsed = body_of(type_code, data[HEADER_SIZE : size - checksum], server_id, raw, False)
+            parsed = body_of(type_code, data[HEADER_SIZE : size - checksum], server_id, raw, False)
             yield Event(type_code, timestamp, server_id, end_pos, flags, raw.file, raw.start, False, parsed)
             if type_code == codes.TRANSACTION_PAYLOAD:
                 yield from self._payload_events(parsed, raw, end_pos)
@@ -289,8 +280,6 @@ class EventReader:
                     f"{where}: no FORMAT_DESCRIPTION event before it; read from the file's start"
                 )
             raise UnsupportedEventError(f"{where}: {codes.REFUSED[type_code]}")
-        if type_code in self._unparsed:
-            return None
         try:
             kind = codes.ROWS_KINDS.get(type_code)
             if kind is not None:
