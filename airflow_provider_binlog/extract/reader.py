@@ -15,7 +15,7 @@ statement-based DML) is decided by :class:`~airflow_provider_binlog.extract.effe
 ``_binlog_ts`` is the transaction's commit time: on MySQL 8.0.1+ the GTID event's
 ``immediate_commit_timestamp`` (microseconds), else the commit event's header timestamp (seconds).
 
-About 550 lines: the event loop, the transaction boundaries and the row path are one hot loop whose
+About 590 lines: the event loop, the transaction boundaries and the row path are one hot loop whose
 state is shared; the connections, targets, transaction buffer and statement effects are apart.
 """
 
