@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 TABLES = 4
 C_DECODER = "mariadb-binlog --verbose (C)"
 RAW_LOOP = "raw mysql-replication loop"
+OURS = "ours (extract to Parquet)"
 MIXED_DDL = """CREATE TABLE mixed.t (
   id INT PRIMARY KEY, ti TINYINT, su SMALLINT UNSIGNED, mi MEDIUMINT, i INT, bu BIGINT UNSIGNED,
   d DECIMAL(12,4), f FLOAT, db DOUBLE, y YEAR, da DATE, dt DATETIME(6), ts TIMESTAMP(3) NULL, t TIME,
@@ -279,22 +280,32 @@ def run_benchmark(args: argparse.Namespace) -> int:
         common += [f"--password={server.root_password}", f"--staging={workdir / 'staging'}"]
         common += [f"--workload={args.workload}"]
         me = [sys.executable, __file__]
+        load_before = os.getloadavg()[0]
         results = {
-            "ours (extract to Parquet)": measure([*me, "--reader", "ours", *common]),
+            OURS: measure([*me, "--reader", "ours", *common]),
             "our event reader alone (decode, no output)": measure([*me, "--reader", "events", *common]),
             RAW_LOOP: measure([*me, "--reader", "raw", *common]),
             C_DECODER: measure(mariadb_binlog_command(server, start, end)),
         }
+        load = (load_before, os.getloadavg()[0])
     shutil.rmtree(workdir, ignore_errors=True)
-    table = render(results, args.events, args.workload)
+    table = render(results, args.events, args.workload, load)
     print(table)
     if args.write_docs:
         write_docs(table, args.workload)
     return 0
 
 
-def render(results: dict[str, tuple[dict, float, int]], events: int, workload: str = "oltp") -> str:
-    """Return the Markdown table: wall and CPU rates, ratios to the raw loop (wall) and the C decoder (CPU)."""
+def render(
+    results: dict[str, tuple[dict, float, int]],
+    events: int,
+    workload: str = "oltp",
+    load: tuple[float, float] | None = None,
+) -> str:
+    """Return the Markdown table: wall and CPU rates, ratios to the raw loop (wall) and the C decoder (CPU).
+
+    :param load: the 1-minute load average before and after the readers ran (other jobs share the cores).
+    """
     lines = [
         "| reader | row changes | seconds | rows/s | vs. raw loop | CPU s | rows/CPU s | vs. C (CPU) | peak RSS (MiB) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -314,7 +325,11 @@ def render(results: dict[str, tuple[dict, float, int]], events: int, workload: s
         if workload == "mixed"
         else f"sysbench oltp_write_only, {events} events, {TABLES} tables"
     )
-    header = f"{what}, MariaDB 10.11, one run on {os.cpu_count()} cores ({time.strftime('%Y-%m-%d')})\n\n"
+    shared = f", load average {load[0]:.1f} before and {load[1]:.1f} after the readers" if load else ""
+    header = (
+        f"{what}, MariaDB 10.11, one run on {os.cpu_count()} cores{shared} ({time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC)"
+        f"; ours vs. C by wall time: {rates[OURS] / rates[C_DECODER]:.2f}x\n\n"
+    )
     return header + "\n".join(lines)
 
 

@@ -143,7 +143,11 @@ class RowDecoder:
         :param event: what errors name: an object with ``where`` (the event's description), or None.
         :raises UnsupportedEventError: when ``body`` does not decode with this layout.
         """
-        return self._decode_rows(body, event)
+        try:
+            rows, pos, zero = self._rows(body, 0, len(body))
+        except Exception as err:
+            raise self._failure(err, body, event, partial=False) from err
+        return self._finish(rows, pos, zero, body, event)
 
     def decode_updates_bytes(
         self, body: bytes, *, partial: bool = False, event: Any = None
@@ -155,35 +159,35 @@ class RowDecoder:
         :param event: what errors name (see :meth:`decode_rows_bytes`).
         :raises UnsupportedEventError: when ``body`` does not decode with this layout, or holds JSON diffs.
         """
-        return self._decode_updates(body, partial, event)
-
-    def _decode_rows(self, body: bytes, event: Any) -> list[list[Any]]:
-        return self._checked(lambda: self._rows(body, 0, len(body)), body, event)
-
-    def _decode_updates(self, body: bytes, partial: bool, event: Any) -> list[tuple[list[Any], list[Any]]]:
-        if partial:
-            return self._checked(lambda: self._partial_updates(body, event), body, event, partial=True)
-        return self._checked(lambda: self._updates(body, 0, len(body)), body, event)
-
-    def _checked(
-        self, decode: Callable[[], tuple[Any, int, int]], body: bytes, event: Any, partial: bool = False
-    ) -> Any:
-        """Run ``decode`` (``-> (rows, end position, zero dates)``), check it used all of ``body``, count zero dates.
-
-        :raises UnsupportedEventError: when the body does not decode with this layout.
-        :raises ValueConversionError: when a value cannot be staged exactly (names its column).
-        """
         try:
-            rows, pos, zero = decode()
-        except (IndexError, struct.error) as err:
-            raise _undecodable(event, err) from err
-        except UnsupportedEventError:
-            raise
-        except Exception as err:  # a value that cannot be staged: name its column
-            raise self._value_error(body, event, err, partial) from err
-        _check_end(pos, len(body), event)
-        self.zero_dates += zero
+            if partial:
+                rows, pos, zero = self._partial_updates(body, event)
+            else:
+                rows, pos, zero = self._updates(body, 0, len(body))
+        except Exception as err:
+            raise self._failure(err, body, event, partial) from err
+        return self._finish(rows, pos, zero, body, event)
+
+    def _finish(self, rows: Any, pos: int, zero: int, body: bytes, event: Any) -> Any:
+        """Check the decoder used all of ``body``, count its zero dates; return ``rows``."""
+        if pos != len(body):
+            _check_end(pos, len(body), event)
+        if zero:
+            self.zero_dates += zero
         return rows
+
+    def _failure(self, err: Exception, body: bytes, event: Any, partial: bool) -> Exception:
+        """Return the error to raise for ``err``, raised by a generated decoder on ``body``.
+
+        :returns: an :class:`UnsupportedEventError` when the body does not decode with this layout (as is, when
+            the decoder raised one), or the :class:`ValueConversionError` of a value that cannot be staged
+            exactly (names its column).
+        """
+        if isinstance(err, (IndexError, struct.error)):
+            return _undecodable(event, err)
+        if isinstance(err, UnsupportedEventError):
+            return err
+        return self._value_error(body, event, err, partial)
 
     def _value_error(self, body: bytes, event: Any, err: Exception, partial: bool) -> Exception:
         """Return the error of a value the generated decoder could not stage, naming its column.

@@ -10,6 +10,7 @@ Arrow IPC files and its savepoints.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -49,9 +50,9 @@ class Layout:
         self.specs: list[ColumnSpec] = [column_spec(c) for c in columns]
         self.builder = ChangeBatchBuilder(self.specs, window, labels)
         self.decoder = RowDecoder(columns) if RowDecoder.supports(columns) else None
-        self.moving_index: list[int] | None = None
-        """Positions of the table's moving columns (:attr:`~.targets.TableTarget.moving_columns`) in the
-        layout, set by the reader at the layout's first UPDATE."""
+        self.moving_key: Callable[[Sequence[Any]], Any] | None = None
+        """Returns an image's values of the table's moving columns (:attr:`~.targets.TableTarget.moving_columns`)
+        (an ``operator.itemgetter``), set by the reader at the layout's first UPDATE."""
 
     def take_zero_dates(self) -> int:
         """Return the zero dates the decoder counted since the last call."""

@@ -185,12 +185,14 @@ def write_manifest(window_dir: ObjectStoragePath, manifest: Manifest) -> ObjectS
 def write_atomically(final: ObjectStoragePath, body: bytes) -> None:
     """Write ``body`` to ``final`` so that readers see the whole file or none, creating missing folders.
 
-    Local files are written under a temporary name and renamed; object stores put whole objects.
+    Local files are written under a temporary name (a plain file: ``ObjectStoragePath.open`` would report
+    the temporary name as hook-level lineage, loading Airflow's plugins on its first use) and renamed;
+    object stores put whole objects.
     """
     final.parent.mkdir(parents=True, exist_ok=True)
-    if final.protocol in ("file", "local", ""):
+    if final.protocol in LOCAL_SCHEMES:
         temporary = final.parent / f".{final.name}.{uuid.uuid4().hex}.tmp"
-        with temporary.open("wb") as handle:
+        with open(temporary.path, "wb") as handle:
             handle.write(body)
         os.replace(temporary.path, final.path)
     else:

@@ -113,3 +113,30 @@ def test_the_extract_builds_arrays_without_pandas_and_pandas_imported_later_stil
         [sys.executable, "-c", _LEAN_ARROW], check=True, capture_output=True, text=True
     ).stdout.splitlines()
     assert out == ["False system", "dictionary<values=large_string, indices=int8, ordered=0> 1"]
+
+
+@pytest.mark.parametrize(
+    "files",
+    [["bin.000001"] * 3, ["bin.000001", "bin.000001", "bin.000002"], ["bín.000009"] * 3],
+    ids=["one file", "two files", "a non-ASCII file name"],
+)
+def test_batches_carry_each_rows_order_keys(files: list[str]) -> None:
+    # The op, window and file columns are built from their buffers: check them value by value.
+    builder = ChangeBatchBuilder([ColumnSpec("id", "int", pa.int32())], window=12)
+    builder.add_values("c", 1, files[0], 100, [1])
+    builder.add_images(["d", "u"], [[2], [3]], 2, files[1], 200)
+    builder.commit("0-1-7", 5)
+    builder.add_values("d", 4, files[2], 300, [4])
+    keys = ["_binlog_op", "_binlog_window", "_binlog_seq", "_binlog_gtid", "_binlog_file", "_binlog_pos"]
+    committed = builder.take_committed()
+    committed.validate(full=True)
+    assert [[row[k] for k in ["id", *keys]] for row in committed.to_pylist()] == [
+        [1, "c", 12, 1, "0-1-7", files[0], 100],
+        [2, "d", 12, 2, "0-1-7", files[1], 200],
+        [3, "u", 12, 3, "0-1-7", files[1], 200],
+    ]
+    still_open = builder.take_open()
+    still_open.validate(full=True)
+    assert [[row[k] for k in ["id", *keys]] for row in still_open.to_pylist()] == [
+        [4, "d", 12, 4, None, files[2], 300]
+    ]

@@ -29,6 +29,10 @@ from airflow_provider_binlog.extract.events import codes
 MAGIC = b"\xfebin"
 """The first 4 bytes of every binlog file."""
 _SIZE = struct.Struct("<I")
+_SIZE_END = struct.Struct("<II")
+"""The common header's ``event_size`` and ``log_pos`` (at offset 9)."""
+_DUMP_SPECIAL = frozenset({codes.ROTATE, codes.HEARTBEAT, codes.HEARTBEAT_V2})
+"""Events the dump sends that name the file (ROTATE) or are not in it (heartbeats)."""
 _READ_CHUNK = 1 << 20
 COM_BINLOG_DUMP = 0x12
 BINLOG_DUMP_NON_BLOCK = 0x01
@@ -41,7 +45,7 @@ MARIADB_SLAVE_CAPABILITY_GTID = 4
 """``@mariadb_slave_capability``: the replica understands GTID events (older ones get BEGIN queries instead)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RawEvent:
     """One event's bytes and where it is.
 
@@ -181,16 +185,17 @@ def dump_events(connection: Any, *, file: str, checksum: int) -> Iterator[RawEve
         if data[0] != 0:
             continue
         event = data[1:]
-        kind, size, end, event_flags = event[4], *struct.unpack_from("<IIH", event, 9)
-        if kind == codes.ROTATE:
+        kind = event[4]
+        size, end = _SIZE_END.unpack_from(event, 9)
+        if kind in _DUMP_SPECIAL:
+            if kind != codes.ROTATE:  # a heartbeat
+                continue
             next_file = _rotation(event, checksum)[0]
-            if event_flags & LOG_EVENT_ARTIFICIAL or end == 0:
+            if event[17] & LOG_EVENT_ARTIFICIAL or end == 0:
                 current = next_file
                 continue
             yield RawEvent(current, end - size, event)
             current = next_file
-            continue
-        if kind in (codes.HEARTBEAT, codes.HEARTBEAT_V2):
             continue
         if end == 0:  # the FORMAT_DESCRIPTION re-sent for a start after 4 (or another made-up event)
             if kind == codes.FORMAT_DESCRIPTION:
@@ -207,11 +212,16 @@ def packets(connection: Any) -> Iterator[bytes]:
     """Yield the payloads of the packets that follow on a pymysql ``connection``, as its ``_read_packet`` would.
 
     The first packet is read by pymysql (which sets the socket's read timeout); the rest are framed here
-    (3-byte length, sequence id, payload; payloads of 16 MiB - 1 continue in the next packet) over pymysql's
-    ``_read_bytes``, without building a ``MysqlPacket`` per event, which cost about a tenth of the extract.
-    Errors are pymysql's: a lost connection or a timeout raises ``OperationalError`` 2013 from
-    ``_read_bytes``, a wrong sequence id ``InternalError`` (``OperationalError`` 2013 for MariaDB's shutdown
-    packet, sequence id 0), an error packet the server's error.
+    (3-byte length, sequence id, payload; payloads of 16 MiB - 1 continue in the next packet) out of chunks of
+    up to :data:`_CHUNK` bytes read off the connection's buffered socket file, without building a
+    ``MysqlPacket`` per event (about a tenth of the extract) or calling pymysql's ``_read_bytes`` twice per
+    packet (about another twentieth, most events being a few hundred bytes). The chunks may hold bytes of
+    packets after the one yielded: the connection serves nothing else while a dump runs, and it is closed
+    when the dump is abandoned.
+
+    Errors are pymysql's: a lost connection or a timeout raises ``OperationalError`` 2013 (as
+    ``_read_bytes`` does), a wrong sequence id ``InternalError`` (``OperationalError`` 2013 for MariaDB's
+    shutdown packet, sequence id 0), an error packet the server's error.
 
     :raises pymysql.err.MySQLError: as above.
     """
@@ -219,27 +229,71 @@ def packets(connection: Any) -> Iterator[bytes]:
     from pymysql.constants import CR
 
     yield connection._read_packet().get_all_data()
-    read = connection._read_bytes
+    rfile = connection._rfile
+    buffer, pos = b"", 0
 
-    def length_of(header: bytes) -> int:
-        if header[3] != connection._next_seq_id:
-            connection._force_close()
-            if header[3] == 0:
-                raise pymysql.err.OperationalError(
-                    CR.CR_SERVER_LOST, "Lost connection to MySQL server during query"
-                )
-            raise pymysql.err.InternalError(
-                f"Packet sequence number wrong - got {header[3]} expected {connection._next_seq_id}"
+    def out_of_sequence(number: int) -> pymysql.err.MySQLError:
+        connection._force_close()
+        if number == 0:
+            return pymysql.err.OperationalError(
+                CR.CR_SERVER_LOST, "Lost connection to MySQL server during query"
             )
-        connection._next_seq_id = (header[3] + 1) & 0xFF
-        return header[0] | header[1] << 8 | header[2] << 16
+        return pymysql.err.InternalError(
+            f"Packet sequence number wrong - got {number} expected {connection._next_seq_id}"
+        )
 
+    parts: list[bytes] = []  # the payload so far of a packet that continues in the next
     while True:
-        length = length_of(read(4))
-        payload = read(length)
-        while length == _MAX_PACKET:
-            length = length_of(read(4))
-            payload += read(length)
+        if len(buffer) - pos < 4:
+            buffer, pos = buffer[pos:] + _receive(connection, rfile, 4 - len(buffer) + pos), 0
+        length = buffer[pos] | buffer[pos + 1] << 8 | buffer[pos + 2] << 16
+        if buffer[pos + 3] != connection._next_seq_id:
+            raise out_of_sequence(buffer[pos + 3])
+        connection._next_seq_id = (buffer[pos + 3] + 1) & 0xFF
+        end = pos + 4 + length
+        if end > len(buffer):
+            buffer, pos, end = buffer[pos:] + _receive(connection, rfile, end - len(buffer)), 0, 4 + length
+        payload = buffer[pos + 4 : end]
+        pos = end
+        if length == _MAX_PACKET:
+            parts.append(payload)
+            continue
+        if parts:
+            payload, parts = b"".join([*parts, payload]), []
         if payload[0] == 0xFF:
             pymysql.err.raise_mysql_exception(payload)
         yield payload
+
+
+_CHUNK = 1 << 16
+"""Bytes asked of the socket file at a time when the packet being framed needs fewer."""
+
+
+def _receive(connection: Any, rfile: Any, needed: int) -> bytes:
+    """Return at least ``needed`` more bytes of ``connection`` (up to :data:`_CHUNK` more when fewer are needed).
+
+    :raises pymysql.err.OperationalError: 2013 when the connection breaks, times out or ends first (the
+        connection is closed then, as pymysql's ``_read_bytes`` does).
+    """
+    import pymysql
+    from pymysql.constants import CR
+
+    try:
+        if needed >= _CHUNK:
+            data = rfile.read(needed)
+        else:
+            data = rfile.read1(_CHUNK)
+            while data and len(data) < needed:
+                chunk = rfile.read1(_CHUNK)
+                if not chunk:
+                    break
+                data += chunk
+    except OSError as err:
+        connection._force_close()
+        raise pymysql.err.OperationalError(
+            CR.CR_SERVER_LOST, f"Lost connection to MySQL server during query ({err})"
+        ) from err
+    if len(data) < needed:
+        connection._force_close()
+        raise pymysql.err.OperationalError(CR.CR_SERVER_LOST, "Lost connection to MySQL server during query")
+    return data

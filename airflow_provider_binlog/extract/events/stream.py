@@ -30,6 +30,7 @@ from airflow_provider_binlog.extract.events.parsers import (
 from airflow_provider_binlog.extract.events.tablemap import TableMap, TableMapParser
 from airflow_provider_binlog.extract.events.wire import packed_integer
 
+_FORMAT_DESCRIPTION = codes.FORMAT_DESCRIPTION
 CRC32_RESIDUE = 0x2144DF1C
 """The CRC-32 of any bytes followed by their own CRC-32 (little-endian): an event whose checksum is right
 has this CRC-32 over all its bytes, so checking it needs no slice of the event without its checksum."""
@@ -205,6 +206,8 @@ class EventReader:
         self.table_maps: dict[int, TableMap] = {}
         self._parser: TableMapParser | None = None
         self._decoders: dict[tuple[Any, ...], RowDecoder] = {}
+        self._rows_shapes: dict[int, tuple[int, int, bool]] = {}
+        """Per rows event type: post-header length, table id width, v2 (from the FORMAT_DESCRIPTION)."""
 
     @property
     def flavor(self) -> str:
@@ -219,20 +222,21 @@ class EventReader:
             rows events of an unknown table id, and malformed events.
         """
         checksum = 0
+        unpack, crc32, body_of = HEADER.unpack_from, zlib.crc32, self._body
         for raw in raw_events:
             data = raw.data
-            timestamp, type_code, server_id, size, end_pos, flags = HEADER.unpack_from(data)
-            if type_code == codes.FORMAT_DESCRIPTION:
+            timestamp, type_code, server_id, size, end_pos, flags = unpack(data)
+            if type_code == _FORMAT_DESCRIPTION:
                 self._format_description(data, flags, raw)
                 checksum = 4 if self.verify_checksums and self.format and self.format.checksum else 0
                 yield Event(
                     type_code, timestamp, server_id, end_pos, flags, raw.file, raw.start, False, self.format
                 )
                 continue
-            if checksum and zlib.crc32(data) != CRC32_RESIDUE:
+            if checksum and crc32(data) != CRC32_RESIDUE:
                 where = _describe(type_code, raw, False)
                 raise ChecksumMismatchError(f"{where}: CRC32 checksum mismatch; the binlog bytes are corrupt")
-            parsed = self._body(type_code, data[HEADER_SIZE : size - checksum], server_id, raw, False)
+            parsed = body_of(type_code, data[HEADER_SIZE : size - checksum], server_id, raw, False)
             yield Event(type_code, timestamp, server_id, end_pos, flags, raw.file, raw.start, False, parsed)
             if type_code == codes.TRANSACTION_PAYLOAD:
                 yield from self._payload_events(parsed, raw, end_pos)
@@ -250,6 +254,7 @@ class EventReader:
                 where = _describe(codes.FORMAT_DESCRIPTION, raw, False)
                 raise ChecksumMismatchError(f"{where}: CRC32 checksum mismatch; the binlog bytes are corrupt")
         self.format = description
+        self._rows_shapes = {}
         table_id_size = 4 if description.post_header_length(codes.TABLE_MAP) == 6 else 6
         if self._parser is None or self._parser.flavor != description.flavor:
             self._parser = TableMapParser(description.flavor, table_id_size)
@@ -291,16 +296,16 @@ class EventReader:
             table_map = self._parser.parse(body)
             self.table_maps[table_map.table_id] = table_map
             return table_map
-        if type_code in (codes.QUERY, codes.EXECUTE_LOAD_QUERY):  # the same layout up to a longer post-header
-            return parsers.parse_query(body, self.format.post_header_length(type_code))
+        if type_code == codes.MARIADB_GTID:
+            return parsers.parse_mariadb_gtid(body, server_id)
         if type_code == codes.XID:
             return parsers.Xid(struct.unpack_from("<Q", body)[0])
+        if type_code in (codes.QUERY, codes.EXECUTE_LOAD_QUERY):  # the same layout up to a longer post-header
+            return parsers.parse_query(body, self.format.post_header_length(type_code))
         if type_code in (codes.GTID, codes.ANONYMOUS_GTID):
             return parsers.parse_gtid(body, anonymous=type_code == codes.ANONYMOUS_GTID)
         if type_code == codes.GTID_TAGGED:
             return parsers.parse_gtid_tagged(body)
-        if type_code == codes.MARIADB_GTID:
-            return parsers.parse_mariadb_gtid(body, server_id)
         if type_code == codes.ROTATE:
             return parsers.parse_rotate(body)
         if type_code == codes.PREVIOUS_GTIDS:
@@ -322,21 +327,28 @@ class EventReader:
         length of their extra data (2 bytes, counting itself) and the extra data. Body: column count
         (packed), the columns-present bitmap, a second one for updates, then the row images.
         """
-        assert self.format is not None
-        post = self.format.post_header_length(type_code) or (10 if type_code in codes.ROWS_V2 else 8)
-        width = 4 if post == 6 else 6
+        shape = self._rows_shapes.get(type_code)
+        if shape is None:
+            assert self.format is not None
+            post = self.format.post_header_length(type_code) or (10 if type_code in codes.ROWS_V2 else 8)
+            shape = self._rows_shapes[type_code] = (post, 4 if post == 6 else 6, type_code in codes.ROWS_V2)
+        post, width, v2 = shape
         table_id = int.from_bytes(body[:width], "little")
-        flags = int.from_bytes(body[width : width + 2], "little")
+        flags = body[width] | body[width + 1] << 8
         pos = post
-        if type_code in codes.ROWS_V2:
-            pos = width + 2 + struct.unpack_from("<H", body, width + 2)[0]
+        if v2:
+            pos = width + 2 + (body[width + 2] | body[width + 3] << 8)
         table_map = self.table_maps.get(table_id)
         if table_map is None:
             raise UnsupportedEventError(
                 f"{_describe(*origin)}: its table id {table_id} has no TABLE_MAP event before it; read from a "
                 f"transaction start"
             )
-        count, pos = packed_integer(body, pos)
+        count = body[pos]
+        if count < 251:  # a one-byte length-encoded integer, as in any table of fewer than 251 columns
+            pos += 1
+        else:
+            count, pos = packed_integer(body, pos)
         size = (count + 7) // 8
         present, pos = body[pos : pos + size], pos + size
         present_after = None

@@ -14,6 +14,7 @@ completely (an ALTER changes the table id and the metadata), so a cached definit
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -152,9 +153,9 @@ class TableMap:
     decoder: Any = None
     """The row decoder of this layout, set by the reader on first use."""
 
-    @property
+    @functools.cached_property
     def name(self) -> str:
-        """Return ``db.table``."""
+        """Return ``db.table`` (built once: the window reader asks for it per rows event)."""
         return f"{self.schema}.{self.table}"
 
 
