@@ -66,7 +66,9 @@ def test_deferred_snapshot_and_merges_keep_the_target_equal_to_the_source(
     )
     resumes = re.findall(r"Spark Connect operation \S+ finished; finishing the task", out)
     assert any(d.startswith("reading") for d in deferrals), out[-3000:]
-    assert sum(d.startswith("window") for d in deferrals) >= 2 * len(SHOP_TABLES) - 1, deferrals
+    # The snapshot is every table's first load (ADR 0026: written without a merge, so nothing of it defers
+    # but the chunk read); the second window changes every table and defers once per table.
+    assert sum(d.startswith("window") for d in deferrals) >= len(SHOP_TABLES), deferrals
     assert len(resumes) == len(deferrals)
     inline = [r for r in caplog.records if r.getMessage() == "[DAG TEST] running trigger in line"]
     assert len(inline) == len(deferrals)  # each deferral went through the trigger
