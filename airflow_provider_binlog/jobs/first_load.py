@@ -29,8 +29,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_binlog.contract.delta import (
-    COMMIT_PIPELINE_KEY,
-    COMMIT_WINDOW_KEY,
     check_owner,
     delta_arrow_schema,
     file_stats,
@@ -43,7 +41,7 @@ from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for
 from airflow_provider_binlog.jobs.merge.delta import commit_window, create_table
 from airflow_provider_binlog.jobs.merge.files import PlacedFile, remove_files, validate_data_file
 from airflow_provider_binlog.jobs.merge.layout import rows_per_file
-from airflow_provider_binlog.jobs.merge.table import TableResult
+from airflow_provider_binlog.jobs.merge.table import TableResult, commit_info
 from airflow_provider_binlog.jobs.merge.window import (
     StagedTable,
     read_staged_schema,
@@ -199,15 +197,7 @@ def _commit(
         result = TableResult(
             rows_in_window=c.staged.rows, rows_written=sum(p.rows for p in placed), files_added=len(placed)
         )
-        info = {
-            COMMIT_PIPELINE_KEY: pipeline,
-            COMMIT_WINDOW_KEY: seq,
-            FIRST_LOAD_KEY: True,
-            "binlog.rows_in_window": result.rows_in_window,
-            "binlog.rows_written": result.rows_written,
-            "binlog.files_removed": 0,
-            "binlog.files_added": result.files_added,
-        }
+        info = {**commit_info(pipeline, seq, result), FIRST_LOAD_KEY: True}
         commit_window(c.dt, [], placed, pipeline=pipeline, seq=seq, custom_metadata=info)
     except CommitFailedError as err:
         log.info("%s: another writer committed first; left to the merge: %s", c.staged.name, err)

@@ -523,7 +523,7 @@ def _rewrite_files(
         "%s: window %d rewrites %d of %d files (%s)",
         staged.name, seq, len(plan.removed), len(files), "every file" if plan.whole else "by key range",
     )  # fmt: skip
-    info = _commit_info(pipeline, seq, result)
+    info = commit_info(pipeline, seq, result)
     try:
         commit_window(
             dt,
@@ -543,7 +543,8 @@ def _rewrite_files(
     return result
 
 
-def _commit_info(pipeline: str, seq: int, result: TableResult) -> dict[str, Any]:
+def commit_info(pipeline: str, seq: int, result: TableResult) -> dict[str, Any]:
+    """Return the commit info a window's commit of one table records: its pipeline, window and counts."""
     return {
         COMMIT_PIPELINE_KEY: pipeline,
         COMMIT_WINDOW_KEY: seq,
