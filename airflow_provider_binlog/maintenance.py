@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_binlog.contract.columns import UTC
+from airflow_provider_binlog.contract.delta import STAGING_DIR
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
@@ -116,11 +117,21 @@ def _modified(fs: Any, path: str) -> dt.datetime:
 def vacuum_table(
     uri: str, *, retention_hours: int, dry_run: bool = False, storage_options: dict[str, str] | None = None
 ) -> Freed:
-    """Delete the files merges removed from the Delta table at ``uri`` more than ``retention_hours`` ago.
+    """Delete the files of the Delta table at ``uri`` that no version needs, once older than ``retention_hours``.
 
+    Three kinds go: data files a merge or compaction removed from the log (delta-rs ``DeltaTable.vacuum``),
+    data files no commit lists (a first load or merge that failed between writing and committing: delta-rs
+    "full" mode, which lists the table's folder), and output folders under ``<table>/_binlog_staging/``
+    whose newest file is older than the retention (a Spark write that failed, or a detached one whose
+    resumed job planned other files because another writer committed first, ADR 0024). A merge writes,
+    moves and commits its files within one task, so the retention protects the files of a running one.
     The sizes are read before the files go (delta-rs reports only their paths). The table's own
     ``delta.deletedFileRetentionDuration`` is not enforced: ``retention_hours`` is the protection.
 
+    :param uri: the table's location.
+    :param retention_hours: files (and staging folders) younger than this stay, in hours.
+    :param dry_run: count what would go, delete nothing.
+    :param storage_options: deltalake-style options for ``uri``.
     :returns: the files deleted (``folders`` holds the table's URI when any went).
     """
     from deltalake import DeltaTable
@@ -128,18 +139,54 @@ def vacuum_table(
     from airflow_provider_binlog.contract.uris import filesystem_for, join_uri
 
     table = DeltaTable(uri, storage_options=storage_options)
-    doomed = table.vacuum(retention_hours=retention_hours, dry_run=True, enforce_retention_duration=False)
+    doomed = table.vacuum(
+        retention_hours=retention_hours, dry_run=True, enforce_retention_duration=False, full=True
+    )
+    fs, _ = filesystem_for(uri, storage_options)
+    infos = fs.get_file_info([filesystem_for(join_uri(uri, path), storage_options)[1] for path in doomed])
+    outputs = abandoned_outputs(
+        fs, filesystem_for(join_uri(uri, STAGING_DIR), storage_options)[1], retention_hours
+    )
     freed = Freed()
-    if not doomed:
-        return freed
-    fs, _ = filesystem_for(uri)
-    infos = fs.get_file_info([filesystem_for(join_uri(uri, path))[1] for path in doomed])
-    freed.bytes = sum(max(info.size or 0, 0) for info in infos)
-    freed.files = len(doomed)
-    freed.folders.append(uri)
+    freed.files = len(doomed) + sum(len(files) for files in outputs.values())
+    freed.bytes = sum(max(info.size or 0, 0) for info in [*infos, *(i for f in outputs.values() for i in f)])
+    if freed.files:
+        freed.folders.append(uri)
     if not dry_run:
-        table.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False)
+        if doomed:
+            table.vacuum(
+                retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False, full=True
+            )
+        for folder in outputs:
+            fs.delete_dir(folder)
     return freed
+
+
+def abandoned_outputs(fs: Any, staging: str, retention_hours: float) -> dict[str, list[Any]]:
+    """Return the output folders under a table's staging folder whose newest file is older than the retention.
+
+    :param fs: the table's pyarrow filesystem.
+    :param staging: ``<table>/_binlog_staging`` on ``fs``.
+    :param retention_hours: folders with a file younger than this (hours) stay.
+    :returns: ``{folder path: [file infos]}``; empty when the staging folder does not exist.
+    """
+    import pyarrow.fs as pafs
+
+    if fs.get_file_info(staging).type != pafs.FileType.Directory:
+        return {}
+    cutoff = time.time() - retention_hours * 3600
+    outputs = {}
+    for folder in fs.get_file_info(pafs.FileSelector(staging)):
+        if folder.type != pafs.FileType.Directory:
+            continue
+        files = [
+            i
+            for i in fs.get_file_info(pafs.FileSelector(folder.path, recursive=True))
+            if i.type == pafs.FileType.File
+        ]
+        if all(i.mtime is None or i.mtime.timestamp() < cutoff for i in files):
+            outputs[folder.path] = files
+    return outputs
 
 
 @dataclass

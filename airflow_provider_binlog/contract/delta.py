@@ -53,6 +53,11 @@ OWNER_HISTORY_LIMIT = 1000
 COMMIT_PIPELINE_KEY = "binlog.pipeline"
 """Commit info key naming the pipeline of a merge commit (``binlog.window`` names its window)."""
 COMMIT_WINDOW_KEY = "binlog.window"
+STAGING_DIR = "_binlog_staging"
+"""Folder under a table where Spark writes new data files before they are moved into place.
+
+Delta readers and delta-rs vacuum skip names starting with ``_``; the maintenance vacuum removes output
+folders left in it (:func:`airflow_provider_binlog.maintenance.vacuum_table`)."""
 
 
 class TableOwnerError(ContractError):

@@ -22,7 +22,9 @@ class BinlogMaintenanceOperator(BaseOperator):
        data files are joined (:func:`~airflow_provider_binlog.maintenance.compact_table`, with ``compact``),
        a log checkpoint is written (:func:`~airflow_provider_binlog.maintenance.checkpoint_table`), and the
        table is vacuumed: files merges and compactions removed from its log more than
-       ``target_retention_hours`` ago are deleted (:func:`~airflow_provider_binlog.maintenance.vacuum_table`).
+       ``target_retention_hours`` ago are deleted, and so are data files no commit lists and Spark output
+       folders under ``<table>/_binlog_staging/`` older than that (what failed or abandoned writes left;
+       :func:`~airflow_provider_binlog.maintenance.vacuum_table`).
        Keep this above the longest read of the target and the oldest version readers time-travel to.
 
     Returns (XCom) ``{"pipeline", "report_only", "staging": {"folders", "files", "bytes", "kept"},

@@ -27,6 +27,7 @@ deltalake = pytest.importorskip("deltalake")
 
 from airflow_provider_binlog.contract.columns import CHANGE_FIELDS, DELETED_COLUMN  # noqa: E402
 from airflow_provider_binlog.contract.delta import (  # noqa: E402
+    STAGING_DIR,  # noqa: E402
     already_merged,
     delta_arrow_schema,
     pipeline_app_id,
@@ -44,7 +45,6 @@ from airflow_provider_binlog.contract.manifest import (  # noqa: E402
 from airflow_provider_binlog.contract.refusals import refused_tables  # noqa: E402
 from airflow_provider_binlog.jobs.application import MergeJobError  # noqa: E402
 from airflow_provider_binlog.jobs.merge import table as merge_table_module  # noqa: E402
-from airflow_provider_binlog.jobs.merge.files import STAGING_DIR  # noqa: E402
 from airflow_provider_binlog.jobs.merge.job import main, merge_window  # noqa: E402
 from airflow_provider_binlog.target import live_file_uris, read_table, table_uri  # noqa: E402
 

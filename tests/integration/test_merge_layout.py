@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from airflow_provider_binlog.contract.delta import (  # noqa: E402
     LAYOUT_PROPERTY,
     OWNER_PROPERTY,
     PRIMARY_KEY_PROPERTY,
+    STAGING_DIR,
     STATS_COLUMNS_PROPERTY,
     TARGET_FILE_BYTES_PROPERTY,
     delta_arrow_schema,
@@ -37,7 +40,7 @@ from airflow_provider_binlog.contract.delta import (  # noqa: E402
 )
 from airflow_provider_binlog.contract.manifest import read_manifest, write_manifest  # noqa: E402
 from airflow_provider_binlog.jobs.merge.job import merge_window  # noqa: E402
-from airflow_provider_binlog.maintenance import checkpoint_table, compact_table  # noqa: E402
+from airflow_provider_binlog.maintenance import checkpoint_table, compact_table, vacuum_table  # noqa: E402
 from airflow_provider_binlog.target import live_file_uris, read_table, table_uri  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -459,6 +462,59 @@ def test_compaction_joins_adjacent_small_files_without_a_data_change(spark, stag
     assert_engines_agree(target, rows)
     assert_disjoint_and_exact(target)
     assert checkpoint_table(table_uri(target, TABLE)) == version
+    assert_engines_agree(target, rows)
+
+
+def aged(path: Path, hours: float) -> Path:
+    """Set the modification time of ``path`` (and everything under it) ``hours`` back; return it."""
+    stamp = time.time() - hours * 3600
+    for p in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        os.utime(p, (stamp, stamp))
+    return path
+
+
+def test_vacuum_deletes_removed_uncommitted_and_abandoned_files_past_the_retention(spark, staging, target):
+    rows = loaded(spark, staging, target, target_file_bytes=SMALL)
+    merge(spark, stage_window(staging, 2, orders([("u", order(1, "paid", "1.00"))])), target)
+    rows[1] = order(1, "paid", "1.00")
+    removed, _ = commit_actions(target)
+    table = Path(table_uri(target, TABLE))
+    live_files = {table / p for p in ids_by_file(target)}
+    sample = next(iter(live_files)).read_bytes()
+    uncommitted = table / "part-uncommitted.parquet"  # a failed first load's file
+    uncommitted.write_bytes(sample)
+    aged(uncommitted, 2)
+    recent_uncommitted = table / "part-in-flight.parquet"  # a running merge's file, moved, not committed yet
+    recent_uncommitted.write_bytes(sample)
+    abandoned = table / STAGING_DIR / "w9-abandoned" / "_binlog_segment=0"
+    abandoned.mkdir(parents=True)
+    (abandoned / "part-0.parquet").write_bytes(sample)
+    (abandoned.parent / "_SUCCESS").write_bytes(b"")
+    aged(abandoned.parent, 2)
+    running = table / STAGING_DIR / "w10-running" / "_binlog_segment=0"
+    running.mkdir(parents=True)
+    (running / "part-0.parquet").write_bytes(sample)
+    aged(running / "part-0.parquet", 2)
+    (running / "part-1.parquet").write_bytes(sample)  # still being written: its newest file is recent
+
+    freed = vacuum_table(table_uri(target, TABLE), retention_hours=1)
+
+    assert freed.files == 3  # the old uncommitted file and the abandoned folder's two files
+    assert freed.bytes == 2 * len(sample)
+    assert not uncommitted.exists()
+    assert not abandoned.parent.exists()
+    assert recent_uncommitted.exists()
+    assert running.exists()
+    assert all((table / p).exists() for p in removed)  # removed from the log less than an hour ago
+    assert_engines_agree(target, rows)
+
+    recent_uncommitted.unlink()
+    freed = vacuum_table(table_uri(target, TABLE), retention_hours=0)
+
+    assert freed.files == len(removed) + 2  # the files the merge removed, and the running folder
+    assert not any((table / p).exists() for p in removed)
+    assert not (table / STAGING_DIR / "w10-running").exists()
+    assert {p for p in table.rglob("*.parquet") if "_delta_log" not in p.parts} == live_files
     assert_engines_agree(target, rows)
 
 

@@ -31,7 +31,7 @@ deltalake = pytest.importorskip("deltalake")
 
 from airflow_provider_binlog.contract import ContractError  # noqa: E402
 from airflow_provider_binlog.contract.columns import CHANGE_FIELDS, OP_INSERT, UTC  # noqa: E402
-from airflow_provider_binlog.contract.delta import already_merged, open_table  # noqa: E402
+from airflow_provider_binlog.contract.delta import STAGING_DIR, already_merged, open_table  # noqa: E402
 from airflow_provider_binlog.contract.manifest import (  # noqa: E402
     Manifest,
     TableEntry,
@@ -41,7 +41,7 @@ from airflow_provider_binlog.contract.manifest import (  # noqa: E402
 from airflow_provider_binlog.contract.refusals import record_refusal, refused_tables  # noqa: E402
 from airflow_provider_binlog.contract.uris import filesystem_for, join_uri, table_uri  # noqa: E402
 from airflow_provider_binlog.jobs.merge.delta import commit_window, create_table  # noqa: E402
-from airflow_provider_binlog.jobs.merge.files import STAGING_DIR, FileLayout, place_outputs, staged_outputs  # noqa: E402
+from airflow_provider_binlog.jobs.merge.files import FileLayout, place_outputs, staged_outputs  # noqa: E402
 from airflow_provider_binlog.jobs.merge.layout import SEGMENT_COLUMN  # noqa: E402
 from airflow_provider_binlog.jobs.merge.window import load_window, read_staged_schema, target_schema  # noqa: E402
 from airflow_provider_binlog.operators import BinlogMergeOperator  # noqa: E402

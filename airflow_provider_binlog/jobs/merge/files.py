@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from airflow_provider_binlog.contract.delta import file_stats
+from airflow_provider_binlog.contract.delta import STAGING_DIR, file_stats
 from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, join_uri
 from airflow_provider_binlog.jobs.actions import output_name, save_output
 from airflow_provider_binlog.jobs.application import MergeJobError
@@ -31,10 +31,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
-
-STAGING_DIR = "_binlog_staging"
-"""Folder under a table where Spark writes new data files before the driver moves them into place."""
-
 
 _SEGMENT_DIR_RE = re.compile(r"_binlog_segment=(\d+)")
 
