@@ -72,7 +72,7 @@ def documentation_url() -> str | None:
 
 
 def get_provider_info() -> dict[str, Any]:
-    """Return the provider's package name, version, hooks, operators, sensors, triggers and connection type.
+    """Return the provider's package name, version, hooks, operators, sensors, triggers, connection type and config.
 
     The connection type carries its form (:func:`connection_type_info`), which Airflow 3.2+ reads from
     here instead of calling the hook's form methods.
@@ -130,4 +130,22 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "connection-types": [connection_type_info()],
+        "config": {
+            "binlog": {
+                "description": "Settings of the MySQL/MariaDB binlog CDC provider's operators.",
+                "options": {
+                    "defer_after_seconds": {
+                        "description": (
+                            "Seconds a deferrable merge or snapshot task watches a detached Spark Connect "
+                            "action from its worker before it defers (0: defer at once). An action that ends "
+                            "within this time is finished without a deferral (docs/adr/0024)."
+                        ),
+                        "version_added": None,
+                        "type": "float",
+                        "example": "30",
+                        "default": "10",
+                    }
+                },
+            }
+        },
     }

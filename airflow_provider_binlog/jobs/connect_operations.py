@@ -180,6 +180,15 @@ class OperationOutcome:
     message: str
     lost: bool = False
 
+    def event(self, operation: DetachedOperation) -> dict[str, Any]:
+        """Return the payload that resumes the task: ``{"status", "message", "lost", "operation_id"}``."""
+        return {
+            "status": self.status,
+            "message": self.message,
+            "lost": self.lost,
+            "operation_id": operation.operation_id,
+        }
+
 
 async def watch_operation(
     url: str,

@@ -54,8 +54,15 @@ class SparkJobOperator(SparkSubmitOperator):
     Delta commits itself (``docs/adr/0024-deferrable-spark-work.md``). Over spark-submit the job runs in the
     worker as without it (nothing to watch: see the ADR), and the task logs why.
 
+    Before it defers, the task watches a detached action for ``defer_after_seconds``: one that ends within
+    that time is taken in the worker without a deferral (a round trip through the triggerer and the scheduler
+    costs seconds, and it avoids an Airflow 3.3 scheduler race on tasks resumed within a second or two, see
+    the ADR).
+
     :param deferrable: defer while Spark Connect runs the long actions; default from
         ``[operators] default_deferrable``.
+    :param defer_after_seconds: seconds to watch a detached action from the worker before deferring (0:
+        defer at once); default from ``[binlog] defer_after_seconds``, else 10.
     """
 
     #: Module of the bundled application: its ``application(argv)`` binds it to a command line.
@@ -70,10 +77,14 @@ class SparkJobOperator(SparkSubmitOperator):
         self,
         *,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        defer_after_seconds: float = conf.getfloat("binlog", "defer_after_seconds", fallback=10.0),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if defer_after_seconds < 0:
+            raise ValueError(f"defer_after_seconds must be 0 or more, got {defer_after_seconds!r}")
         self.deferrable = deferrable
+        self.defer_after_seconds = defer_after_seconds
 
     @classmethod
     def check_arguments(cls, kwargs: Mapping[str, Any], **positive: int) -> None:
@@ -148,11 +159,39 @@ class SparkJobOperator(SparkSubmitOperator):
     def _run_connected(self, args: list[str], *, failure: str, env: Mapping[str, str] | None) -> None:
         """Run the application in this process on a session of the Spark Connect server of the connection.
 
+        A detached action that ends within ``defer_after_seconds`` is resumed here, as
+        :meth:`execute_complete` would after a deferral; a longer one defers the task.
+
         :raises MergeError: when the job fails (a :class:`~airflow_provider_binlog.contract.ContractError`,
             such as the merge's ``MergeJobError``) or Spark Connect reports an
             error (server unreachable, query failed); the message starts with ``failure``.
+        :raises TaskDeferred: when a detached action runs longer than ``defer_after_seconds``.
         """
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        app = importlib.import_module(self.job_module).application(args)
+        url = SparkConnectHook(self._conn_id).get_connection_url()
+        self.log.info("Running %s as a Spark Connect client of %s", app.name, url.split(";")[0])
+        while (detached := self._run_session(app, url, failure=failure, env=env)) is not None:
+            event = self._watch_before_deferring(url, detached)
+            if event is None:
+                from airflow_provider_binlog.triggers.spark_connect import SparkConnectOperationTrigger
+
+                self.log.info(
+                    "Deferring while Spark Connect runs %s (operation %s)",
+                    detached.description,
+                    detached.operation_id,
+                )
+                self.defer(
+                    trigger=SparkConnectOperationTrigger(conn_id=self._conn_id, operation=detached.to_dict()),
+                    method_name="execute_complete",
+                )
+            self._resume(event, within=self.defer_after_seconds)
+
+    def _run_session(
+        self, app: Any, url: str, *, failure: str, env: Mapping[str, str] | None
+    ) -> DetachedOperation | None:
+        """Run ``app``'s job on a new session; return the operation it detached, or None when it finished."""
         from pyspark.errors import PySparkException
         from pyspark.sql import SparkSession
 
@@ -160,10 +199,6 @@ class SparkJobOperator(SparkSubmitOperator):
         from airflow_provider_binlog.jobs.actions import detaching
         from airflow_provider_binlog.jobs.connect_operations import OperationDetached, leave_session
 
-        app = importlib.import_module(self.job_module).application(args)
-        url = SparkConnectHook(self._conn_id).get_connection_url()
-        self.log.info("Running %s as a Spark Connect client of %s", app.name, url.split(";")[0])
-        detached: DetachedOperation | None = None
         # pyspark marks the whole process as a Connect client (CONNECT_MODE_ENV) when a remote session
         # starts, which would turn later classic sessions of this process into Connect ones.
         with _patched_environ(env or {}), _restored_environ(CONNECT_MODE_ENV):
@@ -176,26 +211,37 @@ class SparkJobOperator(SparkSubmitOperator):
                     with contextlib.nullcontext() if in_place else detaching(submit=self.deferrable):
                         summary = app.job(spark)
                 except OperationDetached as signal:
-                    leave_session(spark)  # the server runs the operation in this session; the trigger ends it
-                    detached = signal.operation
+                    leave_session(spark)  # the server runs the operation in this session; the watcher ends it
+                    return signal.operation
                 finally:
                     self._connect_session = None
                     spark.stop()
             except (ContractError, PySparkException) as err:
                 raise MergeError(f"{failure}: {err}") from err
-        if detached is not None:
-            from airflow_provider_binlog.triggers.spark_connect import SparkConnectOperationTrigger
-
-            self.log.info(
-                "Deferring while Spark Connect runs %s (operation %s)",
-                detached.description,
-                detached.operation_id,
-            )
-            self.defer(
-                trigger=SparkConnectOperationTrigger(conn_id=self._conn_id, operation=detached.to_dict()),
-                method_name="execute_complete",
-            )
         self.log.info("%s finished: %s", app.name, json.dumps(summary, sort_keys=True, default=str))
+        return None
+
+    def _watch_before_deferring(self, url: str, operation: DetachedOperation) -> dict[str, Any] | None:
+        """Watch ``operation`` for up to ``defer_after_seconds``; return its event if it ended, else None.
+
+        The watch is the trigger's (:func:`~airflow_provider_binlog.jobs.connect_operations.watch_operation`);
+        leaving it early only closes this client's stream, the operation goes on for the trigger.
+        """
+        import asyncio
+
+        from airflow_provider_binlog.jobs.connect_operations import watch_operation
+
+        if self.defer_after_seconds <= 0:
+            return None
+
+        async def watch() -> dict[str, Any]:
+            outcome = await asyncio.wait_for(watch_operation(url, operation), self.defer_after_seconds)
+            return outcome.event(operation)
+
+        try:
+            return asyncio.run(watch())
+        except TimeoutError:
+            return None
 
     def execute_complete(self, context: Any, event: Mapping[str, Any]) -> Any:
         """Resume after the trigger: run the task again, which takes the operation's output and commits it.
@@ -209,20 +255,31 @@ class SparkJobOperator(SparkSubmitOperator):
         :param event: the trigger's payload (``status``, ``message``, ``lost``, ``operation_id``).
         :returns: what :meth:`execute` returns.
         """
+        self._resume(event)
+        return self.execute(context)
+
+    def _resume(self, event: Mapping[str, Any], *, within: float | None = None) -> None:
+        """Go on after a detached operation ended: take its output; after a failure, run in this worker.
+
+        :param event: the operation's event (:meth:`~.connect_operations.OperationOutcome.event`).
+        :param within: the seconds the worker watched it, when it ended before the task deferred.
+        """
         self._deferred = True
+        watched = f" within {within:g} s, without deferring" if within is not None else ""
         if event.get("status") == "success":
             self.log.info(
-                "Spark Connect operation %s finished; finishing the task", event.get("operation_id")
-            )
-        else:
-            self.log.warning(
-                "Spark Connect operation %s did not finish (%s%s); running the rest of the task in this worker",
+                "Spark Connect operation %s finished%s; finishing the task",
                 event.get("operation_id"),
-                event.get("message"),
-                ", the server no longer knew it" if event.get("lost") else "",
+                watched,
             )
-            self.deferrable = False
-        return self.execute(context)
+            return
+        self.log.warning(
+            "Spark Connect operation %s did not finish (%s%s); running the rest of the task in this worker",
+            event.get("operation_id"),
+            event.get("message"),
+            ", the server no longer knew it" if event.get("lost") else "",
+        )
+        self.deferrable = False
 
     def _set_session_conf(self, spark: Any) -> None:
         """Set the operator's ``spark.sql.*`` settings on a Connect session; warn about the others."""

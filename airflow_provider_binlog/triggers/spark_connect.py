@@ -59,11 +59,4 @@ class SparkConnectOperationTrigger(BaseTrigger):
             )
 
         outcome = await watch_operation(url, self.operation, heartbeat=heartbeat)
-        yield TriggerEvent(
-            {
-                "status": outcome.status,
-                "message": outcome.message,
-                "lost": outcome.lost,
-                "operation_id": self.operation.operation_id,
-            }
-        )
+        yield TriggerEvent(outcome.event(self.operation))

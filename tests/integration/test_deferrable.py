@@ -10,6 +10,7 @@ import asyncio
 import functools
 import importlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -69,19 +70,21 @@ def run_deferring(operator: Any, deferral: Any = None) -> tuple[Any, list[dict[s
             deferral = deferred
 
 
-#: The merge task of these tests: small target files, the keyless log table keyed by hand.
+#: The merge task of these tests: small target files, the keyless log table keyed by hand; a deferrable one
+#: defers at once (these writes end within the default ``defer_after_seconds``, and would not defer).
 MERGE_TASK = {
     "task_id": "merge",
     "pipeline": PIPELINE,
     "keys": {"shop.access_log": ["host", "at"]},
     "target_file_bytes": 4096,
+    "defer_after_seconds": 0,
 }
 
 
 def merge_operator(window: str, target: str, **kwargs: Any) -> Any:
     from airflow_provider_binlog.operators.merge import BinlogMergeOperator
 
-    return BinlogMergeOperator(window_uri=window, target_path=target, **MERGE_TASK, **kwargs)
+    return BinlogMergeOperator(window_uri=window, target_path=target, **{**MERGE_TASK, **kwargs})
 
 
 def two_windows(staging: Path) -> list[str]:
@@ -129,6 +132,35 @@ def test_deferred_merge_commits_what_a_merge_in_the_worker_commits(connect_conn,
         {"id": 2, "status": "paid", "amount": order(2, "paid", "2.50")["amount"]},
         {"id": 3, "status": "new", "amount": order(3, "new", "3")["amount"]},
     ]
+
+
+def test_a_write_that_ends_while_the_worker_watches_is_taken_without_deferring(connect_conn, tmp_path, capfd):
+    windows = two_windows(tmp_path / "staging")
+    watched, deferred = str(tmp_path / "watched"), str(tmp_path / "deferred")
+    taken = []
+    for window in windows:
+        capfd.readouterr()
+        merge_operator(window, watched, deferrable=True, defer_after_seconds=120).execute(context={})
+        taken += re.findall(r"operation \S+ finished within 120 s, without deferring", capfd.readouterr().out)
+        run_deferring(merge_operator(window, deferred, deferrable=True))
+
+    assert len(taken) == 3, taken  # access_log and orders, then orders: each write watched to its end
+    for table in ("shop.orders", "shop.access_log"):
+        key = "msg" if "log" in table else "id"
+        assert rows(read_table(watched, table), key) == rows(read_table(deferred, table), key)
+        assert staging_folders(watched, table) == []
+
+
+def test_a_write_longer_than_the_watch_defers_and_the_trigger_takes_it_over(connect_conn, tmp_path):
+    window = two_windows(tmp_path / "staging")[0]
+    target = str(tmp_path / "target")
+    operator = merge_operator(window, target, deferrable=True, defer_after_seconds=0.01)
+
+    result, events = run_deferring(operator)  # the worker's watch gave up; the trigger attaches anew
+
+    assert [e["status"] for e in events] == ["success", "success"]
+    assert result["tables"]["shop.orders"]["rows_in_window"] == 3
+    assert len(read_table(target, "shop.orders")) == 3
 
 
 def test_handling_the_resume_event_twice_commits_once(connect_conn, tmp_path):

@@ -50,6 +50,9 @@ def test_deferred_snapshot_and_merges_keep_the_target_equal_to_the_source(
     dag = load_example_dag()
     for task_id in ("snapshot", "merge"):
         dag.get_task(task_id).deferrable = True
+        dag.get_task(
+            task_id
+        ).defer_after_seconds = 0  # these small actions would end while the worker watches
     pipeline = f"p_{db}"
     runner = DagRunner(dag, {"pipeline": pipeline, "tables": f"{db}.*", **pipeline_dirs})
     capfd.readouterr()
@@ -86,6 +89,7 @@ def test_deferred_merge_and_snapshot_under_a_real_scheduler_and_triggerer(
 ) -> None:
     deferrable = {
         "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",  # the snapshot and merge take their default from it
+        "AIRFLOW__BINLOG__DEFER_AFTER_SECONDS": "0",  # defer at once: these small actions end within seconds
         "AIRFLOW_CONN_SPARK_DEFAULT": spark_connect.connection_json(),
         # Airflow 3.3.2 race (ADR 0024, "Consequences"): when the trigger fires before the deferring worker's
         # exit is reported, the scheduler marks the resumed task up_for_retry; its retry finds the work done.
