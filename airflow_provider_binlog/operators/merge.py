@@ -51,6 +51,8 @@ class BinlogMergeOperator(SparkJobOperator):
     :param deferrable: over a ``spark_connect`` connection, run the long Spark actions as detached operations
         and wait in the triggerer (:class:`~airflow_provider_binlog.operators.spark.SparkJobOperator`,
         ``docs/adr/0024-deferrable-spark-work.md``); default from ``[operators] default_deferrable``.
+        ``defer_after_seconds`` (a keyword of that class, default 10): an action that ends within it is taken
+        in the worker without deferring.
     :param kwargs: further :class:`~airflow.providers.apache.spark.operators.spark_submit.SparkSubmitOperator`
         arguments (``executor_memory``, ``env_vars``, ...), except ``application`` and ``application_args``.
     :raises ValueError: if an argument is invalid.
