@@ -119,8 +119,9 @@ def extract_window(
     check_retained(server, start, pipeline)
     clear_window(window_dir)
     window_dir.mkdir(parents=True, exist_ok=True)
-    writers = WindowWriters(window_dir)
     stream = hook.stream_reader(start, schemas=[database_of(n) for n in tables], **stream_options())
+    writers = WindowWriters(window_dir)  # writes in a thread of its own; raises its errors in this one
+    sink, discard = writers.write, writers.discard
     try:
         reader = WindowReader(
             own_events(stream),
@@ -128,13 +129,13 @@ def extract_window(
             end=end,
             tables=tables,
             window=window.seq,
-            sink=writers.write,
+            sink=sink,
             pipeline=pipeline,
             covers=covers,
             progress=ExtractProgress(
                 window=window.seq, start=start, end=end, binlog_files=server.binlog_files
             ),
-            discard=writers.discard,
+            discard=discard,
             columns={t: [record_column(c) for c in cols] for t, cols in (schemas or {}).items()},
         )
         stats = reader.run()
