@@ -460,13 +460,15 @@ class WindowReader(StatementEffects):
         self._rollback()  # nothing of the selected tables: the group ends here
 
     def _rows(self, event: Any, file: str, end_pos: int) -> None:
-        name = event.table_map.name
+        table_map = event.table_map
+        name = table_map.name
         target = self.tables.get(name)
         if target is None:
             return
+        columns = table_map.columns
         if name in self.retypes:
-            self._decide_retype(name, event.columns)
-        self.columns[name] = event.columns
+            self._decide_retype(name, columns)
+        self.columns[name] = columns
         if name in self.stats.covered_tables:
             return
         key = self._key(file, end_pos)
@@ -474,11 +476,12 @@ class WindowReader(StatementEffects):
             if target.barriers and (target.since is None or key > target.since.key):
                 self._skip_for_schema_change(target, BinlogPosition(file, end_pos))
             return
-        self.txn.open = True
-        layout = self._layout(name, event.columns)
-        self.txn.touched[(name, id(layout))] = layout
+        txn = self.txn
+        txn.open = True
+        layout = self._layout(name, columns)
+        txn.touched[(name, id(layout))] = layout
         self._add_rows(event, layout, target, file, end_pos)
-        if self.txn.rows_in_memory >= SPILL_ROWS:
+        if txn.rows_in_memory >= SPILL_ROWS:
             self._spill()
 
     def _skip_for_schema_change(self, target: TableTarget, at: BinlogPosition) -> None:
