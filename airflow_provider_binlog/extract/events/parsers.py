@@ -500,8 +500,8 @@ class RowsQuery:
     """ROWS_QUERY (MySQL) or ANNOTATE_ROWS (MariaDB): the statement of the rows events that follow.
 
     Written with ``binlog_rows_query_log_events`` (MySQL) or ``binlog_annotate_row_events`` (MariaDB). The
-    text is decoded when :attr:`query` is first read: the extract reads none of them, and a MariaDB OLTP
-    binlog holds one per rows event (a frozen dataclass with the decoded text cost about 2 % of the extract).
+    text is decoded each time :attr:`query` is read: the extract reads none of them, and a MariaDB binlog holds
+    one per rows event (read from a file, or over a dump that asks for them, ``feeds.read_binlog_socket``).
 
     :param body: the event's body (no header, no checksum).
     :param mariadb: an ANNOTATE_ROWS body (the text); else ROWS_QUERY's (a length byte, then the text).
