@@ -49,7 +49,7 @@ from airflow_provider_binlog.extract.connections import ConnectionLost
 from airflow_provider_binlog.extract.decoder import layout_key, unsupported_reason
 from airflow_provider_binlog.extract.effects import StatementEffects
 from airflow_provider_binlog.extract.events import codes
-from airflow_provider_binlog.extract.events.parsers import Gtid, MariadbGtid
+from airflow_provider_binlog.extract.events.parsers import Gtid, MariadbGtid, RowsQuery
 from airflow_provider_binlog.extract.events.stream import Event, RowsEvent
 from airflow_provider_binlog.extract.events.tablemap import TableMap
 from airflow_provider_binlog.extract.progress import ExtractProgress
@@ -81,13 +81,15 @@ __all__ = [
 
 SPILL_ROWS = 50_000
 """Rows of one open transaction kept in memory before they are spilled to a temporary file."""
-BATCH_ROWS = 8_192
+BATCH_ROWS = 4_096
 """Committed rows per table kept as Python values before they become an Arrow batch for the writer."""
 PROGRESS_EVERY_EVENTS = 256
 """The reader asks its :class:`~airflow_provider_binlog.extract.progress.ExtractProgress` for a line once per
 this many events, so the clock is not read per event."""
 
 _ROTATE = codes.ROTATE
+_PASSED = frozenset({TableMap, RowsQuery})
+"""Parsed event bodies the dispatch only counts (a table map is read through the rows events that name it)."""
 
 
 @contextlib.contextmanager
@@ -308,7 +310,7 @@ class WindowReader(StatementEffects):
             if end_pos and not self.txn.open:
                 self._move(file, end_pos)
             return
-        if data is None or type(data) is TableMap:  # events not acted on (ANNOTATE_ROWS, ...), table maps
+        if data is None or type(data) in _PASSED:  # table maps, events not acted on (ANNOTATE_ROWS, ...)
             if end_pos and not self.txn.open:
                 self._move(file, end_pos)
             return
@@ -458,13 +460,15 @@ class WindowReader(StatementEffects):
         self._rollback()  # nothing of the selected tables: the group ends here
 
     def _rows(self, event: Any, file: str, end_pos: int) -> None:
-        name = event.table_map.name
+        table_map = event.table_map
+        name = table_map.name
         target = self.tables.get(name)
         if target is None:
             return
+        columns = table_map.columns
         if name in self.retypes:
-            self._decide_retype(name, event.columns)
-        self.columns[name] = event.columns
+            self._decide_retype(name, columns)
+        self.columns[name] = columns
         if name in self.stats.covered_tables:
             return
         key = self._key(file, end_pos)
@@ -472,11 +476,12 @@ class WindowReader(StatementEffects):
             if target.barriers and (target.since is None or key > target.since.key):
                 self._skip_for_schema_change(target, BinlogPosition(file, end_pos))
             return
-        self.txn.open = True
-        layout = self._layout(name, event.columns)
-        self.txn.touched[(name, id(layout))] = layout
+        txn = self.txn
+        txn.open = True
+        layout = self._layout(name, columns)
+        txn.touched[(name, id(layout))] = layout
         self._add_rows(event, layout, target, file, end_pos)
-        if self.txn.rows_in_memory >= SPILL_ROWS:
+        if txn.rows_in_memory >= SPILL_ROWS:
             self._spill()
 
     def _skip_for_schema_change(self, target: TableTarget, at: BinlogPosition) -> None:

@@ -6,19 +6,17 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import pymysql
 
 from airflow_provider_binlog.contract.manifest import Manifest
 from airflow_provider_binlog.contract.names import database_of
-from airflow_provider_binlog.extract.columns import ColumnSpec
 from airflow_provider_binlog.extract.connections import ReplicationConnections
 from airflow_provider_binlog.extract.ddl import column_record, record_column
 from airflow_provider_binlog.extract.events.feeds import dump_events
 from airflow_provider_binlog.extract.events.stream import Event, EventReader
 from airflow_provider_binlog.extract.progress import ExtractProgress
 from airflow_provider_binlog.extract.reader import SnapshotCover, TableTarget, WindowReader
-from airflow_provider_binlog.extract.writer import PENDING_BYTES, TableOutput, TableWriter
+from airflow_provider_binlog.extract.writer import TableOutput, WindowWriters
 from airflow_provider_binlog.monitoring.retention import binlog_bytes_between, check_retained
 from airflow_provider_binlog.pipeline.ledger import Window, now_iso
 from airflow_provider_binlog.pipeline.staging import clear_window, write_manifest
@@ -121,22 +119,9 @@ def extract_window(
     check_retained(server, start, pipeline)
     clear_window(window_dir)
     window_dir.mkdir(parents=True, exist_ok=True)
-    writers: dict[str, TableWriter] = {}
-
-    def sink(table: str, batch: pa.RecordBatch, specs: list[ColumnSpec], key: list[str]) -> None:
-        writer = writers.get(table)
-        if writer is None:
-            writer = writers[table] = TableWriter(window_dir, TableOutput(name=table, primary_key=key))
-        writer.write(batch, specs)
-        if sum(w.pending_bytes for w in writers.values()) > PENDING_BYTES:
-            max(writers.values(), key=lambda w: w.pending_bytes).flush()
-
-    def discard(table: str) -> None:  # a table the target never held was dropped: nothing staged of it counts
-        writer = writers.pop(table, None)
-        for relative in writer.close().files if writer is not None else []:
-            (window_dir / relative).unlink()
-
     stream = hook.stream_reader(start, schemas=[database_of(n) for n in tables], **stream_options())
+    writers = WindowWriters(window_dir)  # writes in a thread of its own; raises its errors in this one
+    sink, discard = writers.write, writers.discard
     try:
         reader = WindowReader(
             own_events(stream),
@@ -154,13 +139,14 @@ def extract_window(
             columns={t: [record_column(c) for c in cols] for t, cols in (schemas or {}).items()},
         )
         stats = reader.run()
-    except pymysql.err.MySQLError as err:
-        if err.args and err.args[0] in ACCESS_DENIED_ERRORS:
+    except BaseException as err:
+        writers.abort()
+        if isinstance(err, pymysql.err.MySQLError) and err.args and err.args[0] in ACCESS_DENIED_ERRORS:
             raise hook.privilege_error(err, f"stream the binlog of window {window.seq} from {start}") from err
         raise
     finally:
         stream.close()
-    outputs = {name: writer.close() for name, writer in writers.items()}
+    outputs = writers.close()
     for name in stats.covered_tables:  # rows staged before the statement that made the table covered
         for relative in outputs.pop(name, TableOutput(name=name, primary_key=[])).files:
             (window_dir / relative).unlink()

@@ -184,6 +184,39 @@ def test_large_transaction_is_spilled_and_complete(
     assert len(set(rows.column("_binlog_ts").to_pylist())) == 1
 
 
+def test_a_write_error_in_the_writer_thread_fails_the_extract_with_it_and_writes_no_manifest(
+    recorder: Recorder, mariadb: LocalMariaDB, source_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Part files are written in a thread of their own (``WindowWriters``): its error is the extract's."""
+    from airflow_provider_binlog.extract import reader
+    from airflow_provider_binlog.extract.writer import TableWriter
+
+    original = TableWriter.write
+    written: list[int] = []
+    disk_full = OSError(28, "No space left on device")
+
+    def write(self: TableWriter, *args: Any) -> None:
+        if written:  # the second batch
+            raise disk_full
+        written.append(args[0].num_rows)
+        original(self, *args)
+
+    monkeypatch.setattr(TableWriter, "write", write)
+    monkeypatch.setattr(reader, "BATCH_ROWS", 100)  # a batch per 100 committed rows
+    mariadb.execute(f"CREATE TABLE `{source_db}`.t (id INT PRIMARY KEY)")
+    recorder.mark()
+    for first in range(0, 1000, 100):
+        values = ",".join(f"({i})" for i in range(first, first + 100))
+        mariadb.execute(f"INSERT INTO `{source_db}`.t VALUES {values}")
+    with pytest.raises(OSError) as raised:
+        recorder.extract({f"{source_db}.t": ["id"]})
+    assert raised.value is disk_full
+    assert written == [100]
+    window_dir = Path(recorder.staging, "test", "window=1")
+    assert not (window_dir / "manifest.json").exists()
+    assert not list(window_dir.glob("*.json"))
+
+
 def test_a_long_window_logs_progress_with_bytes_left_and_an_eta(
     recorder: Recorder,
     mariadb: LocalMariaDB,

@@ -179,29 +179,31 @@ def dump_events(connection: Any, *, file: str, checksum: int) -> Iterator[RawEve
         ``binlog_checksum`` is CRC32), else 0: the ROTATE events' file names end before it.
     """
     current = file
-    for data in packets(connection):
-        if data[0] == 0xFE and len(data) < 9:  # EOF: the end of a non-blocking dump
-            return
-        if data[0] != 0:
-            continue
-        event = data[1:]
-        kind = event[4]
-        size, end = _SIZE_END.unpack_from(event, 9)
-        if kind in _DUMP_SPECIAL:
-            if kind != codes.ROTATE:  # a heartbeat
+    unpack, special = _SIZE_END.unpack_from, _DUMP_SPECIAL
+    for batch in packet_batches(connection):
+        for data in batch:
+            if data[0]:
+                if data[0] == 0xFE and len(data) < 9:  # EOF: the end of a non-blocking dump
+                    return
                 continue
-            next_file = _rotation(event, checksum)[0]
-            if event[17] & LOG_EVENT_ARTIFICIAL or end == 0:
+            event = data[1:]
+            kind = event[4]
+            size, end = unpack(event, 9)
+            if kind in special:
+                if kind != codes.ROTATE:  # a heartbeat
+                    continue
+                next_file = _rotation(event, checksum)[0]
+                if event[17] & LOG_EVENT_ARTIFICIAL or end == 0:
+                    current = next_file
+                    continue
+                yield RawEvent(current, end - size, event)
                 current = next_file
                 continue
+            if end == 0:  # the FORMAT_DESCRIPTION re-sent for a start after 4 (or another made-up event)
+                if kind == codes.FORMAT_DESCRIPTION:
+                    yield RawEvent(current, 4, event)
+                continue
             yield RawEvent(current, end - size, event)
-            current = next_file
-            continue
-        if end == 0:  # the FORMAT_DESCRIPTION re-sent for a start after 4 (or another made-up event)
-            if kind == codes.FORMAT_DESCRIPTION:
-                yield RawEvent(current, 4, event)
-            continue
-        yield RawEvent(current, end - size, event)
 
 
 _MAX_PACKET = 0xFFFFFF
@@ -211,58 +213,85 @@ _MAX_PACKET = 0xFFFFFF
 def packets(connection: Any) -> Iterator[bytes]:
     """Yield the payloads of the packets that follow on a pymysql ``connection``, as its ``_read_packet`` would.
 
+    The packets are framed by :func:`packet_batches`; errors are its.
+
+    :raises pymysql.err.MySQLError: as :func:`packet_batches`.
+    """
+    for batch in packet_batches(connection):
+        yield from batch
+
+
+def packet_batches(connection: Any) -> Iterator[list[bytes]]:
+    """Yield the payloads of the packets that follow on a pymysql ``connection``, a list of them at a time.
+
     The first packet is read by pymysql (which sets the socket's read timeout); the rest are framed here
     (3-byte length, sequence id, payload; payloads of 16 MiB - 1 continue in the next packet) out of chunks of
     up to :data:`_CHUNK` bytes read off the connection's buffered socket file, without building a
     ``MysqlPacket`` per event (about a tenth of the extract) or calling pymysql's ``_read_bytes`` twice per
-    packet (about another twentieth, most events being a few hundred bytes). The chunks may hold bytes of
-    packets after the one yielded: the connection serves nothing else while a dump runs, and it is closed
-    when the dump is abandoned.
+    packet (about another twentieth, most events being a few hundred bytes). Each list holds the packets
+    complete in the bytes read so far (a 64 KiB chunk holds some hundreds of OLTP events), so the consumer
+    resumes this generator once per chunk, not once per event. The chunks may hold bytes of packets after
+    those yielded: the connection serves nothing else while a dump runs, and it is closed when the dump is
+    abandoned.
 
-    Errors are pymysql's: a lost connection or a timeout raises ``OperationalError`` 2013 (as
-    ``_read_bytes`` does), a wrong sequence id ``InternalError`` (``OperationalError`` 2013 for MariaDB's
-    shutdown packet, sequence id 0), an error packet the server's error.
+    Errors are pymysql's, raised after the packets before the failing one were yielded: a lost connection or a
+    timeout raises ``OperationalError`` 2013 (as ``_read_bytes`` does), a wrong sequence id ``InternalError``
+    (``OperationalError`` 2013 for MariaDB's shutdown packet, sequence id 0), an error packet the server's
+    error.
 
     :raises pymysql.err.MySQLError: as above.
     """
     import pymysql
     from pymysql.constants import CR
 
-    yield connection._read_packet().get_all_data()
+    yield [connection._read_packet().get_all_data()]
     rfile = connection._rfile
     buffer, pos = b"", 0
-
-    def out_of_sequence(number: int) -> pymysql.err.MySQLError:
-        connection._force_close()
-        if number == 0:
-            return pymysql.err.OperationalError(
-                CR.CR_SERVER_LOST, "Lost connection to MySQL server during query"
-            )
-        return pymysql.err.InternalError(
-            f"Packet sequence number wrong - got {number} expected {connection._next_seq_id}"
-        )
-
+    expected = connection._next_seq_id
     parts: list[bytes] = []  # the payload so far of a packet that continues in the next
+
     while True:
-        if len(buffer) - pos < 4:
-            buffer, pos = buffer[pos:] + _receive(connection, rfile, 4 - len(buffer) + pos), 0
-        length = buffer[pos] | buffer[pos + 1] << 8 | buffer[pos + 2] << 16
-        if buffer[pos + 3] != connection._next_seq_id:
-            raise out_of_sequence(buffer[pos + 3])
-        connection._next_seq_id = (buffer[pos + 3] + 1) & 0xFF
-        end = pos + 4 + length
-        if end > len(buffer):
-            buffer, pos, end = buffer[pos:] + _receive(connection, rfile, end - len(buffer)), 0, 4 + length
-        payload = buffer[pos + 4 : end]
-        pos = end
-        if length == _MAX_PACKET:
-            parts.append(payload)
-            continue
-        if parts:
-            payload, parts = b"".join([*parts, payload]), []
-        if payload[0] == 0xFF:
-            pymysql.err.raise_mysql_exception(payload)
-        yield payload
+        batch: list[bytes] = []
+        size = len(buffer)
+        wrong_number = error = None
+        need = 4 - size + pos
+        while need <= 0:
+            length = buffer[pos] | buffer[pos + 1] << 8 | buffer[pos + 2] << 16
+            if buffer[pos + 3] != expected:
+                wrong_number = buffer[pos + 3]
+                break
+            end = pos + 4 + length
+            if end > size:
+                need = end - size
+                break
+            expected = (expected + 1) & 0xFF
+            payload = buffer[pos + 4 : end]
+            pos = end
+            need = 4 - size + pos
+            if length == _MAX_PACKET:
+                parts.append(payload)
+                continue
+            if parts:
+                payload, parts = b"".join([*parts, payload]), []
+            if payload[0] == 0xFF:
+                error = payload
+                break
+            batch.append(payload)
+        connection._next_seq_id = expected
+        if batch:
+            yield batch
+        if error is not None:
+            pymysql.err.raise_mysql_exception(error)
+        if wrong_number is not None:
+            connection._force_close()
+            if wrong_number == 0:
+                raise pymysql.err.OperationalError(
+                    CR.CR_SERVER_LOST, "Lost connection to MySQL server during query"
+                )
+            raise pymysql.err.InternalError(
+                f"Packet sequence number wrong - got {wrong_number} expected {expected}"
+            )
+        buffer, pos = buffer[pos:] + _receive(connection, rfile, need), 0
 
 
 _CHUNK = 1 << 16

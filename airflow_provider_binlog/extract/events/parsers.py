@@ -496,22 +496,44 @@ def parse_gtid_list(body: bytes) -> GtidList:
     return GtidList(gtids, flags)
 
 
-@dataclass(frozen=True)
 class RowsQuery:
     """ROWS_QUERY (MySQL) or ANNOTATE_ROWS (MariaDB): the statement of the rows events that follow.
 
-    Written with ``binlog_rows_query_log_events`` (MySQL) or ``binlog_annotate_row_events`` (MariaDB).
+    Written with ``binlog_rows_query_log_events`` (MySQL) or ``binlog_annotate_row_events`` (MariaDB). The
+    text is decoded each time :attr:`query` is read: the extract reads none of them, and a MariaDB binlog holds
+    one per rows event (read from a file, or over a dump that asks for them, ``feeds.read_binlog_socket``).
+
+    :param body: the event's body (no header, no checksum).
+    :param mariadb: an ANNOTATE_ROWS body (the text); else ROWS_QUERY's (a length byte, then the text).
     """
 
-    query: str
+    __slots__ = ("_body", "_mariadb")
+
+    def __init__(self, body: bytes, mariadb: bool) -> None:
+        self._body = body
+        self._mariadb = mariadb
+
+    @property
+    def query(self) -> str:
+        """Return the statement's text (UTF-8, undecodable bytes replaced; ROWS_QUERY's length byte is ignored).
+
+        The length byte is ignored because the text may be longer than it can say.
+        """
+        return bytes(self._body if self._mariadb else self._body[1:]).decode("utf-8", "replace")
+
+    def __repr__(self) -> str:
+        return f"RowsQuery(query={self.query!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RowsQuery) and other.query == self.query
+
+    def __hash__(self) -> int:
+        return hash(self.query)
 
 
 def parse_rows_query(body: bytes, mariadb: bool) -> RowsQuery:
-    """Parse ROWS_QUERY or ANNOTATE_ROWS.
-
-    ROWS_QUERY holds a length byte (ignored: the text may be longer) and the text, ANNOTATE_ROWS the text.
-    """
-    return RowsQuery(bytes(body if mariadb else body[1:]).decode("utf-8", "replace"))
+    """Parse ROWS_QUERY or ANNOTATE_ROWS (see :class:`RowsQuery`)."""
+    return RowsQuery(body, mariadb)
 
 
 @dataclass(frozen=True)

@@ -296,6 +296,10 @@ class EventReader:
             table_map = self._parser.parse(body)
             self.table_maps[table_map.table_id] = table_map
             return table_map
+        if type_code == codes.MARIADB_ANNOTATE_ROWS:  # one per rows event in a MariaDB binlog
+            return parsers.RowsQuery(body, True)
+        if type_code == codes.ROWS_QUERY:
+            return parsers.RowsQuery(body, False)
         if type_code == codes.MARIADB_GTID:
             return parsers.parse_mariadb_gtid(body, server_id)
         if type_code == codes.XID:
@@ -312,8 +316,6 @@ class EventReader:
             return parsers.parse_previous_gtids(body)
         if type_code == codes.MARIADB_GTID_LIST:
             return parsers.parse_gtid_list(body)
-        if type_code in (codes.ROWS_QUERY, codes.MARIADB_ANNOTATE_ROWS):
-            return parsers.parse_rows_query(body, mariadb=type_code == codes.MARIADB_ANNOTATE_ROWS)
         if type_code == codes.TRANSACTION_PAYLOAD:
             return parsers.parse_transaction_payload(body)
         if type_code == codes.XA_PREPARE:
