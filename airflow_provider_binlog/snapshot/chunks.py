@@ -40,6 +40,7 @@ from airflow_provider_binlog.contract.uris import (
     read_json,
     write_json,
 )
+from airflow_provider_binlog.snapshot.parquet import dictionary_columns
 from airflow_provider_binlog.snapshot.plan import Chunk, TablePlan, chunk_query
 from airflow_provider_binlog.snapshot.rows import RowReader, SourceColumn, describe_columns
 from airflow_provider_binlog.source.flavor import flavor_named
@@ -287,21 +288,29 @@ def _write_rows(
     """Stream the chunk's rows into its Parquet file (temporary name, then rename); return (rows, zero dates).
 
     Batches are written in row groups of up to :data:`ROW_GROUP_ROWS` rows, so at most that many rows
-    are held at once.
+    are held at once. The first batch decides which columns get a dictionary
+    (:func:`~airflow_provider_binlog.snapshot.parquet.dictionary_columns`).
     """
     schema = change_schema([pa.field(c.spec.name, c.spec.arrow_type) for c in columns])
     rows = zero_dates = 0
     group: list[pa.RecordBatch] = []
+    writer: pq.ParquetWriter | None = None
     with atomic_output(join_uri(snapshot_uri, chunk_file(table, index)), storage_options) as out:
-        writer = pq.ParquetWriter(out, schema, compression="zstd")
         for values, zeros in reader.batches(sql, params, columns, FETCH_ROWS):
             meta = _snapshot_meta(values.num_rows, seq, index, rows, watermark, read_at)
-            group.append(pa.RecordBatch.from_arrays([*values.columns, *meta], schema=schema))
+            batch = pa.RecordBatch.from_arrays([*values.columns, *meta], schema=schema)
+            if writer is None:
+                writer = pq.ParquetWriter(
+                    out, schema, compression="zstd", use_dictionary=dictionary_columns(batch)
+                )
+            group.append(batch)
             rows += values.num_rows
             zero_dates += zeros
             if sum(batch.num_rows for batch in group) + FETCH_ROWS > ROW_GROUP_ROWS:
                 writer.write_table(pa.Table.from_batches(group, schema=schema))
                 group = []
+        if writer is None:
+            writer = pq.ParquetWriter(out, schema, compression="zstd")
         if group:
             writer.write_table(pa.Table.from_batches(group, schema=schema))
         writer.close()
