@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from airflow_provider_binlog.contract.columns import DELETED_COLUMN
 from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, join_uri
+from airflow_provider_binlog.snapshot.parquet import dictionary_columns
 
 ROW_GROUP_ROWS = 131_072
 """Most rows of one row group of a first-load file (chunk files are read batch by batch and written in groups
@@ -170,8 +171,9 @@ def write_run(
     skip = run.lead
     written = 0
     group: list[pa.RecordBatch] = []
+    writer: pq.ParquetWriter | None = None
     try:
-        with fs.open_output_stream(path) as out, pq.ParquetWriter(out, schema, compression="zstd") as writer:
+        with fs.open_output_stream(path) as out:
             for batch in _slices(run.parts, storage_options):
                 rows = _conformed(batch, schema)
                 key_rows = pa.Table.from_batches([rows.select(list(keys))], schema=key_schema)
@@ -183,14 +185,24 @@ def write_run(
                 last = key_rows.slice(key_rows.num_rows - 1)
                 rows = rows.slice(min(skip, rows.num_rows))
                 skip -= batch.num_rows - rows.num_rows
+                if writer is None and rows.num_rows:  # not on the lead row of the file before alone
+                    writer = pq.ParquetWriter(
+                        out, schema, compression="zstd", use_dictionary=dictionary_columns(rows)
+                    )
                 group.append(rows)
                 written += rows.num_rows
-                if sum(b.num_rows for b in group) >= ROW_GROUP_ROWS:
+                if writer is not None and sum(b.num_rows for b in group) >= ROW_GROUP_ROWS:
                     writer.write_table(pa.Table.from_batches(group, schema=schema))
                     group = []
+            if writer is None:
+                writer = pq.ParquetWriter(out, schema, compression="zstd")
             if group:
                 writer.write_table(pa.Table.from_batches(group, schema=schema))
+            writer.close()
     except BaseException:
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                writer.close()
         with contextlib.suppress(FileNotFoundError):
             fs.delete_file(path)
         raise

@@ -25,6 +25,9 @@ from airflow_provider_binlog.operators.spark import CONNECT_MODE_ENV, launcher_e
 from airflow_provider_binlog.testing.mariadb import free_port
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+PYTHON_DAEMON_MODULE = "airflow_provider_binlog.jobs.python_daemon"
+"""The server's ``spark.python.daemon.module``: Python workers forked with the snapshot's task code imported
+(``docs/adr/0028-snapshot-tasks-with-a-warm-python-daemon.md``)."""
 
 
 @dataclass
@@ -32,7 +35,8 @@ class LocalSparkConnect:
     """A Spark Connect server on 127.0.0.1:``port`` with a ``local[cores]`` master.
 
     Use as a context manager or call :meth:`start` / :meth:`stop`. Its Python workers run this
-    interpreter, so they import the provider from the same environment.
+    interpreter, so they import the provider from the same environment, and are forked by the provider's
+    Python daemon (:data:`PYTHON_DAEMON_MODULE`), as ``docs/snapshots.md`` recommends for a Connect server.
 
     :param cores: local master threads (``local[cores]``).
     :param conf: extra Spark settings of the server (``spark.sql.shuffle.partitions`` ...).
@@ -68,6 +72,7 @@ class LocalSparkConnect:
             "spark.connect.grpc.binding.port": str(self.port),
             "spark.ui.enabled": "false",
             "spark.sql.session.timeZone": "UTC",
+            "spark.python.daemon.module": PYTHON_DAEMON_MODULE,
             **self.conf,
         }
         master = f"local[{self.cores}]"

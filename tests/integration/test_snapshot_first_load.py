@@ -250,3 +250,57 @@ def test_tables_the_shortcut_cannot_load_exactly_are_merged(source: Source) -> N
     ]
     s = delta_state(target, f"{db}.s", ["k"])
     assert s["rows"]["k"].to_pylist() == ["C", "b", "d"]
+
+
+def test_a_first_load_that_loses_its_commit_race_is_left_to_the_merge(
+    source: Source, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer commits to the table between the first load's plan (version 0) and its commit.
+
+    The other writer is a second run of the same snapshot (a retried task racing the attempt it replaced),
+    started once the first run has created the table and planned its files and before it writes them. The
+    first run's commit must fail on the moved version, its files be deleted, and the table go the merge path,
+    which finds the snapshot already merged: every source row once, no file left uncommitted.
+    """
+    import airflow_provider_binlog.jobs.first_load as first_load_job
+
+    mariadb, db, spark, tmp_path = source.mariadb, source.db, source.spark, source.tmp_path
+    mariadb.execute(
+        f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v VARCHAR(20))",
+        f"INSERT INTO `{db}`.t SELECT seq, CONCAT('row ', seq) FROM seq_1_to_1000",
+        database=db,
+    )
+    name = f"{db}.t"
+    uri = stage_snapshot(mariadb, tmp_path / "staging", {name: ["id"]})
+    target = str(tmp_path / "target")
+    kwargs: dict[str, Any] = {
+        "pipeline": PIPELINE,
+        "source": mariadb.connection_kwargs(),
+        "max_connections": 2,
+    }
+    write_task = first_load_job.write_task
+    other: list[dict[str, Any]] = []
+
+    def other_writer_first(*args: Any) -> Any:
+        if not other:  # the racing run's own first load calls this too: it writes undisturbed
+            other.append({})
+            other[0] = run_snapshot(spark, uri, target, **kwargs)
+        return write_task(*args)
+
+    monkeypatch.setattr(first_load_job, "write_task", other_writer_first)
+
+    summary = run_snapshot(spark, uri, target, **kwargs)
+
+    assert other[0]["tables"][name]["first_load"] is True  # the other writer won the table
+    # The first run lost its commit and left the table to the merge.
+    assert "first_load" not in summary["tables"][name]
+    dt = deltalake.DeltaTable(table_uri(target, name))
+    assert dt.version() == 1  # created, then the other writer's first load; the merge found the window merged
+    assert dt.history(1)[0]["binlog.first_load"] is True
+    rows = dt.to_pyarrow_table().sort_by("id")
+    expected = [tuple(r) for r in mariadb.execute(f"SELECT id, v FROM `{db}`.t ORDER BY id")]
+    assert list(zip(rows["id"].to_pylist(), rows["v"].to_pylist(), strict=True)) == expected
+    assert not any(rows["_binlog_deleted"].to_pylist())
+    folder = Path(table_uri(target, name).removeprefix("file://"))
+    on_disk = {p.name for p in folder.rglob("*.parquet") if "_delta_log" not in p.parts}
+    assert on_disk == {Path(u).name for u in dt.file_uris()}  # the loser's files were deleted
