@@ -200,12 +200,13 @@ def test_ddl_in_a_middle_file_reads_from_there_serially_and_stages_the_same(
 
 
 def kill_first_worker(stop: threading.Event, killed: list[int]) -> None:
-    """Kill (SIGKILL) the first worker process that shows up: a grandchild of this process, under the fork server."""
+    """Kill (SIGKILL) the first worker process that shows up: a fork of this process (the server is not)."""
     me = psutil.Process()
+    command = me.cmdline()
     while not stop.is_set():
-        for child in me.children(recursive=True):
+        for child in me.children():
             try:
-                if child.ppid() != me.pid:  # a worker: a child of the fork server
+                if child.cmdline() == command:
                     os.kill(child.pid, signal.SIGKILL)
                     killed.append(child.pid)
                     return
