@@ -307,27 +307,26 @@ def run_benchmark(args: argparse.Namespace) -> int:
         me = [sys.executable, __file__]
         load_before = os.getloadavg()[0]
         if args.files > 1:
+            size = binlog_bytes(start, end, server)
             parallel = measure([*me, "--reader", "ours", "--workers", str(args.files), *common])
             serial = measure([*me, "--reader", "ours", "--workers", "1", *common])
-            load = (load_before, os.getloadavg()[0])
-            shutil.rmtree(workdir, ignore_errors=True)
-            table = render_parallel(serial, parallel, args, load, binlog_bytes(start, end, server))
-            print(table)
-            if args.write_docs:
-                write_block(
-                    "extract_parallel",
-                    "Parallel catch-up (`benchmarks/extract_throughput.py --files`)",
-                    table,
-                )
-            return 0
-        results = {
-            OURS: measure([*me, "--reader", "ours", *common]),
-            "our event reader alone (decode, no output)": measure([*me, "--reader", "events", *common]),
-            RAW_LOOP: measure([*me, "--reader", "raw", *common]),
-            C_DECODER: measure(mariadb_binlog_command(server, start, end)),
-        }
+        else:
+            results = {
+                OURS: measure([*me, "--reader", "ours", *common]),
+                "our event reader alone (decode, no output)": measure([*me, "--reader", "events", *common]),
+                RAW_LOOP: measure([*me, "--reader", "raw", *common]),
+                C_DECODER: measure(mariadb_binlog_command(server, start, end)),
+            }
         load = (load_before, os.getloadavg()[0])
     shutil.rmtree(workdir, ignore_errors=True)
+    if args.files > 1:
+        table = render_parallel(serial, parallel, args, load, size)
+        print(table)
+        if args.write_docs:
+            write_block(
+                "extract_parallel", "Parallel catch-up (`benchmarks/extract_throughput.py --files`)", table
+            )
+        return 0
     table = render(results, args.events, args.workload, load)
     print(table)
     if args.write_docs:

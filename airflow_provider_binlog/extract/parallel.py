@@ -70,6 +70,7 @@ from airflow_provider_binlog.contract.columns import (
     TS_COLUMN,
 )
 from airflow_provider_binlog.exceptions import ReplicationConnectionLostError, UnsupportedEventError
+from airflow_provider_binlog.extract.batches import lean_arrow
 from airflow_provider_binlog.extract.columns import ColumnSpec
 from airflow_provider_binlog.extract.connections import (
     REPLICATION_NET_WRITE_TIMEOUT_SECONDS,
@@ -475,6 +476,7 @@ def read_parallel(
     :raises UnsupportedEventError, UndecodableValueError, pymysql.err.MySQLError: a worker's errors, as the
         serial reader raises them.
     """
+    lean_arrow()  # as the serial reader: no pandas, the system allocator (the workers inherit it)
     context = multiprocessing.get_context(START_METHOD)
     spool = Path(tempfile.mkdtemp(prefix="binlog-parallel-"))
     running: dict[int, _Worker] = {}
@@ -650,14 +652,12 @@ def _hold(builder: Any, batches: list[pa.RecordBatch]) -> None:
 def _shifted(batch: pa.RecordBatch, offset: int) -> pa.RecordBatch:
     """Return ``batch`` with ``offset`` added to its ``_binlog_seq`` column.
 
-    With ``pyarrow.compute`` (about 9 MiB of RSS in the parent only): through numpy, ``pa.array`` of the sum
-    would import pandas for pyarrow's pandas check (about 1.7 s and 55 MiB, see ``batches.arrow_without_pandas``).
+    Through numpy: ``pyarrow.compute`` costs about 0.7 s to import, and pyarrow's pandas check is off
+    (:func:`~.batches.lean_arrow`), so ``pa.array`` of an ndarray imports no pandas.
     """
     if not offset:
         return batch
-    import pyarrow.compute as pc
-
     index = batch.schema.get_field_index(SEQ_COLUMN)
     columns = list(batch.columns)
-    columns[index] = pc.add(columns[index], pa.scalar(offset, pa.int64()))
+    columns[index] = pa.array(columns[index].to_numpy() + offset, pa.int64())
     return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
