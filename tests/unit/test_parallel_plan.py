@@ -63,3 +63,13 @@ def test_held_rows_follow_the_serial_readers_flushes() -> None:
     assert held_after(BATCH_ROWS - 5, [3, 2, 6]) == 6  # the commit reaching BATCH_ROWS hands all to the sink
     assert held_after(100, [5, -1, 0, 7]) == 7  # a spill hands the rows held to the sink
     assert held_after(100, []) == 100
+
+
+def test_the_operator_refuses_fewer_than_one_worker() -> None:
+    from airflow_provider_binlog.operators import BinlogExtractOperator
+
+    common = {"task_id": "extract", "pipeline": "p", "tables": "db.t", "staging_uri": "/tmp/s"}
+    assert BinlogExtractOperator(**common).max_extract_workers is None  # default: one worker per CPU
+    assert BinlogExtractOperator(**common, max_extract_workers=1).max_extract_workers == 1  # off
+    with pytest.raises(ValueError, match="max_extract_workers"):
+        BinlogExtractOperator(**common, max_extract_workers=0)
