@@ -313,7 +313,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
             for _ in range(args.rounds):
                 serial = measure([*me, "--reader", "ours", "--workers", "1", *common])
                 parallel = measure([*me, "--reader", "ours", "--workers", str(args.files), *common])
-                rounds.append((serial, parallel))
+                rounds.append((serial, parallel, spin_ceiling()))
         else:
             results = {
                 OURS: measure([*me, "--reader", "ours", *common]),
@@ -384,25 +384,51 @@ def binlog_bytes(start: dict, end: dict, server) -> int:  # type: ignore[no-unty
     return binlog_bytes_between(files, BinlogPosition(**start), BinlogPosition(**end))
 
 
+def _spin(count: int) -> int:
+    total = 0
+    for i in range(count):
+        total += i
+    return total
+
+
+def spin_ceiling(count: int = 15_000_000) -> float:
+    """Return how much faster two processes of a pure-CPU loop finish than the same two loops one after the other.
+
+    The parallel speed-up the machine allows at that moment (other jobs share its cores): a bound for the
+    parallel extract, measured between its rounds.
+    """
+    import multiprocessing
+
+    started = time.monotonic()
+    _spin(count)
+    _spin(count)
+    serial = time.monotonic() - started
+    started = time.monotonic()
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        pool.map(_spin, [count, count])
+    return serial / (time.monotonic() - started)
+
+
 def render_parallel(
-    rounds: list[tuple[tuple[dict, float, int], tuple[dict, float, int]]],  # type: ignore[type-arg]
+    rounds: list[tuple[tuple[dict, float, int], tuple[dict, float, int], float]],  # type: ignore[type-arg]
     args: argparse.Namespace,
     load: tuple[float, float],
     size: int,
 ) -> str:
     """Return the Markdown table of one window read serially and in parallel, round by round, with the ratios.
 
-    Seconds are the extract's (``extract_window``: from the window's first event to the manifest); the reader
+    The last column is :func:`spin_ceiling` right after the round: what two busy processes gained on the
+    machine then. Seconds are the extract's (``extract_window``: from the window's first event to the manifest); the reader
     process's wall time adds its imports (about 2.5 s, the same for both). CPU seconds are the reader process's
     and its workers' (``wait4``).
     """
     lines = [
         "| round | extract | row changes | extract s | rows/s | speed-up | process wall s | CPU s (incl. workers) "
-        "| peak RSS of the task process (MiB) |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| peak RSS of the task process (MiB) | machine's ceiling (2 spin loops) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     ratios = []
-    for number, (serial, parallel) in enumerate(rounds, 1):
+    for number, (serial, parallel, ceiling) in enumerate(rounds, 1):
         ratios.append(serial[0]["seconds"] / parallel[0]["seconds"])
         for name, (report, wall, rss) in (
             ("serial", serial),
@@ -411,7 +437,8 @@ def render_parallel(
             lines.append(
                 f"| {number} | {name} | {report['rows']} | {report['seconds']:.2f} | "
                 f"{report['rows'] / report['seconds']:,.0f} | {serial[0]['seconds'] / report['seconds']:.2f}x | "
-                f"{wall:.1f} | {report['cpu_seconds']:.1f} | {rss / 1024:.0f} |"
+                f"{wall:.1f} | {report['cpu_seconds']:.1f} | {rss / 1024:.0f} | "
+                f"{f'{ceiling:.2f}x' if report is parallel[0] else ''} |"
             )
     workload = (
         "mixed workload (24 columns)"

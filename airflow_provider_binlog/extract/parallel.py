@@ -480,7 +480,7 @@ def read_parallel(
     context = multiprocessing.get_context(START_METHOD)
     spool = Path(tempfile.mkdtemp(prefix="binlog-parallel-"))
     running: dict[int, _Worker] = {}
-    state = ReaderState(columns=dict(start_columns))
+    state = ReaderState(columns={t: c for t, c in start_columns.items() if t in job.tables})
     specs: dict[str, tuple[list[ColumnSpec], list[str]]] = {}
     started = time.monotonic()
 
