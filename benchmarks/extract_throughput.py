@@ -9,8 +9,13 @@ the extract spends beyond decoding (batches, Parquet). Each reader runs in its o
 from ``wait4``. Results are printed as a Markdown table and, with ``--write-docs``, written to
 ``docs/benchmarks.md``.
 
+With ``--files N`` the workload is written in N equal parts with ``FLUSH BINARY LOGS`` between them, so the
+window spans N binlog files, and only our extract runs: once serially and once with its files read in
+parallel (``extract/parallel.py``, ADR 0025), in one run; the table gives both and their ratio.
+
     python benchmarks/extract_throughput.py --events 60000 --write-docs
     python benchmarks/extract_throughput.py --workload mixed --events 30000
+    python benchmarks/extract_throughput.py --files 4 --events 60000 --write-docs
 """
 
 from __future__ import annotations
@@ -67,8 +72,10 @@ MIXED_NAMES = ["id", "ti", "su", "mi", "i", "bu", "d", "f", "db", "y", "da", "dt
                "en", "st", "bt", "j", "bl", "k"]  # fmt: skip
 
 
-def mixed_run(server, events: int) -> None:  # type: ignore[no-untyped-def]
+def mixed_run(server, events: int, first: int = 0) -> None:  # type: ignore[no-untyped-def]
     """Write ``events`` transactions to ``mixed.t``: insert row ``1000 + n``, update all its columns, delete row ``n``.
+
+    ``n`` runs from ``first`` (a later part of the workload) to ``first + events``.
 
     The table is loaded with rows 0..999 first (before the measured range); 3 row changes per event.
     """
@@ -79,7 +86,7 @@ def mixed_run(server, events: int) -> None:  # type: ignore[no-untyped-def]
     conn = pymysql.connect(**server.connection_kwargs(database="mixed"))
     try:
         with conn.cursor() as cur:
-            for n in range(events):
+            for n in range(first, first + events):
                 key = 1000 + n
                 cur.execute(f"INSERT INTO t VALUES ({marks})", mixed_row(key))
                 cur.execute(f"UPDATE t SET {assignments} WHERE id = %s", (*mixed_row(key + 7)[1:], key))
@@ -166,6 +173,8 @@ def reader_ours(args: argparse.Namespace) -> dict:
         tables=tables,
         window_dir=window_path(args.staging, "bench", 1),
         server=hook.server_state(),
+        max_workers=args.workers,
+        parallel_min_bytes=0,
     )
     return {"rows": manifest.stats["rows"], "seconds": time.monotonic() - started}
 
@@ -245,6 +254,11 @@ def main() -> int:
     parser.add_argument("--port", type=int)
     parser.add_argument("--password")
     parser.add_argument("--staging")
+    parser.add_argument(
+        "--files", type=int, default=1, help="binlog files the window spans (> 1: serial vs. parallel)"
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="(--files) serial/parallel pairs to run")
+    parser.add_argument("--workers", type=int, default=1, help="(reader process) the extract's max_workers")
     args = parser.parse_args()
     if args.reader:
         readers = {
@@ -267,13 +281,25 @@ def run_benchmark(args: argparse.Namespace) -> int:
     with LocalMariaDB(base_dir=workdir / "mariadb") as server:
         if args.workload == "mixed":
             mixed_prepare(server)
+            server.execute("FLUSH BINARY LOGS")
             start = head(server)
-            mixed_run(server, args.events)
+            events = args.events // args.files
+            for part in range(args.files):
+                if part:
+                    server.execute("FLUSH BINARY LOGS")
+                mixed_run(server, events, first=part * events)
         else:
             server.execute("CREATE DATABASE sbtest")
             sysbench(server, "prepare")
+            server.execute("FLUSH BINARY LOGS")
             start = head(server)
-            sysbench(server, "run", f"--events={args.events}", "--time=0", "--threads=2", "--rand-seed=1")
+            for part in range(args.files):
+                if part:
+                    server.execute("FLUSH BINARY LOGS")
+                events = args.events // args.files
+                sysbench(
+                    server, "run", f"--events={events}", "--time=0", "--threads=2", f"--rand-seed={part + 1}"
+                )
         end = head(server)
         os.environ["AIRFLOW_CONN_BINLOG_DEFAULT"] = server.uri()
         common = [f"--start={json.dumps(start)}", f"--end={json.dumps(end)}", f"--port={server.port}"]
@@ -281,14 +307,30 @@ def run_benchmark(args: argparse.Namespace) -> int:
         common += [f"--workload={args.workload}"]
         me = [sys.executable, __file__]
         load_before = os.getloadavg()[0]
-        results = {
-            OURS: measure([*me, "--reader", "ours", *common]),
-            "our event reader alone (decode, no output)": measure([*me, "--reader", "events", *common]),
-            RAW_LOOP: measure([*me, "--reader", "raw", *common]),
-            C_DECODER: measure(mariadb_binlog_command(server, start, end)),
-        }
+        if args.files > 1:
+            size = binlog_bytes(start, end, server)
+            rounds = []  # serial and parallel alternate, so a change in the machine's load hits both
+            for _ in range(args.rounds):
+                serial = measure([*me, "--reader", "ours", "--workers", "1", *common])
+                parallel = measure([*me, "--reader", "ours", "--workers", str(args.files), *common])
+                rounds.append((serial, parallel, spin_ceiling()))
+        else:
+            results = {
+                OURS: measure([*me, "--reader", "ours", *common]),
+                "our event reader alone (decode, no output)": measure([*me, "--reader", "events", *common]),
+                RAW_LOOP: measure([*me, "--reader", "raw", *common]),
+                C_DECODER: measure(mariadb_binlog_command(server, start, end)),
+            }
         load = (load_before, os.getloadavg()[0])
     shutil.rmtree(workdir, ignore_errors=True)
+    if args.files > 1:
+        table = render_parallel(rounds, args, load, size)
+        print(table)
+        if args.write_docs:
+            write_block(
+                "extract_parallel", "Parallel catch-up (`benchmarks/extract_throughput.py --files`)", table
+            )
+        return 0
     table = render(results, args.events, args.workload, load)
     print(table)
     if args.write_docs:
@@ -329,6 +371,85 @@ def render(
     header = (
         f"{what}, MariaDB 10.11, one run on {os.cpu_count()} cores{shared} ({time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC)"
         f"; ours vs. C by wall time: {rates[OURS] / rates[C_DECODER]:.2f}x\n\n"
+    )
+    return header + "\n".join(lines)
+
+
+def binlog_bytes(start: dict, end: dict, server) -> int:  # type: ignore[no-untyped-def,type-arg]
+    """Return the binlog bytes between ``start`` and ``end`` (``SHOW BINARY LOGS``)."""
+    from airflow_provider_binlog.monitoring.retention import binlog_bytes_between
+    from airflow_provider_binlog.source.positions import BinlogPosition
+
+    files = [(str(name), int(size)) for name, size, *_ in server.execute("SHOW BINARY LOGS")]
+    return binlog_bytes_between(files, BinlogPosition(**start), BinlogPosition(**end))
+
+
+def _spin(count: int) -> int:
+    total = 0
+    for i in range(count):
+        total += i
+    return total
+
+
+def spin_ceiling(count: int = 15_000_000) -> float:
+    """Return how much faster two processes of a pure-CPU loop finish than the same two loops one after the other.
+
+    The parallel speed-up the machine allows at that moment (other jobs share its cores): a bound for the
+    parallel extract, measured between its rounds.
+    """
+    import multiprocessing
+
+    started = time.monotonic()
+    _spin(count)
+    _spin(count)
+    serial = time.monotonic() - started
+    started = time.monotonic()
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        pool.map(_spin, [count, count])
+    return serial / (time.monotonic() - started)
+
+
+def render_parallel(
+    rounds: list[tuple[tuple[dict, float, int], tuple[dict, float, int], float]],  # type: ignore[type-arg]
+    args: argparse.Namespace,
+    load: tuple[float, float],
+    size: int,
+) -> str:
+    """Return the Markdown table of one window read serially and in parallel, round by round, with the ratios.
+
+    The last column is :func:`spin_ceiling` right after the round: what two busy processes gained on the
+    machine then. Seconds are the extract's (``extract_window``: from the window's first event to the manifest); the reader
+    process's wall time adds its imports (about 2.5 s, the same for both). CPU seconds are the reader process's
+    and its workers' (``wait4``).
+    """
+    lines = [
+        "| round | extract | row changes | extract s | rows/s | speed-up | process wall s | CPU s (incl. workers) "
+        "| peak RSS of the task process (MiB) | machine's ceiling (2 spin loops) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    ratios = []
+    for number, (serial, parallel, ceiling) in enumerate(rounds, 1):
+        ratios.append(serial[0]["seconds"] / parallel[0]["seconds"])
+        for name, (report, wall, rss) in (
+            ("serial", serial),
+            (f"parallel (max_workers={args.files})", parallel),
+        ):
+            lines.append(
+                f"| {number} | {name} | {report['rows']} | {report['seconds']:.2f} | "
+                f"{report['rows'] / report['seconds']:,.0f} | {serial[0]['seconds'] / report['seconds']:.2f}x | "
+                f"{wall:.1f} | {report['cpu_seconds']:.1f} | {rss / 1024:.0f} | "
+                f"{f'{ceiling:.2f}x' if report is parallel[0] else ''} |"
+            )
+    workload = (
+        "mixed workload (24 columns)"
+        if args.workload == "mixed"
+        else f"sysbench oltp_write_only ({TABLES} tables)"
+    )
+    header = (
+        f"{workload}, {args.events} events in {args.files} binlog files ({size / 2**20:.1f} MiB), MariaDB 10.11, "
+        f"{len(rounds)} rounds of serial then parallel in one run on {os.cpu_count()} cores, load average "
+        f"{load[0]:.1f} before and {load[1]:.1f} after the readers ({time.strftime('%Y-%m-%d %H:%M', time.gmtime())} "
+        f"UTC); parallel vs. serial by extract time: {', '.join(f'{r:.2f}x' for r in ratios)}\n\n"
     )
     return header + "\n".join(lines)
 

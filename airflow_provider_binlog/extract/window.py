@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,14 @@ from airflow_provider_binlog.extract.connections import ReplicationConnections
 from airflow_provider_binlog.extract.ddl import column_record, record_column
 from airflow_provider_binlog.extract.events.feeds import dump_events
 from airflow_provider_binlog.extract.events.stream import Event, EventReader
+from airflow_provider_binlog.extract.parallel import (
+    PARALLEL_MIN_BYTES,
+    FileJob,
+    ReaderState,
+    file_ranges,
+    read_parallel,
+    worker_count,
+)
 from airflow_provider_binlog.extract.progress import ExtractProgress
 from airflow_provider_binlog.extract.reader import SnapshotCover, TableTarget, WindowReader
 from airflow_provider_binlog.extract.writer import TableOutput, WindowWriters
@@ -21,6 +30,7 @@ from airflow_provider_binlog.monitoring.retention import binlog_bytes_between, c
 from airflow_provider_binlog.pipeline.ledger import Window, now_iso
 from airflow_provider_binlog.pipeline.staging import clear_window, write_manifest
 from airflow_provider_binlog.source.grants import ACCESS_DENIED_ERRORS
+from airflow_provider_binlog.source.positions import BinlogPosition
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
@@ -74,6 +84,8 @@ def extract_window(
     skipped: dict[str, str] | None = None,
     foreign_keys: Sequence[ForeignKey] = (),
     schemas: Mapping[str, list[Any]] | None = None,
+    max_workers: int | None = 1,
+    parallel_min_bytes: int = PARALLEL_MIN_BYTES,
 ) -> Manifest:
     """Stream ``window`` into ``window_dir`` and return the manifest written last.
 
@@ -107,45 +119,99 @@ def extract_window(
     dropped in an earlier window (a ``gone`` target) has an entry in ``tables`` only when this window stages
     its truncate marker.
 
+    :param max_workers: how many worker processes may read the window's binlog files in parallel
+        (:mod:`~airflow_provider_binlog.extract.parallel`): None for up to ``os.cpu_count()``, 1 (the default
+        here) reads serially. Used only for a window of two files or more and ``parallel_min_bytes`` binlog
+        bytes or more; the staged rows, order keys and manifest are a serial read's.
+    :param parallel_min_bytes: binlog bytes below which the window is read serially whatever ``max_workers``.
+
     :raises BinlogPurgedError: when the window start was purged.
     :raises UnsupportedEventError: on events that cannot be decoded without loss.
     :raises SourcePrivilegeError: when the source refuses the stream for a missing privilege (no retry;
         the message holds the GRANT statements).
-    :raises SourceUnreachableError: when the stream breaks or ends early (retryable; a broken connection
-        raises :class:`~airflow_provider_binlog.exceptions.ReplicationConnectionLostError`). The retry
+    :raises SourceUnreachableError: when the stream breaks or ends early (retryable; a broken connection, or a
+        parallel read's worker process that dies, raises
+        :class:`~airflow_provider_binlog.exceptions.ReplicationConnectionLostError`). The retry
         re-reads the window: the window folder holds no manifest then, and it is cleared first.
     """
     start, end = window.start.to_position(), window.end.to_position()
     check_retained(server, start, pipeline)
     clear_window(window_dir)
     window_dir.mkdir(parents=True, exist_ok=True)
-    stream = hook.stream_reader(start, schemas=[database_of(n) for n in tables], **stream_options())
-    writers = WindowWriters(window_dir)  # writes in a thread of its own; raises its errors in this one
+    started = time.monotonic()
+    ranges = file_ranges(start, end, server.binlog_files)
+    workers = worker_count(
+        ranges,
+        binlog_bytes_between(server.binlog_files, start, end),
+        max_workers=max_workers,
+        min_bytes=parallel_min_bytes,
+    )
+    # The parallel read's workers are forks of this process: no writer thread may be running when they fork.
+    writers = WindowWriters(window_dir, threaded=not workers)
     sink, discard = writers.write, writers.discard
-    try:
-        reader = WindowReader(
-            own_events(stream),
-            start=start,
-            end=end,
-            tables=tables,
-            window=window.seq,
-            sink=sink,
-            pipeline=pipeline,
-            covers=covers,
-            progress=ExtractProgress(
-                window=window.seq, start=start, end=end, binlog_files=server.binlog_files
-            ),
-            discard=discard,
-            columns={t: [record_column(c) for c in cols] for t, cols in (schemas or {}).items()},
+    history = {t: [record_column(c) for c in cols] for t, cols in (schemas or {}).items()}
+    progress = ExtractProgress(window=window.seq, start=start, end=end, binlog_files=server.binlog_files)
+
+    def serial(at: BinlogPosition, before: ReaderState) -> ReaderState:
+        """Read from ``at`` (the window start, or a file's start after a parallel read) to the window end."""
+        stream = hook.stream_reader(at, schemas=[database_of(n) for n in tables], **stream_options())
+        try:
+            reader = WindowReader(
+                own_events(stream),
+                start=at,
+                end=end,
+                tables=tables,
+                window=window.seq,
+                sink=sink,
+                pipeline=pipeline,
+                covers=covers,
+                progress=progress,
+                discard=discard,
+                columns=history,
+            )
+            before.seed(reader)
+            reader.run()
+        finally:
+            stream.close()
+        return ReaderState(
+            reader.seq,
+            reader.stats,
+            reader.zero_dates,
+            reader.committed_tables,
+            reader.columns,
+            reader.last_commit_us,
         )
-        stats = reader.run()
+
+    try:
+        if workers:
+            log.info(
+                "window %s spans %s binlog files: %s worker processes read them",
+                window.seq,
+                len(ranges),
+                workers,
+            )
+            job = FileJob(
+                index=0, range=ranges[0], settings=hook.dump_settings(), flavor=server.flavor, tables=tables,
+                covers=dict(covers or {}), window=window.seq, pipeline=pipeline, columns=history, spool="",
+            )  # fmt: skip
+            read = read_parallel(
+                ranges,
+                workers=workers,
+                job=job,
+                sink=sink,
+                serial=serial,
+                start_columns=history,
+                progress=progress,
+            )
+        else:
+            read = serial(start, ReaderState(columns=history))
     except BaseException as err:
         writers.abort()
         if isinstance(err, pymysql.err.MySQLError) and err.args and err.args[0] in ACCESS_DENIED_ERRORS:
             raise hook.privilege_error(err, f"stream the binlog of window {window.seq} from {start}") from err
         raise
-    finally:
-        stream.close()
+    stats = read.stats
+    stats.seconds = time.monotonic() - started
     outputs = writers.close()
     for name in stats.covered_tables:  # rows staged before the statement that made the table covered
         for relative in outputs.pop(name, TableOutput(name=name, primary_key=[])).files:
@@ -154,7 +220,7 @@ def extract_window(
         if target.gone and name not in outputs:
             continue  # dropped in an earlier window: nothing to say about it in every later manifest
         outputs.setdefault(name, TableOutput(name=name, primary_key=target.primary_key))
-        outputs[name].zero_dates = reader.zero_dates[name]
+        outputs[name].zero_dates = read.zero_dates[name]
     manifest = Manifest(
         pipeline=pipeline,
         window=window.seq,
@@ -170,7 +236,7 @@ def extract_window(
         resnapshots=stats.resnapshots,
         schema_skipped_row_events=dict(sorted(stats.schema_skipped_row_events.items())),
         dropped=stats.dropped,
-        schemas={t: [column_record(c) for c in cols] for t, cols in sorted(reader.columns.items())},
+        schemas={t: [column_record(c) for c in cols] for t, cols in sorted(read.columns.items())},
         stats={
             "events": stats.events,
             "transactions": stats.transactions,

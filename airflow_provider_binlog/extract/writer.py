@@ -151,17 +151,22 @@ class WindowWriters:
     (no manifest is written, and the retry clears the folder first).
 
     :param window_dir: the window's staging folder.
+    :param threaded: False writes in the caller's thread (no thread is started): for a process that forks
+        while it writes (the parallel read's workers, :mod:`~airflow_provider_binlog.extract.parallel`), as a
+        fork copies the locks another thread holds, never that thread.
     """
 
-    def __init__(self, window_dir: ObjectStoragePath) -> None:
+    def __init__(self, window_dir: ObjectStoragePath, *, threaded: bool = True) -> None:
         self.window_dir = window_dir
         self._writers: dict[str, TableWriter] = {}
         self._queue: deque[tuple[Any, ...] | None] = deque()
         self._queued_bytes = 0
         self._ready = threading.Condition()
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._work, name="binlog-window-writers", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if threaded:
+            self._thread = threading.Thread(target=self._work, name="binlog-window-writers", daemon=True)
+            self._thread.start()
 
     def write(self, table: str, batch: pa.RecordBatch, columns: list[ColumnSpec], key: list[str]) -> None:
         """Hand over a committed batch of ``table`` (primary key ``key``, source columns ``columns``).
@@ -170,6 +175,9 @@ class WindowWriters:
 
         :raises Exception: the exception a write or discard of the thread raised, if any did.
         """
+        if self._thread is None:
+            self._apply((table, batch, columns, key, 0))
+            return
         size = batch.nbytes
         with self._ready:
             while self._queued_bytes and self._queued_bytes + size > QUEUE_BYTES and self._error is None:
@@ -184,6 +192,9 @@ class WindowWriters:
 
         :raises Exception: as :meth:`write`.
         """
+        if self._thread is None:
+            self._apply(("discard", table))
+            return
         self._put(("discard", table))
 
     def close(self) -> dict[str, TableOutput]:
@@ -191,9 +202,10 @@ class WindowWriters:
 
         :raises Exception: as :meth:`write`.
         """
-        self._put(None)
-        self._thread.join()
-        self._raise_error()
+        if self._thread is not None:
+            self._put(None)
+            self._thread.join()
+            self._raise_error()
         return {name: writer.close() for name, writer in self._writers.items()}
 
     def abort(self) -> None:
@@ -201,6 +213,8 @@ class WindowWriters:
 
         Nothing is raised: the caller is raising the read's error.
         """
+        if self._thread is None:
+            return
         with self._ready:
             self._queued_bytes -= sum(item[4] for item in self._queue if item is not None and len(item) == 5)
             self._queue.clear()

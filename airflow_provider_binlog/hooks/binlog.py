@@ -196,6 +196,20 @@ class BinlogHook(BaseHook):
         period = self.extras().heartbeat_period
         return period, STREAM_TIMEOUT_HEARTBEATS * period
 
+    def dump_settings(self) -> dict[str, Any]:
+        """Return ``pymysql.connect()`` keyword arguments of a connection that reads a binlog dump of its own.
+
+        Those of the stream (:meth:`connection_settings`, ``password`` instead of ``passwd``) with the stream's
+        read and write timeout (:meth:`stream_timeouts`): the parallel window read's workers
+        (:mod:`~airflow_provider_binlog.extract.parallel`) read non-blocking dumps over such connections.
+
+        :raises BinlogConfigError: when the connection extras are malformed.
+        """
+        settings = self.connection_settings()
+        settings["password"] = settings.pop("passwd")
+        settings["read_timeout"] = settings["write_timeout"] = self.stream_timeouts()[1]
+        return settings
+
     def get_conn(self) -> pymysql.connections.Connection:
         """Open an autocommit SQL connection to the source, its login bounded by ``connect_timeout``.
 

@@ -227,6 +227,15 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         and windows stage only its changes after that snapshot's start.
     :param allow_minimal_row_metadata: accept ``binlog_row_metadata=MINIMAL`` (not recommended).
     :param cut_by: ``head`` or ``interval`` (needs a timetable with data intervals); fixed per pipeline.
+    :param max_extract_workers: how many worker processes may read a window's binlog files in parallel (one
+        file each, :mod:`~airflow_provider_binlog.extract.parallel`); None (the default) allows one per CPU of
+        the machine running the task, 1 reads every window serially. Used only for a catch-up window: one that
+        spans two binlog files or more and at least
+        :data:`~airflow_provider_binlog.extract.parallel.PARALLEL_MIN_BYTES` (64 MiB) of binlog; a window in one
+        file (the steady state) is always read serially. It stages the same rows, order keys and manifest as a
+        serial read. Each worker opens one more connection to the source (a non-blocking binlog dump under
+        server_id 0, which no replica uses) and takes up to one core and the serial read's memory bound; set 1
+        where tasks share a machine's cores or the source limits connections. See docs/operating.md.
     """
 
     template_fields: Sequence[str] = ("pipeline", "tables", "staging_uri", "keys", "keyless_tables")
@@ -243,9 +252,15 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         keyless_tables: str = "skip",
         allow_minimal_row_metadata: bool = False,
         cut_by: str = "head",
+        max_extract_workers: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if max_extract_workers is not None and max_extract_workers < 1:
+            raise ValueError(
+                f"max_extract_workers={max_extract_workers!r} must be None or at least 1 (1: serial)"
+            )
+        self.max_extract_workers = max_extract_workers
         if not is_template(keyless_tables):
             check_keyless_mode(keyless_tables)
         self.keyless_tables = keyless_tables
@@ -311,6 +326,7 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
                 skipped=skipped,
                 foreign_keys=cascading_keys(hook, server, targets, self.log),
                 schemas=schema_history(current, window, root),
+                max_workers=self.max_extract_workers,
             )
         uri = str(window_dir)
         self.remember_staged(manifest, uri)

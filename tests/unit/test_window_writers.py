@@ -37,10 +37,13 @@ def staged_ids(tmp_path: Path, table: str) -> list[int]:
     return [i for f in files for i in pq.read_table(f).column("id").to_pylist()]
 
 
+@pytest.mark.parametrize("threaded", [True, False])
 def test_batches_of_several_tables_are_written_in_order_and_close_returns_what_was_written(
-    tmp_path: Path,
+    tmp_path: Path, threaded: bool
 ) -> None:
-    writers = WindowWriters(window_dir(tmp_path))
+    before = threading.active_count()
+    writers = WindowWriters(window_dir(tmp_path), threaded=threaded)
+    assert threading.active_count() == before + threaded  # unthreaded: nothing running when the process forks
     writers.write("db.a", batch(1, 3), SPECS, ["id"])
     writers.write("db.b", batch(4, 2, "d"), SPECS, ["id"])
     writers.write("db.a", batch(6, 2, "u"), SPECS, ["id"])
@@ -54,8 +57,11 @@ def test_batches_of_several_tables_are_written_in_order_and_close_returns_what_w
     assert staged_ids(tmp_path, "db.b") == [4, 5]
 
 
-def test_discard_removes_a_tables_files_after_the_batches_handed_over_before(tmp_path: Path) -> None:
-    writers = WindowWriters(window_dir(tmp_path))
+@pytest.mark.parametrize("threaded", [True, False])
+def test_discard_removes_a_tables_files_after_the_batches_handed_over_before(
+    tmp_path: Path, threaded: bool
+) -> None:
+    writers = WindowWriters(window_dir(tmp_path), threaded=threaded)
     writers.write("db.a", batch(1, 3), SPECS, ["id"])
     writers.write("db.b", batch(4, 1), SPECS, ["id"])
     writers.discard("db.a")

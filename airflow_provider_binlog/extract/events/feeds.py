@@ -140,6 +140,7 @@ def read_binlog_socket(
     position: int = 4,
     flavor: str = "mariadb",
     blocking: bool = False,
+    annotate_rows: bool = True,
 ) -> Iterator[RawEvent]:
     """Yield the events a COM_BINLOG_DUMP from ``(file, position)`` streams over ``connection``.
 
@@ -152,6 +153,8 @@ def read_binlog_socket(
     :param server_id: this reader's id on the source (unique among its replicas).
     :param flavor: ``mariadb`` or ``mysql``: MariaDB is asked for GTID events (``@mariadb_slave_capability``).
     :param blocking: wait for new events at the end of the binlog instead of ending there.
+    :param annotate_rows: ask MariaDB for the ANNOTATE_ROWS events (as its files hold them); False gets the
+        events a dump opened by mysql-replication gets (the window read's, whose ``stats.events`` counts them).
     :raises pymysql.err.OperationalError: for the server's errors (a purged file, a bad position, ...).
     """
     with connection.cursor() as cur:
@@ -162,7 +165,7 @@ def read_binlog_socket(
             cur.execute(f"SET @mariadb_slave_capability = {MARIADB_SLAVE_CAPABILITY_GTID}")
     name = file.encode("utf-8")
     flags = 0 if blocking else BINLOG_DUMP_NON_BLOCK
-    if flavor == "mariadb":
+    if flavor == "mariadb" and annotate_rows:
         flags |= BINLOG_SEND_ANNOTATE_ROWS_EVENT
     command = struct.pack("<BIHI", COM_BINLOG_DUMP, position, flags, server_id) + name
     # A command packet: 3-byte length, sequence id 0, then the command (pymysql's own framing).

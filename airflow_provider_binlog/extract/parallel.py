@@ -1,0 +1,663 @@
+"""Read a window that spans several binlog files file by file in worker processes (ADR 0025, part 2).
+
+A binlog file never splits a transaction (the server rotates only between event groups), so each file of the
+window is a complete run of transactions: a worker process reads one file with its own
+:class:`~airflow_provider_binlog.extract.reader.WindowReader` (the serial reader, unchanged) from the file's
+start, or the window start, to the ROTATE that ends it, or the window end. It decodes with the state of the
+window start and writes its committed batches to Arrow IPC files of a local spool folder. The parent replays
+the files' batches in binlog order into the window's table writers, adding to ``_binlog_seq`` the images the
+earlier files staged, so the staged rows, their order keys and the manifest equal a serial read's.
+
+**Exact, never approximate.** What a worker decides from the window start's state is what the serial reader
+decides only while nothing in an earlier file changed that state. Anything that reads or changes state an
+earlier file may have changed stops the worker and marks its file as needing the serial reader: a DDL with
+an effect on a selected table (a new schema, a schema barrier, a truncate marker, a drop, a retype waiting
+for the next table map) and a statement-based write to a selected table (covered or refused). Every file
+from the first such file on is then read by the serial reader, over the pipeline's own replication stream,
+seeded with the state the serial reader would have had at that file's start (:class:`ReaderState`). The rest
+of the reader's decisions depend on the event and on what the pipeline state says at the window start
+(capture starts, schema barriers of the state, snapshot covers, the cascading foreign keys' moving columns),
+never on earlier files.
+
+**Part files.** A table's part files follow the order in which the serial reader hands it batches: it keeps
+a table's committed rows in its batch builder until :data:`~.reader.BATCH_ROWS` of them are there (or a
+large transaction spills), while a truncate marker goes out at once. So the parent hands the rows of the
+files read in parallel to the writers as the serial reader would have, and keeps back the rows the serial
+reader would still hold: each worker records its file's commits and spills per table (:attr:`FileResult.trace`),
+the parent replays that on the count held before the file. When the serial reader takes over, the rows kept
+back are put into its batch builders, so the part files and the manifest are the serial read's.
+
+**Connections.** Workers read over their own connection with a non-blocking COM_BINLOG_DUMP under
+``server_id`` 0: the source kills older dumps of a non-zero ``server_id`` (``kill_zombie_dump_threads``), and
+exempts 0 (ADR 0025), so the workers register nothing and disturb no replica or other pipeline.
+
+**Processes.** Workers are forks of the task process (``multiprocessing``'s ``fork`` context, about 10 ms
+each); :func:`_detach` makes them leave what they inherited alone (the supervisor's sockets, the task's
+logging, its connections). ``forkserver`` cost about 1.9 s per task (a fresh interpreter importing Airflow)
+and ``spawn`` that per worker (ADR 0025).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import itertools
+import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from array import array
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from airflow_provider_binlog.contract.columns import (
+    FILE_COLUMN,
+    GTID_COLUMN,
+    OP_COLUMN,
+    POS_COLUMN,
+    SEQ_COLUMN,
+    TS_COLUMN,
+)
+from airflow_provider_binlog.exceptions import ReplicationConnectionLostError, UnsupportedEventError
+from airflow_provider_binlog.extract.batches import lean_arrow
+from airflow_provider_binlog.extract.columns import ColumnSpec
+from airflow_provider_binlog.extract.connections import (
+    REPLICATION_NET_WRITE_TIMEOUT_SECONDS,
+    ReplicationConnection,
+)
+from airflow_provider_binlog.extract.ddl import classify_ddl
+from airflow_provider_binlog.extract.events.feeds import read_binlog_socket
+from airflow_provider_binlog.extract.events.stream import EventReader
+from airflow_provider_binlog.extract.reader import (
+    BATCH_ROWS,
+    ExtractStats,
+    SnapshotCover,
+    TableTarget,
+    WindowReader,
+)
+from airflow_provider_binlog.source.positions import BinlogPosition, file_index
+
+log = logging.getLogger(__name__)
+
+PARALLEL_MIN_BYTES = 64 << 20
+"""Binlog bytes a window must span (besides two files at least) before it is read in parallel by default: a
+smaller window reads in about a second serially, less than the workers' start (the fork server imports
+Airflow once, about 1.2 s of CPU)."""
+SPOOL_COMPRESSION = "lz4"
+"""Compression of the workers' Arrow IPC spool files (LZ4 frames: a few hundred MB/s per core each way)."""
+
+
+@dataclass(frozen=True)
+class FileRange:
+    """The part ``(start, end]`` of a window that lies in one binlog file.
+
+    :param start: the window start (first file) or ``(file, 4)``.
+    :param end: ``(next file, 4)``, where the ROTATE that ends the file moves the reader, or the window end.
+    """
+
+    start: BinlogPosition
+    end: BinlogPosition
+
+
+def file_ranges(
+    start: BinlogPosition, end: BinlogPosition, binlog_files: Sequence[tuple[str, int]]
+) -> list[FileRange]:
+    """Return the window ``(start, end]`` cut at file boundaries, one range per file that holds events of it.
+
+    :param binlog_files: ``[(file name, size in bytes)]`` from ``SHOW BINARY LOGS``, oldest first.
+    :returns: the ranges in binlog order; ``[]`` when a file between ``start`` and ``end`` is not listed (the
+        caller reads serially, and the serial reader reports what is missing).
+    """
+    names = sorted((n for n, _ in binlog_files), key=file_index)
+    if start.file not in names or end.file not in names:
+        return []
+    chosen = names[names.index(start.file) : names.index(end.file) + 1]
+    if [file_index(n) for n in chosen] != list(range(file_index(start.file), file_index(end.file) + 1)):
+        return []
+    ranges = []
+    for i, name in enumerate(chosen):
+        low = start if i == 0 else BinlogPosition(name, 4)
+        high = end if i == len(chosen) - 1 else BinlogPosition(chosen[i + 1], 4)
+        if low.key < high.key:
+            ranges.append(FileRange(low, high))
+    return ranges
+
+
+def worker_count(
+    ranges: Sequence[FileRange], binlog_bytes: int, *, max_workers: int | None, min_bytes: int
+) -> int:
+    """Return how many worker processes read the window: 0 (read serially) or 2 and more.
+
+    ``min(files, os.cpu_count(), max_workers)``; 0 for a window of one file, below ``min_bytes`` binlog bytes,
+    with ``max_workers`` of 1 or less (off), or in a daemonic process (``multiprocessing`` refuses it children:
+    a Celery prefork worker's pool process, for one).
+
+    :param max_workers: the cap the operator was given; None caps at the CPU count only.
+    """
+    cap = os.cpu_count() or 1 if max_workers is None else max_workers
+    workers = min(len(ranges), os.cpu_count() or 1, cap)
+    if workers < 2 or binlog_bytes < min_bytes:
+        return 0
+    if multiprocessing.current_process().daemon:
+        log.info("the window is read serially: this process is daemonic and may not start worker processes")
+        return 0
+    return workers
+
+
+@dataclass
+class ReaderState:
+    """What the serial reader carries from one binlog file into the next (all a worker's file can change).
+
+    A transaction never spans files, so the open transaction, its spills and savepoints are not carried.
+    """
+
+    seq: int = 0
+    stats: ExtractStats = field(default_factory=ExtractStats)
+    zero_dates: Counter[str] = field(default_factory=Counter)
+    committed_tables: set[str] = field(default_factory=set)
+    columns: dict[str, list[Any]] = field(default_factory=dict)
+    last_commit_us: int | None = None
+    held: dict[str, list[pa.RecordBatch]] = field(default_factory=dict)
+    """Per table, the committed rows the serial reader would still hold in its batch builder (seqs final)."""
+
+    def seed(self, reader: WindowReader) -> None:
+        """Give ``reader`` (built, not run) this state, as if it had read the files before its start itself.
+
+        The rows :attr:`held` go into its batch builders (through the builder's own ``add_values`` and
+        ``commit``), as committed rows of the tables' current layouts.
+        """
+        reader.seq = self.seq
+        reader.stats = self.stats
+        reader.zero_dates = self.zero_dates
+        reader.committed_tables = self.committed_tables
+        reader.columns = {t: c for t, c in self.columns.items() if t in reader.tables}
+        reader.last_commit_us = self.last_commit_us
+        for table, batches in self.held.items():
+            if batches:
+                _hold(reader._layout(table, self.columns[table]).builder, batches)
+
+    def add(self, result: FileResult) -> None:
+        """Continue this state with a file a worker read (from the window start's state)."""
+        self.seq += result.seq
+        stats, more = self.stats, result.stats
+        stats.events += more.events
+        stats.transactions += more.transactions
+        stats.rolled_back += more.rolled_back
+        stats.rows += more.rows
+        stats.statements_ignored += more.statements_ignored
+        stats.schema_skipped_row_events.update(more.schema_skipped_row_events)
+        stats.last_commit_ts = more.last_commit_ts or stats.last_commit_ts
+        self.zero_dates.update(result.zero_dates)
+        self.committed_tables |= result.committed_tables
+        self.columns.update(result.columns)
+        if result.last_commit_us is not None:
+            self.last_commit_us = result.last_commit_us
+
+
+@dataclass(frozen=True)
+class FileJob:
+    """One worker's file: where to read it and the window start's reader state.
+
+    :param settings: pymysql keyword arguments of the source (``passwd``, timeouts); never logged.
+    :param columns: the schema history at the window start (table-map columns per table).
+    :param spool: the folder the worker writes its Arrow IPC files to.
+    """
+
+    index: int
+    range: FileRange
+    settings: dict[str, Any]
+    flavor: str
+    tables: dict[str, TableTarget]
+    covers: dict[str, SnapshotCover]
+    window: int
+    pipeline: str
+    columns: dict[str, list[Any]]
+    spool: str
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Batches of one table of one file with one schema, in an Arrow IPC stream file, in the order staged."""
+
+    table: str
+    path: str
+    specs: list[ColumnSpec]
+    primary_key: list[str]
+    rows: list[int] = field(default_factory=list)
+    """The rows of each batch (one entry per batch, appended as written)."""
+
+
+@dataclass
+class FileResult:
+    """What a worker read of its file.
+
+    :param seq: the ``_binlog_seq`` values it used (its images are numbered 1..seq).
+    :param columns: the table-map columns of the tables whose row events it read (the others kept the start's).
+    :param serial_from: why the file needs the serial reader (its segments are then not replayed), else None.
+    :param trace: per table, what the file did to the serial reader's batch builder of the table, in order:
+        the rows a commit added (>= 0) or a spill (-1), which hands the rows held to the sink.
+    """
+
+    index: int
+    segments: list[Segment]
+    seq: int
+    stats: ExtractStats
+    zero_dates: Counter[str]
+    committed_tables: set[str]
+    columns: dict[str, list[Any]]
+    last_commit_us: int | None
+    serial_from: str | None = None
+    trace: dict[str, array[int]] = field(default_factory=dict)
+
+
+class NeedsSerialRead(Exception):
+    """The file holds a statement whose effect depends on what earlier files did (see the module)."""
+
+
+class FileReader(WindowReader):
+    """The serial reader over one file, stopping at the statements whose effect depends on earlier files.
+
+    It records per table what each commit and spill does to the table's batch builder (:attr:`trace`, see
+    :class:`FileResult`): one entry per table a transaction touched.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.trace: dict[str, array[int]] = {}
+
+    def _commit(self, event: Any, file: str, end_pos: int) -> None:
+        added = [
+            (layout.table, len(layout.builder) - layout.builder.committed)
+            for layout in self.txn.touched.values()
+        ]
+        super()._commit(event, file, end_pos)
+        for table, count in added:
+            self.trace.setdefault(table, array("i")).append(count)
+
+    def _spill(self) -> None:
+        for layout in self.txn.touched.values():
+            self.trace.setdefault(layout.table, array("i")).append(-1)
+        super()._spill()
+
+    def _ddl(
+        self, text: str, schema: str, file: str, end_pos: int, *, sql_mode: int | None, timestamp: int
+    ) -> None:
+        captured = [t.name for t in self.tables.values() if t.captured]
+        if classify_ddl(text, schema, self.tables, captured, sql_mode=sql_mode):
+            raise NeedsSerialRead(f"a DDL statement of a selected table at {file}:{end_pos}")
+        # No effect on a selected table: the serial reader does nothing with it either.
+
+    def _statement(self, text: str, schema: str, file: str, end_pos: int) -> None:
+        ignored = self.stats.statements_ignored
+        try:
+            super()._statement(text, schema, file, end_pos)
+        except UnsupportedEventError:
+            raise NeedsSerialRead(
+                f"a statement-based write to a selected table at {file}:{end_pos}"
+            ) from None
+        if self.stats.statements_ignored == ignored:
+            raise NeedsSerialRead(f"a statement-based write to a selected table at {file}:{end_pos}")
+
+
+class Spool:
+    """The sink of a worker: each table's batches to Arrow IPC stream files (a new one per schema)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.segments: list[Segment] = []
+        self._open: dict[str, tuple[pa.ipc.RecordBatchStreamWriter, pa.Schema, Segment]] = {}
+        self._options = pa.ipc.IpcWriteOptions(compression=SPOOL_COMPRESSION)
+
+    def __call__(self, table: str, batch: pa.RecordBatch, specs: list[ColumnSpec], key: list[str]) -> None:
+        """Append ``batch`` of ``table`` (the :data:`~.reader.Sink` signature)."""
+        current = self._open.get(table)
+        if current is None or not current[1].equals(batch.schema):
+            if current is not None:
+                current[0].close()
+            path = self.folder / f"{len(self.segments):05d}.arrow"
+            segment = Segment(table, str(path), list(specs), list(key))
+            self.segments.append(segment)
+            writer = pa.ipc.new_stream(str(path), batch.schema, options=self._options)
+            current = self._open[table] = (writer, batch.schema, segment)
+        current[0].write_batch(batch)
+        current[2].rows.append(batch.num_rows)
+
+    def close(self) -> None:
+        """Close every open file."""
+        for writer, _, _ in self._open.values():
+            writer.close()
+        self._open.clear()
+
+
+def read_file(job: FileJob) -> FileResult:
+    """Read one file of the window (a worker's work): stage its batches in ``job.spool``; return what it read.
+
+    :raises ReplicationConnectionLostError: when the connection breaks (retryable).
+    :raises UnsupportedEventError, UndecodableValueError: as the serial reader.
+    :raises pymysql.err.MySQLError: the server's errors (a denied privilege, a purged file).
+    """
+    folder = Path(job.spool)
+    folder.mkdir(parents=True, exist_ok=True)
+    spool = Spool(folder)
+    conn = ReplicationConnection(**job.settings)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SET SESSION net_write_timeout = {REPLICATION_NET_WRITE_TIMEOUT_SECONDS}")
+        raw = read_binlog_socket(  # the events of the serial read's dump: no ANNOTATE_ROWS (ADR 0018)
+            conn,
+            server_id=0,
+            file=job.range.start.file,
+            position=job.range.start.pos,
+            flavor=job.flavor,
+            annotate_rows=False,
+        )
+        start_columns = dict(job.columns)
+        reader = FileReader(
+            EventReader().events(raw),
+            start=job.range.start,
+            end=job.range.end,
+            tables=job.tables,
+            window=job.window,
+            sink=spool,
+            pipeline=job.pipeline,
+            covers=job.covers,
+            columns=start_columns,
+        )
+        serial_from = None
+        try:
+            reader.run()
+        except NeedsSerialRead as err:
+            serial_from = str(err)
+    finally:
+        spool.close()
+        conn.close()
+    return FileResult(
+        index=job.index,
+        segments=spool.segments,
+        seq=reader.seq,
+        stats=reader.stats,
+        zero_dates=reader.zero_dates,
+        committed_tables=reader.committed_tables,
+        columns={t: c for t, c in reader.columns.items() if c is not start_columns.get(t)},
+        last_commit_us=reader.last_commit_us,
+        serial_from=serial_from,
+        trace=reader.trace,
+    )
+
+
+def _work(job: FileJob, channel: Connection, parent: int) -> None:
+    """Run :func:`read_file` in a worker process; send ``("ok", result)`` or ``("error", exception, traceback)``."""
+    _detach(parent)
+    try:
+        channel.send(("ok", read_file(job)))
+    except BaseException as err:  # noqa: BLE001  # everything goes back to the parent, which raises it
+        text = traceback.format_exc()
+        try:
+            channel.send(("error", err, text))
+        except Exception:  # an exception that does not pickle: its text
+            channel.send(("error", ReplicationConnectionLostError(f"{type(err).__name__}: {err}"), text))
+    finally:
+        channel.close()
+
+
+START_METHOD: Literal["fork"] = "fork"
+"""How workers start (``multiprocessing``): a fork of the task process, see :func:`_detach` and ADR 0025 for why
+that is safe here. ``forkserver`` would first start a fresh interpreter importing Airflow (about 1.9 s of wall
+time, measured) and ``spawn`` would do so per worker."""
+PR_SET_PDEATHSIG = 1
+"""``prctl`` option (Linux, ``<sys/prctl.h>``): the signal the calling process gets when its parent ends."""
+
+
+def _detach(parent: int) -> None:
+    """Make a forked worker leave everything it inherited from the task process alone.
+
+    - ``gc.freeze()``: the inherited objects are never collected here, so no finalizer of an inherited
+      connection or socket (the supervisor's, the hook's) runs in the worker; the worker ends with
+      ``os._exit`` (``multiprocessing``), which runs no ``atexit`` handler and flushes no inherited buffer.
+    - logging off: the task's handlers write to the supervisor's log socket; the worker's findings come back
+      in its :class:`FileResult` and the parent logs them.
+    - on Linux, ``SIGKILL`` when the parent ends (``prctl(PR_SET_PDEATHSIG)``): a task process killed by its
+      supervisor takes its workers along instead of leaving them holding copies of its sockets.
+    """
+    gc.freeze()
+    logging.disable(logging.CRITICAL)
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent ended before prctl
+        os._exit(1)
+
+
+Sink = Callable[[str, pa.RecordBatch, list[ColumnSpec], list[str]], None]
+SerialRead = Callable[[BinlogPosition, ReaderState], ReaderState]
+"""Read the window serially from a position with a seeded state; return the state at the window end."""
+
+
+@dataclass
+class _Worker:
+    process: Any
+    channel: Connection
+
+
+def read_parallel(
+    ranges: Sequence[FileRange],
+    *,
+    workers: int,
+    job: FileJob,
+    sink: Sink,
+    serial: SerialRead,
+    start_columns: dict[str, list[Any]],
+    progress: Any = None,
+) -> ReaderState:
+    """Read the window's ``ranges`` in ``workers`` processes and hand their batches to ``sink`` in binlog order.
+
+    Files are handed out in binlog order; the parent replays file k once its worker is done, while the
+    workers read the next files. A file that needs the serial reader (:class:`NeedsSerialRead`) ends the
+    parallel read: the workers still running are killed and ``serial`` reads from that file's start to the
+    window end, seeded with the state after the files before it.
+
+    :param job: the fields every worker's :class:`FileJob` shares (its ``index``, ``range`` and ``spool``
+        are set per file).
+    :param start_columns: the schema history at the window start.
+    :param progress: an :class:`~airflow_provider_binlog.extract.progress.ExtractProgress`, ticked per file.
+    :returns: the reader state at the window end (``stats.seconds`` not set).
+    :raises ReplicationConnectionLostError: when a worker dies (killed, crashed) or its connection breaks
+        (retryable: the retry clears the window folder and reads it again).
+    :raises UnsupportedEventError, UndecodableValueError, pymysql.err.MySQLError: a worker's errors, as the
+        serial reader raises them.
+    """
+    lean_arrow()  # as the serial reader: no pandas, the system allocator (the workers inherit it)
+    context = multiprocessing.get_context(START_METHOD)
+    spool = Path(tempfile.mkdtemp(prefix="binlog-parallel-"))
+    running: dict[int, _Worker] = {}
+    state = ReaderState(columns={t: c for t, c in start_columns.items() if t in job.tables})
+    specs: dict[str, tuple[list[ColumnSpec], list[str]]] = {}
+    started = time.monotonic()
+
+    def start(index: int) -> None:
+        receiver, sender = context.Pipe(duplex=False)
+        file_job = replace(job, index=index, range=ranges[index], spool=str(spool / f"{index:05d}"))
+        process = context.Process(
+            target=_work, args=(file_job, sender, os.getpid()), daemon=True, name=f"binlog-file-{index}"
+        )
+        process.start()
+        sender.close()
+        running[index] = _Worker(process, receiver)
+
+    try:
+        following = 0
+        for index in range(len(ranges)):
+            while following < len(ranges) and len(running) < workers:
+                start(following)
+                following += 1
+            result = _receive(running.pop(index), ranges[index], job)
+            if following < len(ranges) and len(running) < workers:
+                start(following)
+                following += 1
+            if result.serial_from is not None:
+                log.info(
+                    "window %s: %s; the serial reader reads from %s to the window end (files before it were read "
+                    "in parallel)", job.window, result.serial_from, ranges[index].start,
+                )  # fmt: skip
+                _stop(running)
+                return serial(ranges[index].start, state)
+            _replay(result, state, sink, specs)
+            for table in sorted(
+                set(result.stats.schema_skipped_row_events) - set(state.stats.schema_skipped_row_events)
+            ):
+                log.warning(
+                    "window %s of %s: row changes of %s (first in %s) are not staged: schema change(s) need a "
+                    "re-snapshot of the table, which brings the table's rows as they are after the change(s) (see "
+                    "docs/schema-changes.md)", job.window, job.pipeline, table, ranges[index].start.file,
+                )  # fmt: skip
+            state.add(result)
+            if progress is not None:
+                progress.tick(ranges[index].end.file, ranges[index].end.pos, state.stats.rows)
+            log.info(
+                "window %s: %s read by a worker (%s row changes), %s of %s files in %.1f s",
+                job.window, ranges[index].start.file, result.stats.rows, index + 1, len(ranges),
+                time.monotonic() - started,
+            )  # fmt: skip
+        for table, batches in state.held.items():  # the serial reader's flush at the window end
+            for batch in batches:
+                sink(table, batch, *specs[table])
+        state.held.clear()
+        return state
+    finally:
+        _stop(running)
+        shutil.rmtree(spool, ignore_errors=True)
+
+
+def _receive(worker: _Worker, file: FileRange, job: FileJob) -> FileResult:
+    """Wait for ``worker``'s result; raise its error, or the retryable error of a worker that died."""
+    try:
+        message = worker.channel.recv()
+    except (EOFError, OSError):
+        worker.process.join()
+        raise ReplicationConnectionLostError(
+            f"the worker process reading {file.start.file} of window {job.window} of {job.pipeline!r} ended "
+            f"without a result (exit code {worker.process.exitcode}: killed, out of memory or crashed). No "
+            f"manifest was written: the retry clears this window's staging folder and reads the window again."
+        ) from None
+    finally:
+        worker.channel.close()
+    worker.process.join()
+    if message[0] == "error":
+        log.debug("worker of %s failed:\n%s", file.start.file, message[2])
+        raise message[1]
+    result: FileResult = message[1]
+    return result
+
+
+def _stop(running: dict[int, _Worker]) -> None:
+    """Kill and reap the workers still running (their files are not needed any more)."""
+    for worker in running.values():
+        worker.process.kill()
+    for worker in running.values():
+        worker.process.join()
+        worker.channel.close()
+    running.clear()
+
+
+def held_after(held: int, trace: Sequence[int]) -> int:
+    """Return the committed rows of a table the serial reader holds after ``trace`` (see :class:`FileResult`).
+
+    :param held: the rows it held before. A commit adds its rows and hands all to the sink when they reach
+        :data:`~.reader.BATCH_ROWS` (``WindowReader._commit``); a spill hands them to the sink
+        (``WindowReader._spill``).
+    """
+    for count in trace:
+        if count < 0:
+            held = 0
+        else:
+            held += count
+            if held >= BATCH_ROWS:
+                held = 0
+    return held
+
+
+def _replay(
+    result: FileResult, state: ReaderState, sink: Sink, specs: dict[str, tuple[list[ColumnSpec], list[str]]]
+) -> None:
+    """Hand a file's spooled batches to ``sink`` as the serial reader would, ``_binlog_seq`` shifted by ``state.seq``.
+
+    Per table, the rows the serial reader would still hold after the file (:func:`held_after`) are kept in
+    ``state.held`` (fewer than :data:`~.reader.BATCH_ROWS` rows per table, as the serial reader holds); the rows
+    before them (those held from earlier files first) go to ``sink``. One spooled batch in memory at a time.
+
+    :param specs: per table, the column specs and key of its batches (updated from the file's segments).
+    """
+    segments: dict[str, list[Segment]] = {}
+    for segment in result.segments:
+        segments.setdefault(segment.table, []).append(segment)
+        specs[segment.table] = (segment.specs, segment.primary_key)
+    for table in [*segments, *(t for t in result.trace if t not in segments)]:
+        held = state.held.get(table, [])
+        before = sum(b.num_rows for b in held)
+        out = (
+            before
+            + sum(sum(s.rows) for s in segments.get(table, []))
+            - held_after(before, result.trace.get(table, ()))
+        )
+        state.held[table] = kept = []
+        for batch in itertools.chain(held, _spooled(segments.get(table, []), state.seq)):
+            if out >= batch.num_rows:
+                sink(table, batch, *specs[table])
+                out -= batch.num_rows
+                continue
+            if out:
+                sink(table, batch.slice(0, out), *specs[table])
+                batch, out = batch.slice(out), 0
+            kept.append(batch)
+
+
+def _spooled(segments: list[Segment], offset: int) -> Iterator[pa.RecordBatch]:
+    """Yield the batches of ``segments`` with ``offset`` added to ``_binlog_seq``; delete each file once read."""
+    for segment in segments:
+        with pa.OSFile(segment.path) as source:
+            for batch in pa.ipc.open_stream(source):
+                yield _shifted(batch, offset)
+        os.unlink(segment.path)
+
+
+def _hold(builder: Any, batches: list[pa.RecordBatch]) -> None:
+    """Put committed rows (batches of staged rows) into ``builder``, a ``ChangeBatchBuilder`` with no rows."""
+    for batch in batches:
+        values = [batch.column(name).to_pylist() for name in builder.names]
+        ops, seqs, files, positions, gtids = (
+            batch.column(name).to_pylist()
+            for name in (OP_COLUMN, SEQ_COLUMN, FILE_COLUMN, POS_COLUMN, GTID_COLUMN)
+        )
+        stamps = batch.column(TS_COLUMN).view(pa.int64()).to_pylist()
+        commit: tuple[Any, Any] | None = None
+        for i, image in enumerate(zip(*values, strict=True)):
+            if commit is not None and commit != (gtids[i], stamps[i]):
+                builder.commit(*commit)
+            commit = (gtids[i], stamps[i])
+            builder.add_values(ops[i], seqs[i], files[i], positions[i], list(image))
+        if commit is not None:
+            builder.commit(*commit)
+
+
+def _shifted(batch: pa.RecordBatch, offset: int) -> pa.RecordBatch:
+    """Return ``batch`` with ``offset`` added to its ``_binlog_seq`` column.
+
+    Through numpy: ``pyarrow.compute`` costs about 0.7 s to import, and pyarrow's pandas check is off
+    (:func:`~.batches.lean_arrow`), so ``pa.array`` of an ndarray imports no pandas.
+    """
+    if not offset:
+        return batch
+    index = batch.schema.get_field_index(SEQ_COLUMN)
+    columns = list(batch.columns)
+    columns[index] = pa.array(columns[index].to_numpy() + offset, pa.int64())
+    return pa.RecordBatch.from_arrays(columns, schema=batch.schema)

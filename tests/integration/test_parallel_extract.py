@@ -1,0 +1,258 @@
+"""A window spanning several binlog files, read file by file in worker processes, stages what a serial read stages.
+
+A private MariaDB with a small ``max_binlog_size`` (and ``FLUSH BINARY LOGS`` where a statement must land in a
+given file) so each window spans four files or more.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pyarrow.parquet as pq
+import pymysql
+import pytest
+
+from airflow_provider_binlog.exceptions import ReplicationConnectionLostError
+from airflow_provider_binlog.extract.reader import SnapshotCover, TableTarget
+from airflow_provider_binlog.extract.window import extract_window
+from airflow_provider_binlog.hooks.binlog import BinlogHook
+from airflow_provider_binlog.pipeline.ledger import Position, Window, now_iso
+from airflow_provider_binlog.pipeline.staging import window_path
+from airflow_provider_binlog.source.positions import BinlogPosition
+from airflow_provider_binlog.testing.mariadb import CDC_SETTINGS, LocalMariaDB
+
+pytestmark = pytest.mark.integration
+TABLES = {"p.a": ["id"], "p.b": ["id"], "p.c": ["id"]}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LocalMariaDB]:
+    """A private server rotating its binlog every 64 KiB."""
+    with LocalMariaDB(options={**CDC_SETTINGS, "max-binlog-size": "65536"}) as db:
+        yield db
+
+
+@pytest.fixture
+def source(server: LocalMariaDB, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalMariaDB]:
+    """Tables ``p.a``, ``p.b``, ``p.c`` (selected) and ``p.u`` (not), dropped afterwards."""
+    monkeypatch.setenv("AIRFLOW_CONN_BINLOG_DEFAULT", server.uri())
+    server.execute(
+        "CREATE DATABASE p",
+        "CREATE TABLE p.a (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
+        "CREATE TABLE p.b (id INT PRIMARY KEY, amount DECIMAL(10,2), note TEXT)",
+        "CREATE TABLE p.c (id INT PRIMARY KEY, s VARCHAR(20))",
+        "CREATE TABLE p.u (id INT PRIMARY KEY, s VARCHAR(20))",
+    )
+    yield server
+    server.execute("DROP DATABASE p")
+
+
+def head() -> BinlogPosition:
+    position = BinlogHook(pipeline="test").server_state().head
+    assert position is not None
+    return position
+
+
+def run(server: LocalMariaDB, *statements: str, statement_format: bool = False) -> None:
+    """Run ``statements`` in one session (``binlog_format=STATEMENT`` when asked), autocommit."""
+    conn = pymysql.connect(**server.connection_kwargs())
+    try:
+        with conn.cursor() as cur:
+            if statement_format:
+                cur.execute("SET SESSION binlog_format = 'STATEMENT'")
+            for statement in statements:
+                cur.execute(statement)
+    finally:
+        conn.close()
+
+
+def rows_workload(server: LocalMariaDB, base: int, count: int = 300) -> None:
+    """Single-row inserts into ``a`` and ``b``, one transaction of many rows, updates (a key move), deletes."""
+    conn = pymysql.connect(**server.connection_kwargs(autocommit=False))
+    try:
+        with conn.cursor() as cur:
+            for i in range(base, base + count):
+                cur.execute("INSERT INTO p.a (id, v, n) VALUES (%s, %s, %s)", (i, f"v{i}" * 3, i % 7))
+                cur.execute("INSERT INTO p.b VALUES (%s, %s, %s)", (i, f"{i}.25", "note " * (i % 9)))
+                conn.commit()
+            cur.executemany(
+                "INSERT INTO p.c VALUES (%s, %s)", [(i, f"c{i}") for i in range(base, base + count)]
+            )
+            cur.execute("UPDATE p.a SET n = n + 1 WHERE id BETWEEN %s AND %s", (base, base + 40))
+            conn.commit()  # a transaction of several hundred rows over two tables
+            cur.execute("UPDATE p.a SET id = id + 100000 WHERE id = %s", (base + 1,))  # the key moves
+            cur.execute("DELETE FROM p.b WHERE id BETWEEN %s AND %s", (base, base + 10))
+            conn.commit()
+            cur.execute("INSERT INTO p.a (id, v, n) VALUES (%s, 'rolled back', 0)", (base + 50_000,))
+            conn.rollback()
+    finally:
+        conn.close()
+
+
+def extract(
+    staging: Path, start: BinlogPosition, end: BinlogPosition, *, workers: int, **kwargs: Any
+) -> dict[str, Any]:
+    hook = BinlogHook(pipeline="test")
+    window = Window(seq=3, start=Position.of(start), end=Position.of(end), run_id="r", cut_at=now_iso())
+    return extract_window(
+        hook,
+        pipeline="test",
+        window=window,
+        tables={name: TableTarget(name, key) for name, key in TABLES.items()},
+        window_dir=window_path(str(staging), "test", 3),
+        server=hook.server_state(),
+        max_workers=workers,
+        parallel_min_bytes=0,
+        **kwargs,
+    ).to_json()
+
+
+def staged(staging: Path, manifest: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Return every staged row per table, file by file in the manifest's order (all ``_binlog_*`` columns)."""
+    folder = staging / "test" / "window=3"
+    return {
+        table: [row for name in entry["files"] for row in pq.read_table(folder / name).to_pylist()]
+        for table, entry in manifest["tables"].items()
+    }
+
+
+def without_timings(manifest: dict[str, Any]) -> dict[str, Any]:
+    body = {k: v for k, v in manifest.items() if k != "created_at"}
+    body["stats"] = {k: v for k, v in manifest["stats"].items() if k != "read_seconds"}
+    return body
+
+
+def files_between(start: BinlogPosition, end: BinlogPosition) -> int:
+    return int(end.file.rsplit(".", 1)[1]) - int(start.file.rsplit(".", 1)[1]) + 1
+
+
+def test_parallel_read_stages_the_serial_reads_rows_keys_and_manifest(
+    source: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    start = head()
+    for part in range(4):
+        rows_workload(source, base=part * 1000)
+        run(source, f"INSERT INTO p.u VALUES ({part}, 'statement')", statement_format=True)  # unselected
+        run(source, "FLUSH BINARY LOGS")
+    end = head()
+    assert files_between(start, end) >= 4
+
+    history = {"p.unselected": []}  # the schema history of a table no longer selected: not carried on
+    serial = extract(tmp_path / "serial", start, end, workers=1, schemas=history)
+    with caplog.at_level(logging.INFO, logger="airflow_provider_binlog.extract.parallel"):
+        parallel = extract(tmp_path / "parallel", start, end, workers=2, schemas=history)
+
+    assert caplog.text.count("read by a worker") >= 4  # every file was read by a worker
+    assert "serial reader reads from" not in caplog.text
+    assert without_timings(parallel) == without_timings(serial)
+    assert serial["stats"]["statements_ignored"] == 4
+    assert staged(tmp_path / "parallel", parallel) == staged(tmp_path / "serial", serial)
+    seqs = sorted(r["_binlog_seq"] for rows in staged(tmp_path / "serial", serial).values() for r in rows)
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
+def test_ddl_in_a_middle_file_reads_from_there_serially_and_stages_the_same(
+    source: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    start = head()
+    rows_workload(source, base=0)
+    run(source, "INSERT INTO p.u VALUES (1, 'statement')", statement_format=True)  # unselected: parallel
+    run(source, "FLUSH BINARY LOGS")
+    rows_workload(source, base=1000)
+    run(source, "FLUSH BINARY LOGS")
+    rows_workload(source, base=2000, count=100)
+    ddl_at = head()
+    run(source, "ALTER TABLE p.a ADD COLUMN extra INT")  # a DDL of a selected table in a middle file
+    run(source, "INSERT INTO p.a VALUES (5000, 'after the DDL', 1, 42)")
+    run(source, "FLUSH BINARY LOGS")
+    rows_workload(source, base=3000)
+    run(source, "TRUNCATE TABLE p.b")
+    run(source, "INSERT INTO p.b VALUES (1, 1.50, 'after truncate')")
+    run(source, "UPDATE p.c SET s = 'statement' WHERE id < 10", statement_format=True)  # covered below
+    rows_workload(source, base=4000, count=100)
+    end = head()
+    assert files_between(start, end) >= 4
+    assert start.file < ddl_at.file < end.file
+    covers = {"p.c": SnapshotCover(seq=9, start=end)}  # a snapshot after the window covers the statement
+
+    serial = extract(tmp_path / "serial", start, end, workers=1, covers=covers)
+    with caplog.at_level(logging.INFO, logger="airflow_provider_binlog.extract.parallel"):
+        parallel = extract(tmp_path / "parallel", start, end, workers=2, covers=covers)
+
+    assert (
+        caplog.text.count("read by a worker") == files_between(start, ddl_at) - 1
+    )  # the files before the DDL's
+    assert "a DDL statement of a selected table" in caplog.text
+    assert without_timings(parallel) == without_timings(serial)
+    assert [e["query"] for e in serial["ddl"]] == [
+        "ALTER TABLE p.a ADD COLUMN extra INT",
+        "TRUNCATE TABLE p.b",
+    ]
+    assert serial["covered_tables"] == {"p.c": 9}
+    assert staged(tmp_path / "parallel", parallel) == staged(tmp_path / "serial", serial)
+
+
+def kill_first_worker(stop: threading.Event, killed: list[int]) -> None:
+    """Kill (SIGKILL) the first worker process that shows up: a fork of this process (the server is not)."""
+    me = psutil.Process()
+    command = me.cmdline()
+    while not stop.is_set():
+        for child in me.children():
+            try:
+                if child.cmdline() == command:
+                    os.kill(child.pid, signal.SIGKILL)
+                    killed.append(child.pid)
+                    return
+            except psutil.Error:
+                continue
+        time.sleep(0.002)
+
+
+def test_a_killed_worker_fails_the_read_retryably_and_the_retry_stages_the_same(
+    source: LocalMariaDB, tmp_path: Path
+) -> None:
+    start = head()
+    for part in range(4):
+        rows_workload(source, base=part * 2000, count=1500)
+        run(source, "FLUSH BINARY LOGS")
+    end = head()
+    serial = extract(tmp_path / "serial", start, end, workers=1)
+
+    stop, killed = threading.Event(), []  # type: ignore[var-annotated]
+    killer = threading.Thread(target=kill_first_worker, args=(stop, killed))
+    killer.start()
+    try:
+        with pytest.raises(ReplicationConnectionLostError, match="ended without a result"):
+            extract(tmp_path / "parallel", start, end, workers=2)
+    finally:
+        stop.set()
+        killer.join()
+    assert killed
+    folder = tmp_path / "parallel" / "test" / "window=3"
+    assert not (folder / "manifest.json").exists()
+
+    retried = extract(tmp_path / "parallel", start, end, workers=2)  # the retry clears the folder first
+    assert without_timings(retried) == without_timings(serial)
+    assert staged(tmp_path / "parallel", retried) == staged(tmp_path / "serial", serial)
+
+
+def test_a_one_file_window_is_read_serially(
+    source: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    run(source, "FLUSH BINARY LOGS")
+    start = head()
+    run(source, "INSERT INTO p.a VALUES (1, 'one', 1)", "UPDATE p.a SET n = 2 WHERE id = 1")
+    end = head()
+    assert start.file == end.file
+    with caplog.at_level(logging.INFO, logger="airflow_provider_binlog.extract"):
+        manifest = extract(tmp_path, start, end, workers=2)
+    assert "worker" not in caplog.text
+    assert manifest["tables"]["p.a"]["rows"] == 2

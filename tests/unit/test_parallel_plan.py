@@ -1,0 +1,75 @@
+"""Which windows are read in parallel, cut how, and how many rows the serial reader would hold per file."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_binlog.extract import parallel
+from airflow_provider_binlog.extract.parallel import FileRange, file_ranges, held_after, worker_count
+from airflow_provider_binlog.extract.reader import BATCH_ROWS
+from airflow_provider_binlog.source.positions import BinlogPosition as P
+
+FILES = [("bin.000007", 900), ("bin.000008", 1000), ("bin.000009", 1000), ("bin.000010", 500)]
+
+
+def test_a_window_is_cut_at_file_boundaries_where_the_rotate_moves_the_reader() -> None:
+    assert file_ranges(P("bin.000007", 300), P("bin.000010", 200), FILES) == [
+        FileRange(P("bin.000007", 300), P("bin.000008", 4)),
+        FileRange(P("bin.000008", 4), P("bin.000009", 4)),
+        FileRange(P("bin.000009", 4), P("bin.000010", 4)),
+        FileRange(P("bin.000010", 4), P("bin.000010", 200)),
+    ]
+
+
+def test_a_window_ending_at_a_file_start_has_no_range_in_that_file() -> None:
+    assert file_ranges(P("bin.000008", 4), P("bin.000009", 4), FILES) == [
+        FileRange(P("bin.000008", 4), P("bin.000009", 4))
+    ]
+
+
+def test_a_window_with_a_file_not_listed_is_not_cut() -> None:
+    assert file_ranges(P("bin.000007", 4), P("bin.000010", 4), [FILES[0], FILES[2], FILES[3]]) == []
+    assert file_ranges(P("bin.000006", 4), P("bin.000008", 4), FILES) == []
+
+
+@pytest.mark.parametrize(
+    ("files", "binlog_bytes", "max_workers", "cpus", "expected"),
+    [
+        (4, 10**9, None, 2, 2),  # min(files, CPUs)
+        (2, 10**9, None, 8, 2),
+        (4, 10**9, 3, 8, 3),  # the operator's cap
+        (1, 10**9, None, 8, 0),  # one file: serial
+        (4, 10**9, 1, 8, 0),  # off
+        (4, 1000, None, 8, 0),  # too small to pay for the workers' start
+        (4, 10**9, None, 1, 0),  # one CPU
+    ],
+)
+def test_worker_count(
+    files: int,
+    binlog_bytes: int,
+    max_workers: int | None,
+    cpus: int,
+    expected: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: cpus)
+    ranges = [FileRange(P(f"bin.{i:06d}", 4), P(f"bin.{i + 1:06d}", 4)) for i in range(1, files + 1)]
+    assert worker_count(ranges, binlog_bytes, max_workers=max_workers, min_bytes=64 << 20) == expected
+
+
+def test_held_rows_follow_the_serial_readers_flushes() -> None:
+    assert held_after(0, [3, 4]) == 7
+    assert held_after(BATCH_ROWS - 5, [3]) == BATCH_ROWS - 2
+    assert held_after(BATCH_ROWS - 5, [3, 2, 6]) == 6  # the commit reaching BATCH_ROWS hands all to the sink
+    assert held_after(100, [5, -1, 0, 7]) == 7  # a spill hands the rows held to the sink
+    assert held_after(100, []) == 100
+
+
+def test_the_operator_refuses_fewer_than_one_worker() -> None:
+    from airflow_provider_binlog.operators import BinlogExtractOperator
+
+    common = {"task_id": "extract", "pipeline": "p", "tables": "db.t", "staging_uri": "/tmp/s"}
+    assert BinlogExtractOperator(**common).max_extract_workers is None  # default: one worker per CPU
+    assert BinlogExtractOperator(**common, max_extract_workers=1).max_extract_workers == 1  # off
+    with pytest.raises(ValueError, match="max_extract_workers"):
+        BinlogExtractOperator(**common, max_extract_workers=0)
