@@ -153,6 +153,20 @@ def measure(command: list[str]) -> tuple[dict, float, int]:
     return report, time.monotonic() - started, int(usage.ru_maxrss)
 
 
+def server_cpu_seconds(server) -> float:  # type: ignore[no-untyped-def]
+    """Return the CPU seconds (user + system) the source server's process has used so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{server.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure_with_server(command: list[str], server) -> tuple[dict, float, int]:  # type: ignore[no-untyped-def]
+    """:func:`measure`, with the source server's CPU seconds during the run in the report (``server_cpu_seconds``)."""
+    before = server_cpu_seconds(server)
+    report, wall, rss = measure(command)
+    report["server_cpu_seconds"] = server_cpu_seconds(server) - before
+    return report, wall, rss
+
+
 def reader_ours(args: argparse.Namespace) -> dict:
     from airflow_provider_binlog.extract.reader import TableTarget
     from airflow_provider_binlog.extract.window import extract_window
@@ -311,8 +325,10 @@ def run_benchmark(args: argparse.Namespace) -> int:
             size = binlog_bytes(start, end, server)
             rounds = []  # serial and parallel alternate, so a change in the machine's load hits both
             for _ in range(args.rounds):
-                serial = measure([*me, "--reader", "ours", "--workers", "1", *common])
-                parallel = measure([*me, "--reader", "ours", "--workers", str(args.files), *common])
+                serial = measure_with_server([*me, "--reader", "ours", "--workers", "1", *common], server)
+                parallel = measure_with_server(
+                    [*me, "--reader", "ours", "--workers", str(args.files), *common], server
+                )
                 rounds.append((serial, parallel, spin_ceiling()))
         else:
             results = {
@@ -418,26 +434,27 @@ def render_parallel(
     """Return the Markdown table of one window read serially and in parallel, round by round, with the ratios.
 
     The last column is :func:`spin_ceiling` right after the round: what two busy processes gained on the
-    machine then. Seconds are the extract's (``extract_window``: from the window's first event to the manifest); the reader
+    machine then; the column before it, the source server's CPU seconds during the read (its dump threads share
+    the 2 cores with the workers here). Seconds are the extract's (``extract_window``: from the window's first event to the manifest); the reader
     process's wall time adds its imports (about 2.5 s, the same for both). CPU seconds are the reader process's
     and its workers' (``wait4``).
     """
     lines = [
         "| round | extract | row changes | extract s | rows/s | speed-up | process wall s | CPU s (incl. workers) "
-        "| peak RSS of the task process (MiB) | machine's ceiling (2 spin loops) |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| peak RSS of the task process (MiB) | source server CPU s | machine's ceiling (2 spin loops) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     ratios = []
     for number, (serial, parallel, ceiling) in enumerate(rounds, 1):
         ratios.append(serial[0]["seconds"] / parallel[0]["seconds"])
         for name, (report, wall, rss) in (
             ("serial", serial),
-            (f"parallel (max_workers={args.files})", parallel),
+            (f"parallel ({min(args.files, os.cpu_count() or 1)} workers)", parallel),
         ):
             lines.append(
                 f"| {number} | {name} | {report['rows']} | {report['seconds']:.2f} | "
                 f"{report['rows'] / report['seconds']:,.0f} | {serial[0]['seconds'] / report['seconds']:.2f}x | "
-                f"{wall:.1f} | {report['cpu_seconds']:.1f} | {rss / 1024:.0f} | "
+                f"{wall:.1f} | {report['cpu_seconds']:.1f} | {rss / 1024:.0f} | {report['server_cpu_seconds']:.1f} | "
                 f"{f'{ceiling:.2f}x' if report is parallel[0] else ''} |"
             )
     workload = (
