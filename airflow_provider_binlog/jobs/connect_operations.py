@@ -21,7 +21,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -190,13 +190,36 @@ class OperationOutcome:
         }
 
 
+@overload
+async def watch_operation(
+    url: str,
+    operation: DetachedOperation,
+    *,
+    heartbeat: Callable[[int], Awaitable[None]] | None = ...,
+    retry_seconds: float = ...,
+    within: None = ...,
+) -> OperationOutcome: ...
+
+
+@overload
+async def watch_operation(
+    url: str,
+    operation: DetachedOperation,
+    *,
+    heartbeat: Callable[[int], Awaitable[None]] | None = ...,
+    retry_seconds: float = ...,
+    within: float,
+) -> OperationOutcome | None: ...
+
+
 async def watch_operation(
     url: str,
     operation: DetachedOperation,
     *,
     heartbeat: Callable[[int], Awaitable[None]] | None = None,
     retry_seconds: float = ATTACH_RETRY_SECONDS,
-) -> OperationOutcome:
+    within: float | None = None,
+) -> OperationOutcome | None:
     """Attach to a detached operation until it completes or fails (``ReattachExecute``, grpc.aio); then release it.
 
     The server ends a reattach stream after a while (``spark.connect.execute.reattachable.senderMaxStreamDuration``)
@@ -208,6 +231,9 @@ async def watch_operation(
     :param operation: the handle from :func:`submit_command` or :func:`submit_plan`.
     :param heartbeat: awaited with the number of responses seen after each reattach stream, for logs.
     :param retry_seconds: seconds between failed attaches.
+    :param within: seconds to watch before giving up (None: until it ends). Giving up returns None and leaves
+        the operation and its session to a later watcher (the trigger); only the attaching is bounded, so an
+        operation seen to end is always released and reported.
     """
     import grpc
     from pyspark.sql.connect.client.core import DefaultChannelBuilder
@@ -218,6 +244,8 @@ async def watch_operation(
     metadata = tuple(builder.metadata())
     user = pb2.UserContext(user_id=operation.user_id)
     what = operation.description or f"operation {operation.operation_id}"
+    clock = asyncio.get_running_loop().time
+    deadline = None if within is None else clock() + within
     async with _aio_channel(builder) as channel:
         stub = base_pb2_grpc.SparkConnectServiceStub(channel)
         last_response_id = ""
@@ -235,16 +263,23 @@ async def watch_operation(
             if last_response_id:
                 request.last_response_id = last_response_id
             try:
-                async for response in stub.ReattachExecute(request, metadata=metadata):
-                    failures = 0
-                    responses += 1
-                    last_response_id = response.response_id
-                    if response.HasField("result_complete"):
-                        await _release(stub, pb2, operation, user, metadata)
-                        return OperationOutcome("success", f"{what}: done")
+                attach = _attach(stub.ReattachExecute(request, metadata=metadata))
+                if deadline is None:
+                    complete, last, seen = await attach
+                else:
+                    complete, last, seen = await asyncio.wait_for(attach, max(0.0, deadline - clock()))
+                if seen:
+                    failures, responses, last_response_id = 0, responses + seen, last
+                if complete:
+                    await _release(stub, pb2, operation, user, metadata)
+                    return OperationOutcome("success", f"{what}: done")
+            except asyncio.TimeoutError:
+                return None
             except grpc.aio.AioRpcError as err:
                 code = err.code().name
                 if code in RETRY_CODES and failures < MAX_ATTACH_FAILURES:
+                    if deadline is not None and clock() + retry_seconds > deadline:
+                        return None
                     failures += 1
                     log.warning("attaching to %s failed (%s), retrying", operation.operation_id, code)
                     await asyncio.sleep(retry_seconds)
@@ -256,6 +291,17 @@ async def watch_operation(
                 return OperationOutcome("error", f"{what}: {details}", lost=lost)
             if heartbeat is not None:
                 await heartbeat(responses)
+
+
+async def _attach(call: Any) -> tuple[bool, str, int]:
+    """Read one reattach stream; return whether it reached ``result_complete``, its last response id, its responses."""
+    last, seen = "", 0
+    async for response in call:
+        seen += 1
+        last = response.response_id
+        if response.HasField("result_complete"):
+            return True, last, seen
+    return False, last, seen
 
 
 async def _release(stub: Any, pb2: Any, operation: DetachedOperation, user: Any, metadata: Any) -> None:

@@ -224,8 +224,9 @@ class SparkJobOperator(SparkSubmitOperator):
     def _watch_before_deferring(self, url: str, operation: DetachedOperation) -> dict[str, Any] | None:
         """Watch ``operation`` for up to ``defer_after_seconds``; return its event if it ended, else None.
 
-        The watch is the trigger's (:func:`~airflow_provider_binlog.jobs.connect_operations.watch_operation`);
-        leaving it early only closes this client's stream, the operation goes on for the trigger.
+        The watch is the trigger's (:func:`~airflow_provider_binlog.jobs.connect_operations.watch_operation`,
+        bounded by ``within``): giving up only closes this client's stream, the operation goes on for the
+        trigger; an operation seen to end is released and reported, never given up on.
         """
         import asyncio
 
@@ -234,14 +235,8 @@ class SparkJobOperator(SparkSubmitOperator):
         if self.defer_after_seconds <= 0:
             return None
 
-        async def watch() -> dict[str, Any]:
-            outcome = await asyncio.wait_for(watch_operation(url, operation), self.defer_after_seconds)
-            return outcome.event(operation)
-
-        try:
-            return asyncio.run(watch())
-        except TimeoutError:
-            return None
+        outcome = asyncio.run(watch_operation(url, operation, within=self.defer_after_seconds))
+        return None if outcome is None else outcome.event(operation)
 
     def execute_complete(self, context: Any, event: Mapping[str, Any]) -> Any:
         """Resume after the trigger: run the task again, which takes the operation's output and commits it.

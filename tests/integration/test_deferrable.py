@@ -151,18 +151,6 @@ def test_a_write_that_ends_while_the_worker_watches_is_taken_without_deferring(c
         assert staging_folders(watched, table) == []
 
 
-def test_a_write_longer_than_the_watch_defers_and_the_trigger_takes_it_over(connect_conn, tmp_path):
-    window = two_windows(tmp_path / "staging")[0]
-    target = str(tmp_path / "target")
-    operator = merge_operator(window, target, deferrable=True, defer_after_seconds=0.01)
-
-    result, events = run_deferring(operator)  # the worker's watch gave up; the trigger attaches anew
-
-    assert [e["status"] for e in events] == ["success", "success"]
-    assert result["tables"]["shop.orders"]["rows_in_window"] == 3
-    assert len(read_table(target, "shop.orders")) == 3
-
-
 def test_handling_the_resume_event_twice_commits_once(connect_conn, tmp_path):
     from airflow.sdk.exceptions import TaskDeferred
 
@@ -281,6 +269,20 @@ def test_a_detached_write_goes_on_after_the_client_left(spark_connect, tmp_path)
     assert outcome.status == "success", outcome.message
     assert (out / SUCCESS_MARKER).exists()
     assert list(out.glob("*.parquet"))
+
+
+def test_a_watch_that_gives_up_leaves_the_operation_to_the_next_watcher(spark_connect, tmp_path):
+    out = tmp_path / "out"
+    operation = submit_slow_write(spark_connect.url, out, fail=False)
+
+    gave_up = asyncio.run(watch_operation(spark_connect.url, operation, within=1.0))  # the worker's watch
+
+    assert gave_up is None
+    assert not (out / SUCCESS_MARKER).exists()
+    outcome = asyncio.run(watch_operation(spark_connect.url, operation))  # the trigger's
+    assert outcome is not None
+    assert outcome.status == "success", outcome.message
+    assert (out / SUCCESS_MARKER).exists()
 
 
 def test_the_trigger_reports_an_operation_the_server_failed(spark_connect, tmp_path):
