@@ -649,8 +649,8 @@ class BinlogHook(BaseHook):
     def probe_stream(self, file: str, pos: int, events: Sequence[type]) -> Iterator[BinLogStreamReader]:
         """Yield a stream of ``events`` from ``file``:``pos`` for :mod:`~airflow_provider_binlog.source.probes`.
 
-        It registers with :func:`~airflow_provider_binlog.source.probes.probe_server_id` of this hook's
-        pipeline and is closed after the block. Errors inside the block leave as the provider's: a denied
+        It registers with a fresh :func:`~airflow_provider_binlog.source.probes.probe_server_id` of this hook's
+        pipeline (so probes running at the same time never end each other) and is closed after the block. Errors inside the block leave as the provider's: a denied
         privilege as :meth:`privilege_error`; ER_MASTER_FATAL_ERROR_READING_BINLOG (1236, MySQL manual,
         "Server Error Message Reference": the source cannot open the file or position, e.g. purged
         meanwhile) and :class:`~airflow_provider_binlog.source.probes.BinlogGoneError` as

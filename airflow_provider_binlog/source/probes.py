@@ -1,10 +1,14 @@
 """Short reads of the binlog: when a file was opened, when the next transaction committed, where a moment falls.
 
 All three read a few events over the replication protocol (``COM_BINLOG_DUMP``), because SQL shows no
-event timestamps (``SHOW BINLOG EVENTS`` lists positions and types only). Probes register with their
-own ``server_id`` (:func:`probe_server_id`): a source drops the older of two dump connections that
-share a ``server_id`` (MySQL manual, "Replication and Binary Logging Options": ``server_id``), so a
-probe must never reuse the id of the pipeline's extract stream.
+event timestamps (``SHOW BINLOG EVENTS`` lists positions and types only). Every probe registers with a
+``server_id`` of its own (:func:`probe_server_id`): a source drops the older of two dump connections that
+share a ``server_id`` (MySQL manual, "Replication and Binary Logging Options": ``server_id``;
+``kill_zombie_dump_threads`` in MariaDB's ``sql_repl.cc`` / MySQL's ``rpl_source.cc``), so a probe must
+never reuse the id of the pipeline's extract stream, nor of another probe running at the same time (two
+runs of one pipeline, a backfill beside the scheduled runs, probe at once). ``server_id`` 0, which the
+source exempts, is no way out for probes: mysql-replication registers every stream (COM_REGISTER_SLAVE),
+and MySQL keeps a replica registered under 0 until it restarts, refusing the next one.
 
 The streams come from a :class:`ProbeStreams` (the hook: it opens them with the connection's settings and
 turns the source's refusals into the provider's errors), so this module needs no Airflow.
@@ -12,6 +16,7 @@ turns the source's refusals into the provider's errors), so this module needs no
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
@@ -44,8 +49,14 @@ class ProbeStreams(Protocol):
 
 
 def probe_server_id(pipeline: str) -> int:
-    """Return the ``server_id`` a pipeline's probes register with (distinct from its extract stream)."""
-    return derive_server_id(f"{pipeline}#probe")
+    """Return a fresh ``server_id`` for one probe of ``pipeline``, in the range of derived ids.
+
+    Drawn anew for every probe (:func:`~airflow_provider_binlog.source.server.derive_server_id` of the pipeline
+    name and a random UUID: ``[2^30, 2^31 - 1)``), so that probes running at the same time never end each
+    other's dump (error 4052 on MariaDB); a clash with one of the 2^30 ids, e.g. another pipeline's stream,
+    has a chance of about one in a billion per probe and ends as a retryable error.
+    """
+    return derive_server_id(f"{pipeline}#probe#{uuid.uuid4()}")
 
 
 def file_opened_at(streams: ProbeStreams, file: str) -> pendulum.DateTime:

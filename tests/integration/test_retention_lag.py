@@ -200,3 +200,36 @@ def test_probes_never_end_a_group_at_a_statement_based_dml(hook: BinlogHook, ser
     assert committed >= inside.start_of("second")
     cut = boundary_at(hook, hook.server_state(), inside)
     assert (cut.file, cut.pos) == (before.file, before.pos)
+
+
+def test_probes_running_at_the_same_time_do_not_end_each_other(
+    hook: BinlogHook, server: LocalMariaDB
+) -> None:
+    # Two runs of one pipeline (a backfill beside the scheduled runs) probe at the same moment. Under one
+    # shared server_id the second probe's dump ended the first one's (4052: "A slave with the same
+    # server_uuid/server_id ..."), a retryable error that cost the run Airflow's retry delay.
+    from pymysqlreplication.row_event import WriteRowsEvent
+
+    from airflow_provider_binlog.source.probes import file_opened_at
+
+    server.execute(
+        "CREATE TABLE IF NOT EXISTS r.wide (id INT PRIMARY KEY, pad CHAR(255))", "FLUSH BINARY LOGS"
+    )
+    file = head(hook).file
+    for first in range(0, 60_000, 20_000):  # about 15 MiB of rows events: more than the sockets buffer
+        server.execute(
+            f"INSERT INTO r.wide SELECT seq, REPEAT('x', 255) FROM r.seq_{first + 1}_to_{first + 20_000}"
+        )
+
+    rows = 0
+    with hook.probe_stream(file, 4, [WriteRowsEvent]) as stream:
+        events = iter(stream)
+        rows += len(next(events).rows)
+        dump = stream._stream_connection
+        assert file_opened_at(hook, file) <= pendulum.now("UTC")  # another probe, while the first one reads
+        rows += sum(len(event.rows) for event in events)
+        # The first dump was never ended: after an ended dump mysql-replication reconnects silently (once its
+        # read timeout passed) and resumes on a new connection, or the probe fails with 4052.
+        assert stream._stream_connection is dump
+
+    assert rows == 60_000
