@@ -144,7 +144,18 @@ def get_provider_info() -> dict[str, Any]:
                         "type": "float",
                         "example": "30",
                         "default": "10",
-                    }
+                    },
+                    "ship_provider": {
+                        "description": (
+                            "Ship the provider's code to Spark with each merge and snapshot task (a zip added to "
+                            "the Spark Connect session with addArtifacts, or to spark-submit's --py-files), for "
+                            "Spark servers whose Python does not have the provider installed (docs/adr/0014)."
+                        ),
+                        "version_added": None,
+                        "type": "boolean",
+                        "example": "True",
+                        "default": "False",
+                    },
                 },
             }
         },

@@ -44,8 +44,9 @@ class SparkJobOperator(SparkSubmitOperator):
     * a ``spark_connect`` connection (the Spark provider's ``SparkConnectHook``: host ``sc://host``,
       port, optional user id, token and SSL): the application runs in this task's process as a Spark
       Connect client of a long-lived server, so a window pays no JVM start. The server's Python workers
-      must be able to import this provider (they read snapshot chunks); ``spark.sql.*`` settings in
-      ``conf`` are set on the client session, other settings belong to the server's configuration.
+      must be able to import this provider (they read snapshot chunks), installed there or shipped with
+      ``ship_provider``; ``spark.sql.*`` settings in ``conf`` are set on the client session, other settings
+      belong to the server's configuration.
 
     With ``deferrable=True`` over Spark Connect, the job's long Spark actions (the merge's writes of new
     files, the snapshot's chunk reads) are handed to the server as detached operations: the task defers to
@@ -63,6 +64,10 @@ class SparkJobOperator(SparkSubmitOperator):
         ``[operators] default_deferrable``.
     :param defer_after_seconds: seconds to watch a detached action from the worker before deferring (0:
         defer at once); default from ``[binlog] defer_after_seconds``, else 10.
+    :param ship_provider: ship this provider's code to Spark's Python workers with the job
+        (:func:`~airflow_provider_binlog.jobs.shipping.provider_archive`: added to the Connect session as a
+        ``pyfile`` artifact, or to spark-submit's ``py_files``), for a Spark side that does not have the
+        provider installed; default from ``[binlog] ship_provider``, else False.
     """
 
     #: Module of the bundled application: its ``application(argv)`` binds it to a command line.
@@ -78,6 +83,7 @@ class SparkJobOperator(SparkSubmitOperator):
         *,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         defer_after_seconds: float = conf.getfloat("binlog", "defer_after_seconds", fallback=10.0),
+        ship_provider: bool = conf.getboolean("binlog", "ship_provider", fallback=False),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -85,6 +91,7 @@ class SparkJobOperator(SparkSubmitOperator):
             raise ValueError(f"defer_after_seconds must be 0 or more, got {defer_after_seconds!r}")
         self.deferrable = deferrable
         self.defer_after_seconds = defer_after_seconds
+        self.ship_provider = ship_provider
 
     @classmethod
     def check_arguments(cls, kwargs: Mapping[str, Any], **positive: int) -> None:
@@ -118,9 +125,9 @@ class SparkJobOperator(SparkSubmitOperator):
         :param failure: what failed, for the :class:`MergeError` message.
         :param env: extra environment variables for the submit process only (secrets go here).
         :raises MergeError: when the Spark application fails.
-        :raises BinlogConfigError: when the Spark connection does not exist, or when spark-submit would run
+        :raises BinlogConfigError: when the Spark connection does not exist, when spark-submit would run
             from a pyspark package whose Python files and jars are of different releases
-            (:func:`pyspark_install_problem`).
+            (:func:`pyspark_install_problem`), or when Spark's Python workers cannot import the provider.
         """
         from airflow.exceptions import AirflowException
 
@@ -142,6 +149,10 @@ class SparkJobOperator(SparkSubmitOperator):
                 self._conn_id,
             )
         self.application_args = args
+        if self.ship_provider:
+            from airflow_provider_binlog.jobs.shipping import provider_archive
+
+            self.py_files = ",".join(filter(None, [self.py_files, str(provider_archive())]))
         master, deploy_mode = self._spark_master(conn)
         launcher = launcher_environment(master, deploy_mode, env_vars=self.env_vars)
         if "SPARK_HOME" in launcher and (problem := pyspark_install_problem(launcher["SPARK_HOME"])):
@@ -154,6 +165,7 @@ class SparkJobOperator(SparkSubmitOperator):
             try:
                 super().execute(context)
             except AirflowException as err:
+                self._raise_for_missing_code(err, failure)
                 raise MergeError(f"{failure}: {err}") from err
 
     def _run_connected(self, args: list[str], *, failure: str, env: Mapping[str, str] | None) -> None:
@@ -207,6 +219,10 @@ class SparkJobOperator(SparkSubmitOperator):
                 self._connect_session = spark
                 try:
                     self._set_session_conf(spark)
+                    if self.ship_provider:
+                        from airflow_provider_binlog.jobs.shipping import provider_archive
+
+                        spark.addArtifacts(str(provider_archive()), pyfile=True)
                     in_place = not (self.deferrable or self._deferred)
                     with contextlib.nullcontext() if in_place else detaching(submit=self.deferrable):
                         summary = app.job(spark)
@@ -217,9 +233,28 @@ class SparkJobOperator(SparkSubmitOperator):
                     self._connect_session = None
                     spark.stop()
             except (ContractError, PySparkException) as err:
+                self._raise_for_missing_code(err, failure)
                 raise MergeError(f"{failure}: {err}") from err
         self.log.info("%s finished: %s", app.name, json.dumps(summary, sort_keys=True, default=str))
         return None
+
+    def _raise_for_missing_code(self, err: Exception, failure: str) -> None:
+        """Fail at once when Spark's Python workers could not import the shipped packages: retries cannot help.
+
+        :raises BinlogConfigError: naming the module and the two remedies.
+        """
+        from airflow_provider_binlog.jobs.shipping import SHIPPED_PACKAGES
+
+        missing = re.search(r"No module named '([\w.]+)'", str(err))
+        if missing is None or missing.group(1).split(".")[0] not in SHIPPED_PACKAGES:
+            return
+        shipped = "although the task shipped it: " if self.ship_provider else ""
+        raise BinlogConfigError(
+            f"{failure}: the Spark server's Python workers cannot import {missing.group(1)!r} ({shipped}"
+            f"{str(err).splitlines()[0]}); install airflow-provider-binlog (with its dependencies) into the "
+            "Python the Spark workers run, or set ship_provider=True on the operator (or [binlog] "
+            "ship_provider = True) to send its code with every task"
+        ) from err
 
     def _watch_before_deferring(self, url: str, operation: DetachedOperation) -> dict[str, Any] | None:
         """Watch ``operation`` for up to ``defer_after_seconds``; return its event if it ended, else None.

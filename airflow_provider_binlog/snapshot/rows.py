@@ -47,6 +47,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import gc
+import importlib.util
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -205,6 +206,13 @@ def rows_to_batch(
     return pa.RecordBatch.from_arrays(arrays, schema=schema), zero_dates
 
 
+def default_driver(source: dict[str, Any]) -> str:
+    """Return the :class:`RowReader` driver for ``source``: pymysql with TLS settings or without mysqlclient."""
+    if source.get("ssl") or importlib.util.find_spec("MySQLdb") is None:
+        return "pymysql"
+    return "mysqlclient"
+
+
 class RowReader:
     """The connection a chunk's ``SELECT`` is read over, returning every value as the bytes the server sent.
 
@@ -213,21 +221,23 @@ class RowReader:
     holds in memory. The driver is mysqlclient (``MySQLdb``: libmariadb/libmysqlclient parses the rows in
     C; ``benchmarks/snapshot_row_paths.py`` measures it against the alternatives) with no field converters
     and ``use_unicode=False``: every value is ``bytes`` or None, and :func:`rows_to_batch` stages them
-    column by column. A source with TLS settings (``ssl``) is read with pymysql in the same raw mode
-    instead: pymysql's ``ssl`` dict (``ca``, ``cert``, ``key``, ``password``, ``check_hostname``) has no
+    column by column. A source with TLS settings (``ssl``), or a Python without mysqlclient (a Spark side
+    the provider's code was shipped to, ``jobs/shipping.py``: a C extension cannot be shipped in a zip), is
+    read with pymysql in the same raw mode instead (both drivers stage the same values:
+    ``tests/integration/test_snapshot_rows.py``), at an eighth of the speed (``docs/benchmarks.md``, "Snapshot row paths"). pymysql's ``ssl`` dict (``ca``, ``cert``, ``key``, ``password``, ``check_hostname``) has no
     exact mysqlclient equivalent, and pymysql applies ``connect_timeout`` to the whole login
     (:class:`~airflow_provider_binlog.source.connect.LoginTimeoutConnection`).
 
     :param source: ``pymysql.connect()`` keyword arguments (``host``, ``port``, ``user``, ``password``,
         ``connect_timeout``, ``read_timeout``, ``write_timeout``, ``ssl``); ``charset`` and ``autocommit``
         are set here.
-    :param driver: ``mysqlclient`` or ``pymysql``; None picks as described above.
+    :param driver: ``mysqlclient`` or ``pymysql``; None picks as described above (:func:`default_driver`).
     :raises ValueError: for an unknown driver.
     :raises MySQLdb.OperationalError, pymysql.err.OperationalError: when the login fails.
     """
 
     def __init__(self, source: dict[str, Any], driver: str | None = None) -> None:
-        self.driver = driver or ("pymysql" if source.get("ssl") else "mysqlclient")
+        self.driver = driver or default_driver(source)
         if self.driver == "mysqlclient":
             import MySQLdb
             import MySQLdb.cursors

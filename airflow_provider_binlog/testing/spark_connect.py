@@ -41,11 +41,13 @@ class LocalSparkConnect:
     :param cores: local master threads (``local[cores]``).
     :param conf: extra Spark settings of the server (``spark.sql.shuffle.partitions`` ...).
     :param startup_timeout_seconds: how long :meth:`start` waits for the server's port.
+    :param python: the Python executable of the server's workers (``PYSPARK_PYTHON``; default this interpreter).
     """
 
     cores: int = 2
     conf: Mapping[str, str] = field(default_factory=dict)
     startup_timeout_seconds: float = 180.0
+    python: str = sys.executable
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
@@ -76,7 +78,7 @@ class LocalSparkConnect:
             **self.conf,
         }
         master = f"local[{self.cores}]"
-        env = {**os.environ, **launcher_environment(master, None), "PYSPARK_PYTHON": sys.executable}
+        env = {**os.environ, **launcher_environment(master, None), "PYSPARK_PYTHON": self.python}
         env.pop(CONNECT_MODE_ENV, None)
         command = ["spark-submit", "--class", SERVER_CLASS, "--master", master, "--name", "binlog-connect"]
         for key, value in settings.items():
