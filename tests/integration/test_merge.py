@@ -786,7 +786,12 @@ def test_launcher_environment_points_spark_submit_at_pyspark():
     assert launcher_environment("yarn", "cluster", environ={"SPARK_HOME": home, "PATH": f"{home}/bin"}) == {}
 
 
-def test_operator_merges_a_window_with_spark_submit(staging, target, monkeypatch, capfd):
+def test_operator_merges_a_window_with_spark_submit(
+    staging, target, spark_connect, tmp_path, monkeypatch, capfd
+):
+    """Over spark-submit the merge logs little, and writes the same target as over Spark Connect."""
+    from test_snapshot_first_load import delta_state
+
     from airflow_provider_binlog.operators.merge import BinlogMergeOperator
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
@@ -808,15 +813,15 @@ def test_operator_merges_a_window_with_spark_submit(staging, target, monkeypatch
             ),
         },
     )
-    operator = BinlogMergeOperator(
-        task_id="merge",
-        pipeline=PIPELINE,
-        window_uri=window,
-        target_path=target,
-        keys={"shop.access_log": ["host", "at"]},
-        target_file_bytes=4096,
-        conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"},
-    )
+    task = {
+        "task_id": "merge",
+        "pipeline": PIPELINE,
+        "window_uri": window,
+        "keys": {"shop.access_log": ["host", "at"]},
+        "target_file_bytes": 4096,
+        "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"},
+    }
+    operator = BinlogMergeOperator(target_path=target, **task)
 
     capfd.readouterr()
     result = operator.execute(context={})
@@ -834,6 +839,16 @@ def test_operator_merges_a_window_with_spark_submit(staging, target, monkeypatch
     assert result["tables"]["shop.access_log"]["rows_written"] == 2
     assert rows(read_table(target, "shop.orders")) == [{"id": 2, "status": "new", "amount": Decimal("2.00")}]
     assert os.environ.get("SPARK_HOME") is None  # the environment was restored
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", spark_connect.connection_json())
+    connected = str(tmp_path / "connected")
+    assert BinlogMergeOperator(target_path=connected, **task).execute(context={}) == result
+    for table, keys in (("shop.orders", ["id"]), ("shop.access_log", ["host", "at"])):
+        submitted, over_connect = (
+            delta_state(t, table, keys, pipeline=PIPELINE) for t in (target, connected)
+        )
+        for what in ("rows", "schema", "configuration", "partitions", "stats", "apps"):
+            assert submitted[what] == over_connect[what], (table, what)
 
 
 def test_operator_merges_a_window_over_spark_connect(staging, target, spark, spark_connect, monkeypatch):

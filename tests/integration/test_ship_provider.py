@@ -23,13 +23,16 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
 
+from test_snapshot_first_load import delta_state  # noqa: E402  (pytest's rootdir import)
+
+from airflow_provider_binlog.contract.uris import write_json  # noqa: E402
 from airflow_provider_binlog.exceptions import BinlogConfigError  # noqa: E402
 from airflow_provider_binlog.hooks.binlog import BinlogHook  # noqa: E402
 from airflow_provider_binlog.jobs.shipping import SHIPPED_PACKAGES  # noqa: E402
 from airflow_provider_binlog.operators.snapshot import SNAPSHOT_APPLICATION  # noqa: E402
 from airflow_provider_binlog.operators.spark import SparkJobOperator  # noqa: E402
 from airflow_provider_binlog.snapshot.chunks import SOURCE_ENV  # noqa: E402
-from airflow_provider_binlog.target import read_table  # noqa: E402
+from airflow_provider_binlog.snapshot.plan import PLAN_NAME  # noqa: E402
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB  # noqa: E402
 from airflow_provider_binlog.testing.snapshots import write_plan  # noqa: E402
 from airflow_provider_binlog.testing.spark_connect import LocalSparkConnect  # noqa: E402
@@ -39,6 +42,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 #: What the bare Python must not find: the shipped packages, and mysqlclient (its C driver, not shipped).
 HIDDEN = {*SHIPPED_PACKAGES, "MySQLdb"}
 ROWS = 3000
+PIPELINE = "shipped"
 
 
 class SnapshotJob(SparkJobOperator):
@@ -90,60 +94,81 @@ def bare_connect(bare: str) -> Iterator[LocalSparkConnect]:
 
 
 @pytest.fixture
-def orders(connections: LocalMariaDB, source_db: str, tmp_path: Path) -> dict[str, Any]:
-    """A table of :data:`ROWS` rows and a snapshot of it planned in ``tmp_path``; the job's arguments."""
+def source(connections: LocalMariaDB, source_db: str, tmp_path: Path) -> dict[str, Any]:
+    """A table of :data:`ROWS` rows, the snapshot job's environment and a folder for its runs."""
     connections.execute(
         f"CREATE TABLE `{source_db}`.orders (id INT PRIMARY KEY, note VARCHAR(40), total DECIMAL(10,2))",
         f"INSERT INTO `{source_db}`.orders SELECT seq, CONCAT('n', seq), seq / 7 FROM `{source_db}`.seq_1_to_{ROWS}",
     )
-    folder = tmp_path / "staging" / "shipped" / "snapshot=1"
-    folder.mkdir(parents=True)
-    uri = f"file://{folder}"
     table = f"{source_db}.orders"
-    write_plan(connections.connection_kwargs(), uri, pipeline="shipped", keys={table: ["id"]}, chunk_rows=700)
-    target = str(tmp_path / "target")
-    args = ["--snapshot-uri", uri, "--target", target, "--pipeline", "shipped", "--max-connections", "2"]
-    env = {SOURCE_ENV: json.dumps(BinlogHook(pipeline="shipped").sql_settings())}
-    return {"args": args, "env": env, "target": target, "table": table}
-
-
-def assert_loaded(orders: dict[str, Any]) -> None:
-    loaded = read_table(orders["target"], orders["table"]).sort_by("id")
-    assert loaded.num_rows == ROWS
-    assert loaded.column("id").to_pylist() == list(range(1, ROWS + 1))
-    assert loaded.column("note").to_pylist()[-1] == f"n{ROWS}"
-
-
-def test_a_connect_server_without_the_provider_runs_a_snapshot_shipped_to_it(
-    bare_connect: LocalSparkConnect, orders: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", bare_connect.connection_json())
-    job = SnapshotJob(task_id="snapshot", ship_provider=False)
-    with pytest.raises(
-        BinlogConfigError, match=r"cannot import 'airflow_provider_binlog'.*ship_provider=True"
-    ):
-        job.submit({}, orders["args"], failure="snapshot failed", env=orders["env"])
-
-    SnapshotJob(task_id="snapshot", ship_provider=True).submit(
-        {}, orders["args"], failure="snapshot failed", env=orders["env"]
+    folder = tmp_path / "staging" / PIPELINE / "snapshot=1"
+    folder.mkdir(parents=True)
+    plan = write_plan(
+        connections.connection_kwargs(),
+        f"file://{folder}",
+        pipeline=PIPELINE,
+        keys={table: ["id"]},
+        chunk_rows=700,
     )
-    assert_loaded(orders)
+    env = {SOURCE_ENV: json.dumps(BinlogHook(pipeline=PIPELINE).sql_settings())}
+    return {"table": table, "plan": plan, "env": env, "root": tmp_path}
 
 
-def test_spark_submit_ships_the_provider_to_executors_in_py_files(
-    bare: str, orders: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+def snapshot_args(source: dict[str, Any], run: str) -> list[str]:
+    """Return the job's arguments for a run of the source's one plan with its own staging folder and target.
+
+    Every run reads the same plan (same watermark, same chunks), so their targets must be equal.
+    """
+    folder = source["root"] / run / PIPELINE / "snapshot=1"
+    folder.mkdir(parents=True)
+    write_json(f"file://{folder}/{PLAN_NAME}", source["plan"])
+    target = str(source["root"] / run / "target")
+    return [
+        "--snapshot-uri",
+        f"file://{folder}",
+        "--target",
+        target,
+        "--pipeline",
+        PIPELINE,
+        "--max-connections",
+        "2",
+    ]
+
+
+def test_snapshots_shipped_over_connect_and_spark_submit_load_identical_targets(
+    bare: str, bare_connect: LocalSparkConnect, source: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    missing = r"cannot import 'airflow_provider_binlog'.*ship_provider=True"
+    over_connect = snapshot_args(source, "connect")
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", bare_connect.connection_json())
+    with pytest.raises(BinlogConfigError, match=missing):
+        SnapshotJob(task_id="snapshot").submit({}, over_connect, failure="snapshot failed", env=source["env"])
+    SnapshotJob(task_id="snapshot", ship_provider=True).submit(
+        {}, over_connect, failure="snapshot failed", env=source["env"]
+    )
+
+    over_submit = snapshot_args(source, "submit")
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
     # The driver runs this interpreter (it makes the Delta commit with deltalake); the executors the bare one.
     python = {"PYSPARK_PYTHON": bare, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    unshipped = SnapshotJob(task_id="snapshot", ship_provider=False, env_vars=python)
-    with pytest.raises(
-        BinlogConfigError, match=r"cannot import 'airflow_provider_binlog'.*ship_provider=True"
-    ):
-        unshipped.submit({}, orders["args"], failure="snapshot failed", env=orders["env"])
-
+    with pytest.raises(BinlogConfigError, match=missing):
+        SnapshotJob(task_id="snapshot", env_vars=python).submit(
+            {}, over_submit, failure="snapshot failed", env=source["env"]
+        )
     job = SnapshotJob(task_id="snapshot", ship_provider=True, env_vars=python)
-    job.submit({}, orders["args"], failure="snapshot failed", env=orders["env"])
+    job.submit({}, over_submit, failure="snapshot failed", env=source["env"])
     assert str(job.py_files).endswith(".zip")
-    assert_loaded(orders)
     assert os.environ.get("SPARK_CONNECT_MODE_ENABLED") is None  # the submit left this process as it was
+
+    # Same plan, same rows; only the read time (``_binlog_ts`` of a snapshot row) differs between the runs.
+    a, b = (
+        delta_state(args[3], source["table"], ["id"], pipeline=PIPELINE)
+        for args in (over_connect, over_submit)
+    )
+    assert a["rows"].drop_columns("_binlog_ts").equals(b["rows"].drop_columns("_binlog_ts"))
+    for what in ("schema", "configuration", "partitions", "stats", "apps"):
+        assert a[what] == b[what], what
+    loaded = a["rows"]
+    assert loaded.num_rows == ROWS
+    assert loaded.column("id").to_pylist() == list(range(1, ROWS + 1))
+    assert loaded.column("note").to_pylist()[-1] == f"n{ROWS}"

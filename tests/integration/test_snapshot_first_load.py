@@ -91,8 +91,11 @@ def snapshot_both_ways(
     return summaries[0], summaries[1], *targets
 
 
-def delta_state(target: str, name: str, keys: list[str]) -> dict[str, Any]:
-    """Return what readers see of a target table: rows (tombstones too) in key order, schema, config, stats."""
+def delta_state(target: str, name: str, keys: list[str], *, pipeline: str = PIPELINE) -> dict[str, Any]:
+    """Return what readers see of a target table: rows (tombstones too) in key order, schema, config, stats.
+
+    ``apps`` are the versions of ``pipeline``'s app transaction and of its first window's.
+    """
     dt = deltalake.DeltaTable(table_uri(target, name))
     rows = pa.table(dt.to_pyarrow_table()).sort_by([(k, "ascending") for k in keys])
     actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
@@ -110,8 +113,8 @@ def delta_state(target: str, name: str, keys: list[str]) -> dict[str, Any]:
         "partitions": dt.metadata().partition_columns,
         "stats": stats,
         "apps": [
-            dt.transaction_version(pipeline_app_id(PIPELINE)),
-            dt.transaction_version(window_app_id(PIPELINE, 1)),
+            dt.transaction_version(pipeline_app_id(pipeline)),
+            dt.transaction_version(window_app_id(pipeline, 1)),
         ],
     }
 
