@@ -29,6 +29,11 @@ SPARK_CONNECT_CONN_TYPE = "spark_connect"
 SPARK_LOG_CONF = {"spark.log.level": "WARN"}
 #: What pyspark sets in a process once a remote session started (``pyspark.sql.utils.is_remote``).
 CONNECT_MODE_ENV = "SPARK_CONNECT_MODE_ENABLED"
+#: Retries of each call of a Connect client whose server does not answer (gRPC UNAVAILABLE): waits of 0.05,
+#: 0.2, 0.8, 3.2 and 8 s, about 12 s in all (``pyspark.sql.connect.client.retries.DefaultPolicy``, whose own
+#: defaults wait at least 10 minutes per call). Enough for a blip; a dead or restarted server has lost the
+#: task's operations anyway, so the task fails and Airflow's retry runs it again.
+CONNECT_RETRIES: dict[str, Any] = {"max_retries": 5, "max_backoff": 8000}
 
 
 class SparkJobOperator(SparkSubmitOperator):
@@ -206,6 +211,7 @@ class SparkJobOperator(SparkSubmitOperator):
         """Run ``app``'s job on a new session; return the operation it detached, or None when it finished."""
         from pyspark.errors import PySparkException
         from pyspark.sql import SparkSession
+        from pyspark.sql.connect.client.retries import DefaultPolicy
 
         from airflow_provider_binlog.contract import ContractError
         from airflow_provider_binlog.jobs.actions import detaching
@@ -216,6 +222,7 @@ class SparkJobOperator(SparkSubmitOperator):
         with _patched_environ(env or {}), _restored_environ(CONNECT_MODE_ENV):
             try:
                 spark = SparkSession.builder.remote(url).create()  # never a session of someone else
+                spark.client.set_retry_policies([DefaultPolicy(**CONNECT_RETRIES)])
                 self._connect_session = spark
                 try:
                     self._set_session_conf(spark)
@@ -229,11 +236,22 @@ class SparkJobOperator(SparkSubmitOperator):
                 except OperationDetached as signal:
                     leave_session(spark)  # the server runs the operation in this session; the watcher ends it
                     return signal.operation
+                except PySparkException as err:
+                    if server_gone(err):  # no session to release: stopping would wait out the retries again
+                        leave_session(spark)
+                    raise
                 finally:
                     self._connect_session = None
                     spark.stop()
             except (ContractError, PySparkException) as err:
                 self._raise_for_missing_code(err, failure)
+                if server_gone(err):
+                    raise MergeError(
+                        f"{failure}: the Spark Connect server {url.split(';')[0]} stopped answering (gRPC "
+                        "UNAVAILABLE after about 12 s of retries; its operations of this task are lost); check "
+                        "that it runs and is reachable from the worker: Airflow's retry starts over on a new "
+                        "session"
+                    ) from err
                 raise MergeError(f"{failure}: {err}") from err
         self.log.info("%s finished: %s", app.name, json.dumps(summary, sort_keys=True, default=str))
         return None
@@ -359,6 +377,26 @@ class SparkJobOperator(SparkSubmitOperator):
             master = f"{master}:{conn.port}"
         deploy_mode = self._deploy_mode or conn.extra_dejson.get("deploy-mode")
         return master, deploy_mode
+
+
+def server_gone(err: BaseException) -> bool:
+    """Return whether ``err`` (or an exception it was raised from) says the Connect server did not answer.
+
+    That is gRPC status UNAVAILABLE (connection refused or dropped, after :data:`CONNECT_RETRIES`), which
+    pyspark reports as a ``SparkConnectGrpcException``.
+    """
+    import grpc
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+    seen: BaseException | None = err
+    while seen is not None:
+        if (
+            isinstance(seen, SparkConnectGrpcException)
+            and seen.getGrpcStatusCode() == grpc.StatusCode.UNAVAILABLE
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def pyspark_home() -> str | None:

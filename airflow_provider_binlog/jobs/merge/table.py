@@ -436,6 +436,18 @@ def _change_keys(changes: DataFrame, key: str) -> list[Any]:
     return sorted(values)
 
 
+def _unpersist_after_failure(frame: DataFrame) -> None:
+    """Unpersist ``frame`` after a failed rewrite, logging instead of raising a failure of its own.
+
+    The rewrite's error is the one to report: when the Spark Connect server died, the unpersist fails too,
+    and raising that would hide where the merge stopped.
+    """
+    try:
+        frame.unpersist()
+    except Exception as err:  # noqa: BLE001  (any error of the release; the rewrite's error follows)
+        log.warning("could not unpersist the window's changes after the failed rewrite: %s", err)
+
+
 def _rewrite_files(
     spark: SparkSession,
     dt: DeltaTable,
@@ -511,8 +523,10 @@ def _rewrite_files(
             count=count,
             storage_options=storage_options,
         )
-    finally:
-        changes.unpersist()
+    except BaseException:
+        _unpersist_after_failure(changes)
+        raise
+    changes.unpersist()
     result = TableResult(
         rows_in_window=rows_in_window,
         rows_written=sum(p.rows for p in placed),
