@@ -15,13 +15,15 @@ enough to hold it and the source checksum query warms it before either reader ru
   snapshot is its first Python job: cold); ``--spark connect`` a local Spark Connect server that runs one
   no-op Python job first, as a long-lived server has (warm), and reports apart what a new session's first
   Python job costs there (the server starts Python workers per session: what each Airflow task pays once).
+  ``--spark connect-task`` runs the snapshot in such a new session instead (as an Airflow task does), so its
+  read phase includes that start.
   With ``local`` the Spark tasks the application ran come from ``SparkContext.statusTracker()``.
 
 The target is then checked against the source (row count, distinct ids, sums and a CRC32 of every row);
 the script exits non-zero when they differ.
 
     .venv/bin/python benchmarks/snapshot_throughput.py [--rows 1000000] [--connections 2] [--dump-runs 3]
-        [--spark local|connect] [--write-docs]
+        [--spark local|connect|connect-task] [--write-docs]
 """
 
 from __future__ import annotations
@@ -185,13 +187,14 @@ def local_session() -> tuple[Any, Any]:
     return spark, spark.stop
 
 
-def connect_session() -> tuple[Any, Any, float]:
+def connect_session(*, task: bool = False) -> tuple[Any, Any, float | None]:
     """Start a local Spark Connect server (``local[2]``) and open a client session; return (session, stop, s).
 
     A long-lived server has run Python jobs before: one no-op ``mapInArrow`` job starts its Python workers
     before the snapshot (its seconds are logged, not counted). The server keys its Python workers by session,
     so an Airflow task, which opens a session of its own, starts a Python daemon and workers again: the
-    seconds of a no-op job as the first of another session on the warm server are returned apart.
+    seconds of a no-op job as the first of another session on the warm server are returned apart. With
+    ``task`` the returned session is a new one that ran no job (as an Airflow task's), and no seconds.
     """
     from pyspark.sql import SparkSession
 
@@ -206,6 +209,16 @@ def connect_session() -> tuple[Any, Any, float]:
     spark.range(0, 2, 1, 2).mapInArrow(lambda batches: batches, "id long").collect()
     logging.info("Spark Connect: first Python job (no-op mapInArrow) %.1f s", time.monotonic() - started)
     other = SparkSession.builder.remote(server.url).create()
+    if task:
+        for key, value in SPARK_SQL_CONF.items():
+            other.conf.set(key, value)
+
+        def stop_both() -> None:
+            other.stop()
+            spark.stop()
+            server.stop()
+
+        return other, stop_both, None
     started = time.monotonic()
     other.range(0, 2, 1, 2).mapInArrow(lambda batches: batches, "id long").collect()
     new_session_seconds = time.monotonic() - started
@@ -230,7 +243,7 @@ def run_ours(server: Any, workdir: Path, chunk_rows: int, connections: int, mode
     if mode == "local":
         spark, stop = local_session()
     else:
-        spark, stop, new_session_seconds = connect_session()
+        spark, stop, new_session_seconds = connect_session(task=mode == "connect-task")
     session_seconds = time.monotonic() - started
     try:
         snapshot_dir = workdir / "staging" / PIPELINE / "snapshot=1"
@@ -311,11 +324,12 @@ def render(
         f"| ours: end to end (plan {ours['plan_seconds']:.1f} s + read + {write} {merge_seconds:.1f} s) | "
         f"{stats['rows']} | {end_to_end:.1f} | {e2e_rate:,.0f} | {e2e_rate / dump_rate:.2f}x |",
     ]
-    spark_label = (
-        "local[2] Spark started by the benchmark (cold: the snapshot is its first Python job)"
-        if mode == "local"
-        else "a local[2] Spark Connect server that already ran a Python job (warm, as a long-lived server)"
-    )
+    spark_label = {
+        "local": "local[2] Spark started by the benchmark (cold: the snapshot is its first Python job)",
+        "connect": "a local[2] Spark Connect server that already ran a Python job (warm, as a long-lived server)",
+        "connect-task": "a new session (as an Airflow task opens) of a local[2] Spark Connect server that already "
+        "ran a Python job in another session: the read phase includes the session's Python worker start",
+    }[mode]
     header = (
         f"sysbench-like table, {rows} rows, chunk_rows {chunk_rows}, {connections} connections, "
         f"MariaDB {version}, {spark_label}, one run on {os.cpu_count()} cores ({time.strftime('%Y-%m-%d %H:%M')} "
@@ -342,7 +356,9 @@ def render(
 
 
 def write_docs(table: str, mode: str) -> None:
-    name = "snapshot_throughput" if mode == "local" else "snapshot_throughput_connect"
+    name = {"local": "snapshot_throughput", "connect": "snapshot_throughput_connect"}.get(
+        mode, "snapshot_throughput_connect_task"
+    )
     write_block(name, "Snapshot throughput (`benchmarks/snapshot_throughput.py`)", table)
 
 
@@ -356,9 +372,10 @@ def main() -> int:
     )
     parser.add_argument(
         "--spark",
-        choices=("local", "connect"),
+        choices=("local", "connect", "connect-task"),
         default="local",
-        help="local: a local[2] application started for the run; connect: a local Spark Connect server, warm",
+        help="local: a local[2] application started for the run; connect: a local Spark Connect server, warm; "
+        "connect-task: a new session of that warm server, as an Airflow task",
     )
     parser.add_argument("--write-docs", action="store_true", help="put the results into docs/benchmarks.md")
     args = parser.parse_args()
@@ -369,7 +386,7 @@ def main() -> int:
 
     workdir = Path(tempfile.mkdtemp(prefix="binlog-bench-snapshot-"))
     # A buffer pool that holds the whole table: both readers read from memory, not from the disk.
-    options = {**CDC_SETTINGS, "innodb-buffer-pool-size": "1G"}
+    options = {**CDC_SETTINGS, "innodb-buffer-pool-size": f"{max(1, args.rows * 400 // 2**30 + 1)}G"}
     try:
         with LocalMariaDB(options=options, base_dir=workdir / "mariadb") as server:
             version = str(server.execute("SELECT VERSION()")[0][0]).split("-")[0]
