@@ -30,7 +30,7 @@ from airflow_provider_binlog.exceptions import BinlogConfigError  # noqa: E402
 from airflow_provider_binlog.hooks.binlog import BinlogHook  # noqa: E402
 from airflow_provider_binlog.jobs.shipping import SHIPPED_PACKAGES  # noqa: E402
 from airflow_provider_binlog.operators.snapshot import SNAPSHOT_APPLICATION  # noqa: E402
-from airflow_provider_binlog.operators.spark import SparkJobOperator  # noqa: E402
+from airflow_provider_binlog.operators.spark import CONNECT_MODE_ENV, SparkJobOperator  # noqa: E402
 from airflow_provider_binlog.snapshot.chunks import SOURCE_ENV  # noqa: E402
 from airflow_provider_binlog.snapshot.plan import PLAN_NAME  # noqa: E402
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB  # noqa: E402
@@ -148,6 +148,7 @@ def test_snapshots_shipped_over_connect_and_spark_submit_load_identical_targets(
     )
 
     over_submit = snapshot_args(source, "submit")
+    connect_mode = os.environ.get(CONNECT_MODE_ENV)  # set by the Connect sessions of this process, if any
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
     # The driver runs this interpreter (it makes the Delta commit with deltalake); the executors the bare one.
     python = {"PYSPARK_PYTHON": bare, "PYSPARK_DRIVER_PYTHON": sys.executable}
@@ -158,7 +159,7 @@ def test_snapshots_shipped_over_connect_and_spark_submit_load_identical_targets(
     job = SnapshotJob(task_id="snapshot", ship_provider=True, env_vars=python)
     job.submit({}, over_submit, failure="snapshot failed", env=source["env"])
     assert str(job.py_files).endswith(".zip")
-    assert os.environ.get("SPARK_CONNECT_MODE_ENABLED") is None  # the submit left this process as it was
+    assert os.environ.get(CONNECT_MODE_ENV) == connect_mode  # the submit left this process as it was
 
     # Same plan, same rows; only the read time (``_binlog_ts`` of a snapshot row) differs between the runs.
     a, b = (
