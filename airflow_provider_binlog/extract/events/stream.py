@@ -14,13 +14,12 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_binlog.exceptions import UnsupportedEventError
 from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key, unsupported_reason
 from airflow_provider_binlog.extract.events import codes, parsers
-from airflow_provider_binlog.extract.events.feeds import RawEvent
+from airflow_provider_binlog.extract.events.feeds import Event
 from airflow_provider_binlog.extract.events.parsers import (
     BINLOG_IN_USE,
     HEADER,
@@ -31,6 +30,9 @@ from airflow_provider_binlog.extract.events.tablemap import TableMap, TableMapPa
 from airflow_provider_binlog.extract.events.wire import packed_integer
 
 _FORMAT_DESCRIPTION = codes.FORMAT_DESCRIPTION
+_TABLE_MAP = codes.TABLE_MAP
+Origin = tuple[int, str, int, bool]
+"""Where a rows event is, for error messages: ``(type code, file, start, in a TRANSACTION_PAYLOAD)``."""
 CRC32_RESIDUE = 0x2144DF1C
 """The CRC-32 of any bytes followed by their own CRC-32 (little-endian): an event whose checksum is right
 has this CRC-32 over all its bytes, so checking it needs no slice of the event without its checksum."""
@@ -38,35 +40,6 @@ has this CRC-32 over all its bytes, so checking it needs no slice of the event w
 
 class ChecksumMismatchError(UnsupportedEventError):
     """An event's CRC32 does not match its bytes (a corrupt file or a broken transfer)."""
-
-
-@dataclass(slots=True)
-class Event:
-    """One decoded binlog event.
-
-    :param type_code: the event type (:mod:`.codes`). :param timestamp: header time, seconds since the epoch.
-    :param server_id: the server that wrote it. :param end_pos: the header's ``log_pos``, the end of the
-        event in its file (for events inside a TRANSACTION_PAYLOAD: the payload event's end).
-    :param file: the binlog file. :param start: the event's offset in the file (the payload's for inner events).
-    :param in_payload: the event came out of a TRANSACTION_PAYLOAD event.
-    :param data: the parsed body (a dataclass of :mod:`.parsers`, a :class:`.TableMap`, a :class:`RowsEvent`)
-        or None for events the extractor does not act on.
-    """
-
-    type_code: int
-    timestamp: int
-    server_id: int
-    end_pos: int
-    flags: int
-    file: str
-    start: int
-    in_payload: bool
-    data: Any
-
-    @property
-    def name(self) -> str:
-        """Return the type's name (``WRITE_ROWS_V2``, ``GTID_TAGGED``, ...)."""
-        return codes.NAMES.get(self.type_code, f"type {self.type_code}")
 
 
 class RowsEvent:
@@ -78,7 +51,7 @@ class RowsEvent:
     :param number_of_columns: columns in the images. :param columns_present_bitmap: of the (before) image.
     :param columns_present_bitmap2: of the after image (updates only).
     :param body: the row images. :param partial: a PARTIAL_UPDATE_ROWS event.
-    :param origin: ``(type code, raw event, in a payload)``, for error messages (:attr:`where`).
+    :param origin: ``(type code, file, start, in a payload)`` of the event, for error messages (:attr:`where`).
     """
 
     __slots__ = (
@@ -104,7 +77,7 @@ class RowsEvent:
         present_after: bytes | None,
         body: bytes,
         partial: bool,
-        origin: tuple[int, RawEvent, bool],
+        origin: Origin,
         reader: EventReader,
     ) -> None:
         self.kind = kind
@@ -214,44 +187,65 @@ class EventReader:
         """Return ``mysql`` or ``mariadb``, from the FORMAT_DESCRIPTION read (``mysql`` before one)."""
         return self.format.flavor if self.format else "mysql"
 
-    def events(self, raw_events: Iterable[RawEvent]) -> Iterator[Event]:
-        """Yield the decoded events of ``raw_events``, then the inner events of each TRANSACTION_PAYLOAD.
+    def events(self, raw_events: Iterable[Event]) -> Iterator[Event]:
+        """Decode the events a feed yields (:mod:`.feeds`), then the inner events of each TRANSACTION_PAYLOAD.
+
+        Each event is yielded as it came, its ``data`` replaced by the parsed body.
 
         :raises ChecksumMismatchError: when an event's CRC32 is wrong.
         :raises UnsupportedEventError: for events that cannot be skipped and are not read (:data:`.codes.REFUSED`),
             rows events of an unknown table id, and malformed events.
         """
         checksum = 0
-        unpack, crc32, body_of = HEADER.unpack_from, zlib.crc32, self._body
-        for raw in raw_events:
-            data = raw.data
-            timestamp, type_code, server_id, size, end_pos, flags = unpack(data)
+        crc32, body_of, rows_of = zlib.crc32, self._body, self._rows
+        rows_kinds, table_maps = codes.ROWS_KINDS, self.table_maps
+        table_map_of = self._parser.parse if self.format is not None and self._parser is not None else None
+        for event in raw_events:
+            data, type_code = event.data, event.type_code
             if type_code == _FORMAT_DESCRIPTION:
-                self._format_description(data, flags, raw)
+                self._format_description(data, event)
                 checksum = 4 if self.verify_checksums and self.format and self.format.checksum else 0
-                yield Event(
-                    type_code, timestamp, server_id, end_pos, flags, raw.file, raw.start, False, self.format
-                )
+                table_map_of = self._parser.parse if self._parser is not None else None
+                event.data = self.format
+                yield event
                 continue
             if checksum and crc32(data) != CRC32_RESIDUE:
-                where = _describe(type_code, raw, False)
+                where = _describe(type_code, event.file, event.start, False)
                 raise ChecksumMismatchError(f"{where}: CRC32 checksum mismatch; the binlog bytes are corrupt")
-            parsed = body_of(type_code, data[HEADER_SIZE : size - checksum], server_id, raw, False)
-            yield Event(type_code, timestamp, server_id, end_pos, flags, raw.file, raw.start, False, parsed)
+            body = data[HEADER_SIZE : len(data) - checksum]
+            # Table maps and rows events (4 in 5 OLTP events) skip _body's checks and its type tests: once a
+            # FORMAT_DESCRIPTION was read, neither type is refused.
+            kind = rows_kinds.get(type_code)
+            if table_map_of is None or (kind is None and type_code != _TABLE_MAP):
+                event.data = body_of(type_code, body, event.server_id, event, False)
+            else:
+                try:
+                    if kind is None:
+                        event.data = table_map = table_map_of(body)
+                        table_maps[table_map.table_id] = table_map
+                    else:
+                        event.data = rows_of(
+                            type_code, kind, body, (type_code, event.file, event.start, False)
+                        )
+                except (IndexError, struct.error, ValueError) as err:
+                    where = _describe(type_code, event.file, event.start, False)
+                    raise UnsupportedEventError(f"{where}: the event cannot be parsed ({err})") from err
+            yield event
             if type_code == codes.TRANSACTION_PAYLOAD:
-                yield from self._payload_events(parsed, raw, end_pos)
+                yield from self._payload_events(event.data, event)
 
-    def _format_description(self, data: bytes, flags: int, raw: RawEvent) -> None:
+    def _format_description(self, data: bytes, event: Event) -> None:
+        """Read a FORMAT_DESCRIPTION's bytes ``data`` (of ``event``): checksum algorithm, post-header lengths."""
         description = parsers.parse_format_description(data[HEADER_SIZE:])
         if description.checksum and self.verify_checksums:
             stored = struct.unpack_from("<I", data, len(data) - 4)[0]
             computed = zlib.crc32(data[:-4])
-            if computed != stored and flags & BINLOG_IN_USE:  # written before the in-use flag was set
+            if computed != stored and event.flags & BINLOG_IN_USE:  # written before the in-use flag was set
                 cleared = bytearray(data[:-4])
                 cleared[17] &= ~BINLOG_IN_USE & 0xFF
                 computed = zlib.crc32(cleared)
             if computed != stored:
-                where = _describe(codes.FORMAT_DESCRIPTION, raw, False)
+                where = _describe(codes.FORMAT_DESCRIPTION, event.file, event.start, False)
                 raise ChecksumMismatchError(f"{where}: CRC32 checksum mismatch; the binlog bytes are corrupt")
         self.format = description
         self._rows_shapes = {}
@@ -259,22 +253,25 @@ class EventReader:
         if self._parser is None or self._parser.flavor != description.flavor:
             self._parser = TableMapParser(description.flavor, table_id_size)
 
-    def _payload_events(
-        self, payload: parsers.TransactionPayload, raw: RawEvent, end_pos: int
-    ) -> Iterator[Event]:
+    def _payload_events(self, payload: parsers.TransactionPayload, outer: Event) -> Iterator[Event]:
         """Yield the events inside a TRANSACTION_PAYLOAD: inflated, then back to back, without checksums."""
-        inner = _inflate(payload, raw)
+        inner = _inflate(payload, outer)
         pos = 0
         while pos < len(inner):
             timestamp, type_code, server_id, size, _, flags = HEADER.unpack_from(inner, pos)
-            parsed = self._body(type_code, inner[pos + HEADER_SIZE : pos + size], server_id, raw, True)
-            yield Event(type_code, timestamp, server_id, end_pos, flags, raw.file, raw.start, True, parsed)
+            parsed = self._body(type_code, inner[pos + HEADER_SIZE : pos + size], server_id, outer, True)
+            yield Event(
+                type_code, timestamp, server_id, outer.end_pos, flags, outer.file, outer.start, True, parsed
+            )
             pos += size
 
-    def _body(self, type_code: int, body: bytes, server_id: int, raw: RawEvent, in_payload: bool) -> Any:
-        """Return the parsed body of an event of ``type_code`` (None for types the extractor ignores)."""
+    def _body(self, type_code: int, body: bytes, server_id: int, at: Event, in_payload: bool) -> Any:
+        """Return the parsed body of an event of ``type_code`` (None for types the extractor ignores).
+
+        :param at: the event, or the TRANSACTION_PAYLOAD holding it (``in_payload``): where errors say it is.
+        """
         if self.format is None or type_code in codes.REFUSED:
-            where = _describe(type_code, raw, in_payload)
+            where = _describe(type_code, at.file, at.start, in_payload)
             if self.format is None:
                 raise UnsupportedEventError(
                     f"{where}: no FORMAT_DESCRIPTION event before it; read from the file's start"
@@ -283,10 +280,10 @@ class EventReader:
         try:
             kind = codes.ROWS_KINDS.get(type_code)
             if kind is not None:
-                return self._rows(type_code, kind, body, (type_code, raw, in_payload))
+                return self._rows(type_code, kind, body, (type_code, at.file, at.start, in_payload))
             return self._parse(type_code, body, server_id)
         except (IndexError, struct.error, ValueError) as err:
-            where = _describe(type_code, raw, in_payload)
+            where = _describe(type_code, at.file, at.start, in_payload)
             raise UnsupportedEventError(f"{where}: the event cannot be parsed ({err})") from err
 
     def _parse(self, type_code: int, body: bytes, server_id: int) -> Any:
@@ -322,7 +319,7 @@ class EventReader:
             return parsers.parse_xa_prepare(body)
         return None
 
-    def _rows(self, type_code: int, kind: str, body: bytes, origin: tuple[int, RawEvent, bool]) -> RowsEvent:
+    def _rows(self, type_code: int, kind: str, body: bytes, origin: Origin) -> RowsEvent:
         """Parse a rows event's post-header and column bitmaps; the row images stay bytes.
 
         Post-header: table id (6 bytes, 4 for a 6-byte post-header), flags (2); v2 events then hold the
@@ -379,13 +376,13 @@ class EventReader:
         return decoder
 
 
-def _describe(type_code: int, raw: RawEvent, in_payload: bool) -> str:
+def _describe(type_code: int, file: str, start: int, in_payload: bool) -> str:
     """Return ``TYPE at file:offset`` (``in the payload at`` for events inside a TRANSACTION_PAYLOAD)."""
     name = codes.NAMES.get(type_code, f"event type {type_code}")
-    return f"{name} {'in the payload ' if in_payload else ''}at {raw.file}:{raw.start}"
+    return f"{name} {'in the payload ' if in_payload else ''}at {file}:{start}"
 
 
-def _inflate(payload: parsers.TransactionPayload, raw: RawEvent) -> bytes:
+def _inflate(payload: parsers.TransactionPayload, raw: Event) -> bytes:
     """Return the payload's events, decompressed with ``zstandard`` when compressed.
 
     :raises UnsupportedEventError: when the payload does not inflate to the size its header states.
