@@ -45,37 +45,29 @@ class ChecksumMismatchError(UnsupportedEventError):
 class RowsEvent:
     """A WRITE/UPDATE/DELETE rows event (v1 or v2, and MySQL's PARTIAL_UPDATE_ROWS) with its table map.
 
+    Its column count and bitmaps are read when asked for: a full image's (the extractor's case) is checked by
+    one comparison with the decoder's :attr:`~.decoder.RowDecoder.rows_head` and the images are decoded in
+    place, without reading them apart or slicing the images out of the body (about 0.1 s of a 3 s extract of
+    240,000 one-row OLTP events).
+
     :param kind: ``write``, ``update`` or ``delete``.
     :param table_map: the TABLE_MAP the event's table id names.
     :param flags: rows event flags (bit 0: end of statement).
-    :param number_of_columns: columns in the images. :param columns_present_bitmap: of the (before) image.
-    :param columns_present_bitmap2: of the after image (updates only).
-    :param body: the row images. :param partial: a PARTIAL_UPDATE_ROWS event.
+    :param body: the event's body (post-header to the row images' end). :param head_at: where its column
+        count starts (the column count, the columns-present bitmap, a second one for updates, the images).
+    :param partial: a PARTIAL_UPDATE_ROWS event.
     :param origin: ``(type code, file, start, in a payload)`` of the event, for error messages (:attr:`where`).
     """
 
-    __slots__ = (
-        "kind",
-        "table_map",
-        "flags",
-        "number_of_columns",
-        "columns_present_bitmap",
-        "columns_present_bitmap2",
-        "body",
-        "partial",
-        "_origin",
-        "_reader",
-    )
+    __slots__ = ("kind", "table_map", "flags", "partial", "_body", "_head_at", "_head", "_origin", "_reader")
 
     def __init__(
         self,
         kind: str,
         table_map: TableMap,
         flags: int,
-        number_of_columns: int,
-        present: bytes,
-        present_after: bytes | None,
         body: bytes,
+        head_at: int,
         partial: bool,
         origin: Origin,
         reader: EventReader,
@@ -83,13 +75,49 @@ class RowsEvent:
         self.kind = kind
         self.table_map = table_map
         self.flags = flags
-        self.number_of_columns = number_of_columns
-        self.columns_present_bitmap = present
-        self.columns_present_bitmap2 = present_after
-        self.body = body
         self.partial = partial
+        self._body = body
+        self._head_at = head_at
+        self._head: tuple[int, bytes, bytes | None, int] | None = None
         self._origin = origin
         self._reader = reader
+
+    def _parsed_head(self) -> tuple[int, bytes, bytes | None, int]:
+        """Return ``(column count, columns-present bitmap, after image's bitmap or None, images' start)``."""
+        if self._head is None:
+            body, pos = self._body, self._head_at
+            count = body[pos]
+            if count < 251:  # a one-byte length-encoded integer, as in any table of fewer than 251 columns
+                pos += 1
+            else:
+                count, pos = packed_integer(body, pos)
+            size = (count + 7) // 8
+            present, pos = body[pos : pos + size], pos + size
+            present_after = None
+            if self.kind == "update":
+                present_after, pos = body[pos : pos + size], pos + size
+            self._head = (count, present, present_after, pos)
+        return self._head
+
+    @property
+    def number_of_columns(self) -> int:
+        """Return the count of columns in the images."""
+        return self._parsed_head()[0]
+
+    @property
+    def columns_present_bitmap(self) -> bytes:
+        """Return the columns-present bitmap of the (before) image."""
+        return self._parsed_head()[1]
+
+    @property
+    def columns_present_bitmap2(self) -> bytes | None:
+        """Return the columns-present bitmap of the after image (updates only)."""
+        return self._parsed_head()[2]
+
+    @property
+    def body(self) -> bytes:
+        """Return the row images."""
+        return self._body[self._parsed_head()[3] :]
 
     @property
     def where(self) -> str:
@@ -150,21 +178,31 @@ class RowsEvent:
 
         :raises UnsupportedEventError: as :meth:`rows`.
         """
-        if (
-            self.number_of_columns != len(decoder.columns)
-            or self.columns_present_bitmap != decoder.full_bitmap
-        ):
+        body, update = self._body, self.kind == "update"
+        head = decoder.update_head if update else decoder.rows_head
+        start = self._head_at + len(head)
+        if self.partial or body[self._head_at : start] != head:  # not full images of this layout's columns
+            start = self._checked_start(decoder)
+        if not update:
+            return decoder.decode_rows_bytes(body, self, start)
+        return decoder.decode_updates_bytes(body, partial=self.partial, event=self, start=start)
+
+    def _checked_start(self, decoder: RowDecoder) -> int:
+        """Return where the images start, once the column count and bitmaps are checked against ``decoder``.
+
+        :raises UnsupportedEventError: as :meth:`rows`.
+        """
+        count, present, present_after, start = self._parsed_head()
+        if count != len(decoder.columns) or present != decoder.full_bitmap:
             if self.partial:  # MySQL writes these with binlog_row_value_options=PARTIAL_JSON only
                 raise UnsupportedEventError(
                     f"{self.where}: a PARTIAL_UPDATE_ROWS event with partial row images: JSON diffs are not "
                     f"applied; set binlog_row_value_options='' and binlog_row_image=FULL on the source"
                 )
-            decoder.check_image(self.number_of_columns, self.columns_present_bitmap, self.where)
-        if self.kind != "update":
-            return decoder.decode_rows_bytes(self.body, self)
-        if not self.partial and self.columns_present_bitmap2 != decoder.full_bitmap:
-            decoder.check_image(self.number_of_columns, self.columns_present_bitmap2 or b"", self.where)
-        return decoder.decode_updates_bytes(self.body, partial=self.partial, event=self)
+            decoder.check_image(count, present, self.where)
+        if self.kind == "update" and not self.partial and present_after != decoder.full_bitmap:
+            decoder.check_image(count, present_after or b"", self.where)
+        return start
 
 
 class EventReader:
@@ -320,7 +358,7 @@ class EventReader:
         return None
 
     def _rows(self, type_code: int, kind: str, body: bytes, origin: Origin) -> RowsEvent:
-        """Parse a rows event's post-header and column bitmaps; the row images stay bytes.
+        """Parse a rows event's post-header; its column count, bitmaps and row images stay bytes.
 
         Post-header: table id (6 bytes, 4 for a 6-byte post-header), flags (2); v2 events then hold the
         length of their extra data (2 bytes, counting itself) and the extra data. Body: column count
@@ -343,20 +381,8 @@ class EventReader:
                 f"{_describe(*origin)}: its table id {table_id} has no TABLE_MAP event before it; read from a "
                 f"transaction start"
             )
-        count = body[pos]
-        if count < 251:  # a one-byte length-encoded integer, as in any table of fewer than 251 columns
-            pos += 1
-        else:
-            count, pos = packed_integer(body, pos)
-        size = (count + 7) // 8
-        present, pos = body[pos : pos + size], pos + size
-        present_after = None
-        if kind == "update":
-            present_after, pos = body[pos : pos + size], pos + size
         partial = type_code == codes.PARTIAL_UPDATE_ROWS
-        return RowsEvent(
-            kind, table_map, flags, count, present, present_after, body[pos:], partial, origin, self
-        )
+        return RowsEvent(kind, table_map, flags, body, pos, partial, origin, self)
 
     def decoder(self, table_map: TableMap, where: str) -> RowDecoder:
         """Return the row decoder of a table map's layout (built once per layout).
