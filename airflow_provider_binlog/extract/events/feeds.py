@@ -282,6 +282,7 @@ def packet_batches(connection: Any) -> Iterator[list[bytes]]:
     buffer, pos = b"", 0
     expected = connection._next_seq_id
     parts: list[bytes] = []  # the payload so far of a packet that continues in the next
+    unpack_header = _SIZE.unpack_from
 
     while True:
         batch: list[bytes] = []
@@ -289,9 +290,10 @@ def packet_batches(connection: Any) -> Iterator[list[bytes]]:
         wrong_number = error = None
         need = 4 - size + pos
         while need <= 0:
-            length = buffer[pos] | buffer[pos + 1] << 8 | buffer[pos + 2] << 16
-            if buffer[pos + 3] != expected:
-                wrong_number = buffer[pos + 3]
+            header = unpack_header(buffer, pos)[0]  # the 3-byte length and the sequence id in one call
+            length = header & _MAX_PACKET
+            if header >> 24 != expected:
+                wrong_number = header >> 24
                 break
             end = pos + 4 + length
             if end > size:
