@@ -31,6 +31,9 @@ from airflow_provider_binlog.extract.events.wire import packed_integer
 
 _FORMAT_DESCRIPTION = codes.FORMAT_DESCRIPTION
 _TABLE_MAP = codes.TABLE_MAP
+_ROWS_SHORT = struct.Struct("<IHH")
+_ROWS_LONG = struct.Struct("<IHHH")
+"""A rows event's post-header: table id (4 bytes, or 6), flags, then (v2) the extra data's length."""
 Origin = tuple[int, str, int, bool]
 """Where a rows event is, for error messages: ``(type code, file, start, in a TRANSACTION_PAYLOAD)``."""
 CRC32_RESIDUE = 0x2144DF1C
@@ -368,13 +371,16 @@ class EventReader:
         if shape is None:
             assert self.format is not None
             post = self.format.post_header_length(type_code) or (10 if type_code in codes.ROWS_V2 else 8)
-            shape = self._rows_shapes[type_code] = (post, 4 if post == 6 else 6, type_code in codes.ROWS_V2)
-        post, width, v2 = shape
-        table_id = int.from_bytes(body[:width], "little")
-        flags = body[width] | body[width + 1] << 8
-        pos = post
-        if v2:
-            pos = width + 2 + (body[width + 2] | body[width + 3] << 8)
+            shape = self._rows_shapes[type_code] = (post, post == 6, type_code in codes.ROWS_V2)
+        post, short_id, v2 = shape
+        # One struct call for the table id (4 bytes, or 6 read as 4 + 2), the flags and v2's extra-data length.
+        if short_id:
+            table_id, flags, extra = _ROWS_SHORT.unpack_from(body)
+            pos = 6 + extra if v2 else post
+        else:
+            low, high, flags, extra = _ROWS_LONG.unpack_from(body)
+            table_id = low | high << 32
+            pos = 8 + extra if v2 else post
         table_map = self.table_maps.get(table_id)
         if table_map is None:
             raise UnsupportedEventError(
