@@ -254,9 +254,12 @@ def _fixed_width_strings(data: bytes, width: int, count: int) -> pa.Array:
 
     Built from its buffers (offsets ``0, width, 2 * width, ...``): ``pa.array`` of a list of strings costs about
     150 ns per value, and the op and binlog file columns hold one-character ops and, per batch, most often
-    one file name.
+    one file name. The offsets come from ``numpy.arange`` (pyarrow imports numpy): 1 us for 4,096 rows, against
+    320 us for ``pa.array`` of a ``range`` (two columns of each of the 60 batches of 240,000 OLTP rows: 40 ms).
     """
-    offsets = pa.array(range(0, (count + 1) * width, width), pa.int32()).buffers()[1]
+    import numpy as np
+
+    offsets = pa.py_buffer(np.arange(0, (count + 1) * width, width, dtype=np.int32))
     return pa.Array.from_buffers(pa.string(), count, [None, offsets, pa.py_buffer(data)])
 
 

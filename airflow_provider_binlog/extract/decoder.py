@@ -124,6 +124,11 @@ class RowDecoder:
         self._present = (1 << len(self.columns)) - 1
         self.full_bitmap = self._present.to_bytes((len(self.columns) + 7) // 8, "little")
         """The columns-present bitmap of a full image (every column present)."""
+        self.rows_head = _packed_bytes(len(self.columns)) + self.full_bitmap
+        """How a WRITE/DELETE rows event of full images starts its body after the post-header: the column
+        count (length-encoded), then the bitmap."""
+        self.update_head = self.rows_head + self.full_bitmap
+        """Likewise for an UPDATE rows event (a bitmap per image)."""
         self.source, namespace = generate(self.columns)
         exec(compile(self.source, f"<RowDecoder {len(self.columns)} columns>", "exec"), namespace)
         self._rows: Callable[[bytes, int, int], tuple[list[list[Any]], int, int]] = namespace["rows"]
@@ -137,44 +142,48 @@ class RowDecoder:
         """Return True when every column of the layout has a type and charset this decoder handles."""
         return unsupported_reason(columns) is None
 
-    def decode_rows_bytes(self, body: bytes, event: Any = None) -> list[list[Any]]:
-        """Return the rows encoded in ``body``: full row images back to back, as in a WRITE/DELETE event.
+    def decode_rows_bytes(self, body: bytes, event: Any = None, start: int = 0) -> list[list[Any]]:
+        """Return the rows encoded in ``body`` from ``start``: full row images back to back (a WRITE/DELETE event).
 
         :param event: what errors name: an object with ``where`` (the event's description), or None.
-        :raises UnsupportedEventError: when ``body`` does not decode with this layout.
+        :param start: where the images start (a rows event's body is decoded in place, not sliced).
+        :raises UnsupportedEventError: when the images do not decode with this layout.
         """
         try:
-            rows, pos, zero = self._rows(body, 0, len(body))
+            rows, pos, zero = self._rows(body, start, len(body))
         except Exception as err:
-            raise self._failure(err, body, event, partial=False) from err
-        return self._finish(rows, pos, zero, body, event)
+            raise self._failure(err, body[start:], event, partial=False) from err
+        if pos != len(body) or zero:
+            self._finish(pos - start, zero, len(body) - start, event)
+        return rows
 
     def decode_updates_bytes(
-        self, body: bytes, *, partial: bool = False, event: Any = None
+        self, body: bytes, *, partial: bool = False, event: Any = None, start: int = 0
     ) -> list[tuple[list[Any], list[Any]]]:
-        """Return the ``(before, after)`` rows encoded in ``body``: pairs of full row images.
+        """Return the ``(before, after)`` rows encoded in ``body`` from ``start``: pairs of full row images.
 
         :param partial: the body is a ``PARTIAL_UPDATE_ROWS_EVENT``'s (each after image starts with
             its ``binlog_row_value_options``).
-        :param event: what errors name (see :meth:`decode_rows_bytes`).
-        :raises UnsupportedEventError: when ``body`` does not decode with this layout, or holds JSON diffs.
+        :param event: what errors name (see :meth:`decode_rows_bytes`). :param start: as there.
+        :raises UnsupportedEventError: when the images do not decode with this layout, or hold JSON diffs.
         """
         try:
             if partial:
-                rows, pos, zero = self._partial_updates(body, event)
+                rows, pos, zero = self._partial_updates(body, event, start)
             else:
-                rows, pos, zero = self._updates(body, 0, len(body))
+                rows, pos, zero = self._updates(body, start, len(body))
         except Exception as err:
-            raise self._failure(err, body, event, partial) from err
-        return self._finish(rows, pos, zero, body, event)
+            raise self._failure(err, body[start:], event, partial) from err
+        if pos != len(body) or zero:
+            self._finish(pos - start, zero, len(body) - start, event)
+        return rows
 
-    def _finish(self, rows: Any, pos: int, zero: int, body: bytes, event: Any) -> Any:
-        """Check the decoder used all of ``body``, count its zero dates; return ``rows``."""
-        if pos != len(body):
-            _check_end(pos, len(body), event)
+    def _finish(self, pos: int, zero: int, end: int, event: Any) -> None:
+        """Check the decoder used all ``end`` bytes of the images (it stopped at ``pos``), count its zero dates."""
+        if pos != end:
+            _check_end(pos, end, event)
         if zero:
             self.zero_dates += zero
-        return rows
 
     def _failure(self, err: Exception, body: bytes, event: Any, partial: bool) -> Exception:
         """Return the error to raise for ``err``, raised by a generated decoder on ``body``.
@@ -210,7 +219,9 @@ class RowDecoder:
             return ValueConversionError(describe_column(table, self.columns[where[0]]), err)
         return _undecodable(event, err)
 
-    def _partial_updates(self, body: bytes, event: Any) -> tuple[list[tuple[list[Any], list[Any]]], int, int]:
+    def _partial_updates(
+        self, body: bytes, event: Any, start: int
+    ) -> tuple[list[tuple[list[Any], list[Any]]], int, int]:
         """Decode a PARTIAL_UPDATE_ROWS_EVENT body whose after images carry whole values only.
 
         MySQL source ``libbinlogevents``, "Rows_event": after the before image, an after image starts
@@ -219,7 +230,7 @@ class RowDecoder:
         """
         rows: list[tuple[list[Any], list[Any]]] = []
         width = (sum(1 for c in self.columns if c.type == FIELD_TYPE.JSON) + 7) // 8
-        pos, zero, end = 0, 0, len(body)
+        pos, zero, end = start, 0, len(body)
         while pos < end:
             before, pos, zero_before = self._image(body, pos)
             options, pos = _packed_integer(body, pos)
@@ -271,6 +282,17 @@ def _check_end(pos: int, end: int, event: Any) -> None:
         raise UnsupportedEventError(
             f"{_where(event)}: row data ends at byte {pos} of {end}; it does not match the table map"
         )
+
+
+def _packed_bytes(value: int) -> bytes:
+    """Return ``value`` as a length-encoded integer (the inverse of :func:`_packed_integer`)."""
+    if value < 251:
+        return bytes([value])
+    if value < 1 << 16:
+        return b"\xfc" + value.to_bytes(2, "little")
+    if value < 1 << 24:
+        return b"\xfd" + value.to_bytes(3, "little")
+    return b"\xfe" + value.to_bytes(8, "little")
 
 
 def _packed_integer(body: bytes, pos: int) -> tuple[int, int]:

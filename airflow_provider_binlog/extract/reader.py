@@ -363,10 +363,15 @@ class WindowReader(StatementEffects):
                 f"transaction {self.txn.gtid} has row changes but no commit event before GTID {gtid} at "
                 f"{self.position}; refusing to guess whether its rows were committed."
             )
-        self._rollback()
-        self.txn.open = True
-        self.txn.gtid = str(gtid) if gtid else None
-        self.txn.commit_us = commit_us
+        txn = self.txn
+        if (
+            txn.open or txn.touched or txn.spilled or txn.savepoints
+        ):  # else the fresh one the last commit left
+            self._rollback()
+            txn = self.txn
+        txn.open = True
+        txn.gtid = str(gtid) if gtid else None
+        txn.commit_us = commit_us
 
     def _rollback(self) -> None:
         for layout in self.txn.touched.values():
@@ -471,11 +476,12 @@ class WindowReader(StatementEffects):
         self.columns[name] = columns
         if name in self.stats.covered_tables:
             return
-        key = self._key(file, end_pos)
-        if not target.stages(key):
-            if target.barriers and (target.since is None or key > target.since.key):
-                self._skip_for_schema_change(target, BinlogPosition(file, end_pos))
-            return
+        if target.since is not None or target.barriers or target.gone:  # else it stages every change
+            key = self._key(file, end_pos)
+            if not target.stages(key):
+                if target.barriers and (target.since is None or key > target.since.key):
+                    self._skip_for_schema_change(target, BinlogPosition(file, end_pos))
+                return
         txn = self.txn
         txn.open = True
         layout = self._layout(name, columns)

@@ -1,7 +1,7 @@
 """Where raw binlog events come from: binlog files, or the replication socket.
 
-A feed yields :class:`RawEvent` s, each one event's bytes (common header to checksum) with the file it
-is in and its start offset; :class:`~.stream.EventReader` does the rest, whatever the feed.
+A feed yields :class:`Event` s, each one event's header fields and bytes (common header to checksum) with the
+file it is in and its start offset; :class:`~.stream.EventReader` does the rest, whatever the feed.
 
 Binlog file layout: MySQL internals, "Binary Log Overview" / "Binlog File": the magic bytes
 ``fe 62 69 6e``, then events back to back from offset 4, each ``event_size`` bytes long as its common
@@ -25,12 +25,11 @@ from typing import Any
 
 from airflow_provider_binlog.exceptions import UnsupportedEventError
 from airflow_provider_binlog.extract.events import codes
+from airflow_provider_binlog.extract.events.parsers import HEADER
 
 MAGIC = b"\xfebin"
 """The first 4 bytes of every binlog file."""
 _SIZE = struct.Struct("<I")
-_SIZE_END = struct.Struct("<II")
-"""The common header's ``event_size`` and ``log_pos`` (at offset 9)."""
 _DUMP_SPECIAL = frozenset({codes.ROTATE, codes.HEARTBEAT, codes.HEARTBEAT_V2})
 """Events the dump sends that name the file (ROTATE) or are not in it (heartbeats)."""
 _READ_CHUNK = 1 << 20
@@ -46,21 +45,51 @@ MARIADB_SLAVE_CAPABILITY_GTID = 4
 
 
 @dataclass(slots=True)
-class RawEvent:
-    """One event's bytes and where it is.
+class Event:
+    """One binlog event: its header fields, where it is, and its bytes or its parsed body.
 
-    :param file: the binlog file's name (no directory). :param start: its offset in the file.
-    :param data: header, body and checksum (when the server writes one).
+    A feed yields each event with its header read and ``data`` holding its bytes (header, body and checksum
+    when the server writes one); :meth:`.stream.EventReader.events` replaces ``data`` with the parsed body and
+    yields the same object. One object per event instead of a raw one and a decoded one: on 600,000 OLTP
+    events the second object and the second header unpack cost about 0.2 s of a 3 s extract.
+
+    :param type_code: the event type (:mod:`.codes`). :param timestamp: header time, seconds since the epoch.
+    :param server_id: the server that wrote it. :param end_pos: the header's ``log_pos``, the end of the
+        event in its file (for events inside a TRANSACTION_PAYLOAD: the payload event's end).
+    :param flags: the header's flags.
+    :param file: the binlog file's name (no directory). :param start: the event's offset in the file (the
+        payload's for inner events).
+    :param in_payload: the event came out of a TRANSACTION_PAYLOAD event.
+    :param data: as a feed yields it, the event's bytes; once decoded, the parsed body (a dataclass of
+        :mod:`.parsers`, a :class:`.TableMap`, a :class:`.stream.RowsEvent`) or None for events the extractor
+        does not act on.
     """
 
+    type_code: int
+    timestamp: int
+    server_id: int
+    end_pos: int
+    flags: int
     file: str
     start: int
-    data: bytes
+    in_payload: bool
+    data: Any
+
+    @property
+    def name(self) -> str:
+        """Return the type's name (``WRITE_ROWS_V2``, ``GTID_TAGGED``, ...)."""
+        return codes.NAMES.get(self.type_code, f"type {self.type_code}")
+
+
+def raw_event(file: str, start: int, data: bytes) -> Event:
+    """Return the undecoded event of ``data`` (one event's bytes) at ``start`` in ``file``: its header read."""
+    timestamp, type_code, server_id, _, end_pos, flags = HEADER.unpack_from(data)
+    return Event(type_code, timestamp, server_id, end_pos, flags, file, start, False, data)
 
 
 def read_binlog_file(
     path: str | os.PathLike[str], start: int = 4, *, follow_rotations: bool = True
-) -> Iterator[RawEvent]:
+) -> Iterator[Event]:
     """Yield the events of the binlog file ``path`` from offset ``start``, then of the files it rotates to.
 
     A file that ends with a ROTATE event is followed by the file the ROTATE names, in the same
@@ -80,11 +109,13 @@ def read_binlog_file(
         rotate: tuple[str, int] | None = None
         checksum = 0
         for event in _events_of(current, start):
-            yield event
-            kind = event.data[4]
+            kind = (
+                event.type_code
+            )  # read before the yield: the consumer replaces ``data`` with the parsed body
             if kind == codes.FORMAT_DESCRIPTION:
                 checksum = 4 if event.data[-5] else 0
             rotate = _rotation(event.data, checksum) if kind == codes.ROTATE else None
+            yield event
         if not follow_rotations or rotate is None:
             return
         following = current.with_name(rotate[0])
@@ -98,7 +129,7 @@ def _rotation(data: bytes, checksum: int) -> tuple[str, int]:
     return data[27 : len(data) - checksum].decode("utf-8"), struct.unpack_from("<Q", data, 19)[0]
 
 
-def _events_of(path: Path, start: int) -> Iterator[RawEvent]:
+def _events_of(path: Path, start: int) -> Iterator[Event]:
     name = path.name
     with open(path, "rb") as handle:
         if handle.read(4) != MAGIC:
@@ -107,7 +138,7 @@ def _events_of(path: Path, start: int) -> Iterator[RawEvent]:
             header = handle.read(19)
             if len(header) < 19 or header[4] != codes.FORMAT_DESCRIPTION:
                 raise UnsupportedEventError(f"{path} has no FORMAT_DESCRIPTION event at offset 4")
-            yield RawEvent(name, 4, header + handle.read(_SIZE.unpack_from(header, 9)[0] - 19))
+            yield raw_event(name, 4, header + handle.read(_SIZE.unpack_from(header, 9)[0] - 19))
         handle.seek(start)
         buffer = b""  # the bytes read but not yet yielded, starting at ``offset``
         offset = start
@@ -122,7 +153,7 @@ def _events_of(path: Path, start: int) -> Iterator[RawEvent]:
                     )
                 if len(buffer) - pos < size:
                     break
-                yield RawEvent(name, offset, buffer[pos : pos + size])
+                yield raw_event(name, offset, buffer[pos : pos + size])
                 pos += size
                 offset += size
             buffer = buffer[pos:]
@@ -141,7 +172,7 @@ def read_binlog_socket(
     flavor: str = "mariadb",
     blocking: bool = False,
     annotate_rows: bool = True,
-) -> Iterator[RawEvent]:
+) -> Iterator[Event]:
     """Yield the events a COM_BINLOG_DUMP from ``(file, position)`` streams over ``connection``.
 
     Events are yielded as they are in the files: the artificial ROTATE only tells the file name,
@@ -174,7 +205,7 @@ def read_binlog_socket(
     yield from dump_events(connection, file=file, checksum=checksum)
 
 
-def dump_events(connection: Any, *, file: str, checksum: int) -> Iterator[RawEvent]:
+def dump_events(connection: Any, *, file: str, checksum: int) -> Iterator[Event]:
     """Yield the events of a COM_BINLOG_DUMP already sent on ``connection`` (by us or by mysql-replication).
 
     :param file: the file the dump starts in (the artificial ROTATE names it again).
@@ -182,7 +213,7 @@ def dump_events(connection: Any, *, file: str, checksum: int) -> Iterator[RawEve
         ``binlog_checksum`` is CRC32), else 0: the ROTATE events' file names end before it.
     """
     current = file
-    unpack, special = _SIZE_END.unpack_from, _DUMP_SPECIAL
+    unpack, special = HEADER.unpack_from, _DUMP_SPECIAL
     for batch in packet_batches(connection):
         for data in batch:
             if data[0]:
@@ -190,23 +221,22 @@ def dump_events(connection: Any, *, file: str, checksum: int) -> Iterator[RawEve
                     return
                 continue
             event = data[1:]
-            kind = event[4]
-            size, end = unpack(event, 9)
+            timestamp, kind, server_id, size, end, flags = unpack(event)
             if kind in special:
                 if kind != codes.ROTATE:  # a heartbeat
                     continue
                 next_file = _rotation(event, checksum)[0]
-                if event[17] & LOG_EVENT_ARTIFICIAL or end == 0:
+                if flags & LOG_EVENT_ARTIFICIAL or end == 0:
                     current = next_file
                     continue
-                yield RawEvent(current, end - size, event)
+                yield Event(kind, timestamp, server_id, end, flags, current, end - size, False, event)
                 current = next_file
                 continue
             if end == 0:  # the FORMAT_DESCRIPTION re-sent for a start after 4 (or another made-up event)
                 if kind == codes.FORMAT_DESCRIPTION:
-                    yield RawEvent(current, 4, event)
+                    yield Event(kind, timestamp, server_id, end, flags, current, 4, False, event)
                 continue
-            yield RawEvent(current, end - size, event)
+            yield Event(kind, timestamp, server_id, end, flags, current, end - size, False, event)
 
 
 _MAX_PACKET = 0xFFFFFF
@@ -252,6 +282,7 @@ def packet_batches(connection: Any) -> Iterator[list[bytes]]:
     buffer, pos = b"", 0
     expected = connection._next_seq_id
     parts: list[bytes] = []  # the payload so far of a packet that continues in the next
+    unpack_header = _SIZE.unpack_from
 
     while True:
         batch: list[bytes] = []
@@ -259,9 +290,10 @@ def packet_batches(connection: Any) -> Iterator[list[bytes]]:
         wrong_number = error = None
         need = 4 - size + pos
         while need <= 0:
-            length = buffer[pos] | buffer[pos + 1] << 8 | buffer[pos + 2] << 16
-            if buffer[pos + 3] != expected:
-                wrong_number = buffer[pos + 3]
+            header = unpack_header(buffer, pos)[0]  # the 3-byte length and the sequence id in one call
+            length = header & _MAX_PACKET
+            if header >> 24 != expected:
+                wrong_number = header >> 24
                 break
             end = pos + 4 + length
             if end > size:
