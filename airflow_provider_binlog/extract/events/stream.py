@@ -211,11 +211,11 @@ class RowsEvent:
 class EventReader:
     """Decode a sequence of raw events of one server (one binlog file chain, or one replication stream).
 
-    :param verify_checksums: check each event's CRC32 when the FORMAT_DESCRIPTION says the server writes them.
+    Each event's CRC32 is checked when the FORMAT_DESCRIPTION says the server writes them (the checksum is
+    also what tells where an event's body ends, so it is never skipped).
     """
 
-    def __init__(self, *, verify_checksums: bool = True) -> None:
-        self.verify_checksums = verify_checksums
+    def __init__(self) -> None:
         self.format: FormatDescription | None = None
         self.table_maps: dict[int, TableMap] = {}
         self._parser: TableMapParser | None = None
@@ -245,7 +245,7 @@ class EventReader:
             data, type_code = event.data, event.type_code
             if type_code == _FORMAT_DESCRIPTION:
                 self._format_description(data, event)
-                checksum = 4 if self.verify_checksums and self.format and self.format.checksum else 0
+                checksum = 4 if self.format and self.format.checksum else 0
                 table_map_of = self._parser.parse if self._parser is not None else None
                 event.data = self.format
                 yield event
@@ -278,7 +278,7 @@ class EventReader:
     def _format_description(self, data: bytes, event: Event) -> None:
         """Read a FORMAT_DESCRIPTION's bytes ``data`` (of ``event``): checksum algorithm, post-header lengths."""
         description = parsers.parse_format_description(data[HEADER_SIZE:])
-        if description.checksum and self.verify_checksums:
+        if description.checksum:
             stored = struct.unpack_from("<I", data, len(data) - 4)[0]
             computed = zlib.crc32(data[:-4])
             if computed != stored and event.flags & BINLOG_IN_USE:  # written before the in-use flag was set
