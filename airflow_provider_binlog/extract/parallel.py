@@ -171,6 +171,18 @@ class ReaderState:
     held: dict[str, list[pa.RecordBatch]] = field(default_factory=dict)
     """Per table, the committed rows the serial reader would still hold in its batch builder (seqs final)."""
 
+    @classmethod
+    def after(cls, reader: WindowReader) -> ReaderState:
+        """Return the state ``reader`` ended with (what :meth:`seed` gives a reader), without held rows."""
+        return cls(
+            reader.seq,
+            reader.stats,
+            reader.zero_dates,
+            reader.committed_tables,
+            reader.columns,
+            reader.last_commit_us,
+        )
+
     def seed(self, reader: WindowReader) -> None:
         """Give ``reader`` (built, not run) this state, as if it had read the files before its start itself.
 

@@ -173,14 +173,7 @@ def extract_window(
             reader.run()
         finally:
             stream.close()
-        return ReaderState(
-            reader.seq,
-            reader.stats,
-            reader.zero_dates,
-            reader.committed_tables,
-            reader.columns,
-            reader.last_commit_us,
-        )
+        return ReaderState.after(reader)
 
     try:
         if workers:

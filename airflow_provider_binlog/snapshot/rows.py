@@ -224,8 +224,9 @@ class RowReader:
     column by column. A source with TLS settings (``ssl``), or a Python without mysqlclient (a Spark side
     the provider's code was shipped to, ``jobs/shipping.py``: a C extension cannot be shipped in a zip), is
     read with pymysql in the same raw mode instead (both drivers stage the same values:
-    ``tests/integration/test_snapshot_rows.py``), at an eighth of the speed (``docs/benchmarks.md``, "Snapshot row paths"). pymysql's ``ssl`` dict (``ca``, ``cert``, ``key``, ``password``, ``check_hostname``) has no
-    exact mysqlclient equivalent, and pymysql applies ``connect_timeout`` to the whole login
+    ``tests/integration/test_snapshot_rows.py``), at an eighth of the speed (``docs/benchmarks.md``,
+    "Snapshot row paths"). pymysql's ``ssl`` dict (``ca``, ``cert``, ``key``, ``password``,
+    ``check_hostname``) has no exact mysqlclient equivalent, and pymysql applies ``connect_timeout`` to the whole login
     (:class:`~airflow_provider_binlog.source.connect.LoginTimeoutConnection`).
 
     :param source: ``pymysql.connect()`` keyword arguments (``host``, ``port``, ``user``, ``password``,
