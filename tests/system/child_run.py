@@ -5,7 +5,8 @@ Kill points: ``extract`` (after the first Parquet batch of the window is written
 file into the target), ``first_commit`` (the whole process group once the merge job has committed the
 window to one table, before the tables after it), ``before_commit``, ``snapshot`` (the whole process
 group once the snapshot's Spark tasks have finished 3 chunks), or ``none``. The parent test re-runs the
-same run afterwards, or starts the next run.
+same run afterwards, or starts the next run. ``hold_merge`` kills nothing: the merge task waits until the
+parent creates :data:`RELEASE` beside the staging folder, so the run holds its window while the parent acts.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import pendulum
+
+#: The file (beside the staging folder) that lets a ``hold_merge`` run go on.
+RELEASE = "release-held-run"
 
 
 def die(group: bool = False) -> None:
@@ -73,6 +77,21 @@ def kill_during_merge(seen: Callable[[float], bool]) -> None:
     BinlogMergeOperator.execute = execute  # type: ignore[method-assign]
 
 
+def hold_merge(release: Path) -> None:
+    """Make the merge task wait (up to 300 s) until ``release`` exists, then merge as usual."""
+    from airflow_provider_binlog.operators import BinlogMergeOperator
+
+    original = BinlogMergeOperator.execute
+
+    def execute(self: Any, context: Any) -> Any:
+        deadline = time.monotonic() + 300
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return original(self, context)
+
+    BinlogMergeOperator.execute = execute  # type: ignore[method-assign]
+
+
 def first_data_file(target: str) -> Callable[[float], bool]:
     """The merge job has written a data file into the target (nothing committed yet)."""
     return lambda started: any(p.stat().st_mtime > started for p in Path(target).rglob("*.parquet"))
@@ -113,6 +132,8 @@ def install(kill_at: str, conf: dict[str, Any]) -> None:
         kill_during_snapshot(conf["staging"])
     elif kill_at == "before_commit":
         kill_at_start(BinlogCommitOperator)
+    elif kill_at == "hold_merge":
+        hold_merge(Path(conf["staging"]).parent / RELEASE)
     elif kill_at != "none":
         raise SystemExit(f"unknown kill point {kill_at!r}")
 

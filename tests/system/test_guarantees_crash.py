@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pymysql
 import pytest
+from child_run import RELEASE
 from conftest import DagRunner, load_example_dag, stored_state
 
 from airflow_provider_binlog.target import window_merged
@@ -151,7 +152,9 @@ def test_a_second_run_beside_a_running_one_is_turned_away(
     runner = DagRunner(load_example_dag(), {"pipeline": pipeline, "tables": f"{items}.*", **pipeline_dirs})
     assert runner.run().state == "success"
     write_changes(connections, items)
-    first = runner.start_in_child(runner.next_dates())
+    # The first run holds its window at the merge until the second run ended: a fast first run could
+    # otherwise commit before the second one starts, and nothing would be held.
+    first = runner.start_in_child(runner.next_dates(), kill_at="hold_merge")
     try:
         deadline = time.monotonic() + 120
         while len((stored_state(pipeline) or {}).get("windows", [])) < 2:
@@ -161,6 +164,7 @@ def test_a_second_run_beside_a_running_one_is_turned_away(
         second = runner.run()
         output = capfd.readouterr().out
     finally:
+        (Path(pipeline_dirs["staging"]).parent / RELEASE).touch()
         assert first.wait(timeout=600) == 0, "the first run did not commit"
     assert {ti.task_id: str(ti.state) for ti in second.get_task_instances()} == {
         "purge_risk": "success",
