@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from airflow_provider_binlog.extract import parallel
@@ -73,3 +76,23 @@ def test_the_operator_refuses_fewer_than_one_worker() -> None:
     assert BinlogExtractOperator(**common, max_extract_workers=1).max_extract_workers == 1  # off
     with pytest.raises(ValueError, match="max_extract_workers"):
         BinlogExtractOperator(**common, max_extract_workers=0)
+
+
+def test_a_shifted_seq_column_adds_the_offset_also_to_a_slice_and_imports_no_pandas() -> None:
+    """``_shifted`` reads the column's data buffer, so a slice's offset counts; ``Array.to_numpy`` imported pandas."""
+    code = """
+import sys
+import pyarrow as pa
+from airflow_provider_binlog.contract.columns import SEQ_COLUMN
+from airflow_provider_binlog.extract.batches import lean_arrow
+from airflow_provider_binlog.extract.parallel import _shifted
+lean_arrow()
+seqs = pa.array([1, 2, 3, 5, 8, 13], pa.int64())
+batch = pa.RecordBatch.from_arrays([pa.array(list("abcdef"), pa.string()), seqs], names=["v", SEQ_COLUMN]).slice(2, 3)
+shifted = _shifted(batch, 1000)
+assert shifted.column(SEQ_COLUMN).to_pylist() == [1003, 1005, 1008], shifted
+assert shifted.column("v").to_pylist() == ["c", "d", "e"]
+assert shifted.schema == batch.schema
+assert "pandas" not in sys.modules
+"""
+    subprocess.run([sys.executable, "-c", code], check=True)
