@@ -1,12 +1,16 @@
-"""Read a window that spans several binlog files file by file in worker processes (ADR 0025, part 2).
+"""Read a window that spans several binlog files file by file in several processes (ADR 0025, part 2).
 
 A binlog file never splits a transaction (the server rotates only between event groups), so each file of the
-window is a complete run of transactions: a worker process reads one file with its own
+window is a complete run of transactions. With ``n`` readers, the task process reads files ``0, n, 2n, ...``
+itself and worker process ``w`` reads files ``w, w + n, ...``. The task process reads a file of its own with
+the serial reader, seeded with the state after the files before it (:class:`ParentFileReader`): its rows go
+to the window's writers directly, with final ``_binlog_seq`` values. A worker reads a file with its own
 :class:`~airflow_provider_binlog.extract.reader.WindowReader` (the serial reader, unchanged) from the file's
-start, or the window start, to the ROTATE that ends it, or the window end. It decodes with the state of the
-window start and writes its committed batches to Arrow IPC files of a local spool folder. The parent replays
-the files' batches in binlog order into the window's table writers, adding to ``_binlog_seq`` the images the
-earlier files staged, so the staged rows, their order keys and the manifest equal a serial read's.
+start, or the window start, to the ROTATE that ends it, or the window end; it decodes with the state of the
+window start and writes its committed batches to Arrow IPC files of a local spool folder. The task process
+replays a worker's file in binlog order into the writers, adding to ``_binlog_seq`` the images the earlier
+files staged, so the staged rows, their order keys and the manifest equal a serial read's. On two cores the
+task process reads files 0 and 2 while the worker reads 1 and 3; only the workers' files pass a spool.
 
 **Exact, never approximate.** What a worker decides from the window start's state is what the serial reader
 decides only while nothing in an earlier file changed that state. Anything that reads or changes state an
@@ -14,7 +18,8 @@ earlier file may have changed stops the worker and marks its file as needing the
 an effect on a selected table (a new schema, a schema barrier, a truncate marker, a drop, a retype waiting
 for the next table map) and a statement-based write to a selected table (covered or refused). Every file
 from the first such file on is then read by the serial reader, over the pipeline's own replication stream,
-seeded with the state the serial reader would have had at that file's start (:class:`ReaderState`). The rest
+seeded with the state the serial reader would have had at that file's start (:class:`ReaderState`). In a
+file the task process reads, such a statement makes its reader read on to the window end. The rest
 of the reader's decisions depend on the event and on what the pipeline state says at the window start
 (capture starts, schema barriers of the state, snapshot covers, the cascading foreign keys' moving columns),
 never on earlier files.
@@ -25,14 +30,16 @@ large transaction spills), while a truncate marker goes out at once. So the pare
 files read in parallel to the writers as the serial reader would have, and keeps back the rows the serial
 reader would still hold: each worker records its file's commits and spills per table (:attr:`FileResult.trace`),
 the parent replays that on the count held before the file. When the serial reader takes over, the rows kept
-back are put into its batch builders, so the part files and the manifest are the serial read's.
+back are put into its batch builders, so the part files and the manifest are the serial read's. The task
+process's own reader stops at its file's end with the rows it holds (no final flush), and the next reader
+starts with them in its builders.
 
 **Connections.** Workers read over their own connection with a non-blocking COM_BINLOG_DUMP under
 ``server_id`` 0: the source kills older dumps of a non-zero ``server_id`` (``kill_zombie_dump_threads``), and
 exempts 0 (ADR 0025), so the workers register nothing and disturb no replica or other pipeline.
 
 **Processes.** Workers are forks of the task process (``multiprocessing``'s ``fork`` context, about 10 ms
-each); :func:`_detach` makes them leave what they inherited alone (the supervisor's sockets, the task's
+each), all started before the task process starts its writer thread and reads; :func:`_detach` makes them leave what they inherited alone (the supervisor's sockets, the task's
 logging, its connections). ``forkserver`` cost about 1.9 s per task (a fresh interpreter importing Airflow)
 and ``spawn`` that per worker (ADR 0025).
 """
@@ -72,7 +79,7 @@ from airflow_provider_binlog.contract.columns import (
 )
 from airflow_provider_binlog.exceptions import ReplicationConnectionLostError, UnsupportedEventError
 from airflow_provider_binlog.extract.batches import lean_arrow
-from airflow_provider_binlog.extract.columns import ColumnSpec
+from airflow_provider_binlog.extract.columns import ColumnSpec, ValueConversionError
 from airflow_provider_binlog.extract.connections import (
     REPLICATION_NET_WRITE_TIMEOUT_SECONDS,
     ReplicationConnection,
@@ -138,7 +145,7 @@ def file_ranges(
 def worker_count(
     ranges: Sequence[FileRange], binlog_bytes: int, *, max_workers: int | None, min_bytes: int
 ) -> int:
-    """Return how many worker processes read the window: 0 (read serially) or 2 and more.
+    """Return how many processes read the window, the task's own included: 0 (read serially) or 2 and more.
 
     ``min(files, os.cpu_count(), max_workers)``; 0 for a window of one file, below ``min_bytes`` binlog bytes,
     with ``max_workers`` of 1 or less (off), or in a daemonic process (``multiprocessing`` refuses it children:
@@ -171,18 +178,30 @@ class ReaderState:
     last_commit_us: int | None = None
     held: dict[str, list[pa.RecordBatch]] = field(default_factory=dict)
     """Per table, the committed rows the serial reader would still hold in its batch builder (seqs final)."""
+    specs: dict[str, tuple[list[ColumnSpec], list[str]]] = field(default_factory=dict)
+    """Per table, the column specs and primary key of its batches (the sink's arguments for :attr:`held`)."""
+    at_window_end: bool = False
+    """True when the read reached the window end and handed every row to the sink (:attr:`held` is empty)."""
 
     @classmethod
     def after(cls, reader: WindowReader) -> ReaderState:
-        """Return the state ``reader`` ended with (what :meth:`seed` gives a reader), without held rows."""
-        return cls(
+        """Return the state ``reader`` ended with (what :meth:`seed` gives a reader).
+
+        A :class:`ParentFileReader` that stopped at its file's end leaves the rows it holds in :attr:`held`;
+        every other reader ended at the window end, where it hands all its rows to the sink.
+        """
+        state = cls(
             reader.seq,
             reader.stats,
             reader.zero_dates,
             reader.committed_tables,
             reader.columns,
             reader.last_commit_us,
+            at_window_end=True,
         )
+        if isinstance(reader, ParentFileReader) and not reader.read_on:
+            state.held, state.specs, state.at_window_end = reader.held, reader.specs, False
+        return state
 
     def seed(self, reader: WindowReader) -> None:
         """Give ``reader`` (built, not run) this state, as if it had read the files before its start itself.
@@ -306,8 +325,7 @@ class FileReader(WindowReader):
     def _ddl(
         self, text: str, schema: str, file: str, end_pos: int, *, sql_mode: int | None, timestamp: int
     ) -> None:
-        captured = [t.name for t in self.tables.values() if t.captured]
-        if classify_ddl(text, schema, self.tables, captured, sql_mode=sql_mode):
+        if _has_effect(self, text, schema, sql_mode):
             raise NeedsSerialRead(f"a DDL statement of a selected table at {file}:{end_pos}")
         # No effect on a selected table: the serial reader does nothing with it either.
 
@@ -321,6 +339,72 @@ class FileReader(WindowReader):
             ) from None
         if self.stats.statements_ignored == ignored:
             raise NeedsSerialRead(f"a statement-based write to a selected table at {file}:{end_pos}")
+
+
+def _has_effect(reader: WindowReader, text: str, schema: str, sql_mode: int | None) -> bool:
+    """Return whether a DDL statement changes what the reader does with a selected table (any effect at all)."""
+    captured = [t.name for t in reader.tables.values() if t.captured]
+    return bool(classify_ddl(text, schema, reader.tables, captured, sql_mode=sql_mode))
+
+
+class ParentFileReader(WindowReader):
+    """The serial reader over one file of a parallel read, in the task process: its rows go to the sink directly.
+
+    Seeded with the state after the files before it (:meth:`ReaderState.seed`), it is the serial reader from
+    its file's start, so it decides every statement as the serial reader does. It stops at ``until`` (the
+    file's end) holding the committed rows the serial reader would still hold there (:attr:`held`, with their
+    :attr:`specs` and zero dates counted). A file that holds a statement whose effect depends on earlier files
+    (what stops a worker, :class:`FileReader`) also changes what the workers' later files mean: the reader then
+    reads on to the window end as the serial reader (:attr:`read_on`), and the workers' later files are dropped.
+
+    :param until: where the file's part of the window ends: ``(next file, 4)``.
+    """
+
+    def __init__(self, *args: Any, until: BinlogPosition, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.events = iter(self.events)  # reading on continues where the file's read stopped
+        self._end_key = until.key
+        self.read_on = False
+        self.held: dict[str, list[pa.RecordBatch]] = {}
+        self.specs: dict[str, tuple[list[ColumnSpec], list[str]]] = {}
+
+    def _read(self) -> None:
+        super()._read()  # to the file's end: the ROTATE that ends it moves the reader to ``until``
+        tables = [layout.table for layout in self.layouts.values() if layout.builder.committed]
+        if self.retypes or len(tables) != len(set(tables)):  # never without a DDL of effect: to be exact
+            self.read_on = True
+        if self.read_on and self._end_key < self.end.key:
+            self._end_key = self.end.key
+            super()._read()
+
+    def _finish(self) -> None:
+        if self.read_on:
+            super()._finish()
+            return
+        for layout in self.layouts.values():
+            self.zero_dates[layout.table] += layout.take_zero_dates()
+            if not layout.builder.committed:
+                continue
+            try:
+                batch = layout.builder.take_committed()
+            except ValueConversionError as err:
+                raise self._undecodable(err, None) from err
+            if layout.table not in self.stats.covered_tables:
+                self.held.setdefault(layout.table, []).append(batch)
+                self.specs[layout.table] = (layout.specs, self.tables[layout.table].primary_key)
+
+    def _ddl(
+        self, text: str, schema: str, file: str, end_pos: int, *, sql_mode: int | None, timestamp: int
+    ) -> None:
+        if _has_effect(self, text, schema, sql_mode):
+            self.read_on = True
+        super()._ddl(text, schema, file, end_pos, sql_mode=sql_mode, timestamp=timestamp)
+
+    def _statement(self, text: str, schema: str, file: str, end_pos: int) -> None:
+        ignored = self.stats.statements_ignored
+        super()._statement(text, schema, file, end_pos)
+        if self.stats.statements_ignored == ignored:
+            self.read_on = True
 
 
 class Spool:
@@ -409,11 +493,19 @@ def read_file(job: FileJob) -> FileResult:
     )
 
 
-def _work(job: FileJob, channel: Connection, parent: int) -> None:
-    """Run :func:`read_file` in a worker process; send ``("ok", result)`` or ``("error", exception, traceback)``."""
+def _work(jobs: list[FileJob], channel: Connection, parent: int) -> None:
+    """Run :func:`read_file` for each of ``jobs`` in a worker process, in order.
+
+    Sends ``("ok", result)`` per file, or ``("error", exception, traceback)`` and stops; stops after a file that
+    needs the serial reader too (the later files are not needed then).
+    """
     _detach(parent)
     try:
-        channel.send(("ok", read_file(job)))
+        for job in jobs:
+            result = read_file(job)
+            channel.send(("ok", result))
+            if result.serial_from is not None:
+                break
     except BaseException as err:  # noqa: BLE001  # everything goes back to the parent, which raises it
         text = traceback.format_exc()
         try:
@@ -452,8 +544,9 @@ def _detach(parent: int) -> None:
 
 
 Sink = Callable[[str, pa.RecordBatch, list[ColumnSpec], list[str]], None]
-SerialRead = Callable[[BinlogPosition, ReaderState], ReaderState]
-"""Read the window serially from a position with a seeded state; return the state at the window end."""
+SerialRead = Callable[[BinlogPosition, ReaderState, BinlogPosition | None], ReaderState]
+"""Read serially from a position with a seeded state, to ``until`` with a :class:`ParentFileReader` (a file's
+end) or, when it is None, to the window end; return the state it ended with (:meth:`ReaderState.after`)."""
 
 
 @dataclass
@@ -471,88 +564,107 @@ def read_parallel(
     serial: SerialRead,
     start_columns: dict[str, list[Any]],
     progress: Any = None,
+    forked: Callable[[], None] | None = None,
 ) -> ReaderState:
-    """Read the window's ``ranges`` in ``workers`` processes and hand their batches to ``sink`` in binlog order.
+    """Read the window's ``ranges`` in ``workers`` processes, the task's own included, in binlog order into ``sink``.
 
-    Files are handed out in binlog order; the parent replays file k once its worker is done, while the
-    workers read the next files. A file that needs the serial reader (:class:`NeedsSerialRead`) ends the
-    parallel read: the workers still running are killed and ``serial`` reads from that file's start to the
-    window end, seeded with the state after the files before it.
+    The task process reads files ``0, workers, 2 * workers, ...`` itself, with the serial reader seeded with
+    the state after the files before (:class:`ParentFileReader`: no spool, its rows go to ``sink`` directly,
+    and its ``_binlog_seq`` values are final as it reads). Worker process ``w`` (1 to ``workers - 1``) reads
+    files ``w, w + workers, ...`` from the window start's state into a spool; the task process replays a
+    worker's file (shifting ``_binlog_seq`` by the images before it) when its turn in binlog order comes. So on
+    ``workers`` cores the task process reads its next file while a worker reads the one after it. A file that
+    needs the serial reader (:class:`NeedsSerialRead`, or a statement in a file the task process reads) ends
+    the parallel read: the workers still running are killed and the serial reader reads on to the window end.
 
     :param job: the fields every worker's :class:`FileJob` shares (its ``index``, ``range`` and ``spool``
         are set per file).
     :param start_columns: the schema history at the window start.
     :param progress: an :class:`~airflow_provider_binlog.extract.progress.ExtractProgress`, ticked per file.
+    :param forked: called once every worker process is started (the task process forks no more after it).
     :returns: the reader state at the window end (``stats.seconds`` not set).
-    :raises ReplicationConnectionLostError: when a worker dies (killed, crashed) or its connection breaks
+    :raises ReplicationConnectionLostError: when a worker dies (killed, crashed) or a connection breaks
         (retryable: the retry clears the window folder and reads it again).
-    :raises UnsupportedEventError, UndecodableValueError, pymysql.err.MySQLError: a worker's errors, as the
-        serial reader raises them.
+    :raises UnsupportedEventError, UndecodableValueError, pymysql.err.MySQLError: the workers' and the task
+        process's errors, as the serial reader raises them.
     """
     lean_arrow()  # as the serial reader: no pandas, the system allocator (the workers inherit it)
     context = multiprocessing.get_context(START_METHOD)
     spool = Path(tempfile.mkdtemp(prefix="binlog-parallel-"))
     running: dict[int, _Worker] = {}
     state = ReaderState(columns={t: c for t, c in start_columns.items() if t in job.tables})
-    specs: dict[str, tuple[list[ColumnSpec], list[str]]] = {}
     started = time.monotonic()
-
-    def start(index: int) -> None:
-        receiver, sender = context.Pipe(duplex=False)
-        file_job = replace(job, index=index, range=ranges[index], spool=str(spool / f"{index:05d}"))
-        process = context.Process(
-            target=_work, args=(file_job, sender, os.getpid()), daemon=True, name=f"binlog-file-{index}"
-        )
-        process.start()
-        sender.close()
-        running[index] = _Worker(process, receiver)
-
     try:
-        following = 0
-        for index in range(len(ranges)):
-            while following < len(ranges) and len(running) < workers:
-                start(following)
-                following += 1
-            result = _receive(running.pop(index), ranges[index], job)
-            if following < len(ranges) and len(running) < workers:
-                start(following)
-                following += 1
-            if result.serial_from is not None:
-                log.info(
-                    "window %s: %s; the serial reader reads from %s to the window end (files before it were read "
-                    "in parallel)", job.window, result.serial_from, ranges[index].start,
-                )  # fmt: skip
-                _stop(running)
-                return serial(ranges[index].start, state)
-            _replay(result, state, sink, specs)
-            for table in sorted(
-                set(result.stats.schema_skipped_row_events) - set(state.stats.schema_skipped_row_events)
-            ):
-                log.warning(
-                    "window %s of %s: row changes of %s (first in %s) are not staged: schema change(s) need a "
-                    "re-snapshot of the table, which brings the table's rows as they are after the change(s) (see "
-                    "docs/schema-changes.md)", job.window, job.pipeline, table, ranges[index].start.file,
-                )  # fmt: skip
-            state.add(result)
+        for number in range(1, workers):
+            files = [
+                replace(job, index=index, range=ranges[index], spool=str(spool / f"{index:05d}"))
+                for index in range(number, len(ranges), workers)
+            ]
+            receiver, sender = context.Pipe(duplex=False)
+            process = context.Process(
+                target=_work, args=(files, sender, os.getpid()), daemon=True, name=f"binlog-reader-{number}"
+            )
+            process.start()
+            sender.close()
+            running[number] = _Worker(process, receiver)
+        if forked is not None:
+            forked()
+        for index, file in enumerate(ranges):
+            if index % workers == 0:
+                state = serial(file.start, state, None if index == len(ranges) - 1 else file.end)
+                if state.at_window_end:
+                    if index < len(ranges) - 1:
+                        log.info(
+                            "window %s: %s holds a statement whose effect depends on earlier files; the task process "
+                            "read on from it to the window end (files before it were read in parallel)",
+                            job.window, file.start.file,
+                        )  # fmt: skip
+                    return state
+                how = "by the task process"
+            else:
+                result = _receive(running[index % workers], file, job)
+                if result.serial_from is not None:
+                    log.info(
+                        "window %s: %s; the serial reader reads from %s to the window end (files before it were "
+                        "read in parallel)", job.window, result.serial_from, file.start,
+                    )  # fmt: skip
+                    _stop(running)
+                    return serial(file.start, state, None)
+                _replay(result, state, sink)
+                _warn_schema_skipped(result, state, job, file)
+                state.add(result)
+                how = f"by a worker ({result.stats.rows} row changes)"
             if progress is not None:
-                progress.tick(ranges[index].end.file, ranges[index].end.pos, state.stats.rows)
+                progress.tick(file.end.file, file.end.pos, state.stats.rows)
             log.info(
-                "window %s: %s read by a worker (%s row changes), %s of %s files in %.1f s",
-                job.window, ranges[index].start.file, result.stats.rows, index + 1, len(ranges),
-                time.monotonic() - started,
+                "window %s: %s read %s, %s of %s files in %.1f s",
+                job.window, file.start.file, how, index + 1, len(ranges), time.monotonic() - started,
             )  # fmt: skip
         for table, batches in state.held.items():  # the serial reader's flush at the window end
             for batch in batches:
-                sink(table, batch, *specs[table])
+                sink(table, batch, *state.specs[table])
         state.held.clear()
+        state.at_window_end = True
         return state
     finally:
         _stop(running)
         shutil.rmtree(spool, ignore_errors=True)
 
 
+def _warn_schema_skipped(result: FileResult, state: ReaderState, job: FileJob, file: FileRange) -> None:
+    """Log the tables whose row changes a worker's file is the first to leave out for a schema change."""
+    for table in sorted(
+        set(result.stats.schema_skipped_row_events) - set(state.stats.schema_skipped_row_events)
+    ):
+        log.warning(
+            "window %s of %s: row changes of %s (first in %s) are not staged: schema change(s) need a re-snapshot "
+            "of the table, which brings the table's rows as they are after the change(s) (see "
+            "docs/schema-changes.md)", job.window, job.pipeline, table, file.start.file,
+        )  # fmt: skip
+
+
 def _receive(worker: _Worker, file: FileRange, job: FileJob) -> FileResult:
-    """Wait for ``worker``'s result; raise its error, or the retryable error of a worker that died."""
+    """Wait for ``worker``'s result of ``file``; raise its error, or the retryable error of a worker that died."""
     try:
         message = worker.channel.recv()
     except (EOFError, OSError):
@@ -562,9 +674,6 @@ def _receive(worker: _Worker, file: FileRange, job: FileJob) -> FileResult:
             f"without a result (exit code {worker.process.exitcode}: killed, out of memory or crashed). No "
             f"manifest was written: the retry clears this window's staging folder and reads the window again."
         ) from None
-    finally:
-        worker.channel.close()
-    worker.process.join()
     if message[0] == "error":
         log.debug("worker of %s failed:\n%s", file.start.file, message[2])
         raise message[1]
@@ -573,7 +682,7 @@ def _receive(worker: _Worker, file: FileRange, job: FileJob) -> FileResult:
 
 
 def _stop(running: dict[int, _Worker]) -> None:
-    """Kill and reap the workers still running (their files are not needed any more)."""
+    """Kill and reap the workers (those still running read files that are not needed any more)."""
     for worker in running.values():
         worker.process.kill()
     for worker in running.values():
@@ -599,21 +708,18 @@ def held_after(held: int, trace: Sequence[int]) -> int:
     return held
 
 
-def _replay(
-    result: FileResult, state: ReaderState, sink: Sink, specs: dict[str, tuple[list[ColumnSpec], list[str]]]
-) -> None:
+def _replay(result: FileResult, state: ReaderState, sink: Sink) -> None:
     """Hand a file's spooled batches to ``sink`` as the serial reader would, ``_binlog_seq`` shifted by ``state.seq``.
 
     Per table, the rows the serial reader would still hold after the file (:func:`held_after`) are kept in
     ``state.held`` (fewer than :data:`~.reader.BATCH_ROWS` rows per table, as the serial reader holds); the rows
     before them (those held from earlier files first) go to ``sink``. One spooled batch in memory at a time.
-
-    :param specs: per table, the column specs and key of its batches (updated from the file's segments).
+    ``state.specs`` is updated from the file's segments.
     """
     segments: dict[str, list[Segment]] = {}
     for segment in result.segments:
         segments.setdefault(segment.table, []).append(segment)
-        specs[segment.table] = (segment.specs, segment.primary_key)
+        state.specs[segment.table] = (segment.specs, segment.primary_key)
     for table in [*segments, *(t for t in result.trace if t not in segments)]:
         held = state.held.get(table, [])
         before = sum(b.num_rows for b in held)
@@ -625,11 +731,11 @@ def _replay(
         state.held[table] = kept = []
         for batch in itertools.chain(held, _spooled(segments.get(table, []), state.seq)):
             if out >= batch.num_rows:
-                sink(table, batch, *specs[table])
+                sink(table, batch, *state.specs[table])
                 out -= batch.num_rows
                 continue
             if out:
-                sink(table, batch.slice(0, out), *specs[table])
+                sink(table, batch.slice(0, out), *state.specs[table])
                 batch, out = batch.slice(out), 0
             kept.append(batch)
 

@@ -179,7 +179,8 @@ class WindowReader(StatementEffects):
         self.txn = Transaction()
         self.layouts: dict[LayoutKey, Layout] = {}
         self.current_layout: dict[str, LayoutKey] = {}
-        self.layout_of_list: dict[int, Layout] = {}
+        self.layout_of_list: dict[int, tuple[list[Any], Layout]] = {}
+        """The layout of a table map's column list, by the list's id (with the list, which keeps the id unique)."""
         self.zero_dates: Counter[str] = Counter()
         self.committed_tables: set[str] = set()
         self._file_indexes: dict[str, int] = {}
@@ -221,6 +222,10 @@ class WindowReader(StatementEffects):
             raise
         finally:
             self.txn.close_spills()
+        self._finish()
+
+    def _finish(self) -> None:
+        """At the window end: decide the retypes still waiting for a table map, hand every committed row to the sink."""
         for table in list(self.retypes):
             self._decide_retype(table, None)
         for layout in self.layouts.values():
@@ -503,8 +508,8 @@ class WindowReader(StatementEffects):
 
     def _layout(self, table: str, columns: list[Any]) -> Layout:
         known = self.layout_of_list.get(id(columns))
-        if known is not None and known.columns is columns:
-            return known  # the table-map cache hands out the same column list for the same definition
+        if known is not None and known[0] is columns:
+            return known[1]  # the table-map cache hands out the same column list for the same definition
         key = (table, layout_key(columns))
         layout = self.layouts.get(key)
         if layout is None:
@@ -515,7 +520,10 @@ class WindowReader(StatementEffects):
             self.current_layout[table] = key
         if len(self.layout_of_list) > 4096:
             self.layout_of_list.clear()
-        self.layout_of_list[id(columns)] = layout
+        self.layout_of_list[id(columns)] = (
+            columns,
+            layout,
+        )  # not layout.columns: a seeded layout has another list
         return layout
 
     def _spill(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pymysql
@@ -18,6 +19,7 @@ from airflow_provider_binlog.extract.events.stream import Event, EventReader
 from airflow_provider_binlog.extract.parallel import (
     PARALLEL_MIN_BYTES,
     FileJob,
+    ParentFileReader,
     ReaderState,
     file_ranges,
     read_parallel,
@@ -146,17 +148,20 @@ def extract_window(
         max_workers=max_workers,
         min_bytes=parallel_min_bytes,
     )
-    # The parallel read's workers are forks of this process: no writer thread may be running when they fork.
+    # The parallel read's workers are forks of this process: its writer thread starts once they are forked.
     writers = WindowWriters(window_dir, threaded=not workers)
     sink, discard = writers.write, writers.discard
     history = {t: [record_column(c) for c in cols] for t, cols in (schemas or {}).items()}
     progress = ExtractProgress(window=window.seq, start=start, end=end, binlog_files=server.binlog_files)
 
-    def serial(at: BinlogPosition, before: ReaderState) -> ReaderState:
-        """Read from ``at`` (the window start, or a file's start after a parallel read) to the window end."""
+    def serial(at: BinlogPosition, before: ReaderState, until: BinlogPosition | None = None) -> ReaderState:
+        """Read from ``at`` (the window start, or a file's start in a parallel read) to the window end.
+
+        With ``until`` (a file's end in a parallel read), a :class:`~.parallel.ParentFileReader` reads to there.
+        """
         stream = hook.stream_reader(at, schemas=[database_of(n) for n in tables], **stream_options())
         try:
-            reader = WindowReader(
+            reader = (WindowReader if until is None else partial(ParentFileReader, until=until))(
                 own_events(stream),
                 start=at,
                 end=end,
@@ -178,10 +183,10 @@ def extract_window(
     try:
         if workers:
             log.info(
-                "window %s spans %s binlog files: %s worker processes read them",
+                "window %s spans %s binlog files: the task process and %s worker process(es) read them",
                 window.seq,
                 len(ranges),
-                workers,
+                workers - 1,
             )
             job = FileJob(
                 index=0, range=ranges[0], settings=hook.dump_settings(), flavor=server.flavor, tables=tables,
@@ -195,6 +200,7 @@ def extract_window(
                 serial=serial,
                 start_columns=history,
                 progress=progress,
+                forked=writers.start_thread,
             )
         else:
             read = serial(start, ReaderState(columns=history))

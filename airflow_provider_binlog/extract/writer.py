@@ -151,9 +151,9 @@ class WindowWriters:
     (no manifest is written, and the retry clears the folder first).
 
     :param window_dir: the window's staging folder.
-    :param threaded: False writes in the caller's thread (no thread is started): for a process that forks
-        while it writes (the parallel read's workers, :mod:`~airflow_provider_binlog.extract.parallel`), as a
-        fork copies the locks another thread holds, never that thread.
+    :param threaded: False writes in the caller's thread until :meth:`start_thread`: for a process that forks
+        after it started writing (the parallel read's workers, :mod:`~airflow_provider_binlog.extract.parallel`),
+        as a fork copies the locks another thread holds, never that thread.
     """
 
     def __init__(self, window_dir: ObjectStoragePath, *, threaded: bool = True) -> None:
@@ -165,6 +165,11 @@ class WindowWriters:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         if threaded:
+            self.start_thread()
+
+    def start_thread(self) -> None:
+        """Write in a thread of its own from now on (the writes so far were made in the caller's thread)."""
+        if self._thread is None:
             self._thread = threading.Thread(target=self._work, name="binlog-window-writers", daemon=True)
             self._thread.start()
 

@@ -227,9 +227,10 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         and windows stage only its changes after that snapshot's start.
     :param allow_minimal_row_metadata: accept ``binlog_row_metadata=MINIMAL`` (not recommended).
     :param cut_by: ``head`` or ``interval`` (needs a timetable with data intervals); fixed per pipeline.
-    :param max_extract_workers: how many worker processes may read a window's binlog files in parallel (one
-        file each, :mod:`~airflow_provider_binlog.extract.parallel`); None (the default) allows one per CPU of
-        the machine running the task, 1 reads every window serially. Used only for a catch-up window: one that
+    :param max_extract_workers: how many processes may read a window's binlog files in parallel, the task's
+        own included (it reads every n-th file itself, worker processes the others,
+        :mod:`~airflow_provider_binlog.extract.parallel`); None (the default) allows one per CPU of the machine
+        running the task, 1 reads every window serially. Used only for a catch-up window: one that
         spans two binlog files or more and at least
         :data:`~airflow_provider_binlog.extract.parallel.PARALLEL_MIN_BYTES` (64 MiB) of binlog; a window in one
         file (the steady state) is always read serially. It stages the same rows, order keys and manifest as a

@@ -150,8 +150,11 @@ def test_parallel_read_stages_the_serial_reads_rows_keys_and_manifest(
     with caplog.at_level(logging.INFO, logger="airflow_provider_binlog.extract.parallel"):
         parallel = extract(tmp_path / "parallel", start, end, workers=2, schemas=history)
 
-    assert caplog.text.count("read by a worker") >= 4  # every file was read by a worker
+    files = files_between(start, end)
+    assert caplog.text.count("read by a worker") == files // 2  # the task process reads every other file
+    assert caplog.text.count("read by the task process") == files - files // 2 - 1  # and the last, to the end
     assert "serial reader reads from" not in caplog.text
+    assert "read on" not in caplog.text
     assert without_timings(parallel) == without_timings(serial)
     assert serial["stats"]["statements_ignored"] == 4
     assert staged(tmp_path / "parallel", parallel) == staged(tmp_path / "serial", serial)
@@ -159,9 +162,11 @@ def test_parallel_read_stages_the_serial_reads_rows_keys_and_manifest(
     assert seqs == list(range(1, len(seqs) + 1))
 
 
+@pytest.mark.parametrize("reader", ["a worker", "the task process"])
 def test_ddl_in_a_middle_file_reads_from_there_serially_and_stages_the_same(
-    source: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    source: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture, reader: str
 ) -> None:
+    """A DDL of a selected table in a file a worker reads (it stops) or the task process reads (it reads on)."""
     start = head()
     rows_workload(source, base=0)
     run(source, "INSERT INTO p.u VALUES (1, 'statement')", statement_format=True)  # unselected: parallel
@@ -179,6 +184,9 @@ def test_ddl_in_a_middle_file_reads_from_there_serially_and_stages_the_same(
     run(source, "UPDATE p.c SET s = 'statement' WHERE id < 10", statement_format=True)  # covered below
     rows_workload(source, base=4000, count=100)
     end = head()
+    # With two readers the task process reads the files at even distances from the window's first file.
+    if (files_between(start, ddl_at) - 1) % 2 != (reader == "a worker"):
+        start = BinlogPosition(f"{start.file[:-6]}{int(start.file[-6:]) + 1:06d}", 4)
     assert files_between(start, end) >= 4
     assert start.file < ddl_at.file < end.file
     covers = {"p.c": SnapshotCover(seq=9, start=end)}  # a snapshot after the window covers the statement
@@ -187,10 +195,11 @@ def test_ddl_in_a_middle_file_reads_from_there_serially_and_stages_the_same(
     with caplog.at_level(logging.INFO, logger="airflow_provider_binlog.extract.parallel"):
         parallel = extract(tmp_path / "parallel", start, end, workers=2, covers=covers)
 
-    assert (
-        caplog.text.count("read by a worker") == files_between(start, ddl_at) - 1
-    )  # the files before the DDL's
-    assert "a DDL statement of a selected table" in caplog.text
+    assert caplog.text.count(" read by ") == files_between(start, ddl_at) - 1  # the files before the DDL's
+    if reader == "a worker":
+        assert "a DDL statement of a selected table" in caplog.text
+    else:
+        assert f"{ddl_at.file} holds a statement whose effect depends on earlier files" in caplog.text
     assert without_timings(parallel) == without_timings(serial)
     assert [e["query"] for e in serial["ddl"]] == [
         "ALTER TABLE p.a ADD COLUMN extra INT",
