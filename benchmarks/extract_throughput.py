@@ -435,7 +435,7 @@ def render_parallel(
 
     The last column is :func:`spin_ceiling` right after the round: what two busy processes gained on the
     machine then; the column before it, the source server's CPU seconds during the read (its dump threads share
-    the 2 cores with the workers here). Seconds are the extract's (``extract_window``: from the window's first event to the manifest); the reader
+    the 2 cores with the readers here). Seconds are the extract's (``extract_window``: from the window's first event to the manifest); the reader
     process's wall time adds its imports (about 2.5 s, the same for both). CPU seconds are the reader process's
     and its workers' (``wait4``).
     """
@@ -449,7 +449,7 @@ def render_parallel(
         ratios.append(serial[0]["seconds"] / parallel[0]["seconds"])
         for name, (report, wall, rss) in (
             ("serial", serial),
-            (f"parallel ({min(args.files, os.cpu_count() or 1)} workers)", parallel),
+            (f"parallel (task + {min(args.files, os.cpu_count() or 1) - 1} worker process(es))", parallel),
         ):
             lines.append(
                 f"| {number} | {name} | {report['rows']} | {report['seconds']:.2f} | "

@@ -6,9 +6,11 @@ given file) so each window spans four files or more.
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ import pymysql
 import pytest
 
 from airflow_provider_binlog.exceptions import ReplicationConnectionLostError
+from airflow_provider_binlog.extract.parallel import SPOOLED_FILES, ParentFileReader
 from airflow_provider_binlog.extract.reader import SnapshotCover, TableTarget
 from airflow_provider_binlog.extract.window import extract_window
 from airflow_provider_binlog.hooks.binlog import BinlogHook
@@ -251,6 +254,49 @@ def test_a_killed_worker_fails_the_read_retryably_and_the_retry_stages_the_same(
     retried = extract(tmp_path / "parallel", start, end, workers=2)  # the retry clears the folder first
     assert without_timings(retried) == without_timings(serial)
     assert staged(tmp_path / "parallel", retried) == staged(tmp_path / "serial", serial)
+
+
+def test_a_worker_holds_at_most_two_spooled_files_while_the_task_lags(
+    source: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker reads ahead of the task only while fewer than ``SPOOLED_FILES`` of its files wait in the spool."""
+    start = head()
+    for part in range(4):
+        rows_workload(source, base=part * 1000)
+        run(source, "FLUSH BINARY LOGS")
+    end = head()
+    assert files_between(start, end) >= 10  # the worker's share: 5 files or more
+    serial = extract(tmp_path / "serial", start, end, workers=1)
+
+    spool_root = tmp_path / "tmp"
+    spool_root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spool_root))  # the workers are forks: they inherit it
+    finish = ParentFileReader._finish
+
+    def slow_finish(self: ParentFileReader) -> None:
+        time.sleep(0.3)  # the task lags behind its worker: each of its own files takes 0.3 s more
+        finish(self)
+
+    monkeypatch.setattr(ParentFileReader, "_finish", slow_finish)
+    stop, most = threading.Event(), [0]
+
+    def watch() -> None:
+        while not stop.is_set():
+            files = glob.glob(f"{spool_root}/binlog-parallel-*/*/*.arrow")  # ignores folders going away
+            spooled = {os.path.dirname(path) for path in files}
+            most[0] = max(most[0], len(spooled))
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        parallel = extract(tmp_path / "parallel", start, end, workers=2)
+    finally:
+        stop.set()
+        watcher.join()
+    assert most[0] == SPOOLED_FILES  # it did read ahead, and no further
+    assert without_timings(parallel) == without_timings(serial)
+    assert staged(tmp_path / "parallel", parallel) == staged(tmp_path / "serial", serial)
 
 
 def test_a_one_file_window_is_read_serially(
