@@ -181,6 +181,41 @@ def test_example_dag_under_a_real_scheduler(
     assert result.source_rows == 2
 
 
+def test_a_catch_up_window_of_several_files_is_read_in_parallel_inside_a_supervised_task(
+    mariadb: LocalMariaDB, standalone: tuple[Standalone, str, Path]
+) -> None:
+    """The extract forks its worker inside a Task SDK task process (supervisor sockets, task logging) and the
+    target still equals the source."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: every window is read serially (extract.parallel.worker_count)")
+    server, db, target = standalone
+    assert server.run_dag("binlog_cdc") == "success", server.tail()
+    mariadb.execute("SET GLOBAL max_binlog_size = 16777216")  # 70 MiB of row images: 5 files or more
+    try:
+        with pymysql.connect(**mariadb.connection_kwargs(autocommit=True)) as conn, conn.cursor() as cur:
+            for first in range(0, 700, 50):
+                cur.executemany(
+                    f"INSERT INTO {db}.items VALUES (%s, %s, %s)",
+                    [
+                        (i, json.dumps({"id": i, "text": f"{i:06d}" * 16_000}), f"{i}.125")
+                        for i in range(first, first + 50)
+                    ],
+                )
+            cur.execute(f"UPDATE {db}.items SET d = -d WHERE id % 7 = 0")
+            cur.execute(f"DELETE FROM {db}.items WHERE id % 11 = 0")
+    finally:
+        mariadb.execute("SET GLOBAL max_binlog_size = 1073741824")
+    assert server.run_dag("binlog_cdc") == "success", server.tail()
+    with pymysql.connect(**mariadb.connection_kwargs()) as conn:
+        result = compare_table(conn, str(target), f"{db}.items")
+    assert result.matched, str(result)
+    assert result.source_rows == 700 - len(range(0, 700, 11))
+    logs = "".join(p.read_text(errors="replace") for p in server.home.glob("logs/**/task_id=extract/*.log"))
+    assert "the task process and 1 worker process(es) read them" in logs
+    assert "read by the task process" in logs
+    assert "read by a worker" in logs
+
+
 @pytest.mark.slow
 def test_cli_backfill_of_interval_windows_runs_backwards_and_tiles(
     mariadb: LocalMariaDB, tmp_path: Path
