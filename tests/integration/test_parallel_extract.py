@@ -100,6 +100,22 @@ def rows_workload(server: LocalMariaDB, base: int, count: int = 300) -> None:
         conn.close()
 
 
+def workload_in_parts(
+    server: LocalMariaDB, *, count: int = 300, unselected_statements: bool = False
+) -> tuple[BinlogPosition, BinlogPosition]:
+    """Run :func:`rows_workload` 4 times, each part ending with ``FLUSH BINARY LOGS``; return its window.
+
+    :param unselected_statements: also a statement-based write to the unselected ``p.u`` in each part.
+    """
+    start = head()
+    for part in range(4):
+        rows_workload(server, base=part * 2000, count=count)
+        if unselected_statements:
+            run(server, f"INSERT INTO p.u VALUES ({part}, 'statement')", statement_format=True)
+        run(server, "FLUSH BINARY LOGS")
+    return start, head()
+
+
 def extract(
     staging: Path, start: BinlogPosition, end: BinlogPosition, *, workers: int, **kwargs: Any
 ) -> dict[str, Any]:
@@ -140,12 +156,7 @@ def files_between(start: BinlogPosition, end: BinlogPosition) -> int:
 def test_parallel_read_stages_the_serial_reads_rows_keys_and_manifest(
     source: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    start = head()
-    for part in range(4):
-        rows_workload(source, base=part * 1000)
-        run(source, f"INSERT INTO p.u VALUES ({part}, 'statement')", statement_format=True)  # unselected
-        run(source, "FLUSH BINARY LOGS")
-    end = head()
+    start, end = workload_in_parts(source, unselected_statements=True)
     assert files_between(start, end) >= 4
 
     history = {"p.unselected": []}  # the schema history of a table no longer selected: not carried on
@@ -231,11 +242,7 @@ def kill_first_worker(stop: threading.Event, killed: list[int]) -> None:
 def test_a_killed_worker_fails_the_read_retryably_and_the_retry_stages_the_same(
     source: LocalMariaDB, tmp_path: Path
 ) -> None:
-    start = head()
-    for part in range(4):
-        rows_workload(source, base=part * 2000, count=1500)
-        run(source, "FLUSH BINARY LOGS")
-    end = head()
+    start, end = workload_in_parts(source, count=1500)
     serial = extract(tmp_path / "serial", start, end, workers=1)
 
     stop, killed = threading.Event(), []  # type: ignore[var-annotated]
@@ -260,11 +267,7 @@ def test_a_worker_holds_at_most_two_spooled_files_while_the_task_lags(
     source: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A worker reads ahead of the task only while fewer than ``SPOOLED_FILES`` of its files wait in the spool."""
-    start = head()
-    for part in range(4):
-        rows_workload(source, base=part * 1000)
-        run(source, "FLUSH BINARY LOGS")
-    end = head()
+    start, end = workload_in_parts(source)
     assert files_between(start, end) >= 10  # the worker's share: 5 files or more
     serial = extract(tmp_path / "serial", start, end, workers=1)
 
