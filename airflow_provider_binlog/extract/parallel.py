@@ -47,7 +47,6 @@ and ``spawn`` that per worker (ADR 0025).
 from __future__ import annotations
 
 import ctypes
-import gc
 import itertools
 import logging
 import multiprocessing
@@ -93,6 +92,7 @@ from airflow_provider_binlog.extract.reader import (
     SnapshotCover,
     TableTarget,
     WindowReader,
+    freeze_for_good,
 )
 from airflow_provider_binlog.source.positions import BinlogPosition, file_index
 
@@ -537,7 +537,7 @@ PR_SET_PDEATHSIG = 1
 def _detach(parent: int) -> None:
     """Make a forked worker leave everything it inherited from the task process alone.
 
-    - ``gc.freeze()``: the inherited objects are never collected here, so no finalizer of an inherited
+    - :func:`~.reader.freeze_for_good`: the inherited objects are never collected here, so no finalizer of an inherited
       connection or socket (the supervisor's, the hook's) runs in the worker; the worker ends with
       ``os._exit`` (``multiprocessing``), which runs no ``atexit`` handler and flushes no inherited buffer.
     - logging off: the task's handlers write to the supervisor's log socket; the worker's findings come back
@@ -545,7 +545,7 @@ def _detach(parent: int) -> None:
     - on Linux, ``SIGKILL`` when the parent ends (``prctl(PR_SET_PDEATHSIG)``): a task process killed by its
       supervisor takes its workers along instead of leaving them holding copies of its sockets.
     """
-    gc.freeze()
+    freeze_for_good()
     logging.disable(logging.CRITICAL)
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
