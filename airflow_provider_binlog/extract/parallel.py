@@ -51,6 +51,7 @@ import itertools
 import logging
 import multiprocessing
 import os
+import pickle
 import shutil
 import signal
 import sys
@@ -503,8 +504,8 @@ def read_file(job: FileJob) -> FileResult:
 def _work(jobs: list[FileJob], channel: Connection, parent: int, spooled: Any) -> None:
     """Run :func:`read_file` for each of ``jobs`` in a worker process, in order.
 
-    Sends ``("ok", result)`` per file, or ``("error", exception, traceback)`` and stops; stops after a file that
-    needs the serial reader too (the later files are not needed then).
+    Sends ``("ok", path of the pickled result)`` per file (:func:`_park`), or ``("error", exception, traceback)``
+    and stops; stops after a file that needs the serial reader too (the later files are not needed then).
 
     :param spooled: a semaphore of :data:`SPOOLED_FILES`: taken before each file, given back by the task
         process once it replayed one.
@@ -514,7 +515,7 @@ def _work(jobs: list[FileJob], channel: Connection, parent: int, spooled: Any) -
         for job in jobs:
             spooled.acquire()
             result = read_file(job)
-            channel.send(("ok", result))
+            channel.send(("ok", _park(result, job.spool)))
             if result.serial_from is not None:
                 break
     except BaseException as err:  # noqa: BLE001  # everything goes back to the parent, which raises it
@@ -696,8 +697,24 @@ def _receive(worker: _Worker, file: FileRange, job: FileJob) -> FileResult:
     if message[0] == "error":
         log.debug("worker of %s failed:\n%s", file.start.file, message[2])
         raise message[1]
-    result: FileResult = message[1]
+    with open(message[1], "rb") as parked:
+        result: FileResult = pickle.load(parked)
+    os.unlink(message[1])
     return result
+
+
+def _park(result: FileResult, folder: str) -> str:
+    """Pickle ``result`` into its file's spool ``folder``; return the file's path (what the worker sends).
+
+    A result sent through the pipe itself blocks the worker until the task process reads it whenever it is
+    larger than the pipe's buffer (64 KiB on Linux), and its trace alone takes 4 bytes per transaction: with
+    a 64 MiB file of OLTP transactions the worker waited 70-90 ms per file for the task (measured), instead of
+    reading its next file.
+    """
+    path = os.path.join(folder, "result.pickle")
+    with open(path, "wb") as out:
+        pickle.dump(result, out, protocol=pickle.HIGHEST_PROTOCOL)
+    return path
 
 
 def _stop(running: dict[int, _Worker]) -> None:

@@ -263,21 +263,19 @@ def test_a_killed_worker_fails_the_read_retryably_and_the_retry_stages_the_same(
     assert staged(tmp_path / "parallel", retried) == staged(tmp_path / "serial", serial)
 
 
-def test_a_worker_holds_at_most_two_spooled_files_while_the_task_lags(
-    source: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A worker reads ahead of the task only while fewer than ``SPOOLED_FILES`` of its files wait in the spool."""
-    start, end = workload_in_parts(source)
-    assert files_between(start, end) >= 10  # the worker's share: 5 files or more
+def most_spooled_while_the_task_lags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: BinlogPosition, end: BinlogPosition, lag: float
+) -> int:
+    """Extract the window in parallel with the task process ``lag`` seconds slower per file of its own; return
+    the most files a worker held spooled at once, and check the staged rows against a serial read's."""
     serial = extract(tmp_path / "serial", start, end, workers=1)
-
     spool_root = tmp_path / "tmp"
     spool_root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(spool_root))  # the workers are forks: they inherit it
     finish = ParentFileReader._finish
 
     def slow_finish(self: ParentFileReader) -> None:
-        time.sleep(0.3)  # the task lags behind its worker: each of its own files takes 0.3 s more
+        time.sleep(lag)
         finish(self)
 
     monkeypatch.setattr(ParentFileReader, "_finish", slow_finish)
@@ -297,9 +295,42 @@ def test_a_worker_holds_at_most_two_spooled_files_while_the_task_lags(
     finally:
         stop.set()
         watcher.join()
-    assert most[0] == SPOOLED_FILES  # it did read ahead, and no further
     assert without_timings(parallel) == without_timings(serial)
     assert staged(tmp_path / "parallel", parallel) == staged(tmp_path / "serial", serial)
+    return most[0]
+
+
+def test_a_worker_holds_at_most_two_spooled_files_while_the_task_lags(
+    source: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker reads ahead of the task only while fewer than ``SPOOLED_FILES`` of its files wait in the spool."""
+    start, end = workload_in_parts(source)
+    assert files_between(start, end) >= 10  # the worker's share: 5 files or more
+    most = most_spooled_while_the_task_lags(tmp_path, monkeypatch, start, end, lag=0.3)
+    assert most == SPOOLED_FILES  # it did read ahead, and no further
+
+
+def test_a_worker_reads_its_next_file_while_the_result_of_a_large_file_waits_for_the_task(
+    source: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's result is larger than a pipe's buffer once its file holds some 16,000 transactions (its trace:
+    4 bytes each); sent through the pipe, it kept the worker waiting until the task took it."""
+    run(source, "SET GLOBAL max_binlog_size = 67108864")  # 64 MiB: each part below stays in one file
+    try:
+        run(
+            source,
+            "CREATE PROCEDURE p.fill(first INT, n INT) BEGIN DECLARE i INT DEFAULT 0; "
+            "WHILE i < n DO INSERT INTO p.c VALUES (first + i, 'one'); SET i = i + 1; END WHILE; END",
+        )
+        start = head()
+        for part, transactions in enumerate([10, 18_000, 10, 18_000]):  # the worker reads parts 1 and 3
+            run(source, f"CALL p.fill({part * 100_000}, {transactions})", "FLUSH BINARY LOGS")
+        end = head()
+    finally:
+        run(source, "SET GLOBAL max_binlog_size = 65536")
+    assert files_between(start, end) == 5  # the four parts, and the empty file after them
+    most = most_spooled_while_the_task_lags(tmp_path, monkeypatch, start, end, lag=1.0)
+    assert most == 2  # the worker read part 3 while the task had not taken part 1 yet
 
 
 def test_a_one_file_window_is_read_serially(
