@@ -12,6 +12,7 @@ stages it, when it must be read again, under ``window=<seq>.handover-<n>`` inste
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from typing import TYPE_CHECKING
 
@@ -201,6 +202,14 @@ def write_atomically(final: ObjectStoragePath, body: bytes) -> None:
 
 
 def clear_window(window_dir: ObjectStoragePath) -> None:
-    """Delete a partially written window folder (no manifest) before writing it again."""
-    if window_dir.exists():
+    """Delete a partially written window folder (no manifest) before writing it again.
+
+    A local folder is deleted with :func:`shutil.rmtree`: ``ObjectStoragePath.fs`` first registers every
+    provider's filesystem (importing botocore for the Amazon provider's), 0.14-0.36 s of CPU per task that reads
+    a window again (measured with py-spy).
+    """
+    if window_dir.protocol in LOCAL_SCHEMES:
+        if os.path.lexists(window_dir.path):
+            shutil.rmtree(window_dir.path)
+    elif window_dir.exists():
         window_dir.fs.rm(window_dir.path, recursive=True)

@@ -9,11 +9,18 @@ import time
 from pathlib import Path
 
 import pytest
+from airflow.sdk import ObjectStoragePath
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_binlog.exceptions import BinlogConfigError
 from airflow_provider_binlog.operators import BinlogExtractOperator
-from airflow_provider_binlog.pipeline.staging import FILESYSTEM_EXTRAS, FILESYSTEM_PROVIDERS, storage_path
+from airflow_provider_binlog.pipeline.staging import (
+    FILESYSTEM_EXTRAS,
+    FILESYSTEM_PROVIDERS,
+    clear_window,
+    storage_path,
+    window_path,
+)
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
 pytestmark = pytest.mark.integration
@@ -77,3 +84,21 @@ def test_the_extras_install_the_package_and_the_provider() -> None:
             if requirement.replace("'", '"').endswith(f'extra == "{extra}"')
         ]
         assert names == [package, FILESYSTEM_PROVIDERS[package]]
+
+
+def test_a_local_window_folder_is_cleared_without_the_object_store_filesystem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    window = window_path(str(tmp_path), "shop", 3)
+    (window / "shop.orders").mkdir(parents=True)
+    (window / "shop.orders" / "part-00000.parquet").write_bytes(b"left by a failed attempt")
+
+    def registering(path: ObjectStoragePath) -> None:
+        raise AssertionError(
+            "ObjectStoragePath.fs registers every provider's filesystem: 0.14-0.36 s per retry"
+        )
+
+    monkeypatch.setattr(ObjectStoragePath, "fs", property(registering))
+    clear_window(window)
+    assert not Path(window.path).exists()
+    clear_window(window)  # nothing there: nothing to do
