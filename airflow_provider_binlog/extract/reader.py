@@ -99,7 +99,7 @@ _frozen_for_good = False
 def freeze_for_good() -> None:
     """Move every object now alive to the collector's permanent generation, for the rest of this process.
 
-    For a forked worker (:func:`~airflow_provider_binlog.extract.parallel._detach`): the objects it inherited
+    For a forked worker (:func:`~airflow_provider_binlog.extract.file_worker.detach`): the objects it inherited
     are never collected there. :func:`frozen_heap` then changes nothing and skips ``gc.get_freeze_count()``,
     which walks every frozen object (CPython 3.11 ``gc_list_size``): about 40 ms per call on a task process's
     heap, once per file a worker read (measured with py-spy).
@@ -538,10 +538,8 @@ class WindowReader(StatementEffects):
             self.current_layout[table] = key
         if len(self.layout_of_list) > 4096:
             self.layout_of_list.clear()
-        self.layout_of_list[id(columns)] = (
-            columns,
-            layout,
-        )  # not layout.columns: a seeded layout has another list
+        # Keyed by this list, not layout.columns: a layout seeded from another reader holds another list.
+        self.layout_of_list[id(columns)] = (columns, layout)
         return layout
 
     def _spill(self) -> None:

@@ -16,9 +16,9 @@ from airflow_provider_binlog.extract.connections import ReplicationConnections
 from airflow_provider_binlog.extract.ddl import column_record, record_column
 from airflow_provider_binlog.extract.events.feeds import dump_events
 from airflow_provider_binlog.extract.events.stream import Event, EventReader
+from airflow_provider_binlog.extract.file_worker import FileJob
 from airflow_provider_binlog.extract.parallel import (
     PARALLEL_MIN_BYTES,
-    FileJob,
     ParentFileReader,
     ReaderState,
     file_ranges,

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from airflow_provider_binlog.extract import parallel
-from airflow_provider_binlog.extract.parallel import FileRange, file_ranges, held_after, worker_count
+from airflow_provider_binlog.extract.file_worker import FileRange
+from airflow_provider_binlog.extract.parallel import file_ranges, held_after, worker_count
 from airflow_provider_binlog.extract.reader import BATCH_ROWS
 from airflow_provider_binlog.source.positions import BinlogPosition as P
 
