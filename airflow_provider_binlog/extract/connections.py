@@ -1,90 +1,118 @@
-"""The replication connection of a window read: one connection, no silent reconnect.
+"""The replication connection of a window read: every dump is opened here, one way, and never reconnects.
 
-A window is read over one replication connection, or not at all. When the connection breaks (the
-source restarts, a ``KILL`` ends the dump thread, the network drops it), the read fails with the
-retryable :class:`~airflow_provider_binlog.exceptions.ReplicationConnectionLostError` and the task's retry re-reads the same window from its
-start into a cleared staging folder; nothing the failed attempt staged survives. A connection that dies
-silently (a dropped NAT entry, a failover that leaves the socket open) is noticed by the stream's read
-timeout, three heartbeat periods (:meth:`BinlogHook.stream_timeouts
+A window is read over one replication connection per reader, or not at all: the serial read (and the
+task process's part of a parallel read) and each parallel worker open their dumps with :func:`open_dump`,
+our own COM_BINLOG_DUMP over a login-bounded pymysql connection
+(:func:`~airflow_provider_binlog.extract.events.feeds.read_binlog_socket`, ADR 0018). When the connection
+breaks (the source restarts, a ``KILL`` ends the dump thread, the network drops it), reading fails with
+pymysql's lost-connection error, which the reader turns into the retryable
+:class:`~airflow_provider_binlog.exceptions.ReplicationConnectionLostError`, and the task's retry re-reads the
+same window from its start into a cleared staging folder; nothing the failed attempt staged survives. A
+connection that dies silently (a dropped NAT entry, a failover that leaves the socket open) is noticed by
+the stream's read timeout, three heartbeat periods (:meth:`BinlogHook.stream_timeouts
 <airflow_provider_binlog.hooks.binlog.BinlogHook.stream_timeouts>`).
 
-mysql-replication would instead reconnect on its own (``BinLogStreamReader.fetchone``, on client errors
-2006/2013) and resume at the end of the last event it received, most often inside a transaction; that
-is correct only if the server serves a position inside an event group as is (MariaDB 10.11 does, as
-measured; MariaDB 5.5 was reported to skip to the next group, mysql-binlog-connector-java #53) and if
-the address still leads to the same server (after a failover, the coordinates mean something else).
-When the server is still down, its reconnect fails with a raw ``pymysql`` 2003 instead. Resuming
-inside the attempt would need the checks a retry already makes (same server, window start retained,
-a transaction boundary to resume at), so the reader leaves recovery to the retry:
-:class:`ReplicationConnections` turns the library's reconnect into an error, and raises the dump
-session's ``net_write_timeout`` so a reader that pauses is not disconnected in the first place.
+Nothing here resumes inside an attempt: resuming would need the checks a retry already makes (same server,
+window start retained, a transaction boundary to resume at). mysql-replication, whose reader opened the
+serial dump before, reconnects on its own at the end of the last event it received, most often inside a
+transaction (mysql-binlog-connector-java #53 reports a server that then skips to the next group).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any
 
-import pymysql
-from pymysql.protocol import MysqlPacket
+from airflow_provider_binlog.extract.events.feeds import Event, read_binlog_socket
+from airflow_provider_binlog.source.connect import LoginTimeoutConnection
 
-from airflow_provider_binlog.source.connect import LOST_CONNECTION_ERRORS, LoginTimeoutConnection
+if TYPE_CHECKING:
+    from airflow_provider_binlog.hooks.binlog import BinlogHook
+    from airflow_provider_binlog.source.positions import BinlogPosition
+
+log = logging.getLogger(__name__)
 
 REPLICATION_NET_WRITE_TIMEOUT_SECONDS = 3600
 """How long the source waits for the reader to take more binlog bytes before it drops the stream (seconds)."""
-_CONTROL_DATABASE = "information_schema"
-"""The ``db`` mysql-replication gives its control connection (``BinLogStreamReader.__connect_to_ctl``)."""
 
 
-class ConnectionLost(Exception):
-    """A lost connection, raised where mysql-replication cannot catch it (it is no ``OperationalError``)."""
+@contextmanager
+def open_dump(
+    settings: Mapping[str, Any],
+    *,
+    server_id: int,
+    start: BinlogPosition,
+    flavor: str,
+    heartbeat_seconds: float | None = None,
+    blocking: bool = False,
+) -> Iterator[Iterator[Event]]:
+    """Open a binlog dump from ``start`` on a connection of its own; yield its raw events; close it after.
 
+    The session gets ``net_write_timeout`` = :data:`REPLICATION_NET_WRITE_TIMEOUT_SECONDS`: the dump thread
+    serving it waits that long for the reader to take more bytes before it drops the connection (MySQL
+    manual, "Server System Variables": ``net_write_timeout``, default 60 s; measured on MariaDB 10.11). The
+    reader takes no bytes while it writes a large committed transaction to staging. The dump sends no
+    ANNOTATE_ROWS events (the window read's events, ADR 0018).
 
-class ReplicationConnection(LoginTimeoutConnection):
-    """A pymysql connection whose lost-connection errors mysql-replication cannot swallow.
-
-    Its login is bounded by ``connect_timeout`` (:class:`~airflow_provider_binlog.source.connect.LoginTimeoutConnection`);
-    reads after the login keep the stream's own timeout settings.
-
-    ``BinLogStreamReader.fetchone`` (mysql-replication 1.0) catches ``OperationalError`` 2006/2013 from the
-    replication connection and reconnects at the last event position it saw; this class re-raises every
-    error of :data:`LOST_CONNECTION_ERRORS` as an exception the library does not catch.
+    :param settings: ``pymysql.connect()`` keyword arguments
+        (:meth:`~airflow_provider_binlog.hooks.binlog.BinlogHook.dump_settings`): reads and writes after the
+        login wait at most their ``read_timeout`` / ``write_timeout`` seconds.
+    :param server_id: the reader's id on the source (see
+        :func:`~airflow_provider_binlog.extract.events.feeds.read_binlog_socket`).
+    :param start: a transaction boundary (or a file's start) to read from.
+    :param flavor: ``mariadb`` or ``mysql``.
+    :param heartbeat_seconds: the heartbeat period asked of the source (None: none).
+    :param blocking: wait at the end of the binlog for new events instead of ending there.
+    :raises pymysql.err.OperationalError: when the login fails or times out (``connect_timeout``), for a lost
+        connection (2013) while reading, and for the server's refusals (a purged file, a denied privilege).
     """
-
-    def _read_packet(self, packet_type: Any = MysqlPacket) -> Any:
-        try:
-            return super()._read_packet(packet_type)
-        except pymysql.err.OperationalError as err:
-            if err.args and err.args[0] in LOST_CONNECTION_ERRORS:
-                raise ConnectionLost(str(err)) from err
-            raise
-
-
-class ReplicationConnections:
-    """Open the connections of one ``BinLogStreamReader`` (its ``pymysql_wrapper``); refuse a reconnect.
-
-    The library opens its replication connection and its control connection (``db=information_schema``)
-    once each; a second replication connection is a reconnect, however the library got there, and is
-    refused, so a window is read over one connection whatever the library version does on errors.
-
-    Connections are :class:`ReplicationConnection` s. The replication connection's session gets
-    ``net_write_timeout`` = :data:`REPLICATION_NET_WRITE_TIMEOUT_SECONDS`: the dump thread serving it
-    waits that long for the reader to take more bytes before it drops the connection (MySQL manual,
-    "Server System Variables": ``net_write_timeout``, default 60 s; measured on MariaDB 10.11). The reader
-    takes no bytes while it writes a large committed transaction to staging, and without a reconnect a
-    drop there would fail every retry of the window.
-    """
-
-    def __init__(self) -> None:
-        self.replication_connections = 0
-
-    def __call__(self, **settings: Any) -> ReplicationConnection:
-        """Open a connection with pymysql keyword arguments ``settings``."""
-        if settings.get("db") == _CONTROL_DATABASE:
-            return ReplicationConnection(**settings)
-        self.replication_connections += 1
-        if self.replication_connections > 1:
-            raise ConnectionLost("mysql-replication tried to reopen the replication connection")
-        conn = ReplicationConnection(**settings)
-        with conn.cursor() as cur:
+    connection = LoginTimeoutConnection(**settings)
+    try:
+        with connection.cursor() as cur:
             cur.execute(f"SET SESSION net_write_timeout = {REPLICATION_NET_WRITE_TIMEOUT_SECONDS}")
-        return conn
+        yield read_binlog_socket(
+            connection,
+            server_id=server_id,
+            file=start.file,
+            position=start.pos,
+            flavor=flavor,
+            blocking=blocking,
+            annotate_rows=False,
+            heartbeat_seconds=heartbeat_seconds,
+        )
+    finally:
+        if connection.open:
+            connection.close()
+
+
+def pipeline_dump(
+    hook: BinlogHook, start: BinlogPosition, *, flavor: str, blocking: bool = False
+) -> AbstractContextManager[Iterator[Event]]:
+    """Return :func:`open_dump` of the pipeline of ``hook`` from ``start``: its checked ``server_id``, its settings.
+
+    The dump runs under the hook's :attr:`~airflow_provider_binlog.hooks.binlog.BinlogHook.server_id` on a
+    connection of its ``dump_settings()``, with the heartbeat period of its ``stream_timeouts()``.
+
+    :param start: a transaction boundary to read from (by coordinates, on both flavors).
+    :param flavor: the source's flavor (``mariadb`` or ``mysql``).
+    :param blocking: wait at the binlog's end for new events (heartbeats keep the connection alive).
+    :raises BinlogConfigError: when another replica or the source uses the pipeline's ``server_id``
+        (``hook.check_server_id()``, one extra SQL connection, before any dump is opened).
+    """
+    if hook.check_server_id() is None:
+        log.warning(
+            "server_id %s of pipeline %r was not checked against the source's replicas: the user may "
+            "not list them (grant REPLICATION MASTER ADMIN on MariaDB 10.5.2+)",
+            hook.server_id,
+            hook.pipeline,
+        )
+    return open_dump(
+        hook.dump_settings(),
+        server_id=hook.server_id,
+        start=start,
+        flavor=flavor,
+        heartbeat_seconds=hook.stream_timeouts()[0],
+        blocking=blocking,
+    )

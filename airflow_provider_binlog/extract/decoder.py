@@ -35,8 +35,8 @@ from typing import Any
 
 from pymysqlreplication.constants import FIELD_TYPE
 
-from airflow_provider_binlog.exceptions import UnsupportedEventError
 from airflow_provider_binlog.extract.columns import ValueConversionError, describe_column
+from airflow_provider_binlog.extract.errors import UndecodableEventError
 from airflow_provider_binlog.extract.rowcode import SUPPORTED_TYPES, TEXT_TYPES, generate, text_kind
 
 
@@ -147,7 +147,7 @@ class RowDecoder:
 
         :param event: what errors name: an object with ``where`` (the event's description), or None.
         :param start: where the images start (a rows event's body is decoded in place, not sliced).
-        :raises UnsupportedEventError: when the images do not decode with this layout.
+        :raises UndecodableEventError: when the images do not decode with this layout.
         """
         try:
             rows, pos, zero = self._rows(body, start, len(body))
@@ -165,7 +165,7 @@ class RowDecoder:
         :param partial: the body is a ``PARTIAL_UPDATE_ROWS_EVENT``'s (each after image starts with
             its ``binlog_row_value_options``).
         :param event: what errors name (see :meth:`decode_rows_bytes`). :param start: as there.
-        :raises UnsupportedEventError: when the images do not decode with this layout, or hold JSON diffs.
+        :raises UndecodableEventError: when the images do not decode with this layout, or hold JSON diffs.
         """
         try:
             if partial:
@@ -188,13 +188,13 @@ class RowDecoder:
     def _failure(self, err: Exception, body: bytes, event: Any, partial: bool) -> Exception:
         """Return the error to raise for ``err``, raised by a generated decoder on ``body``.
 
-        :returns: an :class:`UnsupportedEventError` when the body does not decode with this layout (as is, when
+        :returns: an :class:`UndecodableEventError` when the body does not decode with this layout (as is, when
             the decoder raised one), or the :class:`ValueConversionError` of a value that cannot be staged
             exactly (names its column).
         """
         if isinstance(err, (IndexError, struct.error)):
             return _undecodable(event, err)
-        if isinstance(err, UnsupportedEventError):
+        if isinstance(err, UndecodableEventError):
             return err
         return self._value_error(body, event, err, partial)
 
@@ -236,7 +236,7 @@ class RowDecoder:
             options, pos = _packed_integer(body, pos)
             if options & 1:
                 if int.from_bytes(body[pos : pos + width], "little"):
-                    raise UnsupportedEventError(
+                    raise UndecodableEventError(
                         f"{_where(event)}: partial JSON updates (binlog_row_value_options=PARTIAL_JSON) "
                         f"carry diffs, not values; set binlog_row_value_options='' on the source"
                     )
@@ -251,16 +251,16 @@ class RowDecoder:
 
         :param bitmap: the event's columns-present bitmap (bit ``i`` of byte ``i // 8``, low bit first).
         :param where: the event, for the message.
-        :raises UnsupportedEventError: naming the missing columns and ``binlog_row_image=FULL``.
+        :raises UndecodableEventError: naming the missing columns and ``binlog_row_image=FULL``.
         """
         if count != len(self.columns):
-            raise UnsupportedEventError(
+            raise UndecodableEventError(
                 f"{where}: the event has {count} columns, its table map {len(self.columns)}"
             )
         present = int.from_bytes(bitmap, "little") & self._present
         if present != self._present:
             missing = [c.name for i, c in enumerate(self.columns) if not present >> i & 1]
-            raise UnsupportedEventError(
+            raise UndecodableEventError(
                 f"{where}: the row image lacks columns {missing}; the extractor needs full row "
                 f"images (binlog_row_image=FULL)"
             )
@@ -273,13 +273,13 @@ def _where(event: Any) -> str:
     return str(event.where)
 
 
-def _undecodable(event: Any, err: Exception) -> UnsupportedEventError:
-    return UnsupportedEventError(f"{_where(event)}: row data cannot be decoded with its table map ({err})")
+def _undecodable(event: Any, err: Exception) -> UndecodableEventError:
+    return UndecodableEventError(f"{_where(event)}: row data cannot be decoded with its table map ({err})")
 
 
 def _check_end(pos: int, end: int, event: Any) -> None:
     if pos != end:
-        raise UnsupportedEventError(
+        raise UndecodableEventError(
             f"{_where(event)}: row data ends at byte {pos} of {end}; it does not match the table map"
         )
 
@@ -303,5 +303,5 @@ def _packed_integer(body: bytes, pos: int) -> tuple[int, int]:
         return first, pos + 1
     width = widths.get(first)
     if width is None:
-        raise UnsupportedEventError(f"invalid length-encoded integer prefix {first}")
+        raise UndecodableEventError(f"invalid length-encoded integer prefix {first}")
     return int.from_bytes(body[pos + 1 : pos + 1 + width], "little"), pos + 1 + width

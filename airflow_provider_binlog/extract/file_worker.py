@@ -34,12 +34,8 @@ import pyarrow as pa
 
 from airflow_provider_binlog.exceptions import ReplicationConnectionLostError, UnsupportedEventError
 from airflow_provider_binlog.extract.columns import ColumnSpec
-from airflow_provider_binlog.extract.connections import (
-    REPLICATION_NET_WRITE_TIMEOUT_SECONDS,
-    ReplicationConnection,
-)
+from airflow_provider_binlog.extract.connections import open_dump
 from airflow_provider_binlog.extract.ddl import classify_ddl
-from airflow_provider_binlog.extract.events.feeds import read_binlog_socket
 from airflow_provider_binlog.extract.events.stream import EventReader
 from airflow_provider_binlog.extract.reader import (
     ExtractStats,
@@ -226,38 +222,28 @@ def read_file(job: FileJob) -> FileResult:
     folder = Path(job.spool)
     folder.mkdir(parents=True, exist_ok=True)
     spool = Spool(folder)
-    conn = ReplicationConnection(**job.settings)
+    start_columns = dict(job.columns)
     try:
-        with conn.cursor() as cur:
-            cur.execute(f"SET SESSION net_write_timeout = {REPLICATION_NET_WRITE_TIMEOUT_SECONDS}")
-        raw = read_binlog_socket(  # the events of the serial read's dump: no ANNOTATE_ROWS (ADR 0018)
-            conn,
-            server_id=0,
-            file=job.range.start.file,
-            position=job.range.start.pos,
-            flavor=job.flavor,
-            annotate_rows=False,
-        )
-        start_columns = dict(job.columns)
-        reader = FileReader(
-            EventReader().events(raw),
-            start=job.range.start,
-            end=job.range.end,
-            tables=job.tables,
-            window=job.window,
-            sink=spool,
-            pipeline=job.pipeline,
-            covers=job.covers,
-            columns=start_columns,
-        )
-        serial_from = None
-        try:
-            reader.run()
-        except NeedsSerialRead as err:
-            serial_from = str(err)
+        # server_id 0: the source would end an older dump of the same id (the task's own, another worker's)
+        with open_dump(job.settings, server_id=0, start=job.range.start, flavor=job.flavor) as raw:
+            reader = FileReader(
+                EventReader().events(raw),
+                start=job.range.start,
+                end=job.range.end,
+                tables=job.tables,
+                window=job.window,
+                sink=spool,
+                pipeline=job.pipeline,
+                covers=job.covers,
+                columns=start_columns,
+            )
+            serial_from = None
+            try:
+                reader.run()
+            except NeedsSerialRead as err:
+                serial_from = str(err)
     finally:
         spool.close()
-        conn.close()
     return FileResult(
         index=job.index,
         segments=spool.segments,

@@ -45,9 +45,9 @@ from airflow_provider_binlog.exceptions import (
 )
 from airflow_provider_binlog.extract.batches import lean_arrow, with_commit
 from airflow_provider_binlog.extract.columns import ColumnSpec, ValueConversionError
-from airflow_provider_binlog.extract.connections import ConnectionLost
 from airflow_provider_binlog.extract.decoder import layout_key, unsupported_reason
 from airflow_provider_binlog.extract.effects import StatementEffects
+from airflow_provider_binlog.extract.errors import UndecodableEventError
 from airflow_provider_binlog.extract.events import codes
 from airflow_provider_binlog.extract.events.parsers import Gtid, MariadbGtid, RowsQuery
 from airflow_provider_binlog.extract.events.stream import Event, RowsEvent
@@ -144,8 +144,7 @@ class WindowReader(StatementEffects):
 
     :param events: the window's events from ``start`` on, decoded by our
         :class:`~airflow_provider_binlog.extract.events.stream.EventReader` (ADR 0018); reading them may
-        raise :class:`~airflow_provider_binlog.extract.connections.ConnectionLost` or a pymysql
-        lost-connection error.
+        raise a pymysql lost-connection error.
     :param start: window start (a transaction boundary).
     :param end: window end (a transaction boundary at or after ``start``).
     :param tables: selected tables by ``db.table``.
@@ -231,16 +230,17 @@ class WindowReader(StatementEffects):
 
     def _run(self) -> None:
         try:
-            self._read()
-        except ConnectionLost as err:
-            raise self._lost(err) from err
-        except pymysql.err.OperationalError as err:
-            if err.args and err.args[0] in LOST_CONNECTION_ERRORS:
-                raise self._lost(err) from err
-            raise
-        finally:
-            self.txn.close_spills()
-        self._finish()
+            try:
+                self._read()
+            except pymysql.err.OperationalError as err:
+                if err.args and err.args[0] in LOST_CONNECTION_ERRORS:
+                    raise self._lost(err) from err
+                raise
+            finally:
+                self.txn.close_spills()
+            self._finish()
+        except UndecodableEventError as err:  # the event reader's refusal, as the provider's (no retry helps)
+            raise UnsupportedEventError(str(err)) from err
 
     def _finish(self) -> None:
         """At the window end: decide the retypes still waiting for a table map, hand every committed row to the sink."""

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pymysql
 
 from airflow_provider_binlog.contract.manifest import Manifest
-from airflow_provider_binlog.contract.names import database_of
-from airflow_provider_binlog.extract.connections import ReplicationConnections
+from airflow_provider_binlog.extract.connections import pipeline_dump
 from airflow_provider_binlog.extract.ddl import column_record, record_column
-from airflow_provider_binlog.extract.events.feeds import dump_events
-from airflow_provider_binlog.extract.events.stream import Event, EventReader
+from airflow_provider_binlog.extract.events.stream import EventReader
 from airflow_provider_binlog.extract.file_worker import FileJob
 from airflow_provider_binlog.extract.parallel import (
     PARALLEL_MIN_BYTES,
@@ -42,36 +40,6 @@ if TYPE_CHECKING:
     from airflow_provider_binlog.source.server import ServerState
 
 log = logging.getLogger(__name__)
-
-
-def stream_options() -> dict[str, Any]:
-    """Return BinLogStreamReader options for one window read.
-
-    The library only logs in and opens the dump (:func:`own_events`); its connections are opened through a
-    new :class:`~airflow_provider_binlog.extract.connections.ReplicationConnections`, which turns the library's
-    silent reconnect into an error (a window is read over one connection; the task's retry re-reads it).
-    """
-    return {"pymysql_wrapper": ReplicationConnections()}
-
-
-def own_events(stream: Any) -> Iterator[Event]:
-    """Open ``stream``'s dump and yield its events decoded by our :class:`~.events.stream.EventReader`.
-
-    mysql-replication logs in, sets the checksum and the heartbeat, registers and sends COM_BINLOG_DUMP;
-    the events are read off its stream connection directly, so none of its event classes run.
-
-    :raises ValueError: when ``stream`` opens its connections otherwise than through
-        :class:`~airflow_provider_binlog.extract.connections.ReplicationConnections` (they reconnect silently).
-    """
-    if not isinstance(getattr(stream, "pymysql_wrapper", None), ReplicationConnections):
-        raise ValueError(
-            "open the window's stream with pymysql_wrapper=ReplicationConnections() (see "
-            "extract.window.stream_options): the library's own connections reconnect silently"
-        )
-    stream._BinLogStreamReader__connect_to_stream()
-    checksum = 4 if stream._BinLogStreamReader__use_checksum else 0
-    raw = dump_events(stream._stream_connection, file=stream.log_file, checksum=checksum)
-    yield from EventReader().events(raw)
 
 
 def extract_window(
@@ -159,10 +127,9 @@ def extract_window(
 
         With ``until`` (a file's end in a parallel read), a :class:`~.parallel.ParentFileReader` reads to there.
         """
-        stream = hook.stream_reader(at, schemas=[database_of(n) for n in tables], **stream_options())
-        try:
+        with pipeline_dump(hook, at, flavor=server.flavor) as raw:
             reader = (WindowReader if until is None else partial(ParentFileReader, until=until))(
-                own_events(stream),
+                EventReader().events(raw),
                 start=at,
                 end=end,
                 tables=tables,
@@ -176,8 +143,6 @@ def extract_window(
             )
             before.seed(reader)
             reader.run()
-        finally:
-            stream.close()
         return ReaderState.after(reader)
 
     try:

@@ -473,8 +473,9 @@ class BinlogHook(BaseHook):
         MariaDB 10.11). A pipeline sharing a real replica's id would break that replica's replication
         and be broken by it in turn.
 
-        The provider's own streams do not register (mysql-replication sends ``COM_REGISTER_SLAVE`` only
-        when given ``report_slave``, which :meth:`stream_reader` does not pass), so a registered replica
+        The provider's own dumps and probe streams do not register (they send no ``COM_REGISTER_SLAVE``:
+        :func:`~airflow_provider_binlog.extract.connections.open_dump`, and mysql-replication without
+        ``report_slave`` for :meth:`open_stream`), so a registered replica
         is never an earlier stream of this pipeline, alive or crashed, and needs no exemption. By the
         same token two pipelines sharing a ``server_id`` are invisible here; the derived ids keep them
         apart unless the extra sets one id for several pipelines.
@@ -590,32 +591,11 @@ class BinlogHook(BaseHook):
         with self.cursor() as cur:
             return read_foreign_keys(cur, tables)
 
-    def stream_reader(
-        self, start: BinlogPosition, *, schemas: Iterable[str], **kwargs: Any
-    ) -> BinLogStreamReader:
-        """Open a non-blocking binlog stream from ``start`` (a transaction boundary) by file/position.
-
-        The stream is opened by coordinates on both flavors: with ``is_mariadb=True`` mysql-replication
-        ignores file/position and an unknown GTID domain would stream from the oldest binlog. Logging
-        of the library's settings (which include the password) is off.
-
-        :raises BinlogConfigError: when another replica or the source uses :attr:`server_id` (checked
-            first by :meth:`check_server_id`, one extra SQL connection).
-        """
-        if self.check_server_id() is None:
-            log.warning(
-                "server_id %s of pipeline %r was not checked against the source's replicas: the user may "
-                "not list them (grant REPLICATION MASTER ADMIN on MariaDB 10.5.2+)",
-                self.server_id,
-                self.pipeline,
-            )
-        return self.open_stream(start, server_id=self.server_id, only_schemas=sorted(set(schemas)), **kwargs)
-
     def open_stream(self, start: BinlogPosition, *, server_id: int, **kwargs: Any) -> BinLogStreamReader:
         """Open a non-blocking stream from ``start`` by coordinates with ``server_id``, unchecked.
 
-        For short reads under an id of their own (:meth:`probe_stream`); pipelines use
-        :meth:`stream_reader`. ``kwargs`` go to ``BinLogStreamReader`` (``only_events``, ...). Its
+        For short reads under an id of their own (:meth:`probe_stream`); window reads open their dumps with
+        :func:`~airflow_provider_binlog.extract.connections.pipeline_dump`. ``kwargs`` go to ``BinLogStreamReader`` (``only_events``, ...). Its
         connections log in within ``connect_timeout`` (``pymysql_wrapper`` defaults to
         :class:`~airflow_provider_binlog.source.connect.LoginTimeoutConnection`); afterwards the source sends
         heartbeats and every read and write waits at most the read timeout of :meth:`stream_timeouts`

@@ -1,24 +1,43 @@
-"""pymysql connections whose login is bounded by ``connect_timeout``, not only the TCP connect.
+"""The one module that touches pymysql's private API, with the contract it relies on.
 
-pymysql (1.1, 1.2: ``Connection.connect`` in ``pymysql/connections.py``) passes ``connect_timeout`` to
-``socket.create_connection`` only. Right after the TCP connection is up it calls
-``sock.settimeout(self._read_timeout)``, ``None`` unless ``read_timeout`` is given, and then reads the
-server's handshake (``_get_server_information``), authenticates (``_request_authentication``) and sends
-``SET NAMES`` and ``SET AUTOCOMMIT`` with that timeout. Against a peer that accepts TCP but never sends
-the handshake (a hung server, a proxy whose backend is gone, a firewall that answers the SYN) the login
-therefore waits until the peer or the kernel closes the socket: 38-43 s were measured with
-``connect_timeout=3``, and a peer that keeps the socket open makes it wait forever.
+pymysql has no public API for two things the provider needs: a login bounded by ``connect_timeout``, and
+the packet layer a COM_BINLOG_DUMP reader frames itself. Everything of pymysql that is not public and that
+the provider uses is here, listed in :data:`PRIVATE_API` and checked against the installed pymysql by
+``tests/unit/test_pymysql_contract.py`` (which also fails when any other module of the package touches one
+of these names, or a private attribute of mysql-replication). ``pyproject.toml`` pins pymysql to the
+releases this contract was tested on (1.1 and 1.2); a new release is admitted after that test passes on it.
 
-:class:`LoginTimeoutConnection` applies ``connect_timeout`` to every read and write of the login too,
-then hands the socket the connection's own ``read_timeout`` / ``write_timeout`` (pymysql re-applies
-them before the next read or write when they differ from the socket's current timeout,
-``Connection._read_packet`` / ``_write_bytes``). This module imports nothing from Airflow: snapshot
-chunks open their connections with it inside Spark tasks.
+The contract (pymysql 1.1, 1.2: ``pymysql/connections.py``):
+
+- ``Connection._read_timeout`` / ``_write_timeout``: the timeouts pymysql applies to the socket before each
+  read or write (``_read_packet``, ``_write_bytes``), when they differ from the socket's current one.
+- ``Connection._create_ssl_ctx(sslp)``: builds the TLS context of the ``ssl`` options at each connect.
+- ``Connection._read_packet()``: reads one packet (sets the socket's read timeout first) and returns a
+  ``MysqlPacket``, raising the server's error for an error packet.
+- ``Connection._rfile``: the buffered socket file (``read``, ``read1``) that packets are read from.
+- ``Connection._next_seq_id``: the sequence id the next packet read must carry (and the next write gets).
+- ``Connection._force_close()``: closes the socket without COM_QUIT (after a broken read).
+
+**Logins bounded by connect_timeout.** pymysql passes ``connect_timeout`` to ``socket.create_connection``
+only. Right after the TCP connection is up it calls ``sock.settimeout(self._read_timeout)``, ``None`` unless
+``read_timeout`` is given, and then reads the server's handshake (``_get_server_information``),
+authenticates (``_request_authentication``) and sends ``SET NAMES`` and ``SET AUTOCOMMIT`` with that
+timeout. Against a peer that accepts TCP but never sends the handshake (a hung server, a proxy whose backend
+is gone, a firewall that answers the SYN) the login therefore waits until the peer or the kernel closes the
+socket: 38-43 s were measured with ``connect_timeout=3``, and a peer that keeps the socket open makes it wait
+forever. :class:`LoginTimeoutConnection` applies ``connect_timeout`` to every read and write of the login
+too, then hands the socket the connection's own ``read_timeout`` / ``write_timeout``.
+
+**Packets.** :class:`PacketChannel` is the packet layer under an open connection: send a command, read one
+packet, and the socket file, sequence id and forced close that a reader framing packets itself needs
+(:func:`~airflow_provider_binlog.extract.events.feeds.packet_batches`).
+
+This module imports nothing from Airflow: snapshot chunks open their connections with it inside Spark tasks.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import IO, Any
 
 import pymysql
 
@@ -28,6 +47,16 @@ away, 2013 lost connection during query (also a read that timed out), 2055 lost 
 error) (MySQL manual, "Client Error Message Reference"); 1053 server shutdown in progress (MySQL manual,
 "Server Error Message Reference"); 1927 connection was killed (MariaDB KB, "MariaDB Error Code
 Reference")."""
+PRIVATE_API = (
+    "_read_timeout",
+    "_write_timeout",
+    "_create_ssl_ctx",
+    "_read_packet",
+    "_rfile",
+    "_next_seq_id",
+    "_force_close",
+)
+"""The names of ``pymysql.connections.Connection`` this module uses that pymysql does not make public."""
 _preferred_tls: Any = None
 """The TLS context of connections without TLS options (pymysql 1.2's PREFERRED mode), made once per process."""
 
@@ -71,3 +100,50 @@ class LoginTimeoutConnection(pymysql.connections.Connection):
             super().connect(sock)
         finally:
             self._read_timeout, self._write_timeout = read_timeout, write_timeout
+
+
+class PacketChannel:
+    """The packet layer of an open pymysql ``connection``, for commands pymysql has no method for.
+
+    A client that sends such a command (COM_BINLOG_DUMP) frames the answer's packets itself. Packets: 3-byte payload length, 1-byte sequence id, payload (MySQL internals, "MySQL Packets"). A command
+    starts a new sequence at 0; each packet of the answer carries the next id.
+    """
+
+    __slots__ = ("connection",)
+
+    def __init__(self, connection: pymysql.connections.Connection) -> None:
+        self.connection = connection
+
+    def send_command(self, command: bytes) -> None:
+        """Send ``command`` (command byte and arguments, under 16 MiB) as a new command's one packet.
+
+        :raises pymysql.err.OperationalError: 2006 when the write fails (the connection is closed then).
+        """
+        self.connection._next_seq_id = 0
+        self.connection.write_packet(command)
+
+    def read_packet(self) -> bytes:
+        """Read the next packet (its read timeout applied) and return its payload.
+
+        :raises pymysql.err.MySQLError: the server's error for an error packet; ``OperationalError`` 2013 when
+            the connection breaks or the read times out.
+        """
+        return bytes(self.connection._read_packet().get_all_data())
+
+    @property
+    def socket_file(self) -> IO[bytes]:
+        """Return the connection's buffered socket file (``read``, ``read1``), positioned after the packets read."""
+        return self.connection._rfile  # type: ignore[no-any-return]
+
+    @property
+    def sequence_id(self) -> int:
+        """Return the sequence id the next packet read must carry."""
+        return int(self.connection._next_seq_id)
+
+    @sequence_id.setter
+    def sequence_id(self, value: int) -> None:
+        self.connection._next_seq_id = value
+
+    def force_close(self) -> None:
+        """Close the socket without COM_QUIT (after a broken or abandoned read); ``connection.open`` is False then."""
+        self.connection._force_close()

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from airflow_provider_binlog.exceptions import BinlogConfigError
+from airflow_provider_binlog.extract.connections import pipeline_dump
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.source.flavor import ReplicaHost
 from airflow_provider_binlog.source.server import derive_server_id
@@ -101,7 +102,7 @@ def test_the_stream_is_not_opened_on_a_collision(connections: LocalMariaDB, othe
     head = hook.server_state().head
     assert head is not None
     with pytest.raises(BinlogConfigError, match="already used by the replica"):
-        hook.stream_reader(head, schemas=["mysql"])
+        pipeline_dump(hook, head, flavor="mariadb")
     assert registered_ids(connections) == [other_replica]
 
 

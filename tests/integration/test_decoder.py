@@ -22,9 +22,9 @@ from pymysqlreplication.column import Column
 from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from airflow_provider_binlog.exceptions import UnsupportedEventError
 from airflow_provider_binlog.extract.columns import ValueConversionError, converter
 from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key
+from airflow_provider_binlog.extract.errors import UndecodableEventError
 from airflow_provider_binlog.extract.events.feeds import read_binlog_socket
 from airflow_provider_binlog.extract.events.stream import EventReader
 from airflow_provider_binlog.extract.events.stream import RowsEvent as OwnRowsEvent
@@ -398,7 +398,7 @@ def test_minimal_row_image_is_refused(mariadb: LocalMariaDB, source_db: str) -> 
     mariadb.execute(
         "SET SESSION binlog_row_image = 'MINIMAL'", "UPDATE m SET a = 5 WHERE id = 1", database=source_db
     )
-    with pytest.raises(UnsupportedEventError, match="binlog_row_image=FULL"):
+    with pytest.raises(UndecodableEventError, match="binlog_row_image=FULL"):
         decoded(mariadb, start, source_db)
 
 
@@ -471,7 +471,7 @@ def test_partial_update_event_with_whole_values_decodes() -> None:
     assert decoder.decode_updates_bytes(whole, partial=True) == [([1, '{"a": 1}'], [1, '{"a": 1}'])]
     flagged = image + b"\x01\x00" + image  # PARTIAL_JSON_UPDATES set, no column holds a diff
     assert decoder.decode_updates_bytes(flagged, partial=True) == [([1, '{"a": 1}'], [1, '{"a": 1}'])]
-    with pytest.raises(UnsupportedEventError, match="PARTIAL_JSON"):
+    with pytest.raises(UndecodableEventError, match="PARTIAL_JSON"):
         decoder.decode_updates_bytes(image + b"\x01\x01" + image, partial=True)
 
 
@@ -482,7 +482,7 @@ def test_truncated_row_data_is_an_error() -> None:
     ]
     decoder = RowDecoder(columns)
     assert decoder.decode_rows_bytes(b"\x00" + struct.pack("<i", 7) + b"\x02hi") == [[7, "hi"]]
-    with pytest.raises(UnsupportedEventError, match="does not match"):
+    with pytest.raises(UndecodableEventError, match="does not match"):
         decoder.decode_rows_bytes(b"\x00" + struct.pack("<i", 7) + b"\x05hi")
 
 

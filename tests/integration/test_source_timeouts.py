@@ -12,7 +12,7 @@ import pymysql
 import pytest
 
 from airflow_provider_binlog.exceptions import SourceUnreachableError
-from airflow_provider_binlog.extract.connections import ReplicationConnections
+from airflow_provider_binlog.extract.connections import pipeline_dump
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
@@ -95,14 +95,17 @@ def test_the_test_button_does_not_hang_on_a_silent_server(
 def test_the_replication_login_is_bounded_too(silent_listener: int, monkeypatch: pytest.MonkeyPatch) -> None:
     use_connection(monkeypatch, silent_listener, connect_timeout=CONNECT_TIMEOUT)
     hook = BinlogHook()
-    for wrapper in (None, ReplicationConnections()):
-        options = {} if wrapper is None else {"pymysql_wrapper": wrapper}
-        stream = hook.open_stream(BinlogPosition("mariadb-bin.000001", 4), server_id=4242, **options)
-        started = time.monotonic()
-        with pytest.raises(Exception, match="timed out"):
-            stream.fetchone()
-        assert time.monotonic() - started < CONNECT_TIMEOUT + MARGIN_SECONDS
-        stream.close()
+    stream = hook.open_stream(BinlogPosition("mariadb-bin.000001", 4), server_id=4242)  # a probe's stream
+    started = time.monotonic()
+    with pytest.raises(Exception, match="timed out"):
+        stream.fetchone()
+    assert time.monotonic() - started < CONNECT_TIMEOUT + MARGIN_SECONDS
+    stream.close()
+    started = time.monotonic()  # a window's dump
+    with pytest.raises(Exception, match="timed out"):  # noqa: PT012
+        with pipeline_dump(hook, BinlogPosition("mariadb-bin.000001", 4), flavor="mariadb") as raw:
+            next(raw)
+    assert time.monotonic() - started < CONNECT_TIMEOUT + MARGIN_SECONDS
 
 
 def test_a_query_slower_than_read_timeout_fails_retryably(

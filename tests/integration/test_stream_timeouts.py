@@ -17,8 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, ReplicationConnectionLostError
+from airflow_provider_binlog.extract.connections import pipeline_dump
+from airflow_provider_binlog.extract.events.stream import EventReader, RowsEvent
 from airflow_provider_binlog.extract.reader import TableTarget
-from airflow_provider_binlog.extract.window import extract_window, stream_options
+from airflow_provider_binlog.extract.window import extract_window
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.pipeline.ledger import Position, Window, now_iso
 from airflow_provider_binlog.pipeline.staging import window_path
@@ -132,19 +134,14 @@ def test_heartbeats_keep_a_stream_that_waits_on_a_quiet_source_alive(
     """A stream waiting at the binlog end for longer than its read timeout gets heartbeats, not an error.
 
     The extract reads non-blocking (the source ends the dump at the binlog end instead of waiting), so the
-    dump thread of a window never waits; this stream is switched to blocking so that it does, the one
-    moment a live source sends nothing but heartbeats.
+    dump thread of a window never waits; this dump is opened blocking so that it does, the one moment a
+    live source sends nothing but heartbeats.
     """
-    from pymysqlreplication.row_event import WriteRowsEvent
-
     relay = SilentRelay(("127.0.0.1", mariadb.port))
     with mariadb.scratch_database("quiet") as db:
         mariadb.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY)")
         try:
             hook = _through(relay, mariadb, monkeypatch)
-            options = stream_options()
-            stream = hook.stream_reader(_head(mariadb), schemas=[db], **options)
-            stream._BinLogStreamReader__blocking = True  # type: ignore[attr-defined]
             quiet = 2.5 * READ_TIMEOUT
             heard: list[int] = []  # bytes from the source after 1 s (caught up) and when the write comes
 
@@ -160,17 +157,17 @@ def test_heartbeats_keep_a_stream_that_waits_on_a_quiet_source_alive(
             for timer in timers:
                 timer.start()
             try:
-                event = stream.fetchone()
-                while not isinstance(event, WriteRowsEvent):
-                    event = stream.fetchone()
+                with pipeline_dump(hook, _head(mariadb), flavor="mariadb", blocking=True) as raw:
+                    event = next(e.data for e in EventReader().events(raw) if isinstance(e.data, RowsEvent))
             finally:
                 for timer in timers:
                     timer.join()
-                stream.close()
             waited = time.monotonic() - started
         finally:
             relay.close()
-    assert event.rows[0]["values"]["id"] == 7
+    assert event.kind == "write"
+    assert event.table == "t"
+    assert [row[0] for row in event.image_rows()] == [7]
     assert waited >= quiet
     heartbeat_bytes = heard[1] - heard[0]
     print(f"{heartbeat_bytes} bytes of heartbeats in {quiet - 1:.1f} quiet seconds")

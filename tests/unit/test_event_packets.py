@@ -1,14 +1,15 @@
-"""The socket feed's packet framing (``feeds.packets``) on hand-built packet bytes served in awkward chunks."""
+"""The socket feed's packet framing (``feeds.packet_batches``) on hand-built packet bytes served in awkward chunks."""
 
 from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Iterator
 
 import pymysql
 import pytest
 
-from airflow_provider_binlog.extract.events.feeds import packets
+from airflow_provider_binlog.extract.events.feeds import packet_batches
 
 
 def frame(payload: bytes, seq: int) -> bytes:
@@ -32,28 +33,26 @@ class _Trickle(io.RawIOBase):
         return len(chunk)
 
 
-class _FirstPacket:
-    def __init__(self, payload: bytes) -> None:
-        self.payload = payload
-
-    def get_all_data(self) -> bytes:
-        return self.payload
-
-
-class _Connection:
-    """What ``packets`` uses of a pymysql connection: the first packet read by pymysql, then its socket file."""
+class _Channel:
+    """What ``packet_batches`` uses of a connection's packet layer: the first packet, then the socket file."""
 
     def __init__(self, first: bytes, rest: bytes, step: int) -> None:
         self.first = first
-        self._rfile = io.BufferedReader(_Trickle(rest, step))
-        self._next_seq_id = 2
+        self.socket_file = io.BufferedReader(_Trickle(rest, step))
+        self.sequence_id = 2
         self.closed = False
 
-    def _read_packet(self) -> _FirstPacket:
-        return _FirstPacket(self.first)
+    def read_packet(self) -> bytes:
+        return self.first
 
-    def _force_close(self) -> None:
+    def force_close(self) -> None:
         self.closed = True
+
+
+def packets(channel: _Channel) -> Iterator[bytes]:
+    """Yield the payloads ``packet_batches`` frames, one at a time."""
+    for batch in packet_batches(channel):  # type: ignore[arg-type]
+        yield from batch
 
 
 @pytest.mark.parametrize(("step", "continued"), [(1, False), (7, False), (4099, True)])
@@ -68,9 +67,9 @@ def test_packets_are_framed_across_reads_and_continuations(step: int, continued:
     for payload in payloads:
         stream += frame(payload, seq & 0xFF)
         seq += 1
-    conn = _Connection(b"\x00first", stream, step)
+    conn = _Channel(b"\x00first", stream, step)
     assert _take(packets(conn), len(expected) + 1) == [b"\x00first", *expected]
-    assert conn._next_seq_id == seq & 0xFF
+    assert conn.sequence_id == seq & 0xFF
 
 
 def _take(iterator: object, count: int) -> list[bytes]:
@@ -78,7 +77,7 @@ def _take(iterator: object, count: int) -> list[bytes]:
 
 
 def test_a_packet_out_of_sequence_fails_and_closes() -> None:
-    conn = _Connection(b"\x00first", frame(b"\x00a", 2) + frame(b"\x00b", 9), 5)
+    conn = _Channel(b"\x00first", frame(b"\x00a", 2) + frame(b"\x00b", 9), 5)
     stream = packets(conn)
     assert _take(stream, 2) == [b"\x00first", b"\x00a"]
     with pytest.raises(pymysql.err.InternalError, match="got 9 expected 3"):
@@ -92,7 +91,7 @@ def test_a_packet_out_of_sequence_fails_and_closes() -> None:
     ids=["MariaDB's shutdown packet (sequence id 0)", "the stream ends inside a packet"],
 )
 def test_lost_connections_fail_with_2013_and_close(rest: bytes) -> None:
-    conn = _Connection(b"\x00first", rest, 8)
+    conn = _Channel(b"\x00first", rest, 8)
     stream = packets(conn)
     next(stream)
     with pytest.raises(pymysql.err.OperationalError) as lost:
@@ -103,7 +102,7 @@ def test_lost_connections_fail_with_2013_and_close(rest: bytes) -> None:
 
 def test_an_error_packet_raises_the_server_error() -> None:
     error = b"\xff" + struct.pack("<H", 1236) + b"#HY000" + b"Could not find first log file name"
-    stream = packets(_Connection(b"\x00first", frame(error, 2), 3))
+    stream = packets(_Channel(b"\x00first", frame(error, 2), 3))
     next(stream)
     with pytest.raises(pymysql.err.OperationalError, match="Could not find first log"):
         next(stream)

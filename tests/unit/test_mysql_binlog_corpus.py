@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_binlog.exceptions import UnsupportedEventError
 from airflow_provider_binlog.extract.decoder import unsupported_reason
+from airflow_provider_binlog.extract.errors import UndecodableEventError
 from airflow_provider_binlog.extract.events.feeds import read_binlog_file
 from airflow_provider_binlog.extract.events.stream import Event, EventReader, RowsEvent
 from airflow_provider_binlog.extract.reader import TableTarget, WindowReader
@@ -97,7 +97,7 @@ def check_json(events: list[Event]) -> None:
     pairs = update.data.rows()
     assert [after[3] - before[3] for before, after in pairs] == [1] * len(pairs)  # age + 1
     partial = next(e for e in rows if e.data.partial)
-    with pytest.raises(UnsupportedEventError, match="binlog_row_value_options='' and binlog_row_image=FULL"):
+    with pytest.raises(UndecodableEventError, match="binlog_row_value_options='' and binlog_row_image=FULL"):
         partial.data.rows()
 
 
@@ -157,7 +157,7 @@ def check_vector(events: list[Event]) -> None:
 def check_hidden_gcol(events: list[Event]) -> None:
     rows = next(e.data for e in events if isinstance(e.data, RowsEvent))
     assert len(rows.image_rows()) == 1
-    with pytest.raises(UnsupportedEventError, match="binlog_row_image=FULL"):
+    with pytest.raises(UndecodableEventError, match="binlog_row_image=FULL"):
         rows.rows()  # the hidden column of the functional index is not in the image
 
 
@@ -324,7 +324,7 @@ def test_corrupt_byte_fails_the_checksum(tmp_path: Path) -> None:
     raw[-30] ^= 0x01  # inside the last event
     broken = tmp_path / "broken.000001"
     broken.write_bytes(bytes(raw))
-    with pytest.raises(UnsupportedEventError, match="CRC32 checksum mismatch"):
+    with pytest.raises(UndecodableEventError, match="CRC32 checksum mismatch"):
         list(EventReader().events(read_binlog_file(broken)))
 
 

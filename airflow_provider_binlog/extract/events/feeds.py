@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_binlog.exceptions import UnsupportedEventError
+from airflow_provider_binlog.extract.errors import UndecodableEventError
 from airflow_provider_binlog.extract.events import codes
 from airflow_provider_binlog.extract.events.parsers import HEADER
+from airflow_provider_binlog.source.connect import PacketChannel
 
 MAGIC = b"\xfebin"
 """The first 4 bytes of every binlog file."""
@@ -100,7 +101,7 @@ def read_binlog_file(
     sends it over the socket: the events after it cannot be decoded without it.
 
     :param start: an event boundary (4 = the first event, the FORMAT_DESCRIPTION).
-    :raises UnsupportedEventError: when the file does not start with the binlog magic bytes, or ends
+    :raises UndecodableEventError: when the file does not start with the binlog magic bytes, or ends
         inside an event (a truncated file, or one the server is writing: read it up to a position the
         server reported instead).
     """
@@ -133,11 +134,11 @@ def _events_of(path: Path, start: int) -> Iterator[Event]:
     name = path.name
     with open(path, "rb") as handle:
         if handle.read(4) != MAGIC:
-            raise UnsupportedEventError(f"{path} is not a binlog file (it does not start with fe 62 69 6e)")
+            raise UndecodableEventError(f"{path} is not a binlog file (it does not start with fe 62 69 6e)")
         if start > 4:
             header = handle.read(19)
             if len(header) < 19 or header[4] != codes.FORMAT_DESCRIPTION:
-                raise UnsupportedEventError(f"{path} has no FORMAT_DESCRIPTION event at offset 4")
+                raise UndecodableEventError(f"{path} has no FORMAT_DESCRIPTION event at offset 4")
             yield raw_event(name, 4, header + handle.read(_SIZE.unpack_from(header, 9)[0] - 19))
         handle.seek(start)
         buffer = b""  # the bytes read but not yet yielded, starting at ``offset``
@@ -148,7 +149,7 @@ def _events_of(path: Path, start: int) -> Iterator[Event]:
             while len(buffer) - pos >= 19:
                 size = _SIZE.unpack_from(buffer, pos + 9)[0]
                 if size < 19:
-                    raise UnsupportedEventError(
+                    raise UndecodableEventError(
                         f"{name}:{offset} holds an event of {size} bytes: not a binlog event"
                     )
                 if len(buffer) - pos < size:
@@ -158,7 +159,7 @@ def _events_of(path: Path, start: int) -> Iterator[Event]:
                 offset += size
             buffer = buffer[pos:]
         if buffer:
-            raise UnsupportedEventError(
+            raise UndecodableEventError(
                 f"{name} ends inside an event at offset {offset} ({len(buffer)} bytes left)"
             )
 
@@ -172,6 +173,7 @@ def read_binlog_socket(
     flavor: str = "mariadb",
     blocking: bool = False,
     annotate_rows: bool = True,
+    heartbeat_seconds: float | None = None,
 ) -> Iterator[Event]:
     """Yield the events a COM_BINLOG_DUMP from ``(file, position)`` streams over ``connection``.
 
@@ -181,32 +183,36 @@ def read_binlog_socket(
 
     :param connection: an open pymysql connection of a user with REPLICATION SLAVE; it serves nothing else
         until the dump ends (close it to stop a blocking dump).
-    :param server_id: this reader's id on the source (unique among its replicas).
+    :param server_id: this reader's id on the source (unique among its replicas; 0 for a non-blocking reader
+        that other readers of the same id must not end: the source ends an older dump of the same id).
     :param flavor: ``mariadb`` or ``mysql``: MariaDB is asked for GTID events (``@mariadb_slave_capability``).
     :param blocking: wait for new events at the end of the binlog instead of ending there.
     :param annotate_rows: ask MariaDB for the ANNOTATE_ROWS events (as its files hold them); False gets the
-        events a dump opened by mysql-replication gets (the window read's, whose ``stats.events`` counts them).
+        events the window read stages from (whose ``stats.events`` counts them, ADR 0018).
+    :param heartbeat_seconds: ask the source for a HEARTBEAT event after each period in which it has nothing
+        to send (``@master_heartbeat_period``, in nanoseconds; MySQL manual, "CHANGE REPLICATION SOURCE TO":
+        ``SOURCE_HEARTBEAT_PERIOD``), so that a read timeout longer than the period tells a quiet source from
+        a dead connection; None: no heartbeats.
     :raises pymysql.err.OperationalError: for the server's errors (a purged file, a bad position, ...).
     """
     with connection.cursor() as cur:
         cur.execute("SELECT @@global.binlog_checksum")
         checksum = 0 if str(cur.fetchone()[0]).upper() == "NONE" else 4
         cur.execute("SET @master_binlog_checksum = @@global.binlog_checksum")
+        if heartbeat_seconds is not None:
+            cur.execute("SET @master_heartbeat_period = %s", (int(heartbeat_seconds * 1_000_000_000),))
         if flavor == "mariadb":
             cur.execute(f"SET @mariadb_slave_capability = {MARIADB_SLAVE_CAPABILITY_GTID}")
-    name = file.encode("utf-8")
     flags = 0 if blocking else BINLOG_DUMP_NON_BLOCK
     if flavor == "mariadb" and annotate_rows:
         flags |= BINLOG_SEND_ANNOTATE_ROWS_EVENT
-    command = struct.pack("<BIHI", COM_BINLOG_DUMP, position, flags, server_id) + name
-    # A command packet: 3-byte length, sequence id 0, then the command (pymysql's own framing).
-    connection._write_bytes(struct.pack("<I", len(command))[:3] + b"\x00" + command)
-    connection._next_seq_id = 1
-    yield from dump_events(connection, file=file, checksum=checksum)
+    channel = PacketChannel(connection)
+    channel.send_command(struct.pack("<BIHI", COM_BINLOG_DUMP, position, flags, server_id) + file.encode())
+    yield from dump_events(channel, file=file, checksum=checksum)
 
 
-def dump_events(connection: Any, *, file: str, checksum: int) -> Iterator[Event]:
-    """Yield the events of a COM_BINLOG_DUMP already sent on ``connection`` (by us or by mysql-replication).
+def dump_events(channel: PacketChannel, *, file: str, checksum: int) -> Iterator[Event]:
+    """Yield the events of a COM_BINLOG_DUMP already sent on ``channel``.
 
     :param file: the file the dump starts in (the artificial ROTATE names it again).
     :param checksum: 4 when the events carry a CRC32 (``@master_binlog_checksum`` was set and the source's
@@ -214,7 +220,7 @@ def dump_events(connection: Any, *, file: str, checksum: int) -> Iterator[Event]
     """
     current = file
     unpack, special = HEADER.unpack_from, _DUMP_SPECIAL
-    for batch in packet_batches(connection):
+    for batch in packet_batches(channel):
         for data in batch:
             if data[0]:
                 if data[0] == 0xFE and len(data) < 9:  # EOF: the end of a non-blocking dump
@@ -243,19 +249,8 @@ _MAX_PACKET = 0xFFFFFF
 """A packet payload this long continues in the next packet (MySQL internals, "Sending More Than 16 MB")."""
 
 
-def packets(connection: Any) -> Iterator[bytes]:
-    """Yield the payloads of the packets that follow on a pymysql ``connection``, as its ``_read_packet`` would.
-
-    The packets are framed by :func:`packet_batches`; errors are its.
-
-    :raises pymysql.err.MySQLError: as :func:`packet_batches`.
-    """
-    for batch in packet_batches(connection):
-        yield from batch
-
-
-def packet_batches(connection: Any) -> Iterator[list[bytes]]:
-    """Yield the payloads of the packets that follow on a pymysql ``connection``, a list of them at a time.
+def packet_batches(channel: PacketChannel) -> Iterator[list[bytes]]:
+    """Yield the payloads of the packets that follow on ``channel``, a list of them at a time.
 
     The first packet is read by pymysql (which sets the socket's read timeout); the rest are framed here
     (3-byte length, sequence id, payload; payloads of 16 MiB - 1 continue in the next packet) out of chunks of
@@ -277,10 +272,10 @@ def packet_batches(connection: Any) -> Iterator[list[bytes]]:
     import pymysql
     from pymysql.constants import CR
 
-    yield [connection._read_packet().get_all_data()]
-    rfile = connection._rfile
+    yield [channel.read_packet()]
+    rfile = channel.socket_file
     buffer, pos = b"", 0
-    expected = connection._next_seq_id
+    expected = channel.sequence_id
     parts: list[bytes] = []  # the payload so far of a packet that continues in the next
     unpack_header = _SIZE.unpack_from
 
@@ -312,13 +307,13 @@ def packet_batches(connection: Any) -> Iterator[list[bytes]]:
                 error = payload
                 break
             batch.append(payload)
-        connection._next_seq_id = expected
+        channel.sequence_id = expected
         if batch:
             yield batch
         if error is not None:
             pymysql.err.raise_mysql_exception(error)
         if wrong_number is not None:
-            connection._force_close()
+            channel.force_close()
             if wrong_number == 0:
                 raise pymysql.err.OperationalError(
                     CR.CR_SERVER_LOST, "Lost connection to MySQL server during query"
@@ -326,15 +321,15 @@ def packet_batches(connection: Any) -> Iterator[list[bytes]]:
             raise pymysql.err.InternalError(
                 f"Packet sequence number wrong - got {wrong_number} expected {expected}"
             )
-        buffer, pos = buffer[pos:] + _receive(connection, rfile, need), 0
+        buffer, pos = buffer[pos:] + _receive(channel, rfile, need), 0
 
 
 _CHUNK = 1 << 16
 """Bytes asked of the socket file at a time when the packet being framed needs fewer."""
 
 
-def _receive(connection: Any, rfile: Any, needed: int) -> bytes:
-    """Return at least ``needed`` more bytes of ``connection`` (up to :data:`_CHUNK` more when fewer are needed).
+def _receive(channel: PacketChannel, rfile: Any, needed: int) -> bytes:
+    """Return at least ``needed`` more bytes of ``channel`` (up to :data:`_CHUNK` more when fewer are needed).
 
     :raises pymysql.err.OperationalError: 2013 when the connection breaks, times out or ends first (the
         connection is closed then, as pymysql's ``_read_bytes`` does).
@@ -353,11 +348,11 @@ def _receive(connection: Any, rfile: Any, needed: int) -> bytes:
                     break
                 data += chunk
     except OSError as err:
-        connection._force_close()
+        channel.force_close()
         raise pymysql.err.OperationalError(
             CR.CR_SERVER_LOST, f"Lost connection to MySQL server during query ({err})"
         ) from err
     if len(data) < needed:
-        connection._force_close()
+        channel.force_close()
         raise pymysql.err.OperationalError(CR.CR_SERVER_LOST, "Lost connection to MySQL server during query")
     return data

@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from airflow_provider_binlog.exceptions import UnsupportedEventError
+from airflow_provider_binlog.extract.errors import UndecodableEventError
 from airflow_provider_binlog.extract.events.wire import (
     cstring,
     packed_integer,
@@ -69,7 +69,7 @@ def parse_format_description(body: bytes) -> FormatDescription:
     version, created, header_length = struct.unpack_from("<H", body)[0], *struct.unpack_from("<IB", body, 52)
     server = body[2:52].split(b"\0", 1)[0].decode("ascii", "replace")
     if version != 4 or header_length != HEADER_SIZE:
-        raise UnsupportedEventError(
+        raise UndecodableEventError(
             f"binlog version {version} with {header_length}-byte headers is not read (v4 only)"
         )
     return FormatDescription(version, server, created, header_length, bytes(body[57:-5]), body[-5])
@@ -323,11 +323,11 @@ def parse_gtid_tagged(body: bytes) -> Gtid:
     last non-ignorable field id (varlen), then ``field id (varlen), value`` pairs: the uuid as 16 varlen
     bytes, the tag as a varlen length and bytes, integers as varlen (zig-zag for signed ones).
 
-    :raises UnsupportedEventError: for another format version, or a field this reader does not know that
+    :raises UndecodableEventError: for another format version, or a field this reader does not know that
         the writer marked non-ignorable.
     """
     if body[0] != 2:
-        raise UnsupportedEventError(f"GTID_TAGGED_LOG_EVENT of serialization version {body[0]} is not read")
+        raise UndecodableEventError(f"GTID_TAGGED_LOG_EVENT of serialization version {body[0]} is not read")
     size, pos = varlen_unsigned(body, 1)
     last_needed, pos = varlen_unsigned(body, pos)
     end = min(size, len(body))
@@ -336,7 +336,7 @@ def parse_gtid_tagged(body: bytes) -> Gtid:
         field_id, pos = varlen_unsigned(body, pos)
         if field_id >= len(_TAGGED_FIELDS):
             if field_id <= last_needed:
-                raise UnsupportedEventError(
+                raise UndecodableEventError(
                     f"GTID_TAGGED_LOG_EVENT has field {field_id}, which this reader does not know"
                 )
             break
@@ -570,7 +570,7 @@ def parse_transaction_payload(body: bytes) -> TransactionPayload:
         pos += length
     compression = _COMPRESSIONS.get(values.get(2, 0))
     if compression is None:
-        raise UnsupportedEventError(
+        raise UndecodableEventError(
             f"TRANSACTION_PAYLOAD_EVENT with compression type {values[2]} is not read"
         )
     return TransactionPayload(

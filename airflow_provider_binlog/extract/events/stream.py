@@ -16,8 +16,8 @@ import zlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from airflow_provider_binlog.exceptions import UnsupportedEventError
 from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key, unsupported_reason
+from airflow_provider_binlog.extract.errors import ChecksumMismatchError, UndecodableEventError
 from airflow_provider_binlog.extract.events import codes, parsers
 from airflow_provider_binlog.extract.events.feeds import Event
 from airflow_provider_binlog.extract.events.parsers import (
@@ -39,10 +39,6 @@ Origin = tuple[int, str, int, bool]
 CRC32_RESIDUE = 0x2144DF1C
 """The CRC-32 of any bytes followed by their own CRC-32 (little-endian): an event whose checksum is right
 has this CRC-32 over all its bytes, so checking it needs no slice of the event without its checksum."""
-
-
-class ChecksumMismatchError(UnsupportedEventError):
-    """An event's CRC32 does not match its bytes (a corrupt file or a broken transfer)."""
 
 
 class RowsEvent:
@@ -149,15 +145,15 @@ class RowsEvent:
 
         The extractor needs full images (:meth:`rows`); this is for reading binlogs written otherwise.
 
-        :raises UnsupportedEventError: for an UPDATE event (its two images hold different columns), or
+        :raises UndecodableEventError: for an UPDATE event (its two images hold different columns), or
             when the present columns cannot be decoded.
         """
         if self.kind == "update":
-            raise UnsupportedEventError(f"{self.where}: image_rows() reads WRITE/DELETE events only")
+            raise UndecodableEventError(f"{self.where}: image_rows() reads WRITE/DELETE events only")
         columns = self.present_columns()
         reason = unsupported_reason(columns)
         if reason:
-            raise UnsupportedEventError(f"{self.where}: {self.table_map.name} {reason}")
+            raise UndecodableEventError(f"{self.where}: {self.table_map.name} {reason}")
         return RowDecoder(columns).decode_rows_bytes(self.body, self)
 
     def rows(self) -> list[Any]:
@@ -165,7 +161,7 @@ class RowsEvent:
 
         Lists of values (``write``/``delete``), or ``(before, after)`` pairs of them (``update``).
 
-        :raises UnsupportedEventError: when an image lacks columns (``binlog_row_image`` is not FULL), the
+        :raises UndecodableEventError: when an image lacks columns (``binlog_row_image`` is not FULL), the
             layout has a column :class:`RowDecoder` cannot decode, the rows do not match the table map, or
             the event carries JSON diffs (``binlog_row_value_options=PARTIAL_JSON``).
         """
@@ -179,7 +175,7 @@ class RowsEvent:
     def rows_with(self, decoder: RowDecoder) -> list[Any]:
         """Return :meth:`rows` decoded by ``decoder`` (a decoder of this table map's layout).
 
-        :raises UnsupportedEventError: as :meth:`rows`.
+        :raises UndecodableEventError: as :meth:`rows`.
         """
         body, update = self._body, self.kind == "update"
         head = decoder.update_head if update else decoder.rows_head
@@ -193,12 +189,12 @@ class RowsEvent:
     def _checked_start(self, decoder: RowDecoder) -> int:
         """Return where the images start, once the column count and bitmaps are checked against ``decoder``.
 
-        :raises UnsupportedEventError: as :meth:`rows`.
+        :raises UndecodableEventError: as :meth:`rows`.
         """
         count, present, present_after, start = self._parsed_head()
         if count != len(decoder.columns) or present != decoder.full_bitmap:
             if self.partial:  # MySQL writes these with binlog_row_value_options=PARTIAL_JSON only
-                raise UnsupportedEventError(
+                raise UndecodableEventError(
                     f"{self.where}: a PARTIAL_UPDATE_ROWS event with partial row images: JSON diffs are not "
                     f"applied; set binlog_row_value_options='' and binlog_row_image=FULL on the source"
                 )
@@ -234,7 +230,7 @@ class EventReader:
         Each event is yielded as it came, its ``data`` replaced by the parsed body.
 
         :raises ChecksumMismatchError: when an event's CRC32 is wrong.
-        :raises UnsupportedEventError: for events that cannot be skipped and are not read (:data:`.codes.REFUSED`),
+        :raises UndecodableEventError: for events that cannot be skipped and are not read (:data:`.codes.REFUSED`),
             rows events of an unknown table id, and malformed events.
         """
         checksum = 0
@@ -270,7 +266,7 @@ class EventReader:
                         )
                 except (IndexError, struct.error, ValueError) as err:
                     where = _describe(type_code, event.file, event.start, False)
-                    raise UnsupportedEventError(f"{where}: the event cannot be parsed ({err})") from err
+                    raise UndecodableEventError(f"{where}: the event cannot be parsed ({err})") from err
             yield event
             if type_code == codes.TRANSACTION_PAYLOAD:
                 yield from self._payload_events(event.data, event)
@@ -314,10 +310,10 @@ class EventReader:
         if self.format is None or type_code in codes.REFUSED:
             where = _describe(type_code, at.file, at.start, in_payload)
             if self.format is None:
-                raise UnsupportedEventError(
+                raise UndecodableEventError(
                     f"{where}: no FORMAT_DESCRIPTION event before it; read from the file's start"
                 )
-            raise UnsupportedEventError(f"{where}: {codes.REFUSED[type_code]}")
+            raise UndecodableEventError(f"{where}: {codes.REFUSED[type_code]}")
         try:
             kind = codes.ROWS_KINDS.get(type_code)
             if kind is not None:
@@ -325,7 +321,7 @@ class EventReader:
             return self._parse(type_code, body, server_id)
         except (IndexError, struct.error, ValueError) as err:
             where = _describe(type_code, at.file, at.start, in_payload)
-            raise UnsupportedEventError(f"{where}: the event cannot be parsed ({err})") from err
+            raise UndecodableEventError(f"{where}: the event cannot be parsed ({err})") from err
 
     def _parse(self, type_code: int, body: bytes, server_id: int) -> Any:
         assert self.format is not None
@@ -383,7 +379,7 @@ class EventReader:
             pos = 8 + extra if v2 else post
         table_map = self.table_maps.get(table_id)
         if table_map is None:
-            raise UnsupportedEventError(
+            raise UndecodableEventError(
                 f"{_describe(*origin)}: its table id {table_id} has no TABLE_MAP event before it; read from a "
                 f"transaction start"
             )
@@ -393,13 +389,13 @@ class EventReader:
     def decoder(self, table_map: TableMap, where: str) -> RowDecoder:
         """Return the row decoder of a table map's layout (built once per layout).
 
-        :raises UnsupportedEventError: naming the column when the layout has one it cannot decode.
+        :raises UndecodableEventError: naming the column when the layout has one it cannot decode.
         """
         if table_map.decoder is not None:
             return table_map.decoder  # type: ignore[no-any-return]
         reason = unsupported_reason(table_map.columns)
         if reason:
-            raise UnsupportedEventError(f"{where}: {table_map.name} {reason}")
+            raise UndecodableEventError(f"{where}: {table_map.name} {reason}")
         key = layout_key(table_map.columns)
         decoder = self._decoders.get(key)
         if decoder is None:
@@ -417,7 +413,7 @@ def _describe(type_code: int, file: str, start: int, in_payload: bool) -> str:
 def _inflate(payload: parsers.TransactionPayload, raw: Event) -> bytes:
     """Return the payload's events, decompressed with ``zstandard`` when compressed.
 
-    :raises UnsupportedEventError: when the payload does not inflate to the size its header states.
+    :raises UndecodableEventError: when the payload does not inflate to the size its header states.
     """
     if payload.compression == "none":
         return payload.payload
@@ -426,11 +422,11 @@ def _inflate(payload: parsers.TransactionPayload, raw: Event) -> bytes:
     try:
         inner = zstandard.ZstdDecompressor().decompressobj().decompress(payload.payload)
     except zstandard.ZstdError as err:
-        raise UnsupportedEventError(
+        raise UndecodableEventError(
             f"TRANSACTION_PAYLOAD at {raw.file}:{raw.start} does not inflate: {err}"
         ) from err
     if payload.uncompressed_size and len(inner) != payload.uncompressed_size:
-        raise UnsupportedEventError(
+        raise UndecodableEventError(
             f"TRANSACTION_PAYLOAD at {raw.file}:{raw.start} inflates to {len(inner)} bytes, its header says "
             f"{payload.uncompressed_size}"
         )

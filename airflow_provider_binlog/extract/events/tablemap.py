@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 
 from pymysqlreplication.constants import FIELD_TYPE
 
-from airflow_provider_binlog.exceptions import UnsupportedEventError
 from airflow_provider_binlog.extract.columns import VECTOR
+from airflow_provider_binlog.extract.errors import UndecodableEventError
 from airflow_provider_binlog.extract.events.wire import packed_bytes, packed_integer
 from airflow_provider_binlog.extract.tablemaps import collation_charset, redecode_members
 
@@ -174,7 +174,7 @@ class TableMapParser:
     def parse(self, body: bytes) -> TableMap:
         """Return the table map of ``body`` (post-header + body, checksum excluded).
 
-        :raises UnsupportedEventError: when the body is malformed.
+        :raises UndecodableEventError: when the body is malformed.
         """
         cached = self._cache.get(body)
         if cached is not None:
@@ -182,7 +182,7 @@ class TableMapParser:
         try:
             table_map = self._parse(body)
         except (IndexError, ValueError) as err:
-            raise UnsupportedEventError(f"TABLE_MAP event cannot be parsed: {err}") from err
+            raise UndecodableEventError(f"TABLE_MAP event cannot be parsed: {err}") from err
         if len(self._cache) >= MAX_CACHED_DEFINITIONS:
             self._cache.clear()
         self._cache[body] = table_map

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 
-from airflow_provider_binlog.exceptions import UnsupportedEventError
+from airflow_provider_binlog.extract.errors import UndecodableEventError
 
 
 def packed_integer(buf: bytes, pos: int) -> tuple[int, int]:
@@ -18,14 +18,14 @@ def packed_integer(buf: bytes, pos: int) -> tuple[int, int]:
 
     One byte below 251; ``0xfc`` + 2 bytes, ``0xfd`` + 3 bytes, ``0xfe`` + 8 bytes, little-endian.
 
-    :raises UnsupportedEventError: for the prefixes 251 (NULL) and 255, which no binlog field holds.
+    :raises UndecodableEventError: for the prefixes 251 (NULL) and 255, which no binlog field holds.
     """
     first = buf[pos]
     if first < 251:
         return first, pos + 1
     width = {252: 2, 253: 3, 254: 8}.get(first)
     if width is None:
-        raise UnsupportedEventError(f"invalid length-encoded integer prefix {first} at byte {pos}")
+        raise UndecodableEventError(f"invalid length-encoded integer prefix {first} at byte {pos}")
     return int.from_bytes(buf[pos + 1 : pos + 1 + width], "little"), pos + 1 + width
 
 
