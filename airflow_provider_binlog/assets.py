@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_provider_binlog.contract.manifest import TableEntry
+    from airflow_provider_binlog.contract.positions import BinlogPosition
 
 TARGET_TABLES_ALIAS = "binlog_target_tables"
 """Name of the Asset alias the commit and snapshot operators declare as their outlet by default."""
@@ -46,8 +47,8 @@ def asset_event_extra(
     kind: str,
     seq: int,
     entry: TableEntry,
-    start: Mapping[str, Any],
-    end: Mapping[str, Any] | None,
+    start: BinlogPosition,
+    end: BinlogPosition | None,
     committed_at: str,
     last_commit_ts: str | None,
     delta_version: int | None,
@@ -57,7 +58,7 @@ def asset_event_extra(
     :param kind: ``window`` (a binlog window committed) or ``snapshot`` (a snapshot merged).
     :param seq: the window's or snapshot's sequence number (its order key in the target).
     :param entry: the table's entry of the staged manifest (its ``rows`` and ``ops`` are used).
-    :param start: binlog coordinates the changes start after (``file``, ``pos``, ``gtid_set``): the window's
+    :param start: the position the changes start after (the extra holds its serialised form): the window's
         start, or the snapshot's low watermark.
     :param end: the window's end coordinates (None for a snapshot: it reads the rows as of ``start`` and later).
     :param committed_at: ISO-8601 UTC time the checkpoint or the snapshot was recorded.
@@ -71,8 +72,8 @@ def asset_event_extra(
         "seq": seq,
         "rows": entry.rows,
         "ops": dict(entry.ops),
-        "start": dict(start),
-        "end": None if end is None else dict(end),
+        "start": start.to_dict(),
+        "end": None if end is None else end.to_dict(),
         "committed_at": committed_at,
         "last_commit_ts": last_commit_ts,
         "delta_version": delta_version,
@@ -86,8 +87,8 @@ def table_events(
     kind: str,
     seq: int,
     entries: Mapping[str, TableEntry],
-    start: Mapping[str, Any],
-    end: Mapping[str, Any] | None,
+    start: BinlogPosition,
+    end: BinlogPosition | None,
     committed_at: str,
     last_commit_ts: str | None,
     storage_options: dict[str, str] | None = None,

@@ -168,15 +168,20 @@ def measure_with_server(command: list[str], server) -> tuple[dict, float, int]: 
 
 
 def reader_ours(args: argparse.Namespace) -> dict:
+    from airflow_provider_binlog.contract.positions import BinlogPosition
     from airflow_provider_binlog.extract.reader import TableTarget
     from airflow_provider_binlog.extract.window import extract_window
     from airflow_provider_binlog.hooks.binlog import BinlogHook
-    from airflow_provider_binlog.pipeline.ledger import Position, Window, now_iso
+    from airflow_provider_binlog.pipeline.ledger import Window, now_iso
     from airflow_provider_binlog.pipeline.staging import window_path
 
     hook = BinlogHook(pipeline="bench")
     window = Window(
-        seq=1, start=Position(**args.start), end=Position(**args.end), run_id="bench", cut_at=now_iso()
+        seq=1,
+        start=BinlogPosition(**args.start),
+        end=BinlogPosition(**args.end),
+        run_id="bench",
+        cut_at=now_iso(),
     )
     tables = {name: TableTarget(name, ["id"]) for name in workload_tables(args.workload)}
     started = time.monotonic()
@@ -197,7 +202,7 @@ def reader_raw(args: argparse.Namespace) -> dict:
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-    from airflow_provider_binlog.source.positions import BinlogPosition
+    from airflow_provider_binlog.contract.positions import BinlogPosition
 
     end = BinlogPosition(args.end["file"], args.end["pos"])
     settings = {"host": "127.0.0.1", "port": args.port, "user": "root", "passwd": args.password}
@@ -225,9 +230,9 @@ def reader_events(args: argparse.Namespace) -> dict:
     """Read the range with our event reader over COM_BINLOG_DUMP and decode every row of the workload's tables."""
     import pymysql
 
+    from airflow_provider_binlog.contract.positions import BinlogPosition
     from airflow_provider_binlog.extract.events.feeds import read_binlog_socket
     from airflow_provider_binlog.extract.events.stream import EventReader, RowsEvent
-    from airflow_provider_binlog.source.positions import BinlogPosition
 
     end = BinlogPosition(args.end["file"], args.end["pos"])
     wanted = set(workload_tables(args.workload))
@@ -393,8 +398,8 @@ def render(
 
 def binlog_bytes(start: dict, end: dict, server) -> int:  # type: ignore[no-untyped-def,type-arg]
     """Return the binlog bytes between ``start`` and ``end`` (``SHOW BINARY LOGS``)."""
+    from airflow_provider_binlog.contract.positions import BinlogPosition
     from airflow_provider_binlog.monitoring.retention import binlog_bytes_between
-    from airflow_provider_binlog.source.positions import BinlogPosition
 
     files = [(str(name), int(size)) for name, size, *_ in server.execute("SHOW BINARY LOGS")]
     return binlog_bytes_between(files, BinlogPosition(**start), BinlogPosition(**end))

@@ -63,6 +63,7 @@ def stage(staging: Path, seq: int, changes: list[tuple[str, dict[str, Any]]]) ->
     import pyarrow.parquet as pq
 
     from airflow_provider_binlog.contract.manifest import WINDOW_KIND, Manifest, TableEntry, write_manifest
+    from airflow_provider_binlog.contract.positions import BinlogPosition
 
     source, schema = staged_schema()
     rows = [
@@ -83,8 +84,8 @@ def stage(staging: Path, seq: int, changes: list[tuple[str, dict[str, Any]]]) ->
     manifest = Manifest(
         pipeline=PIPELINE,
         window=seq,
-        start={"file": "mysql-bin.000001", "pos": 4, "gtid_set": ""},
-        end={"file": "mysql-bin.000001", "pos": 4 + len(rows), "gtid_set": ""},
+        start=BinlogPosition("mysql-bin.000001", 4),
+        end=BinlogPosition("mysql-bin.000001", 4 + len(rows)),
         tables={TABLE: entry},
         kind=WINDOW_KIND,
     )

@@ -9,13 +9,14 @@ build a :class:`Manifest`; the merge job, the commit and the operators read it b
 JSON shape (format version :data:`FORMAT_VERSION`)::
 
     {"format_version": 1, "kind": "window" | "snapshot", "pipeline": str, "window": int,
-     "run_id": str, "start": {"file", "pos", ...}, "end": {...} (windows only), "created_at": ISO-8601,
+     "run_id": str, "start": position, "end": position (windows only), "created_at": ISO-8601,
      "tables": {"db.table": {"files": [relative paths], "rows": int, "ops": {"c": n, ...},
                              "primary_key": [col, ...], "columns": [{"name", "mysql_type", "arrow_type"}],
                              "zero_dates": int, "chunks": int (snapshots only)}},
      "stats": {...numbers...}, "ddl": [...], "skipped": {"db.table": reason}, "skipped_statements": [...],
      "covered_tables": {"db.table": seq}, "foreign_keys": [...], "resnapshots": [...],
-     "schema_skipped_row_events": {"db.table": n}, "watermarks": {"lowest", "highest"} (snapshots only),
+     "schema_skipped_row_events": {"db.table": n},
+     "watermarks": {"lowest": position, "highest": position} (snapshots only),
      "schemas": {"db.table": [table-map column, ...]} (windows only)}
 
 A manifest written before ``kind`` existed is a window manifest.
@@ -31,6 +32,7 @@ from typing import Any
 from airflow_provider_binlog.contract import ContractError
 from airflow_provider_binlog.contract.columns import OP_TRUNCATE
 from airflow_provider_binlog.contract.names import split_table_name
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.contract.uris import StorageOptions, atomic_output, filesystem_for, join_uri
 
 MANIFEST_NAME = "manifest.json"
@@ -125,8 +127,8 @@ class Manifest:
     :param tables: staged tables by ``db.table``.
     :param kind: :data:`WINDOW_KIND` or :data:`SNAPSHOT_KIND`.
     :param run_id: the DAG run that staged it.
-    :param start: start position (``BinlogPosition.to_dict()``).
-    :param end: end position (windows only).
+    :param start: the window's start (a snapshot's: the source head before its first chunk).
+    :param end: the window's end (windows only).
     :param stats: numbers about the read (``rows``, ``read_seconds``, ``last_commit_ts`` ...).
     :param created_at: when the manifest was written (ISO-8601, UTC).
     :param ddl: DDL statements of the window with their effect per table.
@@ -138,7 +140,8 @@ class Manifest:
     :param schema_skipped_row_events: row events left out after a schema change, per table.
     :param dropped: tables dropped or renamed away in the window (table, position, GTID, statement), each
         emptied in the target by a truncate marker (``docs/adr/0015-truncate-marker.md``).
-    :param watermarks: lowest and highest chunk watermark (snapshots only).
+    :param watermarks: ``{"lowest", "highest"}``: the lowest and highest chunk watermark (snapshots only; None
+        for a snapshot of no chunks).
     :param schemas: per selected table whose columns the binlog showed (a table map) and no DDL changed since,
         its table-map columns at the window's end (``extract.ddl.column_record``); the next window's reader
         starts from them (a schema history: the old type of a column a ``MODIFY`` changes).
@@ -149,8 +152,8 @@ class Manifest:
     tables: Mapping[str, TableEntry]
     kind: str = WINDOW_KIND
     run_id: str | None = None
-    start: Mapping[str, Any] | None = None
-    end: Mapping[str, Any] | None = None
+    start: BinlogPosition | None = None
+    end: BinlogPosition | None = None
     stats: Mapping[str, Any] = field(default_factory=dict)
     created_at: str | None = None
     ddl: list[Any] = field(default_factory=list)
@@ -161,7 +164,7 @@ class Manifest:
     resnapshots: list[Any] = field(default_factory=list)
     schema_skipped_row_events: Mapping[str, int] = field(default_factory=dict)
     dropped: list[Any] = field(default_factory=list)
-    watermarks: Mapping[str, Any] | None = None
+    watermarks: Mapping[str, BinlogPosition | None] | None = None
     schemas: Mapping[str, list[Any]] = field(default_factory=dict)
 
     @property
@@ -199,8 +202,8 @@ class Manifest:
             "pipeline": self.pipeline,
             "window": self.window,
             "run_id": self.run_id,
-            "start": None if self.start is None else dict(self.start),
-            "end": None if self.end is None else dict(self.end),
+            "start": None if self.start is None else self.start.to_dict(),
+            "end": None if self.end is None else self.end.to_dict(),
             "created_at": self.created_at,
             "tables": {name: self.tables[name].to_json() for name in sorted(self.tables)},
             "stats": dict(self.stats),
@@ -212,7 +215,9 @@ class Manifest:
             "resnapshots": list(self.resnapshots),
             "schema_skipped_row_events": dict(sorted(self.schema_skipped_row_events.items())),
             "dropped": list(self.dropped),
-            "watermarks": None if self.watermarks is None else dict(self.watermarks),
+            "watermarks": None
+            if self.watermarks is None
+            else {k: None if v is None else v.to_dict() for k, v in self.watermarks.items()},
             "schemas": dict(sorted(self.schemas.items())) or None,
         }
         return {key: value for key, value in body.items() if value is not None}
@@ -249,8 +254,8 @@ class Manifest:
                 tables=tables,
                 kind=kind,
                 run_id=None if body.get("run_id") is None else str(body["run_id"]),
-                start=body.get("start"),
-                end=body.get("end"),
+                start=_position(body.get("start")),
+                end=_position(body.get("end")),
                 stats=dict(body.get("stats") or {}),
                 created_at=body.get("created_at"),
                 ddl=list(body.get("ddl") or []),
@@ -261,7 +266,9 @@ class Manifest:
                 resnapshots=list(body.get("resnapshots") or []),
                 schema_skipped_row_events=dict(body.get("schema_skipped_row_events") or {}),
                 dropped=list(body.get("dropped") or []),
-                watermarks=body.get("watermarks"),
+                watermarks=None
+                if body.get("watermarks") is None
+                else {str(k): _watermark(v) for k, v in body["watermarks"].items()},
                 schemas={str(k): list(v) for k, v in (body.get("schemas") or {}).items()},
             )
         except ContractError as err:
@@ -348,3 +355,23 @@ def write_manifest(window_uri: str, manifest: Manifest, storage_options: Storage
     with atomic_output(uri, storage_options) as out:
         out.write(manifest.to_text())
     return uri
+
+
+def _position(data: Any) -> BinlogPosition | None:
+    """Return the position of a manifest's ``start`` or ``end`` (None when absent).
+
+    :raises ValueError: when it is malformed.
+    """
+    return None if data is None else BinlogPosition.from_dict(data)
+
+
+def _watermark(data: Any) -> BinlogPosition | None:
+    """Return a snapshot manifest's watermark (None for a snapshot of no chunks).
+
+    It is a position's serialised form, or ``[file, pos, gtid_set]`` in manifests written before issue 27.
+
+    :raises ValueError: when it is malformed.
+    """
+    if isinstance(data, list):
+        return BinlogPosition(*data)
+    return _position(data)

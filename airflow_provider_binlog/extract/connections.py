@@ -29,8 +29,8 @@ from airflow_provider_binlog.extract.events.feeds import Event, read_binlog_sock
 from airflow_provider_binlog.source.connect import LoginTimeoutConnection
 
 if TYPE_CHECKING:
+    from airflow_provider_binlog.contract.positions import BinlogPosition
     from airflow_provider_binlog.hooks.binlog import BinlogHook
-    from airflow_provider_binlog.source.positions import BinlogPosition
 
 log = logging.getLogger(__name__)
 

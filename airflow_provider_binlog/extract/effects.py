@@ -19,13 +19,13 @@ import pyarrow as pa
 
 from airflow_provider_binlog.contract.columns import UTC
 from airflow_provider_binlog.contract.names import database_of
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import UnsupportedEventError
 from airflow_provider_binlog.extract.batches import truncate_marker
 from airflow_provider_binlog.extract.ddl import classify_ddl, keeps_values
 from airflow_provider_binlog.extract.statements import written_tables
 from airflow_provider_binlog.extract.targets import Retype, SchemaBarrier
 from airflow_provider_binlog.pipeline.ledger import STATEMENT_CHARS
-from airflow_provider_binlog.source.positions import BinlogPosition
 
 if TYPE_CHECKING:
     from airflow_provider_binlog.extract.columns import ColumnSpec

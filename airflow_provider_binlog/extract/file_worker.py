@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import ReplicationConnectionLostError, UnsupportedEventError
 from airflow_provider_binlog.extract.columns import ColumnSpec
 from airflow_provider_binlog.extract.connections import open_dump
@@ -44,7 +45,6 @@ from airflow_provider_binlog.extract.reader import (
     WindowReader,
     freeze_for_good,
 )
-from airflow_provider_binlog.source.positions import BinlogPosition
 
 SPOOL_COMPRESSION: Literal["lz4", "zstd"] | None = None
 """Compression of the workers' Arrow IPC spool files: none. The spool is read back once, on the same machine,

@@ -69,6 +69,7 @@ from airflow_provider_binlog.contract.columns import (
     SEQ_COLUMN,
     TS_COLUMN,
 )
+from airflow_provider_binlog.contract.positions import BinlogPosition, file_index
 from airflow_provider_binlog.exceptions import ReplicationConnectionLostError
 from airflow_provider_binlog.extract.batches import lean_arrow
 from airflow_provider_binlog.extract.columns import ColumnSpec, ValueConversionError
@@ -83,7 +84,6 @@ from airflow_provider_binlog.extract.file_worker import (
     work,
 )
 from airflow_provider_binlog.extract.reader import BATCH_ROWS, ExtractStats, WindowReader
-from airflow_provider_binlog.source.positions import BinlogPosition, file_index
 
 log = logging.getLogger(__name__)
 

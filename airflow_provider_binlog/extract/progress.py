@@ -17,8 +17,8 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.monitoring.retention import binlog_bytes_between
-from airflow_provider_binlog.source.positions import BinlogPosition
 
 log = logging.getLogger(__name__)
 

@@ -37,6 +37,7 @@ import pymysql
 
 from airflow_provider_binlog.contract.columns import OP_DELETE, OP_INSERT, OP_UPDATE, UTC
 from airflow_provider_binlog.contract.names import database_of
+from airflow_provider_binlog.contract.positions import BinlogPosition, file_index
 from airflow_provider_binlog.exceptions import (
     ReplicationConnectionLostError,
     SourceUnreachableError,
@@ -62,7 +63,6 @@ from airflow_provider_binlog.extract.targets import (
 )
 from airflow_provider_binlog.extract.transaction import Layout, LayoutKey, Transaction, spill, spill_head
 from airflow_provider_binlog.source.connect import LOST_CONNECTION_ERRORS
-from airflow_provider_binlog.source.positions import BinlogPosition, file_index
 from airflow_provider_binlog.source.sql import QueryKind, classify_query
 
 log = logging.getLogger(__name__)

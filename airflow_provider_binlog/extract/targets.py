@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_binlog.source.positions import BinlogPosition
+from airflow_provider_binlog.contract.positions import BinlogPosition
 
 if TYPE_CHECKING:
     from airflow_provider_binlog.extract.ddl import DdlEffect

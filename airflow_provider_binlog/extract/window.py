@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pymysql
 
 from airflow_provider_binlog.contract.manifest import Manifest
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.extract.connections import pipeline_dump
 from airflow_provider_binlog.extract.ddl import column_record, record_column
 from airflow_provider_binlog.extract.events.stream import EventReader
@@ -30,7 +31,6 @@ from airflow_provider_binlog.monitoring.retention import binlog_bytes_between, c
 from airflow_provider_binlog.pipeline.ledger import Window, now_iso
 from airflow_provider_binlog.pipeline.staging import clear_window, write_manifest
 from airflow_provider_binlog.source.grants import ACCESS_DENIED_ERRORS
-from airflow_provider_binlog.source.positions import BinlogPosition
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
@@ -104,7 +104,7 @@ def extract_window(
         :class:`~airflow_provider_binlog.exceptions.ReplicationConnectionLostError`). The retry
         re-reads the window: the window folder holds no manifest then, and it is cleared first.
     """
-    start, end = window.start.to_position(), window.end.to_position()
+    start, end = window.start, window.end
     check_retained(server, start, pipeline)
     clear_window(window_dir)
     window_dir.mkdir(parents=True, exist_ok=True)
@@ -189,8 +189,8 @@ def extract_window(
         pipeline=pipeline,
         window=window.seq,
         run_id=window.run_id,
-        start=start.to_dict(),
-        end=end.to_dict(),
+        start=start,
+        end=end,
         tables={name: outputs[name].manifest_entry() for name in sorted(outputs)},
         skipped=dict(sorted((skipped or {}).items())),
         ddl=stats.ddl,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import (
     BinlogConfigError,
     BinlogPurgedError,
@@ -32,7 +33,6 @@ from airflow_provider_binlog.source.config import (
 )
 from airflow_provider_binlog.source.flavor import ReplicaHost, SourceFlavor, flavor_named, flavor_of_version
 from airflow_provider_binlog.source.grants import ACCESS_DENIED_ERRORS
-from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.source.schema import TableInfo, base_tables, table_info
 from airflow_provider_binlog.source.server import (
     ServerState,

@@ -46,6 +46,7 @@ from airflow_provider_binlog.contract.manifest import (
     read_manifest,
     write_manifest,
 )
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, join_uri, read_json
 from airflow_provider_binlog.jobs.actions import start_detached
 from airflow_provider_binlog.jobs.application import (
@@ -228,18 +229,18 @@ def snapshot_manifest(
             zero_dates=sum(r.zero_dates for r in mine),
             chunks=len(mine),
         )
-    marks = sorted((tuple(r.watermark.values()) for r in results), key=lambda w: (w[0], w[1]))
+    marks = sorted((r.watermark for r in results), key=lambda w: w.key)
     rows = sum(r.rows for r in results)
     return Manifest(
         kind=SNAPSHOT_KIND,
         pipeline=plan["pipeline"],
         window=int(plan["seq"]),
         run_id=plan["run_id"],
-        start=plan["start"],
+        start=BinlogPosition.from_dict(plan["start"]),
         tables=entries,
         watermarks={
-            "lowest": list(marks[0]) if marks else None,
-            "highest": list(marks[-1]) if marks else None,
+            "lowest": marks[0] if marks else None,
+            "highest": marks[-1] if marks else None,
         },
         stats={
             "rows": rows,

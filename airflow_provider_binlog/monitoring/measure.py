@@ -51,7 +51,7 @@ def lag_of(
     return measure_lag(
         hook,
         pipeline,
-        state.checkpoint.position.to_position(),
+        state.checkpoint.position,
         None if commit_ts is None else pendulum.DateTime.fromisoformat(commit_ts),
         server,
         read_at,
@@ -98,7 +98,7 @@ def retention_of(
         table_rows,
     )
 
-    checkpoint = server.head if state is None else state.checkpoint.position.to_position()
+    checkpoint = server.head if state is None else state.checkpoint.position
     if checkpoint is None:
         raise never_ran(pipeline)
     selected = sorted(hook.describe_tables(tables)) if tables else []

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import pendulum
 
+from airflow_provider_binlog.contract.positions import BinlogPosition, file_index
 from airflow_provider_binlog.exceptions import RESNAPSHOT_REMEDY, BinlogPurgedError
 from airflow_provider_binlog.source.gtid import GtidSet
-from airflow_provider_binlog.source.positions import BinlogPosition, file_index
 from airflow_provider_binlog.source.server import RetentionPolicy, rds_retention_hours, retention_policy
 
 if TYPE_CHECKING:

@@ -10,19 +10,18 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_binlog.assets import TARGET_TABLES_ALIAS
 from airflow_provider_binlog.contract.manifest import Manifest
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import MergeError, StateError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.lineage import StagedLineageMixin
 from airflow_provider_binlog.pipeline.ledger import (
     STATEMENT_CHARS,
     PipelineState,
-    Position,
     ResnapshotNeeded,
     Window,
     state_summary,
 )
 from airflow_provider_binlog.pipeline.state import StateManager
-from airflow_provider_binlog.source.positions import BinlogPosition
 
 
 def resnapshots_of(
@@ -50,7 +49,7 @@ def resnapshots_of(
     return merge_refused + [
         ResnapshotNeeded(
             table=entry["table"],
-            since=Position(file=entry["since"]["file"], pos=entry["since"]["pos"]),
+            since=BinlogPosition(file=entry["since"]["file"], pos=entry["since"]["pos"]),
             gtid=entry.get("gtid"),
             reason=entry["reason"],
             statement=entry["statement"][:STATEMENT_CHARS],
@@ -85,7 +84,7 @@ def with_schema_changes(
     kept = [
         r
         for r in added.resnapshots_needed
-        if not any(r.table == table and r.since.to_position().key <= at for table, at in drops)
+        if not any(r.table == table and r.since.key <= at for table, at in drops)
     ]
     if len(kept) == len(added.resnapshots_needed):
         return added
@@ -215,7 +214,7 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
 
         manager.history = StagedStateHistory(window_dir.parent)
         written = manager.update(advance)
-        self._report(window, manifest, written.checkpoint.position.to_position())
+        self._report(window, manifest, written.checkpoint.position)
         self._emit_assets(
             context, written.window(window.seq), written.checkpoint.updated_at, manifest, refused
         )
@@ -294,8 +293,8 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
             kind="window",
             seq=window.seq,
             entries={t: manifest.tables[t] for t in manifest.changed_tables() if t not in (refused or {})},
-            start=window.start.model_dump(),
-            end=window.end.model_dump(),
+            start=window.start,
+            end=window.end,
             committed_at=committed_at,
             last_commit_ts=manifest.stats.get("last_commit_ts"),
             storage_options=self.storage_options,

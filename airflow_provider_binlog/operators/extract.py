@@ -11,6 +11,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_binlog.contract.foreign_keys import ForeignKey
 from airflow_provider_binlog.contract.manifest import Manifest
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import BinlogConfigError, IntervalOpenError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.lineage import StagedLineageMixin
@@ -26,7 +27,6 @@ from airflow_provider_binlog.pipeline.tables import (
     takes,
 )
 from airflow_provider_binlog.pipeline.windows import cut_interval_window, cut_window, mark_window
-from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.source.schema import TableInfo
 
 INTERVAL_SETTLE_SECONDS = 5
@@ -107,7 +107,7 @@ def capture_start(state: PipelineState | None, table: str) -> BinlogPosition | N
     Changes logged before that start are in the snapshot's rows; binlog windows stage only later ones.
     """
     firsts = [s.start for s in (state.snapshots if state else []) if table in s.tables]
-    return min((p.to_position() for p in firsts), key=lambda p: p.key, default=None)
+    return min((p for p in firsts), key=lambda p: p.key, default=None)
 
 
 def captured_tables(state: PipelineState | None) -> set[str]:
@@ -150,7 +150,7 @@ def snapshot_covers(state: PipelineState | None, tables: Iterable[str]) -> dict[
     for snapshot in state.snapshots if state is not None else []:
         for table in set(snapshot.tables) & set(tables):
             if table not in covers or covers[table].seq < snapshot.seq:
-                covers[table] = SnapshotCover(seq=snapshot.seq, start=snapshot.start.to_position())
+                covers[table] = SnapshotCover(seq=snapshot.seq, start=snapshot.start)
     return covers
 
 
@@ -165,7 +165,7 @@ def schema_barriers(state: PipelineState | None, table: str, window: int) -> lis
     if state is None:
         return []
     return [
-        SchemaBarrier(r.since.to_position(), covered=state.covering_snapshot(r, below=window) is not None)
+        SchemaBarrier(r.since, covered=state.covering_snapshot(r, below=window) is not None)
         for r in state.resnapshots_needed
         if r.table == table
     ]
@@ -181,13 +181,9 @@ def schema_history(state: PipelineState, window: Window, root: Any) -> dict[str,
     """
     from airflow_provider_binlog.pipeline.staging import read_manifest
 
-    start = window.start.to_position().key
+    start = window.start.key
     before = next(
-        (
-            w
-            for w in state.windows
-            if w.seq != window.seq and w.manifest_uri and w.end.to_position().key == start
-        ),
+        (w for w in state.windows if w.seq != window.seq and w.manifest_uri and w.end.key == start),
         None,
     )
     if before is None or before.manifest_uri is None:

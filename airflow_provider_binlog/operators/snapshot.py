@@ -357,7 +357,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             return None
         self.log.info(
             "snapshot %s of %s (%s): %s from %s", snapshot.seq, self.pipeline, snapshot.reason,
-            ", ".join(snapshot.tables), snapshot.start.to_position(),
+            ", ".join(snapshot.tables), snapshot.start,
         )  # fmt: skip
         handover = snapshot.handovers[-1] if snapshot.handovers else None
         if handover is not None and handover.to_run == run_id and snapshot.status == "running":
@@ -406,7 +406,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
                 seq=snapshot.seq,
                 run_id=snapshot.run_id,
                 flavor=flavor,
-                start=snapshot.start.model_dump(),
+                start=snapshot.start.to_dict(),
                 keys=keys,
                 chunk_rows=self.chunk_rows,
             )
@@ -444,7 +444,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             kind="snapshot",
             seq=snapshot.seq,
             entries={table: manifest.tables.get(table, TableEntry()) for table in snapshot.tables},
-            start=snapshot.start.model_dump(),
+            start=snapshot.start,
             end=None,
             committed_at=snapshot.finished_at or "",
             last_commit_ts=None,

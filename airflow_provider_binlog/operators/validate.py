@@ -155,7 +155,7 @@ class BinlogValidateOperator(BaseOperator):
             for table in tables:
                 results[table] = self._validate(hook, conn, manager, table)
         checkpoint = manager.load()
-        position = None if checkpoint is None else checkpoint.checkpoint.position.to_position()
+        position = None if checkpoint is None else checkpoint.checkpoint.position
         mismatched = [t for t, r in results.items() if r.mismatched]
         for table, result in results.items():
             if result.pending:
@@ -239,7 +239,7 @@ class BinlogValidateOperator(BaseOperator):
         deadline = time.monotonic() + self.recheck_timeout_seconds
         while True:
             state = manager.load()
-            if state is not None and head <= state.checkpoint.position.to_position():
+            if state is not None and head <= state.checkpoint.position:
                 return True
             if time.monotonic() >= deadline:
                 return False

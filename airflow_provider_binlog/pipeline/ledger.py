@@ -12,41 +12,16 @@ from itertools import pairwise
 from typing import Any, Literal, TypeVar
 
 import pendulum
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import StateError
-from airflow_provider_binlog.source.positions import BinlogPosition, file_index
 
 MERGED_WINDOWS_KEPT = 200
 """How many merged windows the ledger keeps (unmerged windows are always kept)."""
 
 WindowStatus = Literal["cut", "extracted", "merged"]
 SnapshotStatus = Literal["running", "merged"]
-
-
-class Position(BaseModel):
-    """JSON form of :class:`BinlogPosition` inside the state document."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    file: str
-    pos: int = Field(ge=4)
-    gtid_set: str = ""
-
-    @field_validator("file")
-    @classmethod
-    def _binlog_name(cls, value: str) -> str:
-        file_index(value)
-        return value
-
-    @classmethod
-    def of(cls, position: BinlogPosition) -> Position:
-        """Convert a :class:`BinlogPosition`."""
-        return cls(file=position.file, pos=position.pos, gtid_set=position.gtid_set)
-
-    def to_position(self) -> BinlogPosition:
-        """Convert back to a :class:`BinlogPosition`."""
-        return BinlogPosition(file=self.file, pos=self.pos, gtid_set=self.gtid_set)
 
 
 class Handover(BaseModel):
@@ -103,8 +78,8 @@ class Window(Held):
     """
 
     seq: int = Field(ge=1)
-    start: Position
-    end: Position
+    start: BinlogPosition
+    end: BinlogPosition
     data_interval_start: str | None = None
     data_interval_end: str | None = None
     status: WindowStatus = "cut"
@@ -151,7 +126,7 @@ class Snapshot(Held):
 
     seq: int = Field(ge=1)
     tables: list[str]
-    start: Position
+    start: BinlogPosition
     status: SnapshotStatus = "running"
     started_at: str
     staging_uri: str
@@ -181,7 +156,7 @@ class ResnapshotNeeded(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     table: str
-    since: Position
+    since: BinlogPosition
     gtid: str | None = None
     reason: str
     statement: str
@@ -198,7 +173,7 @@ class Checkpoint(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    position: Position
+    position: BinlogPosition
     window: int = Field(ge=0, description="seq of the last merged window (the seq base: none merged yet)")
     commit_ts: str | None = None
     updated_at: str
@@ -270,8 +245,8 @@ class PipelineState(BaseModel):
 
     def with_resnapshots_needed(self, found: Iterable[ResnapshotNeeded]) -> PipelineState:
         """Return a copy that also lists ``found`` (an entry already listed, same table and since, is kept once)."""
-        known = {(r.table, _key(r.since)) for r in self.resnapshots_needed}
-        added = [r for r in found if (r.table, _key(r.since)) not in known]
+        known = {(r.table, r.since.key) for r in self.resnapshots_needed}
+        added = [r for r in found if (r.table, r.since.key) not in known]
         if not added:
             return self
         return self.model_copy(update={"resnapshots_needed": [*self.resnapshots_needed, *added]})
@@ -330,7 +305,7 @@ class PipelineState(BaseModel):
         """
         problems = _duplicate_seqs(self)
         for window in self.windows:
-            if _key(window.end) < _key(window.start):
+            if window.end.key < window.start.key:
                 problems.append(
                     f"window {window.seq} ends at {_text(window.end)} before its start {_text(window.start)}"
                 )
@@ -345,9 +320,9 @@ class PipelineState(BaseModel):
                 problems.append(
                     f"window {before.seq} is {before.status} but a later window {after.seq} was cut"
                 )
-        intervals = sorted((w for w in self.windows if w.cut_by == "interval"), key=lambda w: _key(w.start))
+        intervals = sorted((w for w in self.windows if w.cut_by == "interval"), key=lambda w: w.start.key)
         for before, after in pairwise(intervals):
-            if _key(after.start) < _key(before.end):
+            if after.start.key < before.end.key:
                 problems.append(f"interval windows {before.seq} and {after.seq} overlap")
         return problems + _checkpoint_problems(self, heads)
 
@@ -362,16 +337,12 @@ def covers(snapshot: Snapshot, needed: ResnapshotNeeded) -> bool:
     """Return whether ``snapshot`` covers ``needed`` (see :meth:`PipelineState.covering_snapshot`)."""
     return (
         needed.table in snapshot.tables
-        and _key(snapshot.start) >= _key(needed.since)
+        and snapshot.start.key >= needed.since.key
         and snapshot.seq > needed.window
     )
 
 
-def _key(position: Position) -> tuple[int, int]:
-    return position.to_position().key
-
-
-def _text(position: Position) -> str:
+def _text(position: BinlogPosition) -> str:
     return f"{position.file}:{position.pos}"
 
 
@@ -423,7 +394,7 @@ def state_summary(state: PipelineState) -> dict[str, Any]:
     last = state.last_window
     return {
         "pipeline": state.pipeline,
-        "checkpoint": state.checkpoint.position.model_dump(),
+        "checkpoint": state.checkpoint.position.to_dict(),
         "checkpoint_window": state.checkpoint.window,
         "last_window": None if last is None else {"seq": last.seq, "status": last.status},
     }

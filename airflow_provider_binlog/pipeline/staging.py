@@ -161,12 +161,7 @@ def staged_manifest(window_dir: ObjectStoragePath, pipeline: str, window: Window
     manifest = read_manifest(window_dir)
     if manifest is None:
         return None
-    expected = (
-        pipeline,
-        window.seq,
-        window.start.to_position().to_dict(),
-        window.end.to_position().to_dict(),
-    )
+    expected = (pipeline, window.seq, window.start, window.end)
     found = (manifest.pipeline, manifest.window, manifest.start, manifest.end)
     return manifest if found == expected else None
 

@@ -21,9 +21,9 @@ from typing import Protocol
 
 from pydantic import ValidationError
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import StateConflictError, StateError
-from airflow_provider_binlog.pipeline.ledger import Checkpoint, PipelineState, Position, now_iso
-from airflow_provider_binlog.source.positions import BinlogPosition
+from airflow_provider_binlog.pipeline.ledger import Checkpoint, PipelineState, now_iso
 
 CONFLICT_ATTEMPTS = 5
 """How often a read-modify-write of the state is tried when another writer wins the race."""
@@ -185,9 +185,7 @@ class StateManager:
             source_identity=source_identity,
             flavor=flavor,  # type: ignore[arg-type]
             revision=0,
-            checkpoint=Checkpoint(
-                position=Position.of(head), window=int(time.time() * 1000), updated_at=now_iso()
-            ),
+            checkpoint=Checkpoint(position=(head), window=int(time.time() * 1000), updated_at=now_iso()),
         )
 
     def save(self, new: PipelineState, *, expected_revision: int | None) -> PipelineState:

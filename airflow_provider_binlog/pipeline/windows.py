@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import pendulum
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import (
     RESNAPSHOT_REMEDY,
     BinlogConfigError,
@@ -31,9 +32,8 @@ from airflow_provider_binlog.exceptions import (
     PipelineBusyError,
     StateError,
 )
-from airflow_provider_binlog.pipeline.ledger import Checkpoint, PipelineState, Position, Window, now_iso
+from airflow_provider_binlog.pipeline.ledger import Checkpoint, PipelineState, Window, now_iso
 from airflow_provider_binlog.pipeline.runs import HolderState, has_ended, never_ended
-from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.source.probes import file_opened_at, scan_to
 from airflow_provider_binlog.source.server import nothing_purged
 
@@ -75,7 +75,7 @@ def cut_window(
     if previous is not None and previous.status != "merged":
         return (*adopt_window(state, previous, run_id=run_id, dag_id=dag_id, holder_state=holder_state), True)
     start = previous.end if previous is not None else state.checkpoint.position
-    if head.key < start.to_position().key:
+    if head.key < start.key:
         raise StateError(
             f"the source head {head} is behind the window start {start.file}:{start.pos} of pipeline "
             f"{state.pipeline!r}: the binlog was reset (RESET MASTER) or this is another server. A snapshot "
@@ -84,7 +84,7 @@ def cut_window(
     window = Window(
         seq=state.next_seq,
         start=start,
-        end=Position.of(head),
+        end=(head),
         run_id=run_id,
         data_interval_start=data_interval_start,
         data_interval_end=data_interval_end,
@@ -207,8 +207,8 @@ def cut_interval_window(
         taken = same.model_copy(update={"run_id": run_id, "dag_id": dag_id})
         windows = [taken if w.seq == same.seq else w for w in state.windows]
         return state.model_copy(update={"windows": windows}), taken, True
-    start = _bound(state, "data_interval_end", bounds[0], "end") or Position.of(locate(interval_start))
-    end = _bound(state, "data_interval_start", bounds[1], "start") or Position.of(locate(interval_end))
+    start = _bound(state, "data_interval_end", bounds[0], "end") or (locate(interval_start))
+    end = _bound(state, "data_interval_start", bounds[1], "start") or (locate(interval_end))
     window = Window(
         seq=int(interval_end.timestamp() * 1000),
         start=start,
@@ -224,7 +224,7 @@ def cut_interval_window(
     return state.model_copy(update={"windows": [*state.windows, window]}), window, False
 
 
-def _bound(state: PipelineState, field: str, moment: str, side: str) -> Position | None:
+def _bound(state: PipelineState, field: str, moment: str, side: str) -> BinlogPosition | None:
     """Return the ``side`` of the ledger window whose ``field`` is ``moment``, if there is one."""
     neighbour = next((w for w in state.windows if getattr(w, field) == moment), None)
     return None if neighbour is None else getattr(neighbour, side)
@@ -232,13 +232,13 @@ def _bound(state: PipelineState, field: str, moment: str, side: str) -> Position
 
 def _check_tiles(state: PipelineState, window: Window) -> None:
     """Refuse a window that runs backwards or overlaps another (a changed binlog or clock)."""
-    low, high = window.start.to_position().key, window.end.to_position().key
+    low, high = window.start.key, window.end.key
     if high < low:
         raise StateError(
             f"interval window {window.seq} would end ({window.end}) before it starts ({window.start})"
         )
     for other in state.windows:
-        if low < other.end.to_position().key and other.start.to_position().key < high:
+        if low < other.end.key and other.start.key < high:
             raise StateError(
                 f"interval window {window.seq} ({window.start.file}:{window.start.pos}, {window.end.file}:"
                 f"{window.end.pos}] overlaps window {other.seq} of interval [{other.data_interval_start}, "
@@ -256,12 +256,12 @@ def advance_checkpoint(state: PipelineState, merged: Window) -> Checkpoint:
     merged_seqs = {w.seq for w in state.windows if w.status == "merged"} | {merged.seq}
     chain = sorted(
         (w for w in state.windows if w.seq in merged_seqs),
-        key=lambda w: (w.start.to_position().key, w.end.to_position().key),
+        key=lambda w: (w.start.key, w.end.key),
     )
     checkpoint = state.checkpoint
     position, seq, commit_ts = checkpoint.position, checkpoint.window, checkpoint.commit_ts
     for window in chain:  # empty windows sort before the window starting where they are
-        if window.start.to_position().key == position.to_position().key:
+        if window.start.key == position.key:
             position, seq = window.end, window.seq
             commit_ts = window.last_commit_ts or commit_ts
     return Checkpoint(position=position, window=seq, commit_ts=commit_ts, updated_at=now_iso())

@@ -33,6 +33,7 @@ from airflow_provider_binlog.contract.columns import (
     change_schema,
 )
 from airflow_provider_binlog.contract.names import split_table_name
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.contract.uris import (
     StorageOptions,
     atomic_output,
@@ -79,9 +80,18 @@ class ChunkResult:
     file: str
     rows: int
     zero_dates: int
-    watermark: dict[str, Any]
+    watermark: BinlogPosition
     read_at: str
     seconds: float
+
+    @classmethod
+    def from_json(cls, stats: dict[str, Any]) -> ChunkResult:
+        """Return the result a stats file holds (``asdict`` of one: the watermark in its serialised form).
+
+        :raises ValueError: when the watermark is malformed.
+        :raises TypeError: when a field is missing or unknown.
+        """
+        return cls(**{**stats, "watermark": BinlogPosition.from_dict(stats["watermark"])})
 
 
 def chunk_file(table: str, index: int) -> str:
@@ -99,7 +109,7 @@ def finished(
 ) -> ChunkResult | None:
     """Return the result of a chunk already read, or None."""
     stats = read_json(join_uri(snapshot_uri, stats_file(table, index)), storage_options)
-    return None if stats is None else ChunkResult(**stats)
+    return None if stats is None else ChunkResult.from_json(stats)
 
 
 def order_seq(index: int, row: int) -> int:
@@ -211,7 +221,7 @@ def read_chunk(
         table.name,
         chunk.index,
         seq,
-        watermark.to_dict(),
+        watermark,
         read_at,
         storage_options,
     )
@@ -221,7 +231,7 @@ def read_chunk(
         file=chunk_file(table.name, chunk.index),
         rows=rows,
         zero_dates=zero_dates,
-        watermark=watermark.to_dict(),
+        watermark=watermark,
         read_at=read_at.isoformat(),
         seconds=round(time.monotonic() - started, 3),
     )
@@ -281,7 +291,7 @@ def _write_rows(
     table: str,
     index: int,
     seq: int,
-    watermark: dict[str, Any],
+    watermark: BinlogPosition,
     read_at: dt.datetime,
     storage_options: StorageOptions | None,
 ) -> tuple[int, int]:
@@ -318,7 +328,7 @@ def _write_rows(
 
 
 def _snapshot_meta(
-    count: int, seq: int, index: int, first: int, watermark: dict[str, Any], read_at: dt.datetime
+    count: int, seq: int, index: int, first: int, watermark: BinlogPosition, read_at: dt.datetime
 ) -> list[pa.Array]:
     """Return the ``_binlog_*`` columns of ``count`` snapshot rows (op ``r``, the chunk's watermark)."""
     values: dict[str, Any] = {
@@ -326,8 +336,8 @@ def _snapshot_meta(
         WINDOW_COLUMN: pa.repeat(pa.scalar(seq, pa.int64()), count),
         SEQ_COLUMN: pa.array(range(order_seq(index, first), order_seq(index, first + count)), pa.int64()),
         GTID_COLUMN: pa.nulls(count, pa.string()),
-        FILE_COLUMN: pa.repeat(pa.scalar(watermark["file"], pa.string()), count),
-        POS_COLUMN: pa.repeat(pa.scalar(watermark["pos"], pa.int64()), count),
+        FILE_COLUMN: pa.repeat(pa.scalar(watermark.file, pa.string()), count),
+        POS_COLUMN: pa.repeat(pa.scalar(watermark.pos, pa.int64()), count),
         TS_COLUMN: pa.repeat(pa.scalar(read_at, pa.timestamp("us", tz="UTC")), count),
     }
     return [values[f.name] for f in CHANGE_FIELDS]

@@ -9,17 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError
-from airflow_provider_binlog.pipeline.ledger import (
-    Checkpoint,
-    PipelineState,
-    Position,
-    Snapshot,
-    covers,
-    now_iso,
-)
+from airflow_provider_binlog.pipeline.ledger import Checkpoint, PipelineState, Snapshot, covers, now_iso
 from airflow_provider_binlog.pipeline.runs import HolderState, has_ended, never_ended
-from airflow_provider_binlog.source.positions import BinlogPosition
 
 SnapshotMode = Literal["missing", "requested", "purged"]
 """Which tables a snapshot reads: ``missing`` those no snapshot of the pipeline has read (all of them for
@@ -87,7 +80,7 @@ def begin_snapshot(
     snapshot = Snapshot(
         seq=seq,
         tables=chosen,
-        start=Position.of(head),
+        start=(head),
         run_id=run_id,
         dag_id=dag_id,
         started_at=now_iso(),
@@ -100,7 +93,7 @@ def begin_snapshot(
         # next window starts at its start. Windows not merged yet can never be read again.
         update["windows"] = []
         update["checkpoint"] = Checkpoint(
-            position=Position.of(head), window=seq - 1, commit_ts=None, updated_at=now_iso()
+            position=(head), window=seq - 1, commit_ts=None, updated_at=now_iso()
         )
     return state.model_copy(update=update), snapshot
 

@@ -3,7 +3,7 @@
 - :mod:`~airflow_provider_binlog.source.config`: the connection extras (one pydantic model, also the form);
 - :mod:`~airflow_provider_binlog.source.connect`: connections whose login is bounded by ``connect_timeout``;
 - :mod:`~airflow_provider_binlog.source.flavor`: the flavor strategy, every MySQL/MariaDB difference;
-- :mod:`~airflow_provider_binlog.source.positions`, :mod:`~airflow_provider_binlog.source.gtid`: binlog
+- :mod:`~airflow_provider_binlog.contract.positions`, :mod:`~airflow_provider_binlog.source.gtid`: binlog
   coordinates and GTID set algebra;
 - :mod:`~airflow_provider_binlog.source.server`: server state, retention policy and the setting checks,
   as :mod:`~airflow_provider_binlog.source.findings`;

@@ -33,8 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.source.grants import PrivilegeModel, privilege_model
-from airflow_provider_binlog.source.positions import BinlogPosition
 
 ER_PARSE_ERROR = 1064
 ER_NO_BINARY_LOGGING = 1381

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import pendulum
 
-from airflow_provider_binlog.source.positions import BinlogPosition
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.source.server import derive_server_id
 from airflow_provider_binlog.source.sql import classify_query
 

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_binlog.contract.positions import BinlogPosition, file_index
 from airflow_provider_binlog.source.config import SERVER_ID_BASE, SERVER_ID_SPAN
 from airflow_provider_binlog.source.findings import Finding, Outcome
 from airflow_provider_binlog.source.flavor import ER_NO_BINARY_LOGGING, SourceFlavor, flavor_named
-from airflow_provider_binlog.source.positions import BinlogPosition, file_index
 
 
 def derive_server_id(pipeline: str) -> int:

@@ -21,14 +21,14 @@ pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
 
 
+from airflow_provider_binlog.contract.positions import BinlogPosition  # noqa: E402
 from airflow_provider_binlog.extract.window import extract_window  # noqa: E402
 from airflow_provider_binlog.hooks.binlog import BinlogHook  # noqa: E402
 from airflow_provider_binlog.jobs.merge.cascades import CASCADES_DIR  # noqa: E402
 from airflow_provider_binlog.jobs.merge.job import merge_window  # noqa: E402
 from airflow_provider_binlog.operators.extract import cascading_keys, table_targets  # noqa: E402
-from airflow_provider_binlog.pipeline.ledger import Position, Window, now_iso  # noqa: E402
+from airflow_provider_binlog.pipeline.ledger import Window, now_iso  # noqa: E402
 from airflow_provider_binlog.pipeline.staging import window_path  # noqa: E402
-from airflow_provider_binlog.source.positions import BinlogPosition  # noqa: E402
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB  # noqa: E402
 from airflow_provider_binlog.verify import compare_table  # noqa: E402
 
@@ -77,8 +77,8 @@ class Pipeline:
         self.seq += 1
         window = Window(
             seq=self.seq,
-            start=Position.of(self.start),
-            end=Position.of(state.head),
+            start=(self.start),
+            end=(state.head),
             run_id="r",
             cut_at=now_iso(),
         )

@@ -30,6 +30,7 @@ from test_decoder import (
     write_random_rows,
 )
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.extract.columns import charset_of
 from airflow_provider_binlog.extract.decoder import LAYOUT_ATTRIBUTES
 from airflow_provider_binlog.extract.events import codes
@@ -39,9 +40,8 @@ from airflow_provider_binlog.extract.events.stream import Event, EventReader, Ro
 from airflow_provider_binlog.extract.reader import TableTarget
 from airflow_provider_binlog.extract.window import extract_window
 from airflow_provider_binlog.hooks.binlog import BinlogHook
-from airflow_provider_binlog.pipeline.ledger import Position, Window, now_iso
+from airflow_provider_binlog.pipeline.ledger import Window, now_iso
 from airflow_provider_binlog.pipeline.staging import window_path
-from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
 pytestmark = pytest.mark.integration
@@ -167,9 +167,7 @@ def _extract(server: LocalMariaDB, start: BinlogPosition, table: str, staging: P
     hook = BinlogHook(pipeline="equivalence")
     state = hook.server_state()
     assert state.head is not None
-    window = Window(
-        seq=7, start=Position.of(start), end=Position.of(state.head), run_id="r", cut_at=now_iso()
-    )
+    window = Window(seq=7, start=(start), end=(state.head), run_id="r", cut_at=now_iso())
     manifest = extract_window(
         hook,
         pipeline="equivalence",

@@ -10,14 +10,14 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import BinlogPurgedError, StagingError, UnsupportedEventError
 from airflow_provider_binlog.extract import progress
 from airflow_provider_binlog.extract.reader import TableTarget
 from airflow_provider_binlog.extract.window import extract_window
 from airflow_provider_binlog.hooks.binlog import BinlogHook
-from airflow_provider_binlog.pipeline.ledger import Position, Window, now_iso
+from airflow_provider_binlog.pipeline.ledger import Window, now_iso
 from airflow_provider_binlog.pipeline.staging import check_writable, storage_path, window_path
-from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
 pytestmark = pytest.mark.integration
@@ -40,9 +40,7 @@ class Recorder:
         state = self.hook.server_state()
         assert self.start is not None
         assert state.head is not None
-        window = Window(
-            seq=seq, start=Position.of(self.start), end=Position.of(state.head), run_id="r", cut_at=now_iso()
-        )
+        window = Window(seq=seq, start=(self.start), end=(state.head), run_id="r", cut_at=now_iso())
         return extract_window(
             self.hook,
             pipeline="test",

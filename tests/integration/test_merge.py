@@ -42,6 +42,7 @@ from airflow_provider_binlog.contract.manifest import (  # noqa: E402
     TableEntry,
     write_manifest,
 )
+from airflow_provider_binlog.contract.positions import BinlogPosition  # noqa: E402
 from airflow_provider_binlog.contract.refusals import refused_tables  # noqa: E402
 from airflow_provider_binlog.jobs.application import MergeJobError  # noqa: E402
 from airflow_provider_binlog.jobs.merge import table as merge_table_module  # noqa: E402
@@ -140,8 +141,8 @@ def stage_window(
     manifest = Manifest(
         pipeline=pipeline,
         window=seq,
-        start={"file": "mysql-bin.000001", "pos": 4, "gtid_set": f"0-1-{seq * 1000}"},
-        end={"file": "mysql-bin.000001", "pos": 4 + 100 * seq_in_window, "gtid_set": f"0-1-{seq * 1001}"},
+        start=BinlogPosition("mysql-bin.000001", 4, f"0-1-{seq * 1000}"),
+        end=BinlogPosition("mysql-bin.000001", 4 + 100 * seq_in_window, f"0-1-{seq * 1001}"),
         tables=manifest_tables,
         kind=kind or WINDOW_KIND,
     )

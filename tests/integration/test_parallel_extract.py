@@ -22,14 +22,14 @@ import pyarrow.parquet as pq
 import pymysql
 import pytest
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import ReplicationConnectionLostError
 from airflow_provider_binlog.extract.parallel import SPOOLED_FILES, ParentFileReader
 from airflow_provider_binlog.extract.reader import SnapshotCover, TableTarget
 from airflow_provider_binlog.extract.window import extract_window
 from airflow_provider_binlog.hooks.binlog import BinlogHook
-from airflow_provider_binlog.pipeline.ledger import Position, Window, now_iso
+from airflow_provider_binlog.pipeline.ledger import Window, now_iso
 from airflow_provider_binlog.pipeline.staging import window_path
-from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.testing.mariadb import CDC_SETTINGS, LocalMariaDB
 
 pytestmark = pytest.mark.integration
@@ -120,7 +120,7 @@ def extract(
     staging: Path, start: BinlogPosition, end: BinlogPosition, *, workers: int, **kwargs: Any
 ) -> dict[str, Any]:
     hook = BinlogHook(pipeline="test")
-    window = Window(seq=3, start=Position.of(start), end=Position.of(end), run_id="r", cut_at=now_iso())
+    window = Window(seq=3, start=(start), end=(end), run_id="r", cut_at=now_iso())
     return extract_window(
         hook,
         pipeline="test",

@@ -14,6 +14,7 @@ from typing import Any
 import pendulum
 import pytest
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import PurgeRiskError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.monitoring.health import pipeline_health
@@ -26,7 +27,6 @@ from airflow_provider_binlog.pipeline.state import StateManager, variable_key
 from airflow_provider_binlog.pipeline.windows import advance_checkpoint, cut_window, mark_window
 from airflow_provider_binlog.sensors import BinlogPurgeRiskSensor
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot
-from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
 pytestmark = pytest.mark.integration

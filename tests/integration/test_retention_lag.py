@@ -8,11 +8,11 @@ from collections.abc import Iterator
 import pendulum
 import pytest
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import BinlogPurgedError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.monitoring.lag import lag_verdict, measure_lag
 from airflow_provider_binlog.monitoring.retention import assess_retention, purge_risk_verdict
-from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
 pytestmark = pytest.mark.integration

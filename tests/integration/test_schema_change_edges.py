@@ -24,7 +24,7 @@ pytest.importorskip("deltalake")
 from test_schema_changes import Flow  # noqa: E402
 
 from airflow_provider_binlog.hooks.binlog import BinlogHook  # noqa: E402
-from airflow_provider_binlog.pipeline.ledger import Checkpoint, PipelineState, Position, now_iso  # noqa: E402
+from airflow_provider_binlog.pipeline.ledger import Checkpoint, PipelineState, now_iso  # noqa: E402
 from airflow_provider_binlog.target import read_table  # noqa: E402
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB  # noqa: E402
 
@@ -43,7 +43,7 @@ def new_flow(mariadb: LocalMariaDB, spark: Any, db: str, root: Any) -> Flow:
         source_identity="test",
         flavor="mariadb",
         revision=0,
-        checkpoint=Checkpoint(position=Position.of(head), window=1, updated_at=now_iso()),
+        checkpoint=Checkpoint(position=(head), window=1, updated_at=now_iso()),
     )
     return Flow(mariadb, db, root, spark, state, hook)
 

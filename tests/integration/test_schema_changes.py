@@ -28,6 +28,7 @@ pytest.importorskip("deltalake")
 
 
 from airflow_provider_binlog.contract.manifest import Manifest  # noqa: E402
+from airflow_provider_binlog.contract.positions import file_index  # noqa: E402
 from airflow_provider_binlog.contract.uris import write_json  # noqa: E402
 from airflow_provider_binlog.extract.reader import TableTarget  # noqa: E402
 from airflow_provider_binlog.extract.window import extract_window  # noqa: E402
@@ -42,7 +43,7 @@ from airflow_provider_binlog.operators.extract import (  # noqa: E402
     schema_history,
     snapshot_covers,
 )
-from airflow_provider_binlog.pipeline.ledger import Checkpoint, PipelineState, Position, Snapshot, now_iso  # noqa: E402
+from airflow_provider_binlog.pipeline.ledger import Checkpoint, PipelineState, Snapshot, now_iso  # noqa: E402
 from airflow_provider_binlog.pipeline.staging import window_path  # noqa: E402
 from airflow_provider_binlog.pipeline.tables import parse_tables  # noqa: E402
 from airflow_provider_binlog.pipeline.windows import advance_checkpoint, cut_window, mark_window  # noqa: E402
@@ -51,7 +52,6 @@ from airflow_provider_binlog.snapshot.plan import (
     PLAN_NAME,  # noqa: E402
     plan_snapshot,  # noqa: E402
 )
-from airflow_provider_binlog.source.positions import file_index  # noqa: E402
 from airflow_provider_binlog.target import read_table  # noqa: E402
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB  # noqa: E402
 from airflow_provider_binlog.verify import compare_table  # noqa: E402
@@ -265,7 +265,7 @@ def flow(mariadb: LocalMariaDB, spark: Any, tmp_path_factory: pytest.TempPathFac
             source_identity="test",
             flavor="mariadb",
             revision=0,
-            checkpoint=Checkpoint(position=Position.of(head), window=1, updated_at=now_iso()),
+            checkpoint=Checkpoint(position=(head), window=1, updated_at=now_iso()),
         )
         flow = Flow(mariadb, db, tmp_path_factory.mktemp("ddl"), spark, state, hook)
         assert flow.snapshot() is not None  # the initial load

@@ -14,13 +14,13 @@ import pyarrow.parquet as pq
 import pymysql
 import pytest
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.extract.reader import TableTarget
 from airflow_provider_binlog.extract.window import extract_window
 from airflow_provider_binlog.hooks.binlog import BinlogHook
-from airflow_provider_binlog.pipeline.ledger import Position, Window, now_iso
+from airflow_provider_binlog.pipeline.ledger import Window, now_iso
 from airflow_provider_binlog.pipeline.staging import window_path
 from airflow_provider_binlog.snapshot.rows import RowReader, describe_columns
-from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.source.sql import quote_identifier as quote
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
@@ -43,9 +43,7 @@ class Recorder:
         state = self.hook.server_state()
         assert self.start is not None
         assert state.head is not None
-        window = Window(
-            seq=1, start=Position.of(self.start), end=Position.of(state.head), run_id="r", cut_at=now_iso()
-        )
+        window = Window(seq=1, start=(self.start), end=(state.head), run_id="r", cut_at=now_iso())
         manifest = extract_window(
             self.hook,
             pipeline="test",

@@ -13,7 +13,7 @@ from airflow_provider_binlog.exceptions import SourcePrivilegeError
 from airflow_provider_binlog.extract.reader import TableTarget
 from airflow_provider_binlog.extract.window import extract_window
 from airflow_provider_binlog.hooks.binlog import BinlogHook
-from airflow_provider_binlog.pipeline.ledger import Position, Window, now_iso
+from airflow_provider_binlog.pipeline.ledger import Window, now_iso
 from airflow_provider_binlog.pipeline.staging import window_path
 from airflow_provider_binlog.source.probes import file_opened_at
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
@@ -236,9 +236,7 @@ def test_a_grant_revoked_after_validation_fails_the_stream_at_once(
     mariadb.execute(f"INSERT INTO `{shop}`.orders VALUES (1, 1)")
     server = hook.server_state()
     assert server.head is not None
-    window = Window(
-        seq=1, start=Position.of(start), end=Position.of(server.head), run_id="r", cut_at=now_iso()
-    )
+    window = Window(seq=1, start=(start), end=(server.head), run_id="r", cut_at=now_iso())
     mariadb.execute(f"REVOKE REPLICATION SLAVE ON *.* FROM 'cdc_user'@'{HOST}'")
     started = time.monotonic()
     with pytest.raises(SourcePrivilegeError) as caught:

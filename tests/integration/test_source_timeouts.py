@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import pymysql
 import pytest
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import SourceUnreachableError
 from airflow_provider_binlog.extract.connections import pipeline_dump
 from airflow_provider_binlog.hooks.binlog import BinlogHook
-from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
 pytestmark = pytest.mark.integration

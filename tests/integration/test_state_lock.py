@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import StateConflictError, StateLockTimeoutError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.pipeline.ledger import PipelineState
 from airflow_provider_binlog.pipeline.lock import SourceStateLock, lock_name
 from airflow_provider_binlog.pipeline.state import StateManager
-from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
 pytestmark = pytest.mark.integration

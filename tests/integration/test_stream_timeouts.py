@@ -16,15 +16,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import BinlogConfigError, ReplicationConnectionLostError
 from airflow_provider_binlog.extract.connections import pipeline_dump
 from airflow_provider_binlog.extract.events.stream import EventReader, RowsEvent
 from airflow_provider_binlog.extract.reader import TableTarget
 from airflow_provider_binlog.extract.window import extract_window
 from airflow_provider_binlog.hooks.binlog import BinlogHook
-from airflow_provider_binlog.pipeline.ledger import Position, Window, now_iso
+from airflow_provider_binlog.pipeline.ledger import Window, now_iso
 from airflow_provider_binlog.pipeline.staging import window_path
-from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 from airflow_provider_binlog.testing.relay import SilentRelay
 
@@ -72,7 +72,7 @@ def _through(relay: SilentRelay, mariadb: LocalMariaDB, monkeypatch: pytest.Monk
 
 
 def _extract(hook: BinlogHook, table: str, start: BinlogPosition, end: BinlogPosition, staging: Path) -> int:
-    window = Window(seq=1, start=Position.of(start), end=Position.of(end), run_id="r", cut_at=now_iso())
+    window = Window(seq=1, start=(start), end=(end), run_id="r", cut_at=now_iso())
     manifest = extract_window(
         hook,
         pipeline="heartbeat",

@@ -41,7 +41,7 @@ from airflow_provider_binlog.hooks.binlog import BinlogHook  # noqa: E402
 from airflow_provider_binlog.jobs.merge.job import merge_window  # noqa: E402
 from airflow_provider_binlog.jobs.merge.schema import UnfollowableSchemaChange, plan_schema_change  # noqa: E402
 from airflow_provider_binlog.jobs.merge.window import target_schema  # noqa: E402
-from airflow_provider_binlog.pipeline.ledger import Position, Window, now_iso  # noqa: E402
+from airflow_provider_binlog.pipeline.ledger import Window, now_iso  # noqa: E402
 from airflow_provider_binlog.pipeline.staging import window_path  # noqa: E402
 from airflow_provider_binlog.target import read_table, table_uri  # noqa: E402
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB  # noqa: E402
@@ -147,9 +147,7 @@ class Cutter:
         state = self.hook.server_state()
         assert self.start is not None
         assert state.head is not None
-        window = Window(
-            seq=seq, start=Position.of(self.start), end=Position.of(state.head), run_id="r", cut_at=now_iso()
-        )
+        window = Window(seq=seq, start=(self.start), end=(state.head), run_id="r", cut_at=now_iso())
         folder = self.staging / pipeline_dir
         extract_window(
             self.hook,

@@ -30,7 +30,7 @@ import pytest
 from conftest import Pipeline as BasePipeline
 from conftest import stored_state
 
-from airflow_provider_binlog.source.positions import file_index
+from airflow_provider_binlog.contract.positions import file_index
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 from airflow_provider_binlog.testing.workload import SHOP_TABLES, ShopWorkload, create_shop_schema
 
@@ -196,7 +196,7 @@ def test_a_reader_slower_than_net_write_timeout_keeps_its_connection(
     from airflow_provider_binlog.extract.window import extract_window
     from airflow_provider_binlog.extract.writer import TableWriter
     from airflow_provider_binlog.hooks.binlog import BinlogHook
-    from airflow_provider_binlog.pipeline.ledger import Position, Window, now_iso
+    from airflow_provider_binlog.pipeline.ledger import Window, now_iso
     from airflow_provider_binlog.pipeline.staging import window_path
 
     server, db = pipeline.server, pipeline.db
@@ -210,9 +210,7 @@ def test_a_reader_slower_than_net_write_timeout_keeps_its_connection(
     write_wide_window(server, db)
     state = hook.server_state()
     assert state.head is not None
-    window = Window(
-        seq=1, start=Position.of(start), end=Position.of(state.head), run_id="r", cut_at=now_iso()
-    )
+    window = Window(seq=1, start=(start), end=(state.head), run_id="r", cut_at=now_iso())
     stalls: list[float] = []
     original = TableWriter.write
 

@@ -12,9 +12,9 @@ import pymysql
 import pytest
 from conftest import REPO, DagRunner, load_example_dag, load_module, stored_state, xcom
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.monitoring.lag import LagReport, measure_lag
-from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 from airflow_provider_binlog.testing.workload import ShopWorkload, create_shop_schema
 

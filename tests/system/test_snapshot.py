@@ -82,7 +82,7 @@ def test_snapshot_under_concurrent_writes_ends_equal_to_the_source(shop: ShopPip
     assert manifest["stats"]["read_tasks"] == 2
     # the binlog moved while the chunks were read: the writes really raced with the snapshot
     low, high = manifest["watermarks"]["lowest"], manifest["watermarks"]["highest"]
-    assert (low[0], low[1]) < (high[0], high[1])
+    assert (low["file"], low["pos"]) < (high["file"], high["pos"])
     assert written["rekey"] > 0
     assert written["delete_items"] > 0
     assert sum(written.values()) > 100

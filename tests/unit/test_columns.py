@@ -7,11 +7,11 @@ import sys
 import pyarrow as pa
 import pytest
 
+from airflow_provider_binlog.contract.positions import BinlogPosition, file_index
 from airflow_provider_binlog.extract.batches import ChangeBatchBuilder
 from airflow_provider_binlog.extract.charsets import UnsupportedCharsetError, text_decoder
 from airflow_provider_binlog.extract.columns import ColumnSpec, ValueConversionError, fix_negative_time
 from airflow_provider_binlog.extract.tablemaps import collation_charset
-from airflow_provider_binlog.source.positions import BinlogPosition, file_index
 
 
 def _time(text: str) -> dt.timedelta:

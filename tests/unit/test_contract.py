@@ -24,6 +24,7 @@ from airflow_provider_binlog.contract.manifest import (
     write_manifest,
 )
 from airflow_provider_binlog.contract.names import TableNameError, split_table_name
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.contract.types import (
     ARROW_TYPE_KEY,
     TypeMapError,
@@ -45,8 +46,8 @@ WINDOW = Manifest(
     pipeline="shop",
     window=3,
     run_id="scheduled__1",
-    start={"file": "b.000001", "pos": 4},
-    end={"file": "b.000001", "pos": 900},
+    start=BinlogPosition("b.000001", 4),
+    end=BinlogPosition("b.000001", 900),
     created_at="2026-01-01T00:00:00+00:00",
     tables={
         "shop.orders": TableEntry(
@@ -83,7 +84,7 @@ def test_a_snapshot_manifest_round_trips_and_merges_its_empty_tables() -> None:
             "shop.orders": TableEntry(files=("a.parquet",), rows=0, ops={}, chunks=1),
             "shop.unread": TableEntry(),
         },
-        watermarks={"lowest": ["b.000001", 4], "highest": ["b.000001", 9]},
+        watermarks={"lowest": BinlogPosition("b.000001", 4), "highest": BinlogPosition("b.000001", 9)},
     )
     assert Manifest.from_json(snapshot.to_json()) == snapshot
     assert snapshot.tables_to_merge() == {

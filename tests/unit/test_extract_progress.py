@@ -4,8 +4,8 @@ import logging
 
 import pytest
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.extract.progress import ExtractProgress
-from airflow_provider_binlog.source.positions import BinlogPosition
 
 FILES = [("bin.000001", 1_000), ("bin.000002", 4_000), ("bin.000003", 500)]
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pendulum
 import pytest
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError
-from airflow_provider_binlog.pipeline.ledger import PipelineState, Position
+from airflow_provider_binlog.pipeline.ledger import PipelineState
 from airflow_provider_binlog.pipeline.state import StateManager
 from airflow_provider_binlog.pipeline.windows import (
     advance_checkpoint,
@@ -14,7 +15,6 @@ from airflow_provider_binlog.pipeline.windows import (
     cut_window,
     mark_window,
 )
-from airflow_provider_binlog.source.positions import BinlogPosition
 
 T0 = pendulum.datetime(2026, 3, 1, 12, 0, tz="UTC")
 # A binlog where the transaction boundary before moment T0 + k minutes is at byte 1000 + 100 * k.
@@ -117,9 +117,7 @@ def test_checkpoint_moves_only_across_contiguous_merged_windows() -> None:
     state = fresh()
     state = state.model_copy(
         update={
-            "checkpoint": state.checkpoint.model_copy(
-                update={"position": Position.of(BOUNDARIES[T0.add(minutes=1)])}
-            )
+            "checkpoint": state.checkpoint.model_copy(update={"position": (BOUNDARIES[T0.add(minutes=1)])})
         }
     )
     windows = {}

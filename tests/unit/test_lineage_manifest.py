@@ -6,6 +6,7 @@ from pathlib import Path
 
 from airflow_provider_binlog.assets import asset_event_extra, table_events
 from airflow_provider_binlog.contract.manifest import Manifest, TableEntry
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.lineage import BINLOG_RANGE_FACET, manifest_lineage
 
 COLUMNS = (
@@ -25,8 +26,8 @@ def manifest() -> Manifest:
             ),
             "shop.idle": TableEntry(columns=COLUMNS),
         },
-        start={"file": "mariadb-bin.000001", "pos": 4, "gtid_set": ""},
-        end={"file": "mariadb-bin.000001", "pos": 900, "gtid_set": "0-1-5"},
+        start=BinlogPosition("mariadb-bin.000001", 4),
+        end=BinlogPosition("mariadb-bin.000001", 900, "0-1-5"),
         stats={
             "rows": 3,
             "transactions": 2,

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 import pendulum
 import pytest
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.monitoring.lag import LagReport
-from airflow_provider_binlog.source.positions import BinlogPosition
 
 
 @pytest.fixture

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.extract.decoder import unsupported_reason
 from airflow_provider_binlog.extract.errors import UndecodableEventError
 from airflow_provider_binlog.extract.events.feeds import read_binlog_file
 from airflow_provider_binlog.extract.events.stream import Event, EventReader, RowsEvent
 from airflow_provider_binlog.extract.reader import TableTarget, WindowReader
-from airflow_provider_binlog.source.positions import BinlogPosition
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "mysql_binlogs"
 pytestmark = pytest.mark.skipif(

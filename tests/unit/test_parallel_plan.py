@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
+from airflow_provider_binlog.contract.positions import BinlogPosition as P
 from airflow_provider_binlog.extract import parallel
 from airflow_provider_binlog.extract.file_worker import FileRange
 from airflow_provider_binlog.extract.parallel import file_ranges, held_after, worker_count
 from airflow_provider_binlog.extract.reader import BATCH_ROWS
-from airflow_provider_binlog.source.positions import BinlogPosition as P
 
 FILES = [("bin.000007", 900), ("bin.000008", 1000), ("bin.000009", 1000), ("bin.000010", 500)]
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pendulum
 import pytest
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.monitoring.snapshot_estimate import (
     DEFAULT_SNAPSHOT_ROWS_PER_SECOND,
     SNAPSHOT_OVERHEAD_SECONDS,
     estimate_snapshots,
     snapshot_rate,
 )
-from airflow_provider_binlog.pipeline.ledger import Handover, PipelineState, Position, Snapshot
+from airflow_provider_binlog.pipeline.ledger import Handover, PipelineState, Snapshot
 from airflow_provider_binlog.pipeline.state import StateManager
-from airflow_provider_binlog.source.positions import BinlogPosition
 
 HEAD = BinlogPosition("mariadb-bin.000001", 400, "0-1-5")
 NOW = pendulum.datetime(2026, 11, 24, 12, tz="UTC")
@@ -33,7 +33,7 @@ def snapshot(seq: int, tables: list[str], rows: int, seconds: float | None, **ex
     return Snapshot(
         seq=seq,
         tables=tables,
-        start=Position.of(HEAD),
+        start=(HEAD),
         run_id=f"r{seq}",
         started_at=started.isoformat(),
         staging_uri=f"/s/snapshot={seq}",

@@ -7,13 +7,13 @@ import json
 import pytest
 
 from airflow_provider_binlog.contract.manifest import Manifest
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError
-from airflow_provider_binlog.pipeline.ledger import PipelineState, Position, ResnapshotNeeded
+from airflow_provider_binlog.pipeline.ledger import PipelineState, ResnapshotNeeded
 from airflow_provider_binlog.pipeline.state import StateManager
 from airflow_provider_binlog.pipeline.windows import cut_window, mark_window
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot
 from airflow_provider_binlog.snapshot.plan import Chunk, decode_value, encode_value
-from airflow_provider_binlog.source.positions import BinlogPosition
 
 HEAD = BinlogPosition("b.000002", 500, "0-1-10")
 TABLES = ["shop.a", "shop.b"]
@@ -57,11 +57,11 @@ def test_a_new_pipeline_snapshots_every_table_and_its_windows_rank_above() -> No
     assert snapshot is not None
     assert snapshot.tables == TABLES
     assert snapshot.reason == "initial"
-    assert snapshot.start.to_position() == HEAD
+    assert snapshot.start == HEAD
     assert snapshot.seq == state.checkpoint.window + 1
     state, window, _ = cut_window(state, run_id="r1", head=BinlogPosition("b.000002", 900))
     assert window.seq == snapshot.seq + 1
-    assert window.start.to_position() == HEAD  # the first window starts where the snapshot started
+    assert window.start == HEAD  # the first window starts where the snapshot started
 
 
 def test_a_retry_gets_its_snapshot_back_and_covered_tables_are_skipped() -> None:
@@ -152,9 +152,9 @@ def test_purge_recovery_moves_the_checkpoint_to_the_snapshot_start() -> None:
     assert recovery is not None
     assert recovery.reason == "purged"
     assert state.windows == []
-    assert state.checkpoint.position.to_position() == later
+    assert state.checkpoint.position == later
     state, window, _ = cut_window(state, run_id="w2", head=BinlogPosition("b.000009", 400))
-    assert window.start.to_position() == later
+    assert window.start == later
     assert window.seq == recovery.seq + 1 > stuck.seq
 
 
@@ -194,7 +194,7 @@ def test_a_finished_snapshot_records_only_the_tables_it_wrote_into_the_target() 
 def needed(table: str, pos: int, window: int = 1) -> ResnapshotNeeded:
     return ResnapshotNeeded(
         table=table,
-        since=Position(file="b.000002", pos=pos),
+        since=BinlogPosition(file="b.000002", pos=pos),
         reason="ADD COLUMN c with DEFAULT 'x' fills existing rows",
         statement="ALTER TABLE a ADD COLUMN c INT DEFAULT 1",
         window=window,

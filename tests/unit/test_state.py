@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -8,11 +9,11 @@ from contextlib import contextmanager
 
 import pytest
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import PipelineBusyError, StateConflictError, StateError
 from airflow_provider_binlog.pipeline.ledger import MERGED_WINDOWS_KEPT, Held, PipelineState
 from airflow_provider_binlog.pipeline.state import StateManager, variable_key
 from airflow_provider_binlog.pipeline.windows import cut_window, mark_window
-from airflow_provider_binlog.source.positions import BinlogPosition
 
 HEAD = BinlogPosition("mariadb-bin.000001", 800, "0-1-10")
 
@@ -72,7 +73,7 @@ def test_initial_state_round_trips(manager: StateManager) -> None:
     loaded = manager.load()
     assert loaded == written
     assert loaded.revision == 1
-    assert loaded.checkpoint.position.to_position() == HEAD
+    assert loaded.checkpoint.position == HEAD
 
 
 def test_stale_revision_is_refused(manager: StateManager) -> None:
@@ -123,9 +124,9 @@ def test_windows_tile_the_binlog(manager: StateManager) -> None:
         state = mark_window(state, window.seq, status="merged")
     first, second = state.windows
     assert (first.seq, second.seq) == (state.checkpoint.window + 1, state.checkpoint.window + 2)
-    assert first.start.to_position() == HEAD
+    assert first.start == HEAD
     assert first.end == second.start
-    assert second.end.to_position() == heads[1]
+    assert second.end == heads[1]
 
 
 def test_a_retry_reuses_its_window(manager: StateManager) -> None:
@@ -316,7 +317,7 @@ def test_a_ledger_that_no_longer_tiles_or_runs_ahead_of_the_checkpoint_is_incons
 ) -> None:
     state = _merged_pipeline(manager)
     first, second, third = state.windows
-    gap = second.model_copy(update={"start": second.start.model_copy(update={"pos": second.start.pos + 1})})
+    gap = second.model_copy(update={"start": dataclasses.replace(second.start, pos=second.start.pos + 1)})
     assert any(
         "no longer tiles" in p
         for p in state.model_copy(update={"windows": [first, gap, third]}).inconsistencies()

@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import UnsupportedEventError
 from airflow_provider_binlog.extract.reader import SnapshotCover, TableTarget, WindowReader
 from airflow_provider_binlog.extract.statements import written_tables
-from airflow_provider_binlog.source.positions import BinlogPosition
 
 
 @pytest.mark.parametrize(
