@@ -17,6 +17,7 @@ from airflow_provider_binlog.operators.lineage import StagedLineageMixin
 from airflow_provider_binlog.pipeline.ledger import PipelineState, Window
 from airflow_provider_binlog.pipeline.state import StateManager
 from airflow_provider_binlog.pipeline.tables import (
+    KeylessMode,
     check_keyless_mode,
     is_template,
     parse_keys,
@@ -25,7 +26,13 @@ from airflow_provider_binlog.pipeline.tables import (
     table_keys,
     takes,
 )
-from airflow_provider_binlog.pipeline.windows import cut_interval_window, cut_window, mark_window
+from airflow_provider_binlog.pipeline.windows import (
+    CUT_BY_MODES,
+    CutBy,
+    cut_interval_window,
+    cut_window,
+    mark_window,
+)
 from airflow_provider_binlog.source.positions import BinlogPosition
 from airflow_provider_binlog.source.schema import TableInfo
 
@@ -37,7 +44,7 @@ def table_targets(
     described: dict[str, TableInfo],
     keys: dict[str, list[str]],
     *,
-    keyless_tables: str = "fail",
+    keyless_tables: KeylessMode = "fail",
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Return ``({"db.table": TableTarget}, {"db.table": reason skipped})`` of the described tables.
 
@@ -250,9 +257,9 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         binlog_conn_id: str = BinlogHook.default_conn_name,
         staging_conn_id: str | None = None,
         keys: dict[str, list[str]] | str | None = None,
-        keyless_tables: str = "skip",
+        keyless_tables: KeylessMode | str = "skip",
         allow_minimal_row_metadata: bool = False,
-        cut_by: str = "head",
+        cut_by: CutBy = "head",
         max_extract_workers: int | None = None,
         **kwargs: Any,
     ) -> None:
@@ -265,7 +272,7 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         if not is_template(keyless_tables):
             check_keyless_mode(keyless_tables)
         self.keyless_tables = keyless_tables
-        if cut_by not in ("head", "interval"):
+        if cut_by not in CUT_BY_MODES:
             raise ValueError(f"cut_by={cut_by!r} must be 'head' or 'interval'")
         self.cut_by = cut_by
         self.pipeline = pipeline
@@ -283,7 +290,7 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         from airflow_provider_binlog.pipeline.lock import SourceStateLock
         from airflow_provider_binlog.pipeline.staging import check_writable, storage_path
 
-        check_keyless_mode(self.keyless_tables)
+        keyless_tables = check_keyless_mode(self.keyless_tables)
         self.keys = parse_keys(self.keys)
         hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
         selection = parse_tables(self.tables)
@@ -295,7 +302,7 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         manager = StateManager(self.pipeline, history=StagedStateHistory(root), lock=SourceStateLock(hook))
         known = manager.load()
         described = hook.describe_tables(selection)
-        targets, skipped = self._targets(described, known)
+        targets, skipped = self._targets(described, known, keyless_tables)
         targets.update(gone_targets(known, selection, described))
         current, window = self._cut(manager, server, hook, context, known)
         for target in targets.values():
@@ -390,7 +397,7 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         return own, None
 
     def _targets(
-        self, described: dict[str, TableInfo], state: PipelineState | None
+        self, described: dict[str, TableInfo], state: PipelineState | None, keyless_tables: KeylessMode
     ) -> tuple[dict[str, Any], dict[str, str]]:
         """Return the tables this run stages (with their keys and capture starts) and those it leaves out.
 
@@ -399,7 +406,7 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         """
         from airflow_provider_binlog.pipeline.tables import KeylessTableError
 
-        targets, skipped = table_targets(described, self.keys, keyless_tables=self.keyless_tables)
+        targets, skipped = table_targets(described, self.keys, keyless_tables=keyless_tables)
         lost = sorted(set(skipped) & captured_tables(state))
         if lost:
             raise KeylessTableError(
