@@ -70,7 +70,7 @@ def extract_window(
     :param skipped: ``{"db.table": reason}`` of selected tables this window leaves out (recorded in the
         manifest under ``skipped``).
     :param foreign_keys: the cascading foreign keys among the selected tables whose child changes the source
-        does not log (:func:`~airflow_provider_binlog.operators.extract.cascading_keys`); recorded in the
+        does not log (:func:`~airflow_provider_binlog.extract.plan.cascading_keys`); recorded in the
         manifest under ``foreign_keys`` for the merge, which applies them.
     :param schemas: the schema history at the window's start: the ``schemas`` of the manifest of the window
         that ends where this one starts (``{"db.table": [column records]}``, :func:`~.ddl.column_record`); the

@@ -1,195 +1,61 @@
-"""BinlogExtractOperator: cut (or reuse) this run's window and stage its row changes as Parquet."""
+"""BinlogExtractOperator: cut (or reuse) this run's window and stage its row changes as Parquet.
+
+The operator is the Airflow wiring (arguments and templates, the run's context, the state lock, XCom); what each
+selected table is for the window is planned in :mod:`airflow_provider_binlog.extract.plan`, the window is cut in
+:mod:`airflow_provider_binlog.pipeline.windows` and read by :func:`~airflow_provider_binlog.extract.window.extract_window`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from pathlib import PurePosixPath
-from typing import Any
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 import pendulum
 from airflow.sdk import BaseOperator
 
-from airflow_provider_binlog.contract.foreign_keys import ForeignKey
-from airflow_provider_binlog.contract.manifest import Manifest
-from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import BinlogConfigError, IntervalOpenError
+from airflow_provider_binlog.extract.plan import (
+    cascading_keys,
+    gone_targets,
+    plan_tables,
+    set_barriers,
+    snapshot_covers,
+)
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.lineage import StagedLineageMixin
+from airflow_provider_binlog.pipeline.history import StagedStateHistory
 from airflow_provider_binlog.pipeline.ledger import PipelineState, Window
+from airflow_provider_binlog.pipeline.lock import SourceStateLock
+from airflow_provider_binlog.pipeline.runs import holder_states
+from airflow_provider_binlog.pipeline.staging import (
+    check_writable,
+    schema_history,
+    storage_path,
+    window_staging,
+)
 from airflow_provider_binlog.pipeline.state import StateManager
 from airflow_provider_binlog.pipeline.tables import (
+    KeylessMode,
     check_keyless_mode,
     is_template,
     parse_keys,
     parse_tables,
-    skipped_warning,
-    table_keys,
-    takes,
 )
-from airflow_provider_binlog.pipeline.windows import cut_interval_window, cut_window, mark_window
-from airflow_provider_binlog.source.schema import TableInfo
+from airflow_provider_binlog.pipeline.windows import (
+    CUT_BY_MODES,
+    CutBy,
+    boundary_at,
+    cut_interval_window,
+    cut_window,
+    mark_window,
+)
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.contract.positions import BinlogPosition
 
 INTERVAL_SETTLE_SECONDS = 5
 """An interval window is cut only this long (seconds) after its end, so commits before it are logged."""
-
-
-def table_targets(
-    described: dict[str, TableInfo],
-    keys: dict[str, list[str]],
-    *,
-    keyless_tables: str = "fail",
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """Return ``({"db.table": TableTarget}, {"db.table": reason skipped})`` of the described tables.
-
-    A table's key is its primary key, or the columns named in ``keys`` (any existing columns, see
-    :func:`~airflow_provider_binlog.pipeline.tables.resolve_key`); a table with neither is left out with the reason
-    (``keyless_tables="skip"``) or refused (``"fail"``).
-
-    :raises KeylessTableError: for a table with neither when ``keyless_tables="fail"``.
-    :raises BinlogConfigError: for a named key column that does not exist.
-    """
-    from airflow_provider_binlog.extract.reader import TableTarget
-
-    resolved = table_keys(
-        {name: (info.columns, info.primary_key) for name, info in described.items()},
-        keys,
-        keyless_tables=keyless_tables,
-    )
-    targets = {name: TableTarget(name=name, primary_key=key) for name, key in resolved.keys.items()}
-    return targets, resolved.skipped
-
-
-def cascading_keys(hook: BinlogHook, server: Any, targets: dict[str, Any], log: Any) -> list[ForeignKey]:
-    """Return the foreign keys among the staged tables whose child changes the merge must apply itself.
-
-    Reads the keys with CASCADE or SET NULL actions of the ``targets`` (one query), warns in ``log`` for each
-    whose parent is not staged (the child drifts on parent deletes and key updates), and sets each parent
-    target's ``referenced`` columns so the reader stages their before images. On a source that logs the
-    cascaded child rows itself (MySQL 9.6+ with SQL-layer foreign keys,
-    :meth:`~airflow_provider_binlog.source.flavor.SourceFlavor.cascades_are_logged`) there is nothing to do.
-
-    :param hook: the source's hook.
-    :param server: its :class:`~airflow_provider_binlog.hooks.binlog.ServerState`.
-    :param targets: ``{"db.table": TableTarget}`` of the tables this window stages (updated in place).
-    :param log: the task's logger.
-    :raises BinlogConfigError: when the keys form a cycle through several staged tables.
-    """
-    from airflow_provider_binlog.contract.foreign_keys import (
-        ForeignKeyCycleError,
-        parents_first,
-        referenced_columns,
-        split_by_selection,
-        unselected_parent_warning,
-    )
-
-    if server.strategy.cascades_are_logged(server.variables):
-        log.info("the source %s %s logs foreign-key cascades itself", server.flavor, server.version)
-        return []
-    applied, orphaned = split_by_selection(hook.foreign_keys(targets), targets)
-    for key in orphaned:
-        log.warning(unselected_parent_warning(key))
-    try:
-        parents_first(sorted(targets), applied)
-    except ForeignKeyCycleError as err:
-        raise BinlogConfigError(f"pipeline {hook.pipeline}: {err}") from err
-    for parent, columns in referenced_columns(applied).items():
-        targets[parent].referenced = columns
-    for key in applied:
-        log.info(
-            "the merge applies the foreign key %s (the source does not log its child changes)", key.describe()
-        )
-    return applied
-
-
-def capture_start(state: PipelineState | None, table: str) -> BinlogPosition | None:
-    """Return where the pipeline's capture of ``table`` begins: the start of its first snapshot, if any.
-
-    Changes logged before that start are in the snapshot's rows; binlog windows stage only later ones.
-    """
-    firsts = [s.start for s in (state.snapshots if state else []) if table in s.tables]
-    return min((p for p in firsts), key=lambda p: p.key, default=None)
-
-
-def captured_tables(state: PipelineState | None) -> set[str]:
-    """Return the tables the pipeline has merged into its target or read in a snapshot (any status)."""
-    if state is None:
-        return set()
-    return {*state.target_tables, *(t for s in state.snapshots for t in s.tables)}
-
-
-def gone_targets(
-    state: PipelineState | None, selection: Sequence[str], existing: Iterable[str]
-) -> dict[str, Any]:
-    """Return a ``gone`` target per table the target holds that the source no longer has but the selection takes.
-
-    Such a table was dropped or renamed away (:class:`~airflow_provider_binlog.extract.reader.TableTarget`). The
-    window stages none of their row changes, only the truncate marker of the statement that removed them
-    when the window holds it, so the target is emptied at that statement's place in the order
-    (``docs/adr/0015-truncate-marker.md``). Their key is the Delta table's own (the merge reads it there).
-    """
-    from airflow_provider_binlog.extract.reader import TableTarget
-
-    known = set(existing)
-    held = state.target_tables if state is not None else []
-    return {
-        name: TableTarget(name, [], captured=True, gone=True)
-        for name in sorted(held)
-        if name not in known and takes(selection, name)
-    }
-
-
-def snapshot_covers(state: PipelineState | None, tables: Iterable[str]) -> dict[str, Any]:
-    """Return ``{"db.table": SnapshotCover}``: each table's newest snapshot (merged or running) in the ledger.
-
-    The reader skips a statement-based write to a table its snapshot covers (the snapshot was started after
-    the window was cut, so it read the table after the statement).
-    """
-    from airflow_provider_binlog.extract.reader import SnapshotCover
-
-    covers: dict[str, Any] = {}
-    for snapshot in state.snapshots if state is not None else []:
-        for table in set(snapshot.tables) & set(tables):
-            if table not in covers or covers[table].seq < snapshot.seq:
-                covers[table] = SnapshotCover(seq=snapshot.seq, start=snapshot.start)
-    return covers
-
-
-def schema_barriers(state: PipelineState | None, table: str, window: int) -> list[Any]:
-    """Return the :class:`~airflow_provider_binlog.extract.reader.SchemaBarrier` s of ``table`` for window ``window``.
-
-    One per schema change of the table still listed in ``state.resnapshots_needed``; it is covered when a
-    snapshot of the table with a seq below ``window`` started at or after the change.
-    """
-    from airflow_provider_binlog.extract.reader import SchemaBarrier
-
-    if state is None:
-        return []
-    return [
-        SchemaBarrier(r.since, covered=state.covering_snapshot(r, below=window) is not None)
-        for r in state.resnapshots_needed
-        if r.table == table
-    ]
-
-
-def schema_history(state: PipelineState, window: Window, root: Any) -> dict[str, list[Any]]:
-    """Return the schema history at ``window``'s start: the ``schemas`` of the window that ends there.
-
-    That window's manifest (in its staging folder under ``root``) keeps the table-map columns of each table at
-    its end (:class:`~airflow_provider_binlog.contract.manifest.Manifest`); ``{}`` when there is no such
-    window in the ledger (the first window, an interval window read before the one before it) or its manifest
-    is gone. The reader then knows a column's old type only from a row event of the window.
-    """
-    from airflow_provider_binlog.pipeline.staging import read_manifest
-
-    start = window.start.key
-    before = next(
-        (w for w in state.windows if w.seq != window.seq and w.manifest_uri and w.end.key == start),
-        None,
-    )
-    if before is None or before.manifest_uri is None:
-        return {}
-    manifest = read_manifest(root / PurePosixPath(before.manifest_uri).name)
-    return {} if manifest is None else dict(manifest.schemas)
 
 
 class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
@@ -246,9 +112,9 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         binlog_conn_id: str = BinlogHook.default_conn_name,
         staging_conn_id: str | None = None,
         keys: dict[str, list[str]] | str | None = None,
-        keyless_tables: str = "skip",
+        keyless_tables: KeylessMode | str = "skip",
         allow_minimal_row_metadata: bool = False,
-        cut_by: str = "head",
+        cut_by: CutBy = "head",
         max_extract_workers: int | None = None,
         **kwargs: Any,
     ) -> None:
@@ -261,7 +127,7 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         if not is_template(keyless_tables):
             check_keyless_mode(keyless_tables)
         self.keyless_tables = keyless_tables
-        if cut_by not in ("head", "interval"):
+        if cut_by not in CUT_BY_MODES:
             raise ValueError(f"cut_by={cut_by!r} must be 'head' or 'interval'")
         self.cut_by = cut_by
         self.pipeline = pipeline
@@ -274,12 +140,9 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         """Validate the source, cut or reuse the window, stage it and record it in the ledger."""
-        from airflow_provider_binlog.extract.window import extract_window
-        from airflow_provider_binlog.pipeline.history import StagedStateHistory
-        from airflow_provider_binlog.pipeline.lock import SourceStateLock
-        from airflow_provider_binlog.pipeline.staging import check_writable, storage_path
+        from airflow_provider_binlog.extract.window import extract_window  # pyarrow: not at DAG parsing
 
-        check_keyless_mode(self.keyless_tables)
+        keyless_tables = check_keyless_mode(self.keyless_tables)
         self.keys = parse_keys(self.keys)
         hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
         selection = parse_tables(self.tables)
@@ -291,20 +154,18 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         manager = StateManager(self.pipeline, history=StagedStateHistory(root), lock=SourceStateLock(hook))
         known = manager.load()
         described = hook.describe_tables(selection)
-        targets, skipped = self._targets(described, known)
+        targets, skipped = plan_tables(
+            described,
+            known,
+            self.keys,
+            keyless_tables=keyless_tables,
+            pipeline=self.pipeline,
+            log=self.log,
+        )
         targets.update(gone_targets(known, selection, described))
         current, window = self._cut(manager, server, hook, context, known)
-        for target in targets.values():
-            target.barriers = schema_barriers(current, target.name, window.seq)
-            if self.cut_by == "interval" and any(not b.covered for b in target.barriers):
-                self.log.error(
-                    "%s waits for a re-snapshot after a schema change (%s), but pipeline %s cuts windows by "
-                    "interval and cannot take snapshots: its changes after the schema change are left out of "
-                    "every window. Load the table into a pipeline that cuts by head (docs/schema-changes.md, "
-                    "'Limits'); the other tables are not affected.",
-                    target.name, ", ".join(str(b.since) for b in target.barriers), self.pipeline,
-                )  # fmt: skip
-        window_dir, manifest = self._staged(root, window)
+        set_barriers(targets, current, window.seq, cut_by=self.cut_by, pipeline=self.pipeline, log=self.log)
+        window_dir, manifest = window_staging(root, self.pipeline, window)
         if manifest is not None:
             self.log.info("window %s is already staged at %s; reusing it", window.seq, str(window_dir))
         else:
@@ -366,73 +227,19 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
             staging_uri=self.staged_uri,
         )
 
-    def _staged(self, root: Any, window: Window) -> tuple[Any, Manifest | None]:
-        """Return ``(folder, manifest)`` of the window's staging; the manifest is None when it must be read.
-
-        A complete manifest of exactly this window is reused: first in the folder the ledger records
-        (``manifest_uri``: also one an earlier holder staged before it ended), then in the folder of the
-        current holder (:attr:`~airflow_provider_binlog.pipeline.ledger.Window.staging_name`, where a retry of an
-        extract that died after its manifest finds it). Otherwise the window is read into the current
-        holder's folder: after a hand-over a new one, never the half-written folder of a run that died.
-        """
-        from airflow_provider_binlog.pipeline.staging import staged_manifest
-
-        recorded = None if window.manifest_uri is None else root / PurePosixPath(window.manifest_uri).name
-        own = root / window.staging_name
-        for folder in (recorded, own):
-            manifest = None if folder is None else staged_manifest(folder, self.pipeline, window)
-            if manifest is not None:
-                return folder, manifest
-        return own, None
-
-    def _targets(
-        self, described: dict[str, TableInfo], state: PipelineState | None
-    ) -> tuple[dict[str, Any], dict[str, str]]:
-        """Return the tables this run stages (with their keys and capture starts) and those it leaves out.
-
-        :raises KeylessTableError: for a keyless table with ``keyless_tables="fail"``, or one the pipeline
-            has already captured.
-        """
-        from airflow_provider_binlog.pipeline.tables import KeylessTableError
-
-        targets, skipped = table_targets(described, self.keys, keyless_tables=self.keyless_tables)
-        lost = sorted(set(skipped) & captured_tables(state))
-        if lost:
-            raise KeylessTableError(
-                f"{', '.join(lost)} lost the primary key the pipeline {self.pipeline} captured it by, so its "
-                f"changes can no longer be merged (the target table would silently go stale). Give it a key "
-                f"again and re-snapshot it (binlog_resnapshot, mode 'requested'), name a key with keys=, or "
-                f"exclude it with '!{lost[0]}'. {skipped[lost[0]]}"
-            )
-        for name, reason in skipped.items():
-            self.log.warning(skipped_warning(name, reason))
-        if state is not None and state.snapshots:
-            captured = captured_tables(state)
-            for name in sorted(set(targets) - captured):  # a snapshotting pipeline loads new tables first
-                del targets[name]
-                skipped[name] = (
-                    f"{name} is new to the pipeline and no snapshot has read it yet; the snapshot task of the next "
-                    f"run loads it, and windows capture it from that snapshot's start."
-                )
-                self.log.warning("%s is left out of this run: %s", name, skipped[name])
-        for target in targets.values():
-            target.since = capture_start(state, target.name)
-            target.captured = state is not None and target.name in state.target_tables
-        return targets, skipped
-
     def _cut(
-        self, manager: StateManager, server: Any, hook: BinlogHook, context: Any, known: PipelineState | None
+        self,
+        manager: StateManager,
+        server: Any,
+        hook: BinlogHook,
+        context: Any,
+        known: PipelineState | None,
     ) -> tuple[PipelineState, Window]:
         """Cut (or find) this run's window in a read-modify-write of the state, re-tried on a lost race.
 
         :param known: the state as read before (tells whether an interval run must scan for its bounds).
         :returns: the state as written and the run's window.
         """
-        from functools import lru_cache
-
-        from airflow_provider_binlog.pipeline.runs import holder_states
-        from airflow_provider_binlog.pipeline.windows import boundary_at
-
         locate = lru_cache(maxsize=None)(lambda moment: boundary_at(hook, server, moment))
         holders: dict[str, Any] = {
             "dag_id": getattr(context.get("dag"), "dag_id", None),
@@ -495,7 +302,11 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         return written, window
 
     def _cut_interval(
-        self, state: PipelineState, locate: Any, context: Any, holders: dict[str, Any]
+        self,
+        state: PipelineState,
+        locate: Callable[[pendulum.DateTime], BinlogPosition],
+        context: Any,
+        holders: dict[str, Any],
     ) -> tuple[PipelineState, Window, bool]:
         start, end = self._interval(context)
         return cut_interval_window(

@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from airflow_provider_binlog.assets import TARGET_TABLES_ALIAS
 from airflow_provider_binlog.contract.manifest import Manifest, TableEntry, read_manifest
-from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
+from airflow_provider_binlog.exceptions import MergeError, StagingError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.lineage import StagedLineageMixin
 from airflow_provider_binlog.operators.spark import SparkJobOperator
 from airflow_provider_binlog.pipeline.ledger import PipelineState, Snapshot
 from airflow_provider_binlog.pipeline.state import StateManager
 from airflow_provider_binlog.pipeline.tables import (
+    KeylessMode,
     TableKeys,
     check_keyless_mode,
     is_template,
@@ -24,13 +25,17 @@ from airflow_provider_binlog.pipeline.tables import (
     skipped_warning,
     table_keys,
 )
-from airflow_provider_binlog.snapshot.ledger import SnapshotMode, begin_snapshot, finish_snapshot
+from airflow_provider_binlog.snapshot.ledger import (
+    SnapshotMode,
+    begin_snapshot,
+    check_snapshot_mode,
+    finish_snapshot,
+)
 from airflow_provider_binlog.snapshot.plan import CHUNK_ROWS, plan_snapshot
 from airflow_provider_binlog.source.schema import TableInfo, unique_keys
 
 #: The PySpark application submitted by :class:`BinlogSnapshotOperator`.
 SNAPSHOT_APPLICATION = Path(__file__).resolve().parent.parent / "jobs" / "snapshot.py"
-MODES = get_args(SnapshotMode)
 
 
 class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
@@ -106,9 +111,9 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         tables: str | Sequence[str],
         staging_uri: str,
         target_path: str,
-        mode: str = "missing",
+        mode: SnapshotMode | str = "missing",
         keys: dict[str, list[str]] | str | None = None,
-        keyless_tables: str = "skip",
+        keyless_tables: KeylessMode | str = "skip",
         chunk_rows: int = CHUNK_ROWS,
         max_connections: int = 4,
         target_file_bytes: int | None = None,
@@ -167,9 +172,8 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         from airflow_provider_binlog.snapshot.plan import PLAN_NAME
         from airflow_provider_binlog.target import check_target, target_root
 
-        if self.mode not in MODES:
-            raise BinlogConfigError(f"mode={self.mode!r} must be one of {', '.join(MODES)}")
-        check_keyless_mode(self.keyless_tables)
+        mode = check_snapshot_mode(self.mode)
+        keyless_tables = check_keyless_mode(self.keyless_tables)
         self.keys = parse_keys(self.keys)
         self.storage_options = storage_options_for(self.staging_conn_id, self.storage_options)
         hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
@@ -178,7 +182,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             allow_minimal_row_metadata=self.allow_minimal_row_metadata, tables=selection
         )
         described = hook.describe_tables(selection)
-        resolved = self._keys(hook, described)
+        resolved = self._keys(hook, described, keyless_tables)
         # The start is read after the tables were described: a table that got its key before that is
         # captured from a position after the change, so windows never stage its keyless past.
         server = self._with_head_now(hook, server)
@@ -199,6 +203,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             manager,
             server,
             sorted(resolved.keys),
+            mode=mode,
             context=context,
             # The Spark job and pyarrow write and read the folder with the storage options: no conn id in it.
             staging_uri=lambda seq: split_connection(str(root / f"snapshot={seq}"))[0],
@@ -295,7 +300,9 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             target_path=self.target_path,
         )
 
-    def _keys(self, hook: BinlogHook, described: dict[str, TableInfo]) -> TableKeys:
+    def _keys(
+        self, hook: BinlogHook, described: dict[str, TableInfo], keyless_tables: KeylessMode
+    ) -> TableKeys:
         """Resolve every table's chunk key (:func:`~airflow_provider_binlog.pipeline.tables.resolve_key`, snapshot level).
 
         :raises KeylessTableError: for a keyless table with ``keyless_tables="fail"``.
@@ -308,7 +315,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         resolved = table_keys(
             {name: (info.columns, info.primary_key) for name, info in described.items()},
             self.keys,
-            keyless_tables=self.keyless_tables,
+            keyless_tables=keyless_tables,
             unique_keys=uniques,
         )
         for name, reason in resolved.skipped.items():
@@ -327,7 +334,14 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             return dataclasses.replace(server, head=hook.head_position(cur, server.flavor))
 
     def _begin(
-        self, manager: StateManager, server: Any, tables: list[str], *, context: Any, staging_uri: Any
+        self,
+        manager: StateManager,
+        server: Any,
+        tables: list[str],
+        *,
+        mode: SnapshotMode,
+        context: Any,
+        staging_uri: Any,
     ) -> Snapshot | None:
         """Start, find or take over this run's snapshot in a read-modify-write of the state."""
         from airflow_provider_binlog.pipeline.runs import holder_states
@@ -342,7 +356,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
                 state,
                 run_id=run_id,
                 tables=tables,
-                mode=self.mode,  # type: ignore[arg-type]
+                mode=mode,
                 head=server.head,
                 staging_uri=staging_uri,
                 new_pipeline=current is None,

@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from typing import TYPE_CHECKING
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import ObjectStoragePath
 
@@ -22,7 +23,7 @@ from airflow_provider_binlog.contract.manifest import MANIFEST_NAME, Manifest, M
 from airflow_provider_binlog.exceptions import StagingError
 
 if TYPE_CHECKING:
-    from airflow_provider_binlog.pipeline.ledger import Window
+    from airflow_provider_binlog.pipeline.ledger import PipelineState, Window
 
 
 LOCAL_SCHEMES = frozenset({"", "file", "local"})
@@ -164,6 +165,56 @@ def staged_manifest(window_dir: ObjectStoragePath, pipeline: str, window: Window
     expected = (pipeline, window.seq, window.start, window.end)
     found = (manifest.pipeline, manifest.window, manifest.start, manifest.end)
     return manifest if found == expected else None
+
+
+def window_staging(
+    root: ObjectStoragePath, pipeline: str, window: Window
+) -> tuple[ObjectStoragePath, Manifest | None]:
+    """Return ``(folder, manifest)`` of the window's staging; the manifest is None when it must be read.
+
+    A complete manifest of exactly this window is reused (:func:`staged_manifest`): first in the folder the
+    ledger records (``manifest_uri``: also one an earlier holder staged before it ended), then in the folder of
+    the current holder (:attr:`~airflow_provider_binlog.pipeline.ledger.Window.staging_name`, where a retry of an
+    extract that died after its manifest finds it). Otherwise the window is read into the current holder's
+    folder: after a hand-over a new one, never the half-written folder of a run that died.
+
+    :param root: the pipeline's staging folder (``<staging>/<pipeline>``).
+    :param pipeline: the pipeline's name.
+    :param window: the window as the ledger records it.
+    :raises StagingError: when a manifest exists but is not valid JSON of the expected format.
+    """
+    own = root / window.staging_name
+    recorded = [] if window.manifest_uri is None else [root / PurePosixPath(window.manifest_uri).name]
+    for folder in [*recorded, own]:
+        manifest = staged_manifest(folder, pipeline, window)
+        if manifest is not None:
+            return folder, manifest
+    return own, None
+
+
+def schema_history(state: PipelineState, window: Window, root: ObjectStoragePath) -> dict[str, list[Any]]:
+    """Return the schema history at ``window``'s start: the ``schemas`` of the window that ends there.
+
+    That window's manifest (in its staging folder under ``root``) keeps the table-map columns of each table at
+    its end (:class:`~airflow_provider_binlog.contract.manifest.Manifest`); ``{}`` when there is no such
+    window in the ledger (the first window, an interval window read before the one before it) or its manifest
+    is gone. The reader then knows a column's old type only from a row event of the window.
+
+    :param state: the pipeline's state (its ledger of windows).
+    :param window: the window about to be read.
+    :param root: the pipeline's staging folder (``<staging>/<pipeline>``).
+    :returns: ``{"db.table": [table-map column, ...]}``.
+    :raises StagingError: when that manifest exists but is not valid JSON of a supported format.
+    """
+    start = window.start.key
+    before = next(
+        (w for w in state.windows if w.seq != window.seq and w.manifest_uri and w.end.key == start),
+        None,
+    )
+    if before is None or before.manifest_uri is None:
+        return {}
+    manifest = read_manifest(root / PurePosixPath(before.manifest_uri).name)
+    return {} if manifest is None else dict(manifest.schemas)
 
 
 def write_manifest(window_dir: ObjectStoragePath, manifest: Manifest) -> ObjectStoragePath:

@@ -15,14 +15,16 @@ import fnmatch
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast, get_args
 
 from airflow_provider_binlog.contract.names import TableNameError, split_table_name
 from airflow_provider_binlog.exceptions import BinlogConfigError
 
 KeylessMode = Literal["skip", "fail"]
-KEYLESS_MODES: tuple[str, ...] = ("skip", "fail")
-"""Values of the operators' ``keyless_tables`` argument."""
+"""What a run does with a selected table that has no key (the operators' ``keyless_tables``): ``skip`` leaves it
+out with the reason, ``fail`` fails the task (see :func:`table_keys`)."""
+KEYLESS_MODES: tuple[KeylessMode, ...] = get_args(KeylessMode)
+"""The values of :data:`KeylessMode`."""
 EXCLUDE = "!"
 """Prefix of a selection entry that excludes the tables it matches."""
 
@@ -236,7 +238,7 @@ def table_keys(
     tables: Mapping[str, tuple[Sequence[str], Sequence[str]]],
     named: Mapping[str, Sequence[str]],
     *,
-    keyless_tables: str = "skip",
+    keyless_tables: KeylessMode = "skip",
     unique_keys: Mapping[str, Sequence[Sequence[str]]] | None = None,
 ) -> TableKeys:
     """Resolve the key of every table (:func:`resolve_key`) and set keyless tables aside or fail on them.
@@ -264,13 +266,14 @@ def table_keys(
     return result
 
 
-def check_keyless_mode(keyless_tables: str) -> None:
-    """Check an operator's ``keyless_tables`` argument.
+def check_keyless_mode(keyless_tables: str) -> KeylessMode:
+    """Return an operator's ``keyless_tables`` argument, checked (as rendered, when it was templated).
 
     :raises ValueError: when it is not one of :data:`KEYLESS_MODES`.
     """
     if keyless_tables not in KEYLESS_MODES:
         raise ValueError(f"keyless_tables={keyless_tables!r} must be one of {', '.join(KEYLESS_MODES)}")
+    return cast(KeylessMode, keyless_tables)
 
 
 def skipped_warning(name: str, reason: str) -> str:

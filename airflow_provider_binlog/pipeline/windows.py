@@ -20,7 +20,7 @@ across a contiguous run of merged windows (:func:`advance_checkpoint`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args
 
 import pendulum
 
@@ -40,6 +40,14 @@ from airflow_provider_binlog.source.server import nothing_purged
 if TYPE_CHECKING:
     from airflow_provider_binlog.hooks.binlog import BinlogHook
     from airflow_provider_binlog.source.server import ServerState
+
+CutBy = Literal["head", "interval"]
+"""How a pipeline cuts its windows (the extract operator's ``cut_by``, fixed per pipeline): ``head`` at the
+source head when the run cuts it (:func:`cut_window`), ``interval`` at the run's data interval
+(:func:`cut_interval_window`). Recorded per window as
+:attr:`Window.cut_by <airflow_provider_binlog.pipeline.ledger.Window.cut_by>`."""
+CUT_BY_MODES: tuple[CutBy, ...] = get_args(CutBy)
+"""The values of :data:`CutBy`."""
 
 
 def cut_window(
@@ -147,7 +155,7 @@ def mark_window(state: PipelineState, seq: int, **changes: object) -> PipelineSt
     return state.model_copy(update={"windows": windows})
 
 
-def _check_mode(state: PipelineState, cut_by: str) -> None:
+def _check_mode(state: PipelineState, cut_by: CutBy) -> None:
     """Refuse to mix head and interval windows in one pipeline (their sequence numbers differ)."""
     other = next((w for w in state.windows if w.cut_by != cut_by), None)
     if other is not None:

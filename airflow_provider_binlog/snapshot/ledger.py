@@ -7,7 +7,7 @@ Pure functions over :class:`~airflow_provider_binlog.pipeline.ledger.PipelineSta
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Literal, cast, get_args
 
 from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError
@@ -19,6 +19,18 @@ SnapshotMode = Literal["missing", "requested", "purged"]
 a new pipeline) and those a schema change left waiting for a re-snapshot
 (:meth:`~airflow_provider_binlog.pipeline.ledger.PipelineState.pending_resnapshots`), ``requested`` the tables named, ``purged`` the tables named after the binlogs the
 pipeline still needed were purged (the checkpoint then jumps to the snapshot's start)."""
+SNAPSHOT_MODES: tuple[SnapshotMode, ...] = get_args(SnapshotMode)
+"""The values of :data:`SnapshotMode`."""
+
+
+def check_snapshot_mode(mode: str) -> SnapshotMode:
+    """Return a snapshot operator's ``mode`` argument, checked (as rendered, when it was templated).
+
+    :raises BinlogConfigError: when it is not one of :data:`SNAPSHOT_MODES`.
+    """
+    if mode not in SNAPSHOT_MODES:
+        raise BinlogConfigError(f"mode={mode!r} must be one of {', '.join(SNAPSHOT_MODES)}")
+    return cast(SnapshotMode, mode)
 
 
 def begin_snapshot(

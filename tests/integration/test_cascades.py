@@ -22,11 +22,11 @@ pytest.importorskip("deltalake")
 
 
 from airflow_provider_binlog.contract.positions import BinlogPosition  # noqa: E402
+from airflow_provider_binlog.extract.plan import cascading_keys, table_targets  # noqa: E402
 from airflow_provider_binlog.extract.window import extract_window  # noqa: E402
 from airflow_provider_binlog.hooks.binlog import BinlogHook  # noqa: E402
 from airflow_provider_binlog.jobs.merge.cascades import CASCADES_DIR  # noqa: E402
 from airflow_provider_binlog.jobs.merge.job import merge_window  # noqa: E402
-from airflow_provider_binlog.operators.extract import cascading_keys, table_targets  # noqa: E402
 from airflow_provider_binlog.pipeline.ledger import Window, now_iso  # noqa: E402
 from airflow_provider_binlog.pipeline.staging import window_path  # noqa: E402
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB  # noqa: E402

@@ -30,21 +30,20 @@ pytest.importorskip("deltalake")
 from airflow_provider_binlog.contract.manifest import Manifest  # noqa: E402
 from airflow_provider_binlog.contract.positions import file_index  # noqa: E402
 from airflow_provider_binlog.contract.uris import write_json  # noqa: E402
+from airflow_provider_binlog.extract.plan import (  # noqa: E402
+    capture_start,
+    gone_targets,
+    schema_barriers,
+    snapshot_covers,
+)
 from airflow_provider_binlog.extract.reader import TableTarget  # noqa: E402
 from airflow_provider_binlog.extract.window import extract_window  # noqa: E402
 from airflow_provider_binlog.hooks.binlog import BinlogHook  # noqa: E402
 from airflow_provider_binlog.jobs.merge.job import merge_window  # noqa: E402
 from airflow_provider_binlog.jobs.snapshot import run_snapshot  # noqa: E402
 from airflow_provider_binlog.operators.commit import with_schema_changes  # noqa: E402
-from airflow_provider_binlog.operators.extract import (  # noqa: E402
-    capture_start,
-    gone_targets,
-    schema_barriers,
-    schema_history,
-    snapshot_covers,
-)
 from airflow_provider_binlog.pipeline.ledger import Checkpoint, PipelineState, Snapshot, now_iso  # noqa: E402
-from airflow_provider_binlog.pipeline.staging import window_path  # noqa: E402
+from airflow_provider_binlog.pipeline.staging import schema_history, window_path  # noqa: E402
 from airflow_provider_binlog.pipeline.tables import parse_tables  # noqa: E402
 from airflow_provider_binlog.pipeline.windows import advance_checkpoint, cut_window, mark_window  # noqa: E402
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot  # noqa: E402

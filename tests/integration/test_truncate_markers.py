@@ -22,12 +22,12 @@ pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
 
 from airflow_provider_binlog.contract.uris import table_uri  # noqa: E402
+from airflow_provider_binlog.extract.plan import gone_targets  # noqa: E402
 from airflow_provider_binlog.extract.reader import TableTarget  # noqa: E402
 from airflow_provider_binlog.extract.window import extract_window  # noqa: E402
 from airflow_provider_binlog.hooks.binlog import BinlogHook  # noqa: E402
 from airflow_provider_binlog.jobs.merge.job import merge_window  # noqa: E402
 from airflow_provider_binlog.jobs.merge.truncate import table_floor  # noqa: E402
-from airflow_provider_binlog.operators.extract import gone_targets  # noqa: E402
 from airflow_provider_binlog.pipeline.ledger import Window  # noqa: E402
 from airflow_provider_binlog.pipeline.staging import window_path  # noqa: E402
 from airflow_provider_binlog.pipeline.state import StateManager  # noqa: E402

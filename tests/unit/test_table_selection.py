@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_binlog.exceptions import BinlogConfigError
-from airflow_provider_binlog.operators.extract import table_targets
+from airflow_provider_binlog.extract.plan import table_targets
 from airflow_provider_binlog.pipeline.tables import KeylessTableError, parse_tables, select_tables, takes
 from airflow_provider_binlog.source.schema import TableInfo
 
