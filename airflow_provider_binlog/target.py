@@ -2,7 +2,8 @@
 
 The merge keeps one Delta table per source table at ``<target>/<db>/<table>/``. Besides the source
 columns it holds the change metadata (``_binlog_*``), a tombstone flag ``_binlog_deleted`` (deleted rows
-are kept until compaction) and the partition column ``_binlog_bucket``. Delta has no TIME or unsigned
+are kept until compaction); data files are laid out by primary-key range (ADR 0020; tables created before
+it keep their ``_binlog_bucket`` partition column). Delta has no TIME or unsigned
 types, so such columns are stored wider (TIME as ``int64`` microseconds, ``uint64`` as
 ``decimal(20, 0)``); the staged Arrow type is recorded in each column's metadata under
 ``binlog.arrow_type`` and :func:`read_table` casts back to it.

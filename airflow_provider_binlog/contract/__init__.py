@@ -14,5 +14,5 @@ class ContractError(Exception):
     """Staged data, a name or a location does not follow the staging contract.
 
     A retry with the same input cannot fix it; the message names what to fix. The Spark jobs' own
-    error (:class:`~airflow_provider_binlog.jobs.merge.errors.MergeJobError`) is a subclass.
+    error (:class:`~airflow_provider_binlog.jobs.application.MergeJobError`) is a subclass.
     """

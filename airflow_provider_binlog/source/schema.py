@@ -46,12 +46,6 @@ def base_tables(cur: Any) -> list[str]:
     return [f"{db}.{name}" for db, name in cur.fetchall()]
 
 
-def schema_names(cur: Any) -> list[str]:
-    """Return the names of the databases the user can see."""
-    cur.execute("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA")
-    return [str(row[0]) for row in cur.fetchall()]
-
-
 def primary_key(cur: Any, table: str) -> list[str]:
     """Return the primary key columns of ``db.table`` in key order ([] when it has none)."""
     db, name = split_table_name(table)

@@ -26,7 +26,6 @@ from airflow_provider_binlog.extract.events.wire import (
 HEADER = struct.Struct("<IBIIIH")
 """The v4 common header: timestamp (s), type code, server id, event size, end position, flags."""
 HEADER_SIZE = HEADER.size
-CHECKSUM_SIZE = 4
 BINLOG_IN_USE = 0x1
 """FORMAT_DESCRIPTION flag set while the server writes the file; its checksum is computed without it."""
 
@@ -529,11 +528,6 @@ class RowsQuery:
 
     def __hash__(self) -> int:
         return hash(self.query)
-
-
-def parse_rows_query(body: bytes, mariadb: bool) -> RowsQuery:
-    """Parse ROWS_QUERY or ANNOTATE_ROWS (see :class:`RowsQuery`)."""
-    return RowsQuery(body, mariadb)
 
 
 @dataclass(frozen=True)
