@@ -17,8 +17,12 @@ import pyarrow as pa
 
 from airflow_provider_binlog.contract.columns import (
     CHANGE_FIELDS,
+    FILE_COLUMN,
     GTID_COLUMN,
+    OP_COLUMN,
     OP_TRUNCATE,
+    POS_COLUMN,
+    SEQ_COLUMN,
     TS_COLUMN,
     UTC,
     change_schema,
@@ -247,6 +251,29 @@ class ChangeBatchBuilder:
             raise ValueConversionError(
                 self.labels[index], err, file=self.files[row], pos=self.positions[row], gtid=gtids[found]
             ) from err
+
+
+def hold_batches(builder: ChangeBatchBuilder, batches: list[pa.RecordBatch]) -> None:
+    """Put committed rows (batches of staged rows, final ``_binlog_seq``) into ``builder``, which holds no rows.
+
+    For a reader that goes on where another stopped at a file's end: the rows are committed again
+    transaction by transaction (by GTID and commit time), as they were built.
+    """
+    for batch in batches:
+        values = [batch.column(name).to_pylist() for name in builder.names]
+        ops, seqs, files, positions, gtids = (
+            batch.column(name).to_pylist()
+            for name in (OP_COLUMN, SEQ_COLUMN, FILE_COLUMN, POS_COLUMN, GTID_COLUMN)
+        )
+        stamps = batch.column(TS_COLUMN).view(pa.int64()).to_pylist()
+        commit: tuple[Any, Any] | None = None
+        for i, image in enumerate(zip(*values, strict=True)):
+            if commit is not None and commit != (gtids[i], stamps[i]):
+                builder.commit(*commit)
+            commit = (gtids[i], stamps[i])
+            builder.add_values(ops[i], seqs[i], files[i], positions[i], list(image))
+        if commit is not None:
+            builder.commit(*commit)
 
 
 def _fixed_width_strings(data: bytes, width: int, count: int) -> pa.Array:

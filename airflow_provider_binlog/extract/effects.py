@@ -1,21 +1,18 @@
 """What statements in the binlog mean for a window: DDL effects, truncate markers, statement-based DML.
 
-The methods of :class:`StatementEffects` are those of
-:class:`~airflow_provider_binlog.extract.reader.WindowReader` that act on QUERY events other than
-transaction control: DDL of selected tables (classified by :func:`~airflow_provider_binlog.extract.ddl.classify_ddl`,
-recorded in the manifest, truncate markers for statements that empty a table, schema barriers for
-changes the target cannot follow) and statement-based DML (skipped when a snapshot covers it, else refused).
+:class:`StatementEffects` is the window reader's collaborator for QUERY events other than transaction control:
+DDL of selected tables (classified by :func:`~airflow_provider_binlog.extract.ddl.classify_ddl`, recorded in
+the manifest, truncate markers for statements that empty a table, schema barriers for changes the target
+cannot follow) and statement-based DML (skipped when a snapshot covers it, else refused). It reads and
+updates the reader's :class:`~airflow_provider_binlog.extract.targets.ReaderState` and nothing else of it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-
-import pyarrow as pa
 
 from airflow_provider_binlog.contract.columns import UTC
 from airflow_provider_binlog.contract.names import database_of
@@ -28,36 +25,71 @@ from airflow_provider_binlog.extract.targets import Retype, SchemaBarrier
 from airflow_provider_binlog.pipeline.ledger import STATEMENT_CHARS
 
 if TYPE_CHECKING:
-    from airflow_provider_binlog.extract.columns import ColumnSpec
-    from airflow_provider_binlog.extract.targets import ExtractStats, SnapshotCover, TableTarget
-    from airflow_provider_binlog.extract.transaction import Layout, Transaction
+    from airflow_provider_binlog.extract.targets import (
+        ReaderState,
+        ReadHooks,
+        Sink,
+        SnapshotCover,
+        TableTarget,
+    )
 
 log = logging.getLogger(__name__)
 
 
 class StatementEffects:
-    """The statement handling of :class:`~airflow_provider_binlog.extract.reader.WindowReader` (a mixin).
+    """Decide what the statements of a window mean for its selected tables.
 
-    It reads and updates the reader's state named below; the reader sets all of it.
+    :param tables: the selected tables by ``db.table`` (their barriers and ``captured`` flags are updated).
+    :param covers: per selected table, its newest snapshot in the ledger.
+    :param window: the window's sequence number.
+    :param pipeline: the pipeline's name, for messages.
+    :param state: the reader's state: its ``stats`` (DDL, re-snapshots, drops, skipped statements), its
+        ``seq`` (a truncate marker takes the next one), its ``columns`` (the schema history), its
+        ``committed_tables``.
+    :param sink: where a truncate marker goes (the reader's sink).
+    :param discard_table: drops every row of a table the reader has committed so far (in the sink and held
+        back); returns False when it cannot (the rows then stay).
+    :param hooks: told of each statement with an effect on a selected table before it is applied.
     """
 
-    tables: dict[str, TableTarget]
-    covers: dict[str, SnapshotCover]
-    stats: ExtractStats
-    txn: Transaction
-    window: int
-    pipeline: str
-    sink: Callable[[str, pa.RecordBatch, list[ColumnSpec], list[str]], None]
-    committed_tables: set[str]
-    retypes: dict[str, Retype]
-    columns: dict[str, list[Any]]
-    discard: Callable[[str], None] | None
-    layouts: dict[Any, Layout]
-    zero_dates: Counter[str]
-    _next_seq: Callable[[], int]
+    def __init__(
+        self,
+        *,
+        tables: dict[str, TableTarget],
+        covers: dict[str, SnapshotCover],
+        window: int,
+        pipeline: str,
+        state: ReaderState,
+        sink: Sink,
+        discard_table: Callable[[str], bool],
+        hooks: ReadHooks | None = None,
+    ) -> None:
+        self.tables = tables
+        self.covers = covers
+        self.window = window
+        self.pipeline = pipeline
+        self.state = state
+        self.sink = sink
+        self.discard_table = discard_table
+        self.hooks = hooks
+        self.retypes: dict[str, Retype] = {}
+        """Non-strict type changes waiting for their table's next table map (:meth:`decide_retype`)."""
 
-    def _ddl(
-        self, text: str, schema: str, file: str, end_pos: int, *, sql_mode: int | None, timestamp: int
+    def decide_retypes(self) -> None:
+        """At the window's end: re-snapshot every table whose type change no table map after it showed."""
+        for table in list(self.retypes):
+            self.decide_retype(table, None)
+
+    def ddl(
+        self,
+        text: str,
+        schema: str,
+        file: str,
+        end_pos: int,
+        *,
+        gtid: str | None,
+        sql_mode: int | None,
+        timestamp: int,
     ) -> None:
         """Decide what a DDL statement means for the selected tables (:func:`~airflow_provider_binlog.extract.ddl.classify_ddl`).
 
@@ -68,6 +100,7 @@ class StatementEffects:
         empties a table (``TRUNCATE``, ``DROP TABLE``, renamed away) stages a truncate marker
         (:meth:`_empty`).
 
+        :param gtid: the GTID of the statement's event group, if any.
         :param sql_mode: the session's ``sql_mode`` bits logged with the statement (``Q_SQL_MODE_CODE``), if any.
         :param timestamp: the statement's start time (Unix seconds), the commit time of its implicit commit.
         """
@@ -80,17 +113,19 @@ class StatementEffects:
         )
         if not effects:
             return
+        if self.hooks is not None:
+            self.hooks.statement_with_effect(f"a DDL statement of a selected table at {file}:{end_pos}")
         for effect in effects:  # a later DDL of the table before any row event shows no new column type
             if effect.table in self.retypes:
-                self._decide_retype(effect.table, None)
-        before = {e.table: self.columns.pop(e.table, None) for e in effects if e.action != "ignore"}
+                self.decide_retype(effect.table, None)
+        before = {e.table: self.state.columns.pop(e.table, None) for e in effects if e.action != "ignore"}
         at = BinlogPosition(file, end_pos)
         decisions: list[dict[str, Any]] = [
             {"table": e.table, "action": e.action, "reason": e.reason} for e in effects
         ]
-        self.stats.ddl.append(
+        self.state.stats.ddl.append(
             {
-                "gtid": self.txn.gtid,
+                "gtid": gtid,
                 "schema": schema,
                 "query": text[:STATEMENT_CHARS],
                 "file": file,
@@ -101,18 +136,18 @@ class StatementEffects:
         for effect, decision in zip(effects, decisions, strict=True):
             if effect.empties:
                 decision["empties"] = effect.empties
-                decision["marker_seq"] = self._empty(effect, text, at, timestamp)
+                decision["marker_seq"] = self._empty(effect, text, at, timestamp, gtid)
             if effect.action != "resnapshot":
                 log.info(
                     "window %s of %s: %s at %s (GTID %s): %s (%s)",
-                    self.window, self.pipeline, effect.table, at, self.txn.gtid, effect.action, effect.reason,
+                    self.window, self.pipeline, effect.table, at, gtid, effect.action, effect.reason,
                 )  # fmt: skip
             elif effect.retyped and (columns := before.get(effect.table)) is not None:
-                self.retypes[effect.table] = Retype(effect, at, text, self.txn.gtid, columns, decision)
+                self.retypes[effect.table] = Retype(effect, at, text, gtid, columns, decision)
                 log.info(
                     "window %s of %s: %s at %s (GTID %s): %s; followed if the table's next row event shows a "
                     "lossless widening of each, else re-snapshotted",
-                    self.window, self.pipeline, effect.table, at, self.txn.gtid, effect.reason,
+                    self.window, self.pipeline, effect.table, at, gtid, effect.reason,
                 )  # fmt: skip
             else:
                 if effect.retyped:
@@ -120,7 +155,7 @@ class StatementEffects:
                         "; no table map of the table before it (in this window or the schema history of earlier "
                         "ones) shows the old column types"
                     )
-                self._needs_resnapshot(effect.table, decision["reason"], at, text, self.txn.gtid)
+                self._needs_resnapshot(effect.table, decision["reason"], at, text, gtid)
 
     def _needs_resnapshot(
         self, table: str, reason: str, at: BinlogPosition, text: str, gtid: str | None
@@ -136,7 +171,7 @@ class StatementEffects:
                 self.window, self.pipeline, table, at, gtid, reason, cover.seq,  # type: ignore[union-attr]
             )  # fmt: skip
             return
-        self.stats.resnapshots.append(
+        self.state.stats.resnapshots.append(
             {
                 "table": table,
                 "since": {"file": at.file, "pos": at.pos},
@@ -153,7 +188,7 @@ class StatementEffects:
             self.window, self.pipeline, table, at, gtid, reason, table,
         )  # fmt: skip
 
-    def _decide_retype(self, table: str, after: list[Any] | None) -> None:
+    def decide_retype(self, table: str, after: list[Any] | None) -> None:
         """Follow or re-snapshot a waiting non-strict ``MODIFY``/``CHANGE`` of ``table`` (:class:`Retype`).
 
         :param after: the table-map columns of the table's first row event after the statement; None when
@@ -185,7 +220,9 @@ class StatementEffects:
         )
         self._needs_resnapshot(table, retype.decision["reason"], retype.at, retype.text, retype.gtid)
 
-    def _empty(self, effect: Any, text: str, at: BinlogPosition, timestamp: int) -> int | None:
+    def _empty(
+        self, effect: Any, text: str, at: BinlogPosition, timestamp: int, gtid: str | None
+    ) -> int | None:
         """Stage a truncate marker of ``effect.table`` at the statement's place in the order; return its seq.
 
         The marker (``_binlog_op = 't'``, every data column NULL, see
@@ -213,25 +250,25 @@ class StatementEffects:
                 )
             if staged:  # what comes after is another table: the waits of this one end here
                 target.barriers = [b for b in target.barriers if b.since.key > at.key]
-            if staged and not target.captured and effect.table in self.committed_tables:
-                discarded = self._discard(effect.table)
-        held = target.captured or effect.table in self.committed_tables
+            if staged and not target.captured and effect.table in self.state.committed_tables:
+                discarded = self.discard_table(effect.table)
+        held = target.captured or effect.table in self.state.committed_tables
         seq = None
-        if staged and held and effect.table not in self.stats.covered_tables:
-            seq = self._next_seq()
+        if staged and held and effect.table not in self.state.stats.covered_tables:
+            seq = self.state.next_seq()
             commit_ts = dt.datetime.fromtimestamp(timestamp, UTC)
             marker = truncate_marker(
-                window=self.window, seq=seq, gtid=self.txn.gtid, file=at.file, pos=at.pos, commit_ts=commit_ts
+                window=self.window, seq=seq, gtid=gtid, file=at.file, pos=at.pos, commit_ts=commit_ts
             )
             self.sink(effect.table, marker, [], target.primary_key)
             if effect.empties == "dropped":
                 target.captured = True
         if effect.empties == "dropped":
-            self.stats.dropped.append(
+            self.state.stats.dropped.append(
                 {
                     "table": effect.table,
                     "since": {"file": at.file, "pos": at.pos},
-                    "gtid": self.txn.gtid,
+                    "gtid": gtid,
                     "statement": text[:STATEMENT_CHARS],
                     "window": self.window,
                     "marker_seq": seq,
@@ -249,28 +286,11 @@ class StatementEffects:
             )
         log.info(
             "window %s of %s: %s %s at %s (GTID %s): %s",
-            self.window, self.pipeline, effect.table, effect.empties, at, self.txn.gtid, outcome,
+            self.window, self.pipeline, effect.table, effect.empties, at, gtid, outcome,
         )  # fmt: skip
         return seq
 
-    def _discard(self, table: str) -> bool:
-        """Drop every row of ``table`` this window has committed so far, in the sink and held back.
-
-        :returns: False (nothing dropped) when the reader has no ``discard``: the rows stay, and are then taken as
-            held by the target.
-        """
-        if self.discard is None:
-            return False
-        for layout in self.layouts.values():
-            if layout.table == table:
-                layout.builder.take_committed()
-                layout.take_zero_dates()
-        self.zero_dates.pop(table, None)
-        self.committed_tables.discard(table)
-        self.discard(table)
-        return True
-
-    def _statement(self, text: str, schema: str, file: str, end_pos: int) -> None:
+    def statement(self, text: str, schema: str, file: str, end_pos: int, *, gtid: str | None) -> None:
         """Act on a statement-based DML statement (logged as SQL text, its rows are not in the binlog).
 
         A statement that writes no selected table is ignored (counted). One that writes selected tables
@@ -294,8 +314,12 @@ class StatementEffects:
         else:
             written = sorted(t for t in self.tables if not schema or database_of(t) == schema)
         if not written:
-            self.stats.statements_ignored += 1
+            self.state.stats.statements_ignored += 1
             return
+        if self.hooks is not None:
+            self.hooks.statement_with_effect(
+                f"a statement-based write to a selected table at {file}:{end_pos}"
+            )
         at = BinlogPosition(file, end_pos)
         uncovered = [
             t
@@ -303,27 +327,27 @@ class StatementEffects:
             if (cover := self.covers.get(t)) is None or cover.seq <= self.window or cover.start.key <= at.key
         ]
         if uncovered:
-            raise self._statement_error(text, schema, at, written, found)
+            raise self._statement_error(text, schema, at, written, found, gtid)
         covering = {t: self.covers[t].seq for t in written}
-        self.stats.skipped_statements.append(
+        self.state.stats.skipped_statements.append(
             {
                 "file": file,
                 "pos": end_pos,
-                "gtid": self.txn.gtid,
+                "gtid": gtid,
                 "query": text[:200],
                 "tables": written,
                 "snapshots": covering,
             }
         )
-        self.stats.covered_tables.update(covering)
+        self.state.stats.covered_tables.update(covering)
         log.warning(
             "window %s of %s: skipped the statement-based write at %s (GTID %s) to %s, covered by snapshot(s) %s; "
             "the window stages no rows of those tables",
-            self.window, self.pipeline, at, self.txn.gtid, ", ".join(written), covering,
+            self.window, self.pipeline, at, gtid, ", ".join(written), covering,
         )  # fmt: skip
 
     def _statement_error(
-        self, text: str, schema: str, at: BinlogPosition, written: list[str], found: Any
+        self, text: str, schema: str, at: BinlogPosition, written: list[str], found: Any, gtid: str | None
     ) -> UnsupportedEventError:
         """Return the error of a statement-based write to selected tables that no snapshot covers."""
         tables = ",".join(written)
@@ -341,7 +365,7 @@ class StatementEffects:
             )
         return UnsupportedEventError(
             f"pipeline {self.pipeline!r}, window {self.window}: statement-based DML {text[:80]!r} at {at} "
-            f"(GTID {self.txn.gtid or 'unknown'}): {what}, and its rows are not in the binlog (the session ran with "
+            f"(GTID {gtid or 'unknown'}): {what}, and its rows are not in the binlog (the session ran with "
             f"binlog_format=STATEMENT or MIXED). To go on: set binlog_format=ROW globally, then trigger "
             f'binlog_resnapshot with {{"pipeline": "{self.pipeline}", "tables": "{tables}", "mode": "requested"}}; '
             f"once that snapshot has started, clear the failed extract: it re-reads the same window and skips the "

@@ -2,27 +2,31 @@
 
 A binlog file never splits a transaction (the server rotates only between event groups), so each file of the
 window is a complete run of transactions. With ``n`` readers, the task process reads files ``0, n, 2n, ...``
-itself and worker process ``w`` reads files ``w, w + n, ...``. The task process reads a file of its own with
-the serial reader, seeded with the state after the files before it (:class:`ParentFileReader`): its rows go
-to the window's writers directly, with final ``_binlog_seq`` values. A worker reads a file with its own
-:class:`~airflow_provider_binlog.extract.reader.WindowReader` (the serial reader, unchanged) from the file's
-start, or the window start, to the ROTATE that ends it, or the window end; it decodes with the state of the
-window start and writes its committed batches to Arrow IPC files of a local spool folder. The task process
-replays a worker's file in binlog order into the writers, adding to ``_binlog_seq`` the images the earlier
-files staged, so the staged rows, their order keys and the manifest equal a serial read's. On two cores the
-task process reads files 0 and 2 while the worker reads 1 and 3; only the workers' files pass a spool.
+itself and worker process ``w`` reads files ``w, w + n, ...``. Every one of them is the serial reader
+(:class:`~airflow_provider_binlog.extract.reader.WindowReader`), built with a state
+(:class:`~airflow_provider_binlog.extract.targets.ReaderState`) and hooks
+(:class:`~airflow_provider_binlog.extract.targets.ReadHooks`); nothing of its reading is overridden. The task
+process reads a file of its own with the state after the files before it (:func:`read_task_file`,
+:class:`TaskFileHooks`): its rows go to the window's writers directly, with final ``_binlog_seq`` values. A
+worker reads a file with the state of the window start (:class:`~.file_worker.WorkerFileHooks`), from the
+file's start, or the window start, to the ROTATE that ends it, or the window end, and writes its committed
+batches to Arrow IPC files of a local spool folder. The task process replays a worker's file in binlog order
+into the writers, adding to ``_binlog_seq`` the images the earlier files staged, so the staged rows, their
+order keys and the manifest equal a serial read's. On two cores the task process reads files 0 and 2 while
+the worker reads 1 and 3; only the workers' files pass a spool.
 
-**Exact, never approximate.** What a worker decides from the window start's state is what the serial reader
-decides only while nothing in an earlier file changed that state. Anything that reads or changes state an
-earlier file may have changed stops the worker and marks its file as needing the serial reader: a DDL with
-an effect on a selected table (a new schema, a schema barrier, a truncate marker, a drop, a retype waiting
-for the next table map) and a statement-based write to a selected table (covered or refused). Every file
-from the first such file on is then read by the serial reader, over the pipeline's own replication stream,
-seeded with the state the serial reader would have had at that file's start (:class:`ReaderState`). In a
-file the task process reads, such a statement makes its reader read on to the window end. The rest
-of the reader's decisions depend on the event and on what the pipeline state says at the window start
-(capture starts, schema barriers of the state, snapshot covers, the cascading foreign keys' moving columns),
-never on earlier files.
+**Exact, never approximate.** A reader's decisions depend on the event, on the pipeline state at the window
+start (capture starts, schema barriers of the state, snapshot covers, the cascading foreign keys' moving
+columns) and on its :class:`~airflow_provider_binlog.extract.targets.ReaderState`. Of that state, a worker's
+file can only add to the counters, the order keys (shifted on replay) and the schema history; what reads or
+changes the rest is a statement with an effect on a selected table (a DDL: a new schema, a schema barrier, a
+truncate marker, a drop, a retype waiting for the next table map; a statement-based write, covered or
+refused), and every such statement reaches the hooks' ``statement_with_effect`` before it is applied (the
+one place :class:`~airflow_provider_binlog.extract.effects.StatementEffects` decides there is an effect). A
+worker's hook stops it there and marks its file as needing the serial reader: every file from the first such
+file on is then read by the serial reader, over the pipeline's own replication stream, with the state the
+serial reader would have had at that file's start. In a file the task process reads, the hook makes its
+reader read on to the window end.
 
 **Part files.** A table's part files follow the order in which the serial reader hands it batches: it keeps a
 table's committed rows in its batch builder until :data:`~.reader.BATCH_ROWS` of them are there (or a large
@@ -51,39 +55,32 @@ import os
 import shutil
 import tempfile
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pyarrow as pa
 
-from airflow_provider_binlog.contract.columns import (
-    FILE_COLUMN,
-    GTID_COLUMN,
-    OP_COLUMN,
-    POS_COLUMN,
-    SEQ_COLUMN,
-    TS_COLUMN,
-)
+from airflow_provider_binlog.contract.columns import SEQ_COLUMN
 from airflow_provider_binlog.contract.positions import BinlogPosition, file_index
 from airflow_provider_binlog.exceptions import ReplicationConnectionLostError
 from airflow_provider_binlog.extract.batches import lean_arrow
-from airflow_provider_binlog.extract.columns import ColumnSpec, ValueConversionError
 from airflow_provider_binlog.extract.file_worker import (
     FileJob,
     FileRange,
     FileResult,
     Segment,
-    has_effect,
     read_segment,
     unpark,
     work,
 )
-from airflow_provider_binlog.extract.reader import BATCH_ROWS, ExtractStats, WindowReader
+from airflow_provider_binlog.extract.reader import BATCH_ROWS, ReaderState, Sink, WindowReader
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.extract.transaction import Layout
 
 log = logging.getLogger(__name__)
 
@@ -142,139 +139,49 @@ def worker_count(
     return workers
 
 
-@dataclass
-class ReaderState:
-    """What the serial reader carries from one binlog file into the next (all a worker's file can change).
+class TaskFileHooks:
+    """The hooks of the task process's reader of one file (:func:`read_task_file`).
 
-    A transaction never spans files, so the open transaction, its spills and savepoints are not carried.
+    A statement whose effect depends on earlier files (what stops a worker,
+    :class:`~.file_worker.WorkerFileHooks`) also changes what the workers' later files mean: the reader then
+    reads on to the window end as the serial reader (:attr:`read_on`), and the workers' later files are dropped.
     """
 
-    seq: int = 0
-    stats: ExtractStats = field(default_factory=ExtractStats)
-    zero_dates: Counter[str] = field(default_factory=Counter)
-    committed_tables: set[str] = field(default_factory=set)
-    columns: dict[str, list[Any]] = field(default_factory=dict)
-    last_commit_us: int | None = None
-    held: dict[str, list[pa.RecordBatch]] = field(default_factory=dict)
-    """Per table, the committed rows the serial reader would still hold in its batch builder (seqs final)."""
-    specs: dict[str, tuple[list[ColumnSpec], list[str]]] = field(default_factory=dict)
-    """Per table, the column specs and primary key of its batches (the sink's arguments for :attr:`held`)."""
-    at_window_end: bool = False
-    """True when the read reached the window end and handed every row to the sink (:attr:`held` is empty)."""
+    def __init__(self) -> None:
+        self.read_on = False
 
-    @classmethod
-    def after(cls, reader: WindowReader) -> ReaderState:
-        """Return the state ``reader`` ended with (what :meth:`seed` gives a reader).
+    def statement_with_effect(self, what: str) -> None:
+        """Read on to the window end after this file (see the class)."""
+        self.read_on = True
 
-        A :class:`ParentFileReader` that stopped at its file's end leaves the rows it holds in :attr:`held`;
-        every other reader ended at the window end, where it hands all its rows to the sink.
-        """
-        state = cls(
-            reader.seq,
-            reader.stats,
-            reader.zero_dates,
-            reader.committed_tables,
-            reader.columns,
-            reader.last_commit_us,
-            at_window_end=True,
-        )
-        if isinstance(reader, ParentFileReader) and not reader.read_on:
-            state.held, state.specs, state.at_window_end = reader.held, reader.specs, False
-        return state
+    def committing(self, touched: Iterable[Layout]) -> None:
+        """Nothing to record: the task process's rows go to the sink directly."""
 
-    def seed(self, reader: WindowReader) -> None:
-        """Give ``reader`` (built, not run) this state, as if it had read the files before its start itself.
-
-        The rows :attr:`held` go into its batch builders (through the builder's own ``add_values`` and
-        ``commit``), as committed rows of the tables' current layouts.
-        """
-        reader.seq = self.seq
-        reader.stats = self.stats
-        reader.zero_dates = self.zero_dates
-        reader.committed_tables = self.committed_tables
-        reader.columns = {t: c for t, c in self.columns.items() if t in reader.tables}
-        reader.last_commit_us = self.last_commit_us
-        for table, batches in self.held.items():
-            if batches:
-                _hold(reader._layout(table, self.columns[table]).builder, batches)
-
-    def add(self, result: FileResult) -> None:
-        """Continue this state with a file a worker read (from the window start's state)."""
-        self.seq += result.seq
-        stats, more = self.stats, result.stats
-        stats.events += more.events
-        stats.transactions += more.transactions
-        stats.rolled_back += more.rolled_back
-        stats.rows += more.rows
-        stats.statements_ignored += more.statements_ignored
-        stats.schema_skipped_row_events.update(more.schema_skipped_row_events)
-        stats.last_commit_ts = more.last_commit_ts or stats.last_commit_ts
-        self.zero_dates.update(result.zero_dates)
-        self.committed_tables |= result.committed_tables
-        self.columns.update(result.columns)
-        if result.last_commit_us is not None:
-            self.last_commit_us = result.last_commit_us
+    def spilling(self, touched: Iterable[Layout]) -> None:
+        """Nothing to record (as :meth:`committing`)."""
 
 
-class ParentFileReader(WindowReader):
-    """The serial reader over one file of a parallel read, in the task process: its rows go to the sink directly.
+def read_task_file(reader: WindowReader, until: BinlogPosition, hooks: TaskFileHooks) -> ReaderState:
+    """Read one file of a parallel read in the task process; return the state after it.
 
-    Seeded with the state after the files before it (:meth:`ReaderState.seed`), it is the serial reader from
-    its file's start, so it decides every statement as the serial reader does. It stops at ``until`` (the
-    file's end) holding the committed rows the serial reader would still hold there (:attr:`held`, with their
-    :attr:`specs` and zero dates counted). A file that holds a statement whose effect depends on earlier files
-    (what stops a worker, :class:`~.file_worker.FileReader`) also changes what the workers' later files mean:
-    the reader then reads on to the window end as the serial reader (:attr:`read_on`), and the workers' later
-    files are dropped.
+    ``reader`` was built with the state after the files before it (``state=``) and ``hooks``, so it is the
+    serial reader from its file's start: it decides every statement as the serial reader does, and its rows go
+    to the sink with final ``_binlog_seq`` values. It stops at ``until`` (the file's end) holding the committed
+    rows the serial reader would still hold there (:meth:`WindowReader.hold <.reader.WindowReader.hold>`),
+    unless the file held a statement with an effect on a selected table (:class:`TaskFileHooks`) or the rows it
+    holds cannot go on in another reader (:meth:`WindowReader.can_hold <.reader.WindowReader.can_hold>`): then
+    it reads on to the window end and hands every row to the sink (the state says ``at_window_end``).
 
     :param until: where the file's part of the window ends: ``(next file, 4)``.
+    :raises: as :meth:`WindowReader.run <.reader.WindowReader.run>`.
     """
-
-    def __init__(self, *args: Any, until: BinlogPosition, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.events = iter(self.events)  # reading on continues where the file's read stopped
-        self._end_key = until.key
-        self.read_on = False
-        self.held: dict[str, list[pa.RecordBatch]] = {}
-        self.specs: dict[str, tuple[list[ColumnSpec], list[str]]] = {}
-
-    def _read(self) -> None:
-        super()._read()  # to the file's end: the ROTATE that ends it moves the reader to ``until``
-        tables = [layout.table for layout in self.layouts.values() if layout.builder.committed]
-        if self.retypes or len(tables) != len(set(tables)):  # never without a DDL of effect: to be exact
-            self.read_on = True
-        if self.read_on and self._end_key < self.end.key:
-            self._end_key = self.end.key
-            super()._read()
-
-    def _finish(self) -> None:
-        if self.read_on:
-            super()._finish()
-            return
-        for layout in self.layouts.values():
-            self.zero_dates[layout.table] += layout.take_zero_dates()
-            if not layout.builder.committed:
-                continue
-            try:
-                batch = layout.builder.take_committed()
-            except ValueConversionError as err:
-                raise self._undecodable(err, None) from err
-            if layout.table not in self.stats.covered_tables:
-                self.held.setdefault(layout.table, []).append(batch)
-                self.specs[layout.table] = (layout.specs, self.tables[layout.table].primary_key)
-
-    def _ddl(
-        self, text: str, schema: str, file: str, end_pos: int, *, sql_mode: int | None, timestamp: int
-    ) -> None:
-        if has_effect(self, text, schema, sql_mode):
-            self.read_on = True
-        super()._ddl(text, schema, file, end_pos, sql_mode=sql_mode, timestamp=timestamp)
-
-    def _statement(self, text: str, schema: str, file: str, end_pos: int) -> None:
-        ignored = self.stats.statements_ignored
-        super()._statement(text, schema, file, end_pos)
-        if self.stats.statements_ignored == ignored:
-            self.read_on = True
+    reader.read(until)  # to the file's end: the ROTATE that ends it moves the reader to ``until``
+    if hooks.read_on or not reader.can_hold():  # never without a DDL of effect: to be exact
+        if until.key < reader.end.key:
+            reader.read()
+        reader.finish()
+        return reader.state
+    return reader.hold()
 
 
 START_METHOD: Literal["fork"] = "fork"
@@ -283,10 +190,9 @@ START_METHOD: Literal["fork"] = "fork"
 1.9 s of wall time, measured) and ``spawn`` would do so per worker."""
 
 
-Sink = Callable[[str, pa.RecordBatch, list[ColumnSpec], list[str]], None]
 SerialRead = Callable[[BinlogPosition, ReaderState, BinlogPosition | None], ReaderState]
-"""Read serially from a position with a seeded state, to ``until`` with a :class:`ParentFileReader` (a file's
-end) or, when it is None, to the window end; return the state it ended with (:meth:`ReaderState.after`)."""
+"""Read serially from a position, a reader built with the given state, to ``until`` (a file's end,
+:func:`read_task_file`) or, when it is None, to the window end; return the state it ended with."""
 
 
 @dataclass
@@ -311,7 +217,7 @@ def read_parallel(
     """Read the window's ``ranges`` in ``workers`` processes, the task's own included, in binlog order into ``sink``.
 
     The task process reads files ``0, workers, 2 * workers, ...`` itself, with the serial reader seeded with
-    the state after the files before (:class:`ParentFileReader`: no spool, its rows go to ``sink`` directly,
+    the state after the files before (:func:`read_task_file`: no spool, its rows go to ``sink`` directly,
     and its ``_binlog_seq`` values are final as it reads). Worker process ``w`` (1 to ``workers - 1``) reads
     files ``w, w + workers, ...`` from the window start's state into a spool; the task process replays a
     worker's file (shifting ``_binlog_seq`` by the images before it) when its turn in binlog order comes. So
@@ -381,7 +287,7 @@ def read_parallel(
                 _replay(result, state, sink)
                 worker.spooled.release()
                 _warn_schema_skipped(result, state, job, file)
-                state.add(result)
+                _continue(state, result)
                 how = f"by a worker ({result.stats.rows} row changes)"
             if progress is not None:
                 progress.tick(file.end.file, file.end.pos, state.stats.rows)
@@ -456,6 +362,24 @@ def held_after(held: int, trace: Sequence[int]) -> int:
     return held
 
 
+def _continue(state: ReaderState, result: FileResult) -> None:
+    """Continue ``state`` with a file a worker read (from the window start's state)."""
+    state.seq += result.seq
+    stats, more = state.stats, result.stats
+    stats.events += more.events
+    stats.transactions += more.transactions
+    stats.rolled_back += more.rolled_back
+    stats.rows += more.rows
+    stats.statements_ignored += more.statements_ignored
+    stats.schema_skipped_row_events.update(more.schema_skipped_row_events)
+    stats.last_commit_ts = more.last_commit_ts or stats.last_commit_ts
+    state.zero_dates.update(result.zero_dates)
+    state.committed_tables |= result.committed_tables
+    state.columns.update(result.columns)
+    if result.last_commit_us is not None:
+        state.last_commit_us = result.last_commit_us
+
+
 def _replay(result: FileResult, state: ReaderState, sink: Sink) -> None:
     """Hand a file's spooled batches to ``sink`` as the serial reader would, ``_binlog_seq`` shifted by ``state.seq``.
 
@@ -493,25 +417,6 @@ def _spooled(segments: list[Segment], offset: int) -> Iterator[pa.RecordBatch]:
     for segment in segments:
         for batch in read_segment(segment):
             yield _shifted(batch, offset)
-
-
-def _hold(builder: Any, batches: list[pa.RecordBatch]) -> None:
-    """Put committed rows (batches of staged rows) into ``builder``, a ``ChangeBatchBuilder`` with no rows."""
-    for batch in batches:
-        values = [batch.column(name).to_pylist() for name in builder.names]
-        ops, seqs, files, positions, gtids = (
-            batch.column(name).to_pylist()
-            for name in (OP_COLUMN, SEQ_COLUMN, FILE_COLUMN, POS_COLUMN, GTID_COLUMN)
-        )
-        stamps = batch.column(TS_COLUMN).view(pa.int64()).to_pylist()
-        commit: tuple[Any, Any] | None = None
-        for i, image in enumerate(zip(*values, strict=True)):
-            if commit is not None and commit != (gtids[i], stamps[i]):
-                builder.commit(*commit)
-            commit = (gtids[i], stamps[i])
-            builder.add_values(ops[i], seqs[i], files[i], positions[i], list(image))
-        if commit is not None:
-            builder.commit(*commit)
 
 
 def _shifted(batch: pa.RecordBatch, offset: int) -> pa.RecordBatch:

@@ -26,7 +26,6 @@ import datetime as dt
 import gc
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from operator import itemgetter
 from types import SimpleNamespace
@@ -44,8 +43,8 @@ from airflow_provider_binlog.exceptions import (
     UndecodableValueError,
     UnsupportedEventError,
 )
-from airflow_provider_binlog.extract.batches import lean_arrow, with_commit
-from airflow_provider_binlog.extract.columns import ColumnSpec, ValueConversionError
+from airflow_provider_binlog.extract.batches import hold_batches, lean_arrow, with_commit
+from airflow_provider_binlog.extract.columns import ValueConversionError
 from airflow_provider_binlog.extract.decoder import layout_key, unsupported_reason
 from airflow_provider_binlog.extract.effects import StatementEffects
 from airflow_provider_binlog.extract.errors import UndecodableEventError
@@ -56,8 +55,10 @@ from airflow_provider_binlog.extract.events.tablemap import TableMap
 from airflow_provider_binlog.extract.progress import ExtractProgress
 from airflow_provider_binlog.extract.targets import (
     ExtractStats,
-    Retype,
+    ReaderState,
+    ReadHooks,
     SchemaBarrier,
+    Sink,
     SnapshotCover,
     TableTarget,
 )
@@ -71,13 +72,16 @@ __all__ = [
     "BATCH_ROWS",
     "SPILL_ROWS",
     "ExtractStats",
+    "ReaderState",
+    "ReadHooks",
     "SchemaBarrier",
+    "Sink",
     "SnapshotCover",
     "TableTarget",
     "WindowReader",
 ]
-"""``SchemaBarrier``, ``SnapshotCover``, ``TableTarget`` and ``ExtractStats`` live in
-:mod:`~airflow_provider_binlog.extract.targets` and are imported here for the reader's callers."""
+"""``SchemaBarrier``, ``SnapshotCover``, ``TableTarget``, ``ExtractStats``, ``ReaderState``, ``ReadHooks`` and
+``Sink`` live in :mod:`~airflow_provider_binlog.extract.targets` and are imported here for the reader's callers."""
 
 SPILL_ROWS = 50_000
 """Rows of one open transaction kept in memory before they are spilled to a temporary file."""
@@ -136,33 +140,41 @@ def _no_moving_columns(image: Any) -> None:
     """Return None: the moving key of a layout without moving columns (every image has the same one)."""
 
 
-Sink = Callable[[str, pa.RecordBatch, list[ColumnSpec], list[str]], None]
-
-
-class WindowReader(StatementEffects):
+class WindowReader:
     """Read the committed row changes of selected tables inside one window.
+
+    Its state (:attr:`state`, a :class:`~airflow_provider_binlog.extract.targets.ReaderState`) is one explicit
+    object that the reader updates in place; statements are decided by its collaborator :attr:`effects`
+    (:class:`~airflow_provider_binlog.extract.effects.StatementEffects`); a parallel read's readers hear of
+    what they need through ``hooks`` and read a file's part of the window with :meth:`read` (to the file's
+    end) and :meth:`hold`, where the serial read runs :meth:`run` (:meth:`read` to the window end, then
+    :meth:`finish`).
 
     :param events: the window's events from ``start`` on, decoded by our
         :class:`~airflow_provider_binlog.extract.events.stream.EventReader` (ADR 0018); reading them may
         raise a pymysql lost-connection error.
-    :param start: window start (a transaction boundary).
+    :param start: where the read starts: the window start, or a file's start in a parallel read (a transaction
+        boundary).
     :param end: window end (a transaction boundary at or after ``start``).
     :param tables: selected tables by ``db.table``.
     :param window: window sequence number.
     :param sink: receives committed rows in commit order: ``(table, batch, column specs, primary key)``.
     :param pipeline: the pipeline's name, for error messages.
     :param covers: per selected table, its newest snapshot in the ledger (merged or running): a
-        statement-based write to the table is skipped when that snapshot covers it (see :meth:`_statement`).
+        statement-based write to the table is skipped when that snapshot covers it
+        (:meth:`StatementEffects.statement <airflow_provider_binlog.extract.effects.StatementEffects.statement>`).
     :param progress: logs progress lines while the window is read (checked every
         :data:`PROGRESS_EVERY_EVENTS` events).
     :param discard: removes every row of a table the sink has received so far (called when the table is
-        dropped in the window and the target never held it, see :meth:`_empty`); None when the sink keeps
-        nothing.
-    :param columns: per selected table, its table-map columns at the window's start, when known (the schema
-        history the previous window's manifest keeps, ``schemas``). The reader keeps them current in
-        :attr:`columns`: each row event of a table sets them, each DDL that touches it (any action but
-        ``ignore``) forgets them. They tell the old type of a column that a ``MODIFY`` under a non-strict
-        ``sql_mode`` changes (:meth:`_decide_retype`).
+        dropped in the window and the target never held it); None when the sink keeps nothing.
+    :param state: the state the read starts from (a fresh one by default): the one another reader ended with at
+        the end of the file before ``start``, or a fresh one with ``columns``, per selected table its
+        table-map columns at the window's start when known (the schema history the previous window's manifest
+        keeps, ``schemas``). The reader keeps the columns current: each row event of a table sets them, each
+        DDL that touches it (any action but ``ignore``) forgets them. They tell the old type of a column that a
+        ``MODIFY`` under a non-strict ``sql_mode`` changes. Rows the state holds go back into the tables'
+        batch builders, as committed rows of their current layouts.
+    :param hooks: the seams a parallel read's readers use (:mod:`~airflow_provider_binlog.extract.parallel`).
     """
 
     def __init__(
@@ -178,10 +190,11 @@ class WindowReader(StatementEffects):
         covers: dict[str, SnapshotCover] | None = None,
         progress: ExtractProgress | None = None,
         discard: Callable[[str], None] | None = None,
-        columns: dict[str, list[Any]] | None = None,
+        state: ReaderState | None = None,
+        hooks: ReadHooks | None = None,
     ) -> None:
         lean_arrow()
-        self.events = events
+        self.events = iter(events)  # a read to a file's end and a read on from there take the same events
         self.start = start
         self.end = end
         self.tables = tables
@@ -191,29 +204,44 @@ class WindowReader(StatementEffects):
         self.pipeline = pipeline
         self.covers = dict(covers or {})
         self.progress = progress
-        self.seq = 0
-        self.stats = ExtractStats()
+        self.discard = discard
+        self.hooks = hooks
+        self.state = state if state is not None else ReaderState()
+        self.state.columns = {t: c for t, c in self.state.columns.items() if t in tables}
+        self.effects = StatementEffects(
+            tables=tables,
+            covers=self.covers,
+            window=window,
+            pipeline=pipeline,
+            state=self.state,
+            sink=sink,
+            discard_table=self._discard_table,
+            hooks=hooks,
+        )
         self.txn = Transaction()
         self.layouts: dict[LayoutKey, Layout] = {}
         self.current_layout: dict[str, LayoutKey] = {}
         self.layout_of_list: dict[int, tuple[list[Any], Layout]] = {}
         """The layout of a table map's column list, by the list's id (with the list, which keeps the id unique)."""
-        self.zero_dates: Counter[str] = Counter()
-        self.committed_tables: set[str] = set()
         self._file_indexes: dict[str, int] = {}
         self._end_key = end.key
         self._at: tuple[str, int] = (start.file, start.pos)
         self._at_key = start.key
-        self.last_commit_us: int | None = None
-        self.discard = discard
-        self.retypes: dict[str, Retype] = {}
-        self.columns: dict[str, list[Any]] = {t: c for t, c in (columns or {}).items() if t in tables}
+        for table, batches in self.state.held.items():
+            if batches:
+                hold_batches(self._layout(table, self.state.columns[table]).builder, batches)
+        self.state.held, self.state.specs, self.state.at_window_end = {}, {}, False
+
+    @property
+    def stats(self) -> ExtractStats:
+        """Return the read's counters (those of :attr:`state`)."""
+        return self.state.stats
 
     def run(self) -> ExtractStats:
-        """Read until the window end; return the counters.
+        """Read until the window end, hand every row to the sink (:meth:`finish`); return the counters.
 
-        :raises UnsupportedEventError: on events that cannot be decoded without loss, XA, or statement-based DML writing a
-            selected table that no snapshot covers (see :meth:`_statement`).
+        :raises UnsupportedEventError: on events that cannot be decoded without loss, XA, or statement-based DML
+            writing a selected table that no snapshot covers.
         :raises UndecodableValueError: on a value that cannot be staged exactly.
         :raises ReplicationConnectionLostError: when the connection to the source breaks (retryable).
         :raises SourceUnreachableError: when the binlog ends before the window end (retryable).
@@ -221,36 +249,82 @@ class WindowReader(StatementEffects):
         started = time.monotonic()
         if self.start.key >= self.end.key:
             return self.stats
-        with frozen_heap():
-            self._run()
-        if self.last_commit_us is not None:
-            self.stats.last_commit_ts = _utc(self.last_commit_us).isoformat()
+        self.read()
+        self.finish()
         self.stats.seconds = time.monotonic() - started
         return self.stats
 
-    def _run(self) -> None:
+    def read(self, until: BinlogPosition | None = None) -> None:
+        """Read the events up to ``until`` (a file's end in a parallel read) or, when None, the window end.
+
+        A later call reads on from where the last one stopped.
+
+        :raises: as :meth:`run`.
+        """
+        self._end_key = self.end.key if until is None else until.key
         try:
-            try:
-                self._read()
-            except pymysql.err.OperationalError as err:
-                if err.args and err.args[0] in LOST_CONNECTION_ERRORS:
-                    raise self._lost(err) from err
-                raise
-            finally:
-                self.txn.close_spills()
-            self._finish()
+            with frozen_heap():
+                try:
+                    self._read()
+                except pymysql.err.OperationalError as err:
+                    if err.args and err.args[0] in LOST_CONNECTION_ERRORS:
+                        raise self._lost(err) from err
+                    raise
+                finally:
+                    self.txn.close_spills()
         except UndecodableEventError as err:  # the event reader's refusal, as the provider's (no retry helps)
             raise UnsupportedEventError(str(err)) from err
 
-    def _finish(self) -> None:
-        """At the window end: decide the retypes still waiting for a table map, hand every committed row to the sink."""
-        for table in list(self.retypes):
-            self._decide_retype(table, None)
+    def finish(self) -> None:
+        """At the window end: decide the retypes still waiting for a table map, hand every committed row to the sink.
+
+        :raises UnsupportedEventError, UndecodableValueError: as :meth:`run`.
+        """
+        self.effects.decide_retypes()
         for layout in self.layouts.values():
             try:
                 self._flush(layout)
             except ValueConversionError as err:
                 raise self._undecodable(err, None) from err
+            except UndecodableEventError as err:
+                raise UnsupportedEventError(str(err)) from err
+        self._close_stats()
+        self.state.at_window_end = True
+
+    def can_hold(self) -> bool:
+        """Return whether the rows this reader holds at a file's end can go on in another reader (:meth:`hold`).
+
+        Not when a type change waits for its table's next table map, nor when a table holds committed rows of
+        two layouts (a DDL of effect came first: the next reader holds rows of the current layout only).
+        """
+        tables = [layout.table for layout in self.layouts.values() if layout.builder.committed]
+        return not self.effects.retypes and len(tables) == len(set(tables))
+
+    def hold(self) -> ReaderState:
+        """At a file's end: put the committed rows not yet handed to the sink into :attr:`state` and return it.
+
+        The rows are those the serial reader would still hold there (fewer than :data:`BATCH_ROWS` per table);
+        a reader built with the returned state holds them again. Call only when :meth:`can_hold`.
+
+        :raises UndecodableValueError: when a held value cannot be staged.
+        """
+        for layout in self.layouts.values():
+            self.state.zero_dates[layout.table] += layout.take_zero_dates()
+            if not layout.builder.committed:
+                continue
+            try:
+                batch = layout.builder.take_committed()
+            except ValueConversionError as err:
+                raise self._undecodable(err, None) from err
+            if layout.table not in self.stats.covered_tables:
+                self.state.held.setdefault(layout.table, []).append(batch)
+                self.state.specs[layout.table] = (layout.specs, self.tables[layout.table].primary_key)
+        self._close_stats()
+        return self.state
+
+    def _close_stats(self) -> None:
+        if self.state.last_commit_us is not None:
+            self.stats.last_commit_ts = _utc(self.state.last_commit_us).isoformat()
 
     def _lost(self, err: Exception) -> ReplicationConnectionLostError:
         inside = f", inside transaction {self.txn.gtid or '?'}" if self.txn.open else ""
@@ -354,15 +428,32 @@ class WindowReader(StatementEffects):
             if code == codes.QUERY:
                 self._query(statement, file, end_pos)
             else:
-                self._statement(data.query.strip(), data.schema, file, end_pos)
+                self.effects.statement(data.query.strip(), data.schema, file, end_pos, gtid=self.txn.gtid)
         elif code == codes.XA_PREPARE:
             self._xa_prepare(file, end_pos)
         if end_pos and not self.txn.open:
             self._move(file, end_pos)
 
+    def _discard_table(self, table: str) -> bool:
+        """Drop every row of ``table`` this window has committed so far, in the sink and held back.
+
+        :returns: False (nothing dropped) when the reader has no ``discard``: the rows stay, and are then taken as
+            held by the target.
+        """
+        if self.discard is None:
+            return False
+        for layout in self.layouts.values():
+            if layout.table == table:
+                layout.builder.take_committed()
+                layout.take_zero_dates()
+        self.state.zero_dates.pop(table, None)
+        self.state.committed_tables.discard(table)
+        self.discard(table)
+        return True
+
     def _flush(self, layout: Layout) -> None:
         """Hand the layout's committed rows to the sink (those of a covered table are dropped)."""
-        self.zero_dates[layout.table] += layout.take_zero_dates()
+        self.state.zero_dates[layout.table] += layout.take_zero_dates()
         if layout.table in self.stats.covered_tables:
             layout.builder.take_committed()
         elif layout.builder.committed:
@@ -429,10 +520,16 @@ class WindowReader(StatementEffects):
             return
         schema = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema or "")
         if kind is QueryKind.DML:
-            self._statement(text, schema, file, end_pos)
+            self.effects.statement(text, schema, file, end_pos, gtid=self.txn.gtid)
             return  # a statement inside a transaction: the transaction goes on (no implicit commit)
-        self._ddl(
-            text, schema, file, end_pos, sql_mode=getattr(event, "sql_mode", None), timestamp=event.timestamp
+        self.effects.ddl(
+            text,
+            schema,
+            file,
+            end_pos,
+            gtid=self.txn.gtid,
+            sql_mode=getattr(event, "sql_mode", None),
+            timestamp=event.timestamp,
         )
         self._rollback()  # DDL commits implicitly and carries no rows: a transaction boundary
 
@@ -494,9 +591,9 @@ class WindowReader(StatementEffects):
         if target is None:
             return
         columns = table_map.columns
-        if name in self.retypes:
-            self._decide_retype(name, columns)
-        self.columns[name] = columns
+        if name in self.effects.retypes:
+            self.effects.decide_retype(name, columns)
+        self.state.columns[name] = columns
         if name in self.stats.covered_tables:
             return
         if target.since is not None or target.barriers or target.gone:  # else it stages every change
@@ -544,6 +641,8 @@ class WindowReader(StatementEffects):
 
     def _spill(self) -> None:
         """Move the open transaction's rows to temporary files (committed rows go to the sink first)."""
+        if self.hooks is not None:
+            self.hooks.spilling(self.txn.touched.values())
         for key, layout in self.txn.touched.items():
             self._flush(layout)
             if len(layout.builder):
@@ -559,14 +658,14 @@ class WindowReader(StatementEffects):
                 f"{event.where}: {unsupported_reason(layout.columns)}; the extractor's reader decodes every "
                 f"row with RowDecoder"
             )
-        builder = layout.builder
+        builder, state = layout.builder, self.state
         rows = event.rows_with(decoder)
         count = len(rows)
         if not count:
             return
         if event.kind != "update":
             op = OP_INSERT if event.kind == "write" else OP_DELETE
-            builder.add_images(op, rows, self.seq + 1, file, end_pos)
+            builder.add_images(op, rows, state.seq + 1, file, end_pos)
         else:
             moving = layout.moving_key
             if moving is None:
@@ -581,15 +680,11 @@ class WindowReader(StatementEffects):
                     images.append(before)
                 ops.append(OP_UPDATE)
                 images.append(after)
-            builder.add_images(ops, images, self.seq + 1, file, end_pos)
+            builder.add_images(ops, images, state.seq + 1, file, end_pos)
             count = len(images)
-        self.seq += count
+        state.seq += count
         self.txn.rows_in_memory += count
-        self.stats.rows += len(rows)
-
-    def _next_seq(self) -> int:
-        self.seq += 1
-        return self.seq
+        state.stats.rows += len(rows)
 
     def _commit(self, event: Event | SimpleNamespace, file: str, end_pos: int) -> None:
         """Commit the open transaction: its rows get its GTID and commit time, and go to the sink in batches.
@@ -598,6 +693,8 @@ class WindowReader(StatementEffects):
         else the commit event's header timestamp (seconds).
         """
         commit_us = self.txn.commit_us if self.txn.commit_us is not None else event.timestamp * 1_000_000
+        if self.hooks is not None:
+            self.hooks.committing(self.txn.touched.values())
         for key, layout in self.txn.touched.items():
             if layout.table in self.stats.covered_tables:
                 layout.builder.rollback()
@@ -609,13 +706,13 @@ class WindowReader(StatementEffects):
                     self.sink(layout.table, spilled, layout.specs, self.tables[layout.table].primary_key)
             layout.builder.commit(self.txn.gtid, commit_us)
             if layout.builder.committed or self.txn.spilled.get(key):
-                self.committed_tables.add(layout.table)
+                self.state.committed_tables.add(layout.table)
             if layout.builder.committed >= BATCH_ROWS:
                 self._flush(layout)
         self.txn.close_spills()
         self.txn = Transaction()
         self.stats.transactions += 1
-        self.last_commit_us = commit_us
+        self.state.last_commit_us = commit_us
 
 
 def _utc(micros: int) -> dt.datetime:

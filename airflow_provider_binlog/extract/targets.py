@@ -1,21 +1,31 @@
-"""What a window read is asked to stage per table, and what it counts.
+"""What a window read is asked to stage per table, what it counts and carries, and where its rows go.
 
 :class:`TableTarget` (a selected table, where its capture starts, its schema barriers), :class:`SchemaBarrier`,
 :class:`SnapshotCover` (the newest snapshot of a table in the ledger), :class:`ExtractStats` (the read's
-counters for the manifest) and :class:`Retype` (a non-strict type change waiting for the table's next table map). Used by :class:`~airflow_provider_binlog.extract.reader.WindowReader` and
-:class:`~airflow_provider_binlog.extract.effects.StatementEffects`.
+counters for the manifest), :class:`Retype` (a non-strict type change waiting for the table's next table map),
+:class:`ReaderState` (what a reader carries from one binlog file into the next), :data:`Sink` (where committed
+rows go) and :class:`ReadHooks` (the seams a parallel read's readers use). Used by
+:class:`~airflow_provider_binlog.extract.reader.WindowReader` and its collaborators.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pyarrow as pa
 
 from airflow_provider_binlog.contract.positions import BinlogPosition
+from airflow_provider_binlog.extract.columns import ColumnSpec
 
 if TYPE_CHECKING:
     from airflow_provider_binlog.extract.ddl import DdlEffect
+    from airflow_provider_binlog.extract.transaction import Layout
+
+Sink = Callable[[str, pa.RecordBatch, list[ColumnSpec], list[str]], None]
+"""Where a reader hands committed rows, in commit order: ``(db.table, batch, column specs, primary key)``."""
 
 
 @dataclass(frozen=True)
@@ -134,3 +144,66 @@ class Retype:
     gtid: str | None
     before: list[Any]
     decision: dict[str, Any]
+
+
+@dataclass
+class ReaderState:
+    """What a window reader carries from one binlog file into the next: all that a file can change.
+
+    A reader is built with one (:class:`~airflow_provider_binlog.extract.reader.WindowReader` ``state=``) and
+    updates it in place as it reads: a reader built with the state another ended with at a file's end goes
+    on as if it had read the files before its start itself. A transaction never spans files, so the open
+    transaction, its spills and savepoints are not carried.
+
+    :param seq: the last ``_binlog_seq`` given (order keys of the window are ``seq + 1`` on).
+    :param stats: the read's counters (for the manifest).
+    :param zero_dates: per table, zero dates staged as NULL.
+    :param committed_tables: tables with committed rows in the window so far.
+    :param columns: per selected table, its table-map columns as of the last row event (the schema history).
+    :param last_commit_us: the commit time of the last transaction read (microseconds since the epoch).
+    :param held: per table, the committed rows a reader still held in its batch builder when it stopped at a
+        file's end (:meth:`~airflow_provider_binlog.extract.reader.WindowReader.hold`, final seqs); a reader
+        built with this state holds them again.
+    :param specs: per table, the column specs and primary key of the :attr:`held` batches.
+    :param at_window_end: the read reached the window end and handed every row to the sink (nothing held).
+    """
+
+    seq: int = 0
+    stats: ExtractStats = field(default_factory=ExtractStats)
+    zero_dates: Counter[str] = field(default_factory=Counter)
+    committed_tables: set[str] = field(default_factory=set)
+    columns: dict[str, list[Any]] = field(default_factory=dict)
+    last_commit_us: int | None = None
+    held: dict[str, list[pa.RecordBatch]] = field(default_factory=dict)
+    specs: dict[str, tuple[list[ColumnSpec], list[str]]] = field(default_factory=dict)
+    at_window_end: bool = False
+
+    def next_seq(self) -> int:
+        """Take the next ``_binlog_seq`` (for a row or a truncate marker) and return it."""
+        self.seq += 1
+        return self.seq
+
+
+class ReadHooks(Protocol):
+    """The seams of a window reader that a parallel read's readers use (a serial read passes none).
+
+    Called by :class:`~airflow_provider_binlog.extract.reader.WindowReader` and
+    :class:`~airflow_provider_binlog.extract.effects.StatementEffects`; see
+    :mod:`~airflow_provider_binlog.extract.parallel` for the two implementations and why they keep the read
+    exact.
+    """
+
+    def statement_with_effect(self, what: str) -> None:
+        """Hear of a statement that changes what the window stages of a selected table, before it is applied.
+
+        A DDL statement that :func:`~airflow_provider_binlog.extract.ddl.classify_ddl` gives an effect on a
+        selected table, or a statement-based write to one. Raising stops the read there.
+
+        :param what: the statement and its binlog coordinates, for messages.
+        """
+
+    def committing(self, touched: Iterable[Layout]) -> None:
+        """Hear of a transaction about to commit: the layouts it added rows to, their builders as yet uncommitted."""
+
+    def spilling(self, touched: Iterable[Layout]) -> None:
+        """Hear of the open transaction's rows about to be spilled to temporary files."""

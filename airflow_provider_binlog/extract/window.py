@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pymysql
@@ -18,14 +17,14 @@ from airflow_provider_binlog.extract.events.stream import EventReader
 from airflow_provider_binlog.extract.file_worker import FileJob
 from airflow_provider_binlog.extract.parallel import (
     PARALLEL_MIN_BYTES,
-    ParentFileReader,
-    ReaderState,
+    TaskFileHooks,
     file_ranges,
     read_parallel,
+    read_task_file,
     worker_count,
 )
 from airflow_provider_binlog.extract.progress import ExtractProgress
-from airflow_provider_binlog.extract.reader import SnapshotCover, TableTarget, WindowReader
+from airflow_provider_binlog.extract.reader import ReaderState, SnapshotCover, TableTarget, WindowReader
 from airflow_provider_binlog.extract.writer import TableOutput, WindowWriters
 from airflow_provider_binlog.monitoring.retention import binlog_bytes_between, check_retained
 from airflow_provider_binlog.pipeline.ledger import Window, now_iso
@@ -123,12 +122,14 @@ def extract_window(
     progress = ExtractProgress(window=window.seq, start=start, end=end, binlog_files=server.binlog_files)
 
     def serial(at: BinlogPosition, before: ReaderState, until: BinlogPosition | None = None) -> ReaderState:
-        """Read from ``at`` (the window start, or a file's start in a parallel read) to the window end.
+        """Read from ``at`` (the window start, or a file's start in a parallel read) with ``before``'s state.
 
-        With ``until`` (a file's end in a parallel read), a :class:`~.parallel.ParentFileReader` reads to there.
+        To the window end or, with ``until`` (a file's end in a parallel read), as
+        :func:`~.parallel.read_task_file` does; return the state the read ended with.
         """
+        hooks = None if until is None else TaskFileHooks()
         with pipeline_dump(hook, at, flavor=server.flavor) as raw:
-            reader = (WindowReader if until is None else partial(ParentFileReader, until=until))(
+            reader = WindowReader(
                 EventReader().events(raw),
                 start=at,
                 end=end,
@@ -139,11 +140,13 @@ def extract_window(
                 covers=covers,
                 progress=progress,
                 discard=discard,
-                columns=history,
+                state=before,
+                hooks=hooks,
             )
-            before.seed(reader)
-            reader.run()
-        return ReaderState.after(reader)
+            if hooks is None or until is None:
+                reader.run()
+                return reader.state
+            return read_task_file(reader, until, hooks)
 
     try:
         if workers:

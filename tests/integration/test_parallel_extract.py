@@ -24,8 +24,8 @@ import pytest
 
 from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import ReplicationConnectionLostError
-from airflow_provider_binlog.extract.parallel import SPOOLED_FILES, ParentFileReader
-from airflow_provider_binlog.extract.reader import SnapshotCover, TableTarget
+from airflow_provider_binlog.extract.parallel import SPOOLED_FILES
+from airflow_provider_binlog.extract.reader import ReaderState, SnapshotCover, TableTarget, WindowReader
 from airflow_provider_binlog.extract.window import extract_window
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.pipeline.ledger import Window, now_iso
@@ -272,13 +272,13 @@ def most_spooled_while_the_task_lags(
     spool_root = tmp_path / "tmp"
     spool_root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(spool_root))  # the workers are forks: they inherit it
-    finish = ParentFileReader._finish
+    hold = WindowReader.hold  # how the task process's reader ends a file of its own
 
-    def slow_finish(self: ParentFileReader) -> None:
+    def slow_hold(self: WindowReader) -> ReaderState:
         time.sleep(lag)
-        finish(self)
+        return hold(self)
 
-    monkeypatch.setattr(ParentFileReader, "_finish", slow_finish)
+    monkeypatch.setattr(WindowReader, "hold", slow_hold)
     stop, most = threading.Event(), [0]
 
     def watch() -> None:
