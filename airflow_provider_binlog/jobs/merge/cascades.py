@@ -6,11 +6,12 @@ window holds the parent's change but not the child rows it changed. The extracto
 among the selected tables in the manifest (``foreign_keys``); here the merge replays them, as the source
 did, before any table is merged (see ``docs/adr/0011-foreign-key-cascades.md``):
 
-1. **Parent changes.** A parent's staged ``d`` row is a delete, unless the next change of the window
-   (``_binlog_seq + 1``) is a ``u`` of the same table from the same row event: then the pair is an update
-   from the ``d`` image to the ``u`` image (the extractor stages an update that changes the key or a
-   referenced column that way, ``extract/reader.py``). Changes synthesised for a table are parent changes
-   of its own children (multi-level cascades), and of itself for a self-referencing table.
+1. **Parent changes.** A parent's staged ``d`` row is a delete, unless it and the table's next change are
+   one key change (:func:`~airflow_provider_binlog.contract.columns.is_key_change`: the extractor stages an
+   update that changes the key or a referenced column as the ``d`` of the before image and the ``u`` of the
+   after image at the next order key): then the pair is an update from the ``d`` image to the ``u`` image.
+   Changes synthesised for a table are parent changes of its own children (multi-level cascades), and of
+   itself for a self-referencing table.
 2. **Child states.** The child rows that held an old parent key in any version (the target's row or a
    staged change of the window) are read with all their versions.
 3. **Replay.** The versions and the parent changes are replayed in order key order
@@ -48,11 +49,17 @@ from airflow_provider_binlog.contract.columns import (
     CHANGE_COLUMN_NAMES,
     CHANGE_FIELDS,
     DELETED_COLUMN,
+    EVENT_COLUMNS,
+    KEY_CHANGE_OPS,
     OP_COLUMN,
     OP_DELETE,
     OP_UPDATE,
     SEQ_COLUMN,
     WINDOW_COLUMN,
+    OrderKey,
+    is_key_change,
+    key_change_update_order,
+    order_key,
 )
 from airflow_provider_binlog.contract.delta import already_merged, delta_arrow_schema, open_table
 from airflow_provider_binlog.contract.foreign_keys import (
@@ -84,11 +91,8 @@ CASCADES_DIR = "_binlog_cascades"
 """Folder under the target root holding the synthesised child changes of windows being merged."""
 DONE_NAME = "_done.json"
 """Written last in a window's cascade folder: ``{"db.table": [file, rows]}``."""
-#: Commit metadata a synthesised row takes from the parent change that caused it.
-_EVENT_COLUMNS = ("_binlog_gtid", "_binlog_file", "_binlog_pos", "_binlog_ts")
 
 Row = dict[str, Any]
-OrderKey = tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -310,9 +314,10 @@ def _scan(dataset: Any, condition: Any) -> pa.Table:
 def staged_parent_changes(
     staged: StagedTable, pipeline: str, storage_options: StorageOptions | None = None
 ) -> list[ParentChange]:
-    """Return the deletes and paired updates (``d`` then ``u`` at the next seq, same event) of a table.
+    """Return the deletes and key changes (:func:`~airflow_provider_binlog.contract.columns.is_key_change`) of a table.
 
-    Read on the driver with pyarrow: the ``d`` rows of the window, then the ``u`` rows right after them.
+    Read on the driver with pyarrow: the ``d`` rows of the window, then the ``u`` rows at the order keys a key
+    change would give their after images.
 
     :param staged: the parent's staged table.
     :param pipeline: the pipeline merging the window, for messages.
@@ -323,17 +328,22 @@ def staged_parent_changes(
     if not staged.files:
         return []
     dataset, stored = _staged_dataset(staged, pipeline, storage_options)
-    deletes = _scan(dataset, pc.field(OP_COLUMN) == OP_DELETE).cast(stored).to_pylist()
+    before, after = KEY_CHANGE_OPS
+    deletes = _scan(dataset, pc.field(OP_COLUMN) == before).cast(stored).to_pylist()
     if not deletes:
         return []
-    after = pa.array(sorted({r[SEQ_COLUMN] + 1 for r in deletes}), pa.int64())
-    updates = _scan(dataset, (pc.field(OP_COLUMN) == OP_UPDATE) & pc.field(SEQ_COLUMN).isin(after))
-    following = {_order(r): r for r in updates.cast(stored).to_pylist()}
+    updates_at = {key_change_update_order(order_key(r)) for r in deletes}
+    seqs = pa.array(sorted({seq for _, seq in updates_at}), pa.int64())
+    updates = _scan(dataset, (pc.field(OP_COLUMN) == after) & pc.field(SEQ_COLUMN).isin(seqs))
+    following = {order_key(r): r for r in updates.cast(stored).to_pylist()}
     result = []
-    for delete in sorted(deletes, key=_order):
-        update = following.get((delete[WINDOW_COLUMN], delete[SEQ_COLUMN] + 1))
-        same_event = update is not None and all(update.get(c) == delete.get(c) for c in _EVENT_COLUMNS)
-        result.append(ParentChange(order=_order(delete), old=delete, new=update if same_event else None))
+    for delete in sorted(deletes, key=order_key):
+        update = following.get(key_change_update_order(order_key(delete)))
+        result.append(
+            ParentChange(
+                order=order_key(delete), old=delete, new=update if is_key_change(delete, update) else None
+            )
+        )
     return result
 
 
@@ -380,7 +390,7 @@ class ChildRows:
                 table = table.drop_columns([BUCKET_COLUMN])
             for row in (table if stored is None else table.cast(stored)).to_pylist():
                 if tuple(row.get(c) for c in columns) in values and (
-                    self.cut is None or _order(row) >= self.cut
+                    self.cut is None or order_key(row) >= self.cut
                 ):
                     rows.append(row)
         return rows
@@ -459,7 +469,7 @@ def replay(
 
     def emit(row: Row) -> None:
         put(row)
-        emitted[(_order(row), tuple(row.get(c) for c in pk))] = row
+        emitted[(order_key(row), tuple(row.get(c) for c in pk))] = row
 
     queue: list[tuple[OrderKey, int, int, ParentChange]] = []
     counter = 0
@@ -468,11 +478,11 @@ def replay(
             queue.append((change.order, counter, position, change))
             counter += 1
     heapq.heapify(queue)
-    timeline = sorted(versions, key=_order)
+    timeline = sorted(versions, key=order_key)
     next_version = 0
     while queue:
         order, _, position, change = heapq.heappop(queue)
-        while next_version < len(timeline) and _order(timeline[next_version]) < order:
+        while next_version < len(timeline) and order_key(timeline[next_version]) < order:
             put(timeline[next_version])
             next_version += 1
         key = keys[position]
@@ -485,7 +495,7 @@ def replay(
             after = _acted(before, key, action, new, change)
             if after[OP_COLUMN] != OP_DELETE and tuple(after.get(c) for c in pk) != ident:  # the row moved
                 gone = {**before, OP_COLUMN: OP_DELETE, WINDOW_COLUMN: order[0], SEQ_COLUMN: order[1]}
-                gone.update({name: after[name] for name in _EVENT_COLUMNS})
+                gone.update({name: after[name] for name in EVENT_COLUMNS})
                 gone.pop(DELETED_COLUMN, None)
                 emit(gone)
             emit(after)
@@ -514,7 +524,7 @@ def _acted(
         values = new if action == CASCADE and new is not None else (None,) * len(key.columns)
         after.update(zip(key.columns, values, strict=True))
     cause = change.new if change.new is not None else change.old
-    after.update({name: cause.get(name) for name in _EVENT_COLUMNS})
+    after.update({name: cause.get(name) for name in EVENT_COLUMNS})
     after[OP_COLUMN] = OP_DELETE if deleted else OP_UPDATE
     after[WINDOW_COLUMN], after[SEQ_COLUMN] = change.order
     return after
@@ -526,10 +536,6 @@ def _held(row: Row, key: ForeignKey) -> tuple[Any, ...] | None:
         return None
     values = tuple(row.get(c) for c in key.columns)
     return None if any(v is None for v in values) else values
-
-
-def _order(row: Row) -> OrderKey:
-    return (int(row[WINDOW_COLUMN]), int(row[SEQ_COLUMN]))
 
 
 def _file_schema(

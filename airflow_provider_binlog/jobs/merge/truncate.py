@@ -38,10 +38,14 @@ import pyarrow.parquet as pq
 
 from airflow_provider_binlog.contract.columns import (
     DELETED_COLUMN,
+    EVENT_COLUMNS,
     OP_COLUMN,
+    OP_DELETE,
     OP_TRUNCATE,
     SEQ_COLUMN,
     WINDOW_COLUMN,
+    OrderKey,
+    order_key,
 )
 from airflow_provider_binlog.contract.delta import PRIMARY_KEY_PROPERTY, pipeline_app_id
 from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for
@@ -54,11 +58,6 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 log = logging.getLogger(__name__)
-
-OrderKey = tuple[int, int]
-"""``(_binlog_window, _binlog_seq)``."""
-_MARKER_COLUMNS = ("_binlog_gtid", "_binlog_file", "_binlog_pos", "_binlog_ts")
-"""Coordinates a tombstone takes from the marker that removed its row."""
 
 
 def floor_app_ids(pipeline: str) -> tuple[str, str]:
@@ -73,7 +72,8 @@ class Truncation:
 
     :param floor: the table's floor before this merge (its newest merged marker), None without one.
     :param marker: the newest marker of the window, None without one.
-    :param coordinates: the newest marker's ``_binlog_gtid``, ``_binlog_file``, ``_binlog_pos``, ``_binlog_ts``.
+    :param coordinates: the newest marker's :data:`~airflow_provider_binlog.contract.columns.EVENT_COLUMNS`,
+        which the tombstones it makes take.
     """
 
     floor: OrderKey | None = None
@@ -131,12 +131,12 @@ def window_marker(
     for uri in staged.files:
         fs, path = filesystem_for(uri, storage_options)
         rows = pq.read_table(
-            path, filesystem=fs, columns=[OP_COLUMN, WINDOW_COLUMN, SEQ_COLUMN, *_MARKER_COLUMNS]
+            path, filesystem=fs, columns=[OP_COLUMN, WINDOW_COLUMN, SEQ_COLUMN, *EVENT_COLUMNS]
         )
         for row in rows.filter(pc.equal(rows[OP_COLUMN], OP_TRUNCATE)).to_pylist():
-            order = (int(row[WINDOW_COLUMN]), int(row[SEQ_COLUMN]))
+            order = order_key(row)
             if newest is None or order > newest[0]:
-                newest = (order, {c: row[c] for c in _MARKER_COLUMNS})
+                newest = (order, {c: row[c] for c in EVENT_COLUMNS})
     return newest
 
 
@@ -223,7 +223,7 @@ def tombstone_truncated(current: DataFrame, truncation: Truncation, columns: Seq
     )
     values: dict[str, Any] = {
         DELETED_COLUMN: F.lit(True),
-        OP_COLUMN: F.lit("d"),
+        OP_COLUMN: F.lit(OP_DELETE),
         WINDOW_COLUMN: F.lit(window).cast("long"),
         SEQ_COLUMN: F.lit(seq).cast("long"),
     }
