@@ -21,8 +21,9 @@ not hold when the marker was merged has no tombstone to outrank them. A re-merge
 no-op (its app transaction is in the table), and merging it again after newer windows removes nothing they
 wrote: the result does not depend on the order windows are merged in.
 
-Pure functions plus :func:`plan`, which reads the staged files' order columns with pyarrow on the driver
-(only for tables whose manifest counts markers). Imports no Airflow (it runs on Spark drivers).
+Pure functions plus :func:`window_truncation`, which reads the staged files' order columns with pyarrow on the
+driver (only for tables whose manifest counts markers, once per window: the window's plan holds the result,
+:mod:`~airflow_provider_binlog.jobs.merge.plan`). Imports no Airflow (it runs on Spark drivers).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
@@ -74,6 +75,9 @@ class Truncation:
     :param marker: the newest marker of the window, None without one.
     :param coordinates: the newest marker's :data:`~airflow_provider_binlog.contract.columns.EVENT_COLUMNS`,
         which the tombstones it makes take.
+
+    The window's part (``marker``, ``coordinates``) is read once per window (:func:`window_truncation`, in the
+    window's plan); the table's part (``floor``) at each attempt to merge it (:func:`table_truncation`).
     """
 
     floor: OrderKey | None = None
@@ -116,17 +120,17 @@ def table_floor(table: DeltaTable | None, pipeline: str) -> OrderKey | None:
     return window, seq
 
 
-def window_marker(
-    staged: StagedTable, storage_options: StorageOptions | None = None
-) -> tuple[OrderKey, dict[str, Any]] | None:
-    """Return the order key and coordinates of the newest truncate marker among a table's staged files.
+def window_truncation(staged: StagedTable, storage_options: StorageOptions | None = None) -> Truncation:
+    """Return the window's part of a table's :class:`Truncation`: the newest truncate marker among its staged files.
 
-    Reads only the metadata columns, and only when the manifest counts markers (``StagedTable.markers``).
+    Reads only the metadata columns, and only when the manifest counts markers (``StagedTable.markers``); the
+    ``floor`` is left unset (the table's, :func:`table_truncation`).
 
+    :param staged: the table as the manifest stages it.
     :param storage_options: storage options of the staging store.
     """
     if not staged.markers:
-        return None
+        return Truncation()
     newest: tuple[OrderKey, dict[str, Any]] | None = None
     for uri in staged.files:
         fs, path = filesystem_for(uri, storage_options)
@@ -137,29 +141,23 @@ def window_marker(
             order = order_key(row)
             if newest is None or order > newest[0]:
                 newest = (order, {c: row[c] for c in EVENT_COLUMNS})
-    return newest
+    return Truncation() if newest is None else Truncation(marker=newest[0], coordinates=newest[1])
 
 
-def plan(
-    table: DeltaTable | None,
-    staged: StagedTable,
-    pipeline: str,
-    storage_options: StorageOptions | None = None,
-) -> Truncation:
-    """Return the :class:`Truncation` of merging ``staged`` into ``table`` (its floor and the window's marker).
+def table_truncation(table: DeltaTable | None, window: Truncation, pipeline: str, name: str) -> Truncation:
+    """Return the :class:`Truncation` of merging a window into ``table``: the window's marker and the table's floor.
 
-    :param storage_options: storage options of the staging store.
+    :param table: the Delta table at the version the merge reads, None when there is none yet.
+    :param window: the window's part, from :func:`window_truncation`.
+    :param pipeline: the pipeline merging the window.
+    :param name: the table's ``db.table``, for the log.
+    :raises MergeJobError: when the table's log holds one half of the floor only (:func:`table_floor`).
     """
-    found = window_marker(staged, storage_options)
-    truncation = Truncation(
-        floor=table_floor(table, pipeline),
-        marker=None if found is None else found[0],
-        coordinates=None if found is None else found[1],
-    )
+    truncation = replace(window, floor=table_floor(table, pipeline))
     if truncation.empties:
         log.info(
             "%s: truncate marker at %s (floor before: %s): target rows ordered before it become tombstones",
-            staged.name, truncation.marker, truncation.floor,
+            name, truncation.marker, truncation.floor,
         )  # fmt: skip
     return truncation
 
