@@ -78,7 +78,8 @@ def order_key(row: Mapping[str, Any]) -> OrderKey:
 # references): that one is staged as a key change, two rows of one event at consecutive order keys, the
 # ``d`` of the before image, then the ``u`` of the after image at :func:`key_change_update_order`. The merge
 # needs the before image to tombstone the old key, and the old referenced values to find the child rows the
-# source changed without logging them (``jobs/merge/cascades.py``); ``extract/reader.py`` stages it.
+# source changed without logging them (``jobs/merge/cascades.py``); ``extract/reader.py`` stages it, for the
+# columns ``extract/targets.py``'s ``TableTarget.moving_columns`` takes from here.
 KEY_CHANGE_OPS = (OP_DELETE, OP_UPDATE)
 """The ops of a key change's two rows, in staged order: the before image, then the after image."""
 

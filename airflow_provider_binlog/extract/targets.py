@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_binlog.contract.columns import moving_columns
 from airflow_provider_binlog.source.positions import BinlogPosition
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ class TableTarget:
         child tables reference: the merge needs their old values to find the child rows the source changed
         (:mod:`airflow_provider_binlog.jobs.merge.cascades`).
         """
-        return [*self.primary_key, *(c for c in self.referenced if c not in self.primary_key)]
+        return moving_columns(self.primary_key, self.referenced)
 
     barriers: list[SchemaBarrier] = field(default_factory=list)
     captured: bool = False
