@@ -185,11 +185,19 @@ def synthesise(
     folder = cascade_folder(target, window.pipeline, window.seq)
     extra = _read_done(folder, storage_options)
     if extra is None:
-        children = sorted({k.child for k in keys})
-        if all(_merged(target, name, window, storage_options) for name in children):
+        # each child's Delta table is read once: to tell a re-run after success, then to replay its rows
+        children = {
+            name: open_table(table_uri(target, name), storage_options)
+            for name in sorted({k.child for k in keys})
+        }
+        if all(
+            dt is not None and already_merged(dt, window.pipeline, window.seq) for dt in children.values()
+        ):
             extra = {}  # a re-run after success: every child already holds the window
         else:
-            extra = _compute(window, tables, target, keys, order, key_overrides or {}, storage_options)
+            extra = _compute(
+                window, tables, children, target, keys, order, key_overrides or {}, storage_options
+            )
             _write_done(folder, extra, storage_options)
     return list(order), extra
 
@@ -214,11 +222,6 @@ def drop_cascades(
         log.warning("could not delete the cascade folder %s: %s", path, err)
 
 
-def _merged(target: str, table: str, window: StagedWindow, storage_options: StorageOptions | None) -> bool:
-    dt = open_table(table_uri(target, table), storage_options)
-    return dt is not None and already_merged(dt, window.pipeline, window.seq)
-
-
 def _read_done(folder: str, storage_options: StorageOptions | None) -> dict[str, tuple[str, int]] | None:
     done = read_json(join_uri(folder, DONE_NAME), storage_options)
     if done is None:
@@ -237,13 +240,17 @@ def _write_done(
 def _compute(
     window: StagedWindow,
     tables: Mapping[str, TablePlan],
+    children: Mapping[str, DeltaTable | None],
     target: str,
     keys: Sequence[ForeignKey],
     order: Sequence[str],
     key_overrides: Mapping[str, Sequence[str]],
     storage_options: StorageOptions | None,
 ) -> dict[str, tuple[str, int]]:
-    """Replay every child table, parents first; write each one's rows; return ``{table: (file, rows)}``."""
+    """Replay every child table, parents first; write each one's rows; return ``{table: (file, rows)}``.
+
+    ``children`` holds each child's Delta table (None when it has none yet), read once by :func:`synthesise`.
+    """
     manifest_tables = window.manifest.tables
     # A parent without a count of its deletes (not in the manifest, no ops) is read; one without deletes is not.
     parents = {
@@ -270,7 +277,7 @@ def _compute(
                 f"{name} has cascading foreign keys but no key to tell its rows apart; name one with --key"
             )
         incoming = {k.name: (own if k.parent == name else changes.get(k.parent, [])) for k in child_keys}
-        dt = open_table(table_uri(target, name), storage_options)
+        dt = children[name]
         result = ChildRows(table, dt, pk, window.pipeline, storage_options).replay(name, child_keys, incoming)
         changes[name] = sorted([*own, *result.changes], key=lambda c: c.order)
         if result.rows:
