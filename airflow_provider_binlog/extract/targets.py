@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
+from airflow_provider_binlog.contract.columns import moving_columns
 from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.extract.columns import ColumnSpec
 
@@ -82,7 +83,7 @@ class TableTarget:
         child tables reference: the merge needs their old values to find the child rows the source changed
         (:mod:`airflow_provider_binlog.jobs.merge.cascades`).
         """
-        return [*self.primary_key, *(c for c in self.referenced if c not in self.primary_key)]
+        return moving_columns(self.primary_key, self.referenced)
 
     barriers: list[SchemaBarrier] = field(default_factory=list)
     captured: bool = False

@@ -95,7 +95,7 @@ def _candidates(
     storage_options: StorageOptions | None,
 ) -> list[_Candidate]:
     window = staged_window(snapshot_uri, manifest)
-    keys = window_keys(window)
+    keys = window_keys(window.tables, window=window.seq)
     found = []
     for staged in window.tables:
         if not staged.rows or staged.name not in keys:

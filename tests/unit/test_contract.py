@@ -9,7 +9,15 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_binlog.contract import ContractError
-from airflow_provider_binlog.contract.columns import CHANGE_FIELDS, OP_SNAPSHOT, OPS, change_schema
+from airflow_provider_binlog.contract.columns import (
+    CHANGE_FIELDS,
+    OP_SNAPSHOT,
+    OPS,
+    change_schema,
+    is_key_change,
+    key_change_update_order,
+    moving_columns,
+)
 from airflow_provider_binlog.contract.keys import MergeKeyError, parse_key_overrides, resolve_keys
 from airflow_provider_binlog.contract.manifest import (
     MANIFEST_NAME,
@@ -142,6 +150,19 @@ def test_change_columns_follow_the_source_columns() -> None:
     schema = change_schema([pa.field("id", pa.int32())])
     assert schema.names == ["id", *(f.name for f in CHANGE_FIELDS)]
     assert OP_SNAPSHOT in OPS
+
+
+def test_a_key_change_is_a_delete_then_an_update_of_one_event_at_the_next_order_key() -> None:
+    event = {"_binlog_gtid": "0-1-7", "_binlog_file": "b.000001", "_binlog_pos": 900, "_binlog_ts": 1}
+    delete = {"id": 1, "_binlog_op": "d", "_binlog_window": 5, "_binlog_seq": 41, **event}
+    update = {"id": 2, "_binlog_op": "u", "_binlog_window": 5, "_binlog_seq": 42, **event}
+    assert key_change_update_order((5, 41)) == (5, 42)
+    assert is_key_change(delete, update)
+    assert not is_key_change(delete, None)
+    assert not is_key_change(delete, {**update, "_binlog_pos": 1000})  # the next event's update
+    assert not is_key_change(delete, {**update, "_binlog_seq": 43})
+    assert not is_key_change(delete, {**update, "_binlog_op": "c"})
+    assert moving_columns(["a", "b"], ["code", "b"]) == ["a", "b", "code"]
 
 
 @pytest.mark.parametrize(

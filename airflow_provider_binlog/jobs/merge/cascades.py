@@ -6,11 +6,12 @@ window holds the parent's change but not the child rows it changed. The extracto
 among the selected tables in the manifest (``foreign_keys``); here the merge replays them, as the source
 did, before any table is merged (see ``docs/adr/0011-foreign-key-cascades.md``):
 
-1. **Parent changes.** A parent's staged ``d`` row is a delete, unless the next change of the window
-   (``_binlog_seq + 1``) is a ``u`` of the same table from the same row event: then the pair is an update
-   from the ``d`` image to the ``u`` image (the extractor stages an update that changes the key or a
-   referenced column that way, ``extract/reader.py``). Changes synthesised for a table are parent changes
-   of its own children (multi-level cascades), and of itself for a self-referencing table.
+1. **Parent changes.** A parent's staged ``d`` row is a delete, unless it and the table's next change are
+   one key change (:func:`~airflow_provider_binlog.contract.columns.is_key_change`: the extractor stages an
+   update that changes the key or a referenced column as the ``d`` of the before image and the ``u`` of the
+   after image at the next order key): then the pair is an update from the ``d`` image to the ``u`` image.
+   Changes synthesised for a table are parent changes of its own children (multi-level cascades), and of
+   itself for a self-referencing table.
 2. **Child states.** The child rows that held an old parent key in any version (the target's row or a
    staged change of the window) are read with all their versions.
 3. **Replay.** The versions and the parent changes are replayed in order key order
@@ -23,9 +24,11 @@ did, before any table is merged (see ``docs/adr/0011-foreign-key-cascades.md``):
    last), and merged with the child's staged files. A re-run of a failed merge reuses them (its targets may
    already hold part of the window); the folder is deleted once every table of the window is merged.
 
-Tables are merged parents first. A cycle of keys through several tables is refused. Parent changes and
-the child rows they touch are held on the driver: memory grows with the parent deletes and key updates of
-one window and the child rows they reach.
+Tables are merged parents first: :func:`synthesise` gives the window's plan
+(:mod:`~airflow_provider_binlog.jobs.merge.plan`) the order and the extra files, and reads each table's
+staged schema and truncate marker from it. A cycle of keys through several tables is refused. Parent
+changes and the child rows they touch are held on the driver: memory grows with the parent deletes and key
+updates of one window and the child rows they reach.
 
 The module is longer than the others of the merge (about 550 lines) because it is one algorithm, the
 replay above, whose steps share its row and order-key representation; split, each part would be read only
@@ -37,7 +40,7 @@ from __future__ import annotations
 import heapq
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -48,11 +51,17 @@ from airflow_provider_binlog.contract.columns import (
     CHANGE_COLUMN_NAMES,
     CHANGE_FIELDS,
     DELETED_COLUMN,
+    EVENT_COLUMNS,
+    KEY_CHANGE_OPS,
     OP_COLUMN,
     OP_DELETE,
     OP_UPDATE,
     SEQ_COLUMN,
     WINDOW_COLUMN,
+    OrderKey,
+    is_key_change,
+    key_change_update_order,
+    order_key,
 )
 from airflow_provider_binlog.contract.delta import already_merged, delta_arrow_schema, open_table
 from airflow_provider_binlog.contract.foreign_keys import (
@@ -73,10 +82,13 @@ from airflow_provider_binlog.contract.uris import (
     write_json,
 )
 from airflow_provider_binlog.jobs.application import MergeJobError
-from airflow_provider_binlog.jobs.merge.window import StagedTable, StagedWindow, read_staged_schema
+from airflow_provider_binlog.jobs.merge.truncate import table_truncation
+from airflow_provider_binlog.jobs.merge.window import StagedWindow
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
+
+    from airflow_provider_binlog.jobs.merge.plan import TablePlan
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +96,8 @@ CASCADES_DIR = "_binlog_cascades"
 """Folder under the target root holding the synthesised child changes of windows being merged."""
 DONE_NAME = "_done.json"
 """Written last in a window's cascade folder: ``{"db.table": [file, rows]}``."""
-#: Commit metadata a synthesised row takes from the parent change that caused it.
-_EVENT_COLUMNS = ("_binlog_gtid", "_binlog_file", "_binlog_pos", "_binlog_ts")
 
 Row = dict[str, Any]
-OrderKey = tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -143,67 +152,74 @@ def window_foreign_keys(window: StagedWindow) -> list[ForeignKey]:
         ) from err
 
 
-def with_cascades(
+def synthesise(
     window: StagedWindow,
+    tables: Mapping[str, TablePlan],
     target: str,
     *,
     key_overrides: Mapping[str, Sequence[str]] | None = None,
     storage_options: StorageOptions | None = None,
-) -> StagedWindow:
-    """Return the window with its tables parents first and each child's synthesised changes added.
+) -> tuple[list[str], dict[str, tuple[str, int]]]:
+    """Return the window's tables parents first and the change file synthesised for each child that has one.
 
     The changes are computed once per window (see the module docstring) and reused by a re-run.
 
     :param window: the staged window.
+    :param tables: the plan of each table of the window, as the manifest stages it.
     :param target: target root.
     :param key_overrides: user-named keys of tables without a primary key.
     :param storage_options: storage options of the staging and target stores.
+    :returns: the table names in merge order, and ``{child: (file location, rows)}``.
     :raises MergeJobError: on a cycle of keys through several tables, a child without a key or a
         malformed manifest.
     """
+    names = [t.name for t in window.tables]
     keys = window_foreign_keys(window)
     if not keys:
-        return window
-    by_name = {t.name: t for t in window.tables}
-    keys = [k for k in keys if k.child in by_name and k.parent in by_name]
+        return names, {}
+    keys = [k for k in keys if k.child in tables and k.parent in tables]
     try:
-        order = parents_first([t.name for t in window.tables], keys)
+        order = parents_first(names, keys)
     except ForeignKeyCycleError as err:
         raise MergeJobError(f"window {window.seq} of {window.pipeline}: {err}") from err
     folder = cascade_folder(target, window.pipeline, window.seq)
     extra = _read_done(folder, storage_options)
     if extra is None:
-        children = sorted({k.child for k in keys})
-        if all(_merged(target, name, window, storage_options) for name in children):
+        # each child's Delta table is read once: to tell a re-run after success, then to replay its rows
+        children = {
+            name: open_table(table_uri(target, name), storage_options)
+            for name in sorted({k.child for k in keys})
+        }
+        if all(
+            dt is not None and already_merged(dt, window.pipeline, window.seq) for dt in children.values()
+        ):
             extra = {}  # a re-run after success: every child already holds the window
         else:
-            extra = _compute(window, target, keys, order, key_overrides or {}, storage_options)
+            extra = _compute(
+                window, tables, children, target, keys, order, key_overrides or {}, storage_options
+            )
             _write_done(folder, extra, storage_options)
-    tables = []
-    for name in order:
-        staged = by_name[name]
-        if name in extra:
-            file, rows = extra[name]
-            staged = replace(staged, files=(*staged.files, file), rows=staged.rows + rows)
-        tables.append(staged)
-    return replace(window, tables=tuple(tables))
+    return list(order), extra
 
 
-def drop_cascades(window: StagedWindow, target: str, storage_options: StorageOptions | None = None) -> None:
-    """Delete the window's synthesised changes once every table of the window is merged (cleanup only)."""
+def drop_cascades(
+    target: str, pipeline: str, seq: int, storage_options: StorageOptions | None = None
+) -> None:
+    """Delete a window's synthesised changes once every table of the window is merged (cleanup only).
+
+    :param target: target root.
+    :param pipeline: the pipeline merging the window.
+    :param seq: the window's sequence number.
+    :param storage_options: storage options of the target store.
+    """
     import pyarrow.fs as pafs
 
-    fs, path = filesystem_for(cascade_folder(target, window.pipeline, window.seq), storage_options)
+    fs, path = filesystem_for(cascade_folder(target, pipeline, seq), storage_options)
     try:
         if fs.get_file_info(path).type != pafs.FileType.NotFound:
             fs.delete_dir(path)
     except OSError as err:
         log.warning("could not delete the cascade folder %s: %s", path, err)
-
-
-def _merged(target: str, table: str, window: StagedWindow, storage_options: StorageOptions | None) -> bool:
-    dt = open_table(table_uri(target, table), storage_options)
-    return dt is not None and already_merged(dt, window.pipeline, window.seq)
 
 
 def _read_done(folder: str, storage_options: StorageOptions | None) -> dict[str, tuple[str, int]] | None:
@@ -223,14 +239,18 @@ def _write_done(
 
 def _compute(
     window: StagedWindow,
+    tables: Mapping[str, TablePlan],
+    children: Mapping[str, DeltaTable | None],
     target: str,
     keys: Sequence[ForeignKey],
     order: Sequence[str],
     key_overrides: Mapping[str, Sequence[str]],
     storage_options: StorageOptions | None,
 ) -> dict[str, tuple[str, int]]:
-    """Replay every child table, parents first; write each one's rows; return ``{table: (file, rows)}``."""
-    by_name = {t.name: t for t in window.tables}
+    """Replay every child table, parents first; write each one's rows; return ``{table: (file, rows)}``.
+
+    ``children`` holds each child's Delta table (None when it has none yet), read once by :func:`synthesise`.
+    """
     manifest_tables = window.manifest.tables
     # A parent without a count of its deletes (not in the manifest, no ops) is read; one without deletes is not.
     parents = {
@@ -244,28 +264,25 @@ def _compute(
     extra: dict[str, tuple[str, int]] = {}
     folder = cascade_folder(target, window.pipeline, window.seq)
     for name in order:
-        staged = by_name[name]
-        own = (
-            staged_parent_changes(staged, window.pipeline, storage_options) if name in parents else []
-        )  # no 'd' row: no change
+        table = tables[name]
+        # a table without a 'd' row has no parent change
+        own = staged_parent_changes(table, storage_options) if name in parents else []
         child_keys = [k for k in keys if k.child == name]
         if not child_keys:
             changes[name] = own
             continue
-        pk = list(key_overrides.get(name) or staged.primary_key)
+        pk = list(key_overrides.get(name) or table.staged.primary_key)
         if not pk:
             raise MergeJobError(
                 f"{name} has cascading foreign keys but no key to tell its rows apart; name one with --key"
             )
         incoming = {k.name: (own if k.parent == name else changes.get(k.parent, [])) for k in child_keys}
-        dt = open_table(table_uri(target, name), storage_options)
-        result = ChildRows(staged, dt, pk, window.pipeline, storage_options).replay(
-            name, child_keys, incoming
-        )
+        dt = children[name]
+        result = ChildRows(table, dt, pk, window.pipeline, storage_options).replay(name, child_keys, incoming)
         changes[name] = sorted([*own, *result.changes], key=lambda c: c.order)
         if result.rows:
             file = join_uri(folder, f"{name}.parquet")
-            schema = _file_schema(staged, dt, window.pipeline, storage_options)
+            schema = _file_schema(table, dt)
             write_rows(file, result.rows, schema, storage_options)
             extra[name] = (file, len(result.rows))
             log.info("%s: %d child changes synthesised for window %d", name, len(result.rows), window.seq)
@@ -277,15 +294,13 @@ def _stored(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, storage_type(f.type, f.name)) for f in schema])
 
 
-def _staged_dataset(
-    staged: StagedTable, pipeline: str, storage_options: StorageOptions | None
-) -> tuple[Any, pa.Schema]:
+def _staged_dataset(table: TablePlan, storage_options: StorageOptions | None) -> tuple[Any, pa.Schema]:
     """Return a pyarrow dataset over a table's staged files (their unified schema) and its storage schema."""
     import pyarrow.dataset as ds
 
-    schema = read_staged_schema(staged, pipeline=pipeline, storage_options=storage_options)
-    fs, _ = filesystem_for(staged.files[0], storage_options)
-    paths = [filesystem_for(uri, storage_options)[1] for uri in staged.files]
+    schema = table.staged_schema()
+    fs, _ = filesystem_for(table.staged.files[0], storage_options)
+    paths = [filesystem_for(uri, storage_options)[1] for uri in table.staged.files]
     return ds.dataset(paths, schema=schema, format="parquet", filesystem=fs), _stored(schema)
 
 
@@ -308,66 +323,70 @@ def _scan(dataset: Any, condition: Any) -> pa.Table:
 
 
 def staged_parent_changes(
-    staged: StagedTable, pipeline: str, storage_options: StorageOptions | None = None
+    table: TablePlan, storage_options: StorageOptions | None = None
 ) -> list[ParentChange]:
-    """Return the deletes and paired updates (``d`` then ``u`` at the next seq, same event) of a table.
+    """Return the deletes and key changes (:func:`~airflow_provider_binlog.contract.columns.is_key_change`) of a table.
 
-    Read on the driver with pyarrow: the ``d`` rows of the window, then the ``u`` rows right after them.
+    Read on the driver with pyarrow: the ``d`` rows of the window, then the ``u`` rows at the order keys a key
+    change would give their after images.
 
-    :param staged: the parent's staged table.
-    :param pipeline: the pipeline merging the window, for messages.
+    :param table: the parent's plan (its staged files and schema).
     :param storage_options: storage options of the staging store.
+    :raises MergeJobError: if the parent's staged files cannot be merged (:meth:`TablePlan.staged_schema`).
     """
     import pyarrow.compute as pc
 
-    if not staged.files:
+    if not table.staged.files:
         return []
-    dataset, stored = _staged_dataset(staged, pipeline, storage_options)
-    deletes = _scan(dataset, pc.field(OP_COLUMN) == OP_DELETE).cast(stored).to_pylist()
+    dataset, stored = _staged_dataset(table, storage_options)
+    before, after = KEY_CHANGE_OPS
+    deletes = _scan(dataset, pc.field(OP_COLUMN) == before).cast(stored).to_pylist()
     if not deletes:
         return []
-    after = pa.array(sorted({r[SEQ_COLUMN] + 1 for r in deletes}), pa.int64())
-    updates = _scan(dataset, (pc.field(OP_COLUMN) == OP_UPDATE) & pc.field(SEQ_COLUMN).isin(after))
-    following = {_order(r): r for r in updates.cast(stored).to_pylist()}
+    updates_at = {key_change_update_order(order_key(r)) for r in deletes}
+    seqs = pa.array(sorted({seq for _, seq in updates_at}), pa.int64())
+    updates = _scan(dataset, (pc.field(OP_COLUMN) == after) & pc.field(SEQ_COLUMN).isin(seqs))
+    following = {order_key(r): r for r in updates.cast(stored).to_pylist()}
     result = []
-    for delete in sorted(deletes, key=_order):
-        update = following.get((delete[WINDOW_COLUMN], delete[SEQ_COLUMN] + 1))
-        same_event = update is not None and all(update.get(c) == delete.get(c) for c in _EVENT_COLUMNS)
-        result.append(ParentChange(order=_order(delete), old=delete, new=update if same_event else None))
+    for delete in sorted(deletes, key=order_key):
+        update = following.get(key_change_update_order(order_key(delete)))
+        result.append(
+            ParentChange(
+                order=order_key(delete), old=delete, new=update if is_key_change(delete, update) else None
+            )
+        )
     return result
 
 
 class ChildRows:
     """The versions of a child table's rows (target row, staged changes), read on the driver by parent key.
 
-    :param staged: the child's staged table.
+    :param table: the child's plan (its staged files and schema, the window's truncate marker of it).
     :param dt: its Delta table, if it exists.
     :param pk: its key columns.
-    :param pipeline: the pipeline merging the window, for messages.
+    :param pipeline: the pipeline merging the window (the truncate floor's app transactions).
     :param storage_options: storage options of the staging store.
 
     Versions ordered before the child's truncate floor or the window's truncate marker of it
-    (:func:`~airflow_provider_binlog.jobs.merge.truncate.plan`) are left out: a ``TRUNCATE`` of the child
+    (:func:`~airflow_provider_binlog.jobs.merge.truncate.table_truncation`) are left out: a ``TRUNCATE`` of the child
     removed those rows, so no later parent change acts on them.
     """
 
     def __init__(
         self,
-        staged: StagedTable,
+        table: TablePlan,
         dt: DeltaTable | None,
         pk: Sequence[str],
         pipeline: str,
         storage_options: StorageOptions | None = None,
     ) -> None:
-        from airflow_provider_binlog.jobs.merge import truncate
-
-        self.cut = truncate.plan(dt, staged, pipeline, storage_options).cut
+        self.cut = table_truncation(dt, table.truncation, pipeline, table.name).cut
         self.pk = list(pk)
         self.sources: list[tuple[Any, pa.Schema | None]] = []
         if dt is not None:
             self.sources.append((dt.to_pyarrow_dataset(), None))
-        if staged.files:
-            self.sources.append(_staged_dataset(staged, pipeline, storage_options))
+        if table.staged.files:
+            self.sources.append(_staged_dataset(table, storage_options))
         self.versions: dict[tuple[Any, ...], list[Row]] = {}
         self.asked: dict[str, set[tuple[Any, ...]]] = {}
 
@@ -380,7 +399,7 @@ class ChildRows:
                 table = table.drop_columns([BUCKET_COLUMN])
             for row in (table if stored is None else table.cast(stored)).to_pylist():
                 if tuple(row.get(c) for c in columns) in values and (
-                    self.cut is None or _order(row) >= self.cut
+                    self.cut is None or order_key(row) >= self.cut
                 ):
                     rows.append(row)
         return rows
@@ -459,7 +478,7 @@ def replay(
 
     def emit(row: Row) -> None:
         put(row)
-        emitted[(_order(row), tuple(row.get(c) for c in pk))] = row
+        emitted[(order_key(row), tuple(row.get(c) for c in pk))] = row
 
     queue: list[tuple[OrderKey, int, int, ParentChange]] = []
     counter = 0
@@ -468,11 +487,11 @@ def replay(
             queue.append((change.order, counter, position, change))
             counter += 1
     heapq.heapify(queue)
-    timeline = sorted(versions, key=_order)
+    timeline = sorted(versions, key=order_key)
     next_version = 0
     while queue:
         order, _, position, change = heapq.heappop(queue)
-        while next_version < len(timeline) and _order(timeline[next_version]) < order:
+        while next_version < len(timeline) and order_key(timeline[next_version]) < order:
             put(timeline[next_version])
             next_version += 1
         key = keys[position]
@@ -485,7 +504,7 @@ def replay(
             after = _acted(before, key, action, new, change)
             if after[OP_COLUMN] != OP_DELETE and tuple(after.get(c) for c in pk) != ident:  # the row moved
                 gone = {**before, OP_COLUMN: OP_DELETE, WINDOW_COLUMN: order[0], SEQ_COLUMN: order[1]}
-                gone.update({name: after[name] for name in _EVENT_COLUMNS})
+                gone.update({name: after[name] for name in EVENT_COLUMNS})
                 gone.pop(DELETED_COLUMN, None)
                 emit(gone)
             emit(after)
@@ -514,7 +533,7 @@ def _acted(
         values = new if action == CASCADE and new is not None else (None,) * len(key.columns)
         after.update(zip(key.columns, values, strict=True))
     cause = change.new if change.new is not None else change.old
-    after.update({name: cause.get(name) for name in _EVENT_COLUMNS})
+    after.update({name: cause.get(name) for name in EVENT_COLUMNS})
     after[OP_COLUMN] = OP_DELETE if deleted else OP_UPDATE
     after[WINDOW_COLUMN], after[SEQ_COLUMN] = change.order
     return after
@@ -528,16 +547,10 @@ def _held(row: Row, key: ForeignKey) -> tuple[Any, ...] | None:
     return None if any(v is None for v in values) else values
 
 
-def _order(row: Row) -> OrderKey:
-    return (int(row[WINDOW_COLUMN]), int(row[SEQ_COLUMN]))
-
-
-def _file_schema(
-    staged: StagedTable, dt: DeltaTable | None, pipeline: str, storage_options: StorageOptions | None
-) -> pa.Schema:
+def _file_schema(table: TablePlan, dt: DeltaTable | None) -> pa.Schema:
     """Return the schema of a child's extra change file: its staged schema, else the one its target records."""
-    if staged.files:
-        return read_staged_schema(staged, pipeline=pipeline, storage_options=storage_options)
+    if table.staged.files:
+        return table.staged_schema()
     assert dt is not None  # a child with versions but no staged files has a target table
     fields = []
     for f in delta_arrow_schema(dt):

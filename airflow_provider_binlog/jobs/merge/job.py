@@ -28,9 +28,11 @@ from airflow_provider_binlog.jobs.application import (
     job_storage_options,
     run_application,
 )
+from airflow_provider_binlog.jobs.merge.cascades import drop_cascades
+from airflow_provider_binlog.jobs.merge.plan import plan_window
 from airflow_provider_binlog.jobs.merge.schema import UnfollowableSchemaChange
 from airflow_provider_binlog.jobs.merge.table import merge_table
-from airflow_provider_binlog.jobs.merge.window import load_window, window_keys
+from airflow_provider_binlog.jobs.merge.window import load_window
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -50,10 +52,10 @@ def merge_window(
 ) -> dict[str, Any]:
     """Merge every table of a staged window into the target; return the summary.
 
-    Keys are checked for all tables before any table is touched. Each table is committed atomically;
-    tables already holding the window are skipped, so a failed run can simply be repeated. Tables are
-    merged parents first, with the child changes of the manifest's ``foreign_keys`` added
-    (:func:`~airflow_provider_binlog.jobs.merge.cascades.with_cascades`).
+    The window's plan is made first (:func:`~airflow_provider_binlog.jobs.merge.plan.plan_window`: staged
+    schemas, truncate markers, the child changes of the manifest's ``foreign_keys``, keys checked for all
+    tables before any table is touched), then applied table by table, parents first. Each table is committed
+    atomically; tables already holding the window are skipped, so a failed run can simply be repeated.
 
     :param spark: the session (its SQL settings are adjusted by :func:`configure_session`).
     :param window_uri: window directory ``<staging>/<pipeline>/window=<seq>``.
@@ -75,27 +77,23 @@ def merge_window(
         raise MergeJobError(
             f"window {window_uri} belongs to pipeline {window.pipeline!r}, not {pipeline!r}: check the paths"
         )
-    from airflow_provider_binlog.jobs.merge.cascades import drop_cascades, with_cascades
-
-    window = with_cascades(window, target, key_overrides=key_overrides, storage_options=storage_options)
-    keys = window_keys(window, key_overrides)
+    plan = plan_window(window, target, key_overrides=key_overrides, storage_options=storage_options)
     tables: dict[str, dict[str, Any]] = {}
-    for staged in window.tables:
+    for table in plan.tables:
         try:
             result = merge_table(
                 spark,
-                staged,
+                table,
                 target=target,
                 pipeline=pipeline,
                 seq=window.seq,
-                keys=keys.get(staged.name, ()),
                 target_file_bytes=target_file_bytes,
                 storage_options=storage_options,
             )
         except UnfollowableSchemaChange as err:
-            if staged.refresh:
+            if table.staged.refresh:
                 raise  # a snapshot replaces the schema (replaced_columns); this is a bug, not the source
-            log.warning("%s: window %d is not merged into it: %s", staged.name, window.seq, err)
+            log.warning("%s: window %d is not merged into it: %s", table.name, window.seq, err)
             record_refusal(
                 window_uri,
                 table=err.table,
@@ -105,10 +103,10 @@ def merge_window(
                 message=str(err),
                 storage_options=storage_options,
             )
-            tables[staged.name] = {"refused": str(err), "skipped": True}
+            tables[table.name] = {"refused": str(err), "skipped": True}
             continue
-        tables[staged.name] = asdict(result)
-    drop_cascades(window, target, storage_options)
+        tables[table.name] = asdict(result)
+    drop_cascades(target, pipeline, window.seq, storage_options)
     return {"pipeline": pipeline, "window": window.seq, "tables": tables}
 
 

@@ -66,6 +66,7 @@ from airflow_provider_binlog.jobs.merge.layout import (
     segment_column,
     write_partitions,
 )
+from airflow_provider_binlog.jobs.merge.plan import TablePlan
 from airflow_provider_binlog.jobs.merge.schema import (
     SchemaChange,
     apply_schema_change,
@@ -81,18 +82,19 @@ from airflow_provider_binlog.jobs.merge.transforms import (
     read_staged_changes,
     spark_type,
 )
-from airflow_provider_binlog.jobs.merge.window import (
-    StagedTable,
-    has_changes,
-    read_staged_schema,
-    target_schema,
+from airflow_provider_binlog.jobs.merge.truncate import (
+    Truncation,
+    table_key,
+    table_truncation,
+    tombstone_truncated,
+    without_truncated,
 )
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
 
-    from airflow_provider_binlog.jobs.merge.truncate import Truncation
+    from airflow_provider_binlog.jobs.merge.window import StagedTable
 
 log = logging.getLogger(__name__)
 
@@ -131,16 +133,16 @@ def _replanned_on_conflict(merge: Callable[..., TableResult]) -> Callable[..., T
     """
 
     @functools.wraps(merge)
-    def attempts(spark: SparkSession, staged: StagedTable, **kwargs: Any) -> TableResult:
+    def attempts(spark: SparkSession, table: TablePlan, **kwargs: Any) -> TableResult:
         from deltalake.exceptions import CommitFailedError
 
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             try:
-                return merge(spark, staged, **kwargs)
+                return merge(spark, table, **kwargs)
             except CommitFailedError as err:
                 log.warning(
                     "%s: another writer committed while window %d was merged (attempt %d of %d): %s",
-                    staged.name,
+                    table.name,
                     kwargs["seq"],
                     attempt,
                     COMMIT_ATTEMPTS,
@@ -148,7 +150,7 @@ def _replanned_on_conflict(merge: Callable[..., TableResult]) -> Callable[..., T
                 )
                 last = err
         raise MergeJobError(
-            f"{staged.name}: every one of {COMMIT_ATTEMPTS} attempts to commit window {kwargs['seq']} lost to "
+            f"{table.name}: every one of {COMMIT_ATTEMPTS} attempts to commit window {kwargs['seq']} lost to "
             f"another writer of the same Delta table; retry the merge: {last}"
         )
 
@@ -158,34 +160,37 @@ def _replanned_on_conflict(merge: Callable[..., TableResult]) -> Callable[..., T
 @_replanned_on_conflict
 def merge_table(
     spark: SparkSession,
-    staged: StagedTable,
+    table: TablePlan,
     *,
     target: str,
     pipeline: str,
     seq: int,
-    keys: Sequence[str],
     target_file_bytes: int | None = None,
     storage_options: StorageOptions | None = None,
 ) -> TableResult:
-    """Merge one staged table of a window into its Delta table (one atomic commit).
+    """Merge one table of a window into its Delta table (one atomic commit), as the window's plan says.
 
-    When another writer commits to the table between reading it and committing (a snapshot merge beside
-    a window merge), the merge is planned again from the new version (:func:`_replanned_on_conflict`).
+    What the window decides (staged files and schema, key, truncate marker) comes from ``table``; what the
+    Delta table decides (whether it holds the window, its truncate floor, its schema against the window's) is
+    read from the version this attempt opens. When another writer commits to the table between reading it and
+    committing (a snapshot merge beside a window merge), the merge is planned again from the new version
+    (:func:`_replanned_on_conflict`).
 
     :param spark: the session.
-    :param staged: the staged table.
+    :param table: the table's plan (:func:`~airflow_provider_binlog.jobs.merge.plan.plan_window`).
     :param target: target root.
     :param pipeline: pipeline name.
     :param seq: window sequence number.
-    :param keys: key columns.
     :param target_file_bytes: target data file size in bytes of a table created (or moved from hash buckets
         to key ranges) now; None for the default; an existing key-range table keeps its own.
     :param storage_options: storage options of the staging and target stores.
+    :raises UnfollowableSchemaChange: if the table cannot follow a type change of the window.
     :raises MergeJobError: if the window cannot be merged into the table.
     :raises TableOwnerError: if another pipeline owns the table.
     """
+    staged = table.staged
     uri = table_uri(target, staged.name)
-    if not has_changes(staged):
+    if not table.has_changes:
         log.info("%s: no changes in window %d; nothing to do", staged.name, seq)
         return TableResult(skipped=True)
     dt = open_table(uri, storage_options)
@@ -198,16 +203,15 @@ def merge_table(
             dt.version(),
         )
         return TableResult(rows_in_window=staged.rows, skipped=True, delta_version=dt.version())
-    from airflow_provider_binlog.jobs.merge import truncate
-
     started = time.monotonic()
-    truncation = truncate.plan(dt, staged, pipeline, storage_options)
-    staged_schema = read_staged_schema(staged, pipeline=pipeline, storage_options=storage_options)
+    truncation = table_truncation(dt, table.truncation, pipeline, staged.name)
+    staged_schema = table.staged_schema()
+    keys: Sequence[str] = table.keys
     if staged.markers_only:
-        keys = truncate.table_key(dt, staged.name)
+        keys = table_key(dt, staged.name)
     else:
         _check_key_columns(staged_schema, keys, staged.name)
-    wanted = target_schema(staged_schema, staged.columns)
+    wanted = table.target_schema()
     widened: list[str] = []
     replaced: pa.Schema | None = None
     if dt is None:
@@ -468,12 +472,10 @@ def _rewrite_files(
         file is rewritten with it and the commit replaces the schema too.
     :param storage_options: storage options of the target store.
     :param truncation: the truncate markers of the table and window
-        (:func:`~airflow_provider_binlog.jobs.merge.truncate.plan`): one above the table's floor rewrites
-        every file.
+        (:func:`~airflow_provider_binlog.jobs.merge.truncate.table_truncation`): one above the table's floor
+        rewrites every file.
     """
-    from airflow_provider_binlog.jobs.merge import truncate
-
-    truncation = truncation or truncate.Truncation()
+    truncation = truncation or Truncation()
     current_schema = delta_arrow_schema(dt)
     stored = data_columns(dt, current_schema)
     table_schema = current_schema
@@ -486,7 +488,7 @@ def _rewrite_files(
     whole = staged.refresh or truncation.empties or replaced is not None
 
     changes = conform_changes(read_staged_changes(spark, staged.files, staged_schema), data_schema)
-    changes = truncate.without_truncated(changes, truncation).persist()
+    changes = without_truncated(changes, truncation).persist()
     fs = filesystem_for(uri, storage_options)[0]
     try:
         rows_in_window = profile_changes(changes, key_names, staged.name)
@@ -502,7 +504,7 @@ def _rewrite_files(
             current = read_data_files(spark, uri, plan.removed, stored)
             if replaced is not None:
                 current = conform_changes(current, data_schema)
-            current = truncate.tombstone_truncated(current, truncation, current.columns)
+            current = tombstone_truncated(current, truncation, current.columns)
         count = sum(f.rows for f in plan.removed) + rows_in_window
         merged = apply_window(
             current,

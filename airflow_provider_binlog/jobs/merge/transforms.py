@@ -91,7 +91,7 @@ def read_staged_changes(spark: SparkSession, files: Sequence[str], staged: pa.Sc
 
     :param spark: the session.
     :param files: staged Parquet files.
-    :param staged: staged schema from :func:`~airflow_provider_binlog.jobs.merge.window.read_staged_schema`.
+    :param staged: staged schema from :func:`~airflow_provider_binlog.jobs.merge.window.staged_schema`.
     """
     read_schema = pa.schema([pa.field(f.name, storage_type(f.type, f.name)) for f in staged])
     df = spark.read.schema(spark_schema(read_schema)).parquet(*files)

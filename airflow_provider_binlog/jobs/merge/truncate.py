@@ -21,8 +21,9 @@ not hold when the marker was merged has no tombstone to outrank them. A re-merge
 no-op (its app transaction is in the table), and merging it again after newer windows removes nothing they
 wrote: the result does not depend on the order windows are merged in.
 
-Pure functions plus :func:`plan`, which reads the staged files' order columns with pyarrow on the driver
-(only for tables whose manifest counts markers). Imports no Airflow (it runs on Spark drivers).
+Pure functions plus :func:`window_truncation`, which reads the staged files' order columns with pyarrow on the
+driver (only for tables whose manifest counts markers, once per window: the window's plan holds the result,
+:mod:`~airflow_provider_binlog.jobs.merge.plan`). Imports no Airflow (it runs on Spark drivers).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
@@ -38,10 +39,14 @@ import pyarrow.parquet as pq
 
 from airflow_provider_binlog.contract.columns import (
     DELETED_COLUMN,
+    EVENT_COLUMNS,
     OP_COLUMN,
+    OP_DELETE,
     OP_TRUNCATE,
     SEQ_COLUMN,
     WINDOW_COLUMN,
+    OrderKey,
+    order_key,
 )
 from airflow_provider_binlog.contract.delta import PRIMARY_KEY_PROPERTY, pipeline_app_id
 from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for
@@ -54,11 +59,6 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 log = logging.getLogger(__name__)
-
-OrderKey = tuple[int, int]
-"""``(_binlog_window, _binlog_seq)``."""
-_MARKER_COLUMNS = ("_binlog_gtid", "_binlog_file", "_binlog_pos", "_binlog_ts")
-"""Coordinates a tombstone takes from the marker that removed its row."""
 
 
 def floor_app_ids(pipeline: str) -> tuple[str, str]:
@@ -73,7 +73,11 @@ class Truncation:
 
     :param floor: the table's floor before this merge (its newest merged marker), None without one.
     :param marker: the newest marker of the window, None without one.
-    :param coordinates: the newest marker's ``_binlog_gtid``, ``_binlog_file``, ``_binlog_pos``, ``_binlog_ts``.
+    :param coordinates: the newest marker's :data:`~airflow_provider_binlog.contract.columns.EVENT_COLUMNS`,
+        which the tombstones it makes take.
+
+    The window's part (``marker``, ``coordinates``) is read once per window (:func:`window_truncation`, in the
+    window's plan); the table's part (``floor``) at each attempt to merge it (:func:`table_truncation`).
     """
 
     floor: OrderKey | None = None
@@ -116,50 +120,44 @@ def table_floor(table: DeltaTable | None, pipeline: str) -> OrderKey | None:
     return window, seq
 
 
-def window_marker(
-    staged: StagedTable, storage_options: StorageOptions | None = None
-) -> tuple[OrderKey, dict[str, Any]] | None:
-    """Return the order key and coordinates of the newest truncate marker among a table's staged files.
+def window_truncation(staged: StagedTable, storage_options: StorageOptions | None = None) -> Truncation:
+    """Return the window's part of a table's :class:`Truncation`: the newest truncate marker among its staged files.
 
-    Reads only the metadata columns, and only when the manifest counts markers (``StagedTable.markers``).
+    Reads only the metadata columns, and only when the manifest counts markers (``StagedTable.markers``); the
+    ``floor`` is left unset (the table's, :func:`table_truncation`).
 
+    :param staged: the table as the manifest stages it.
     :param storage_options: storage options of the staging store.
     """
     if not staged.markers:
-        return None
+        return Truncation()
     newest: tuple[OrderKey, dict[str, Any]] | None = None
     for uri in staged.files:
         fs, path = filesystem_for(uri, storage_options)
         rows = pq.read_table(
-            path, filesystem=fs, columns=[OP_COLUMN, WINDOW_COLUMN, SEQ_COLUMN, *_MARKER_COLUMNS]
+            path, filesystem=fs, columns=[OP_COLUMN, WINDOW_COLUMN, SEQ_COLUMN, *EVENT_COLUMNS]
         )
         for row in rows.filter(pc.equal(rows[OP_COLUMN], OP_TRUNCATE)).to_pylist():
-            order = (int(row[WINDOW_COLUMN]), int(row[SEQ_COLUMN]))
+            order = order_key(row)
             if newest is None or order > newest[0]:
-                newest = (order, {c: row[c] for c in _MARKER_COLUMNS})
-    return newest
+                newest = (order, {c: row[c] for c in EVENT_COLUMNS})
+    return Truncation() if newest is None else Truncation(marker=newest[0], coordinates=newest[1])
 
 
-def plan(
-    table: DeltaTable | None,
-    staged: StagedTable,
-    pipeline: str,
-    storage_options: StorageOptions | None = None,
-) -> Truncation:
-    """Return the :class:`Truncation` of merging ``staged`` into ``table`` (its floor and the window's marker).
+def table_truncation(table: DeltaTable | None, window: Truncation, pipeline: str, name: str) -> Truncation:
+    """Return the :class:`Truncation` of merging a window into ``table``: the window's marker and the table's floor.
 
-    :param storage_options: storage options of the staging store.
+    :param table: the Delta table at the version the merge reads, None when there is none yet.
+    :param window: the window's part, from :func:`window_truncation`.
+    :param pipeline: the pipeline merging the window.
+    :param name: the table's ``db.table``, for the log.
+    :raises MergeJobError: when the table's log holds one half of the floor only (:func:`table_floor`).
     """
-    found = window_marker(staged, storage_options)
-    truncation = Truncation(
-        floor=table_floor(table, pipeline),
-        marker=None if found is None else found[0],
-        coordinates=None if found is None else found[1],
-    )
+    truncation = replace(window, floor=table_floor(table, pipeline))
     if truncation.empties:
         log.info(
             "%s: truncate marker at %s (floor before: %s): target rows ordered before it become tombstones",
-            staged.name, truncation.marker, truncation.floor,
+            name, truncation.marker, truncation.floor,
         )  # fmt: skip
     return truncation
 
@@ -223,7 +221,7 @@ def tombstone_truncated(current: DataFrame, truncation: Truncation, columns: Seq
     )
     values: dict[str, Any] = {
         DELETED_COLUMN: F.lit(True),
-        OP_COLUMN: F.lit("d"),
+        OP_COLUMN: F.lit(OP_DELETE),
         WINDOW_COLUMN: F.lit(window).cast("long"),
         SEQ_COLUMN: F.lit(seq).cast("long"),
     }

@@ -1,7 +1,9 @@
 """The staged window as the merge reads it: its tables, their keys, and their schemas.
 
 The manifest (:mod:`airflow_provider_binlog.contract.manifest`) says which files hold which table; the
-Parquet footers say the staged Arrow schema, which :func:`target_schema` maps to the Delta table's.
+Parquet footers say the staged Arrow schema (:func:`read_footers`, :func:`staged_schema`), which
+:func:`target_schema` maps to the Delta table's. The window's plan (:mod:`~airflow_provider_binlog.jobs.merge.plan`)
+reads them once per window.
 """
 
 from __future__ import annotations
@@ -130,72 +132,107 @@ def has_changes(table: StagedTable) -> bool:
 
 
 def window_keys(
-    window: StagedWindow, overrides: Mapping[str, Sequence[str]] | None = None
+    tables: Sequence[StagedTable], overrides: Mapping[str, Sequence[str]] | None = None, *, window: int
 ) -> dict[str, tuple[str, ...]]:
-    """Return the merge key of every table of the window with changes (:func:`~airflow_provider_binlog.contract.keys.resolve_keys`).
+    """Return the merge key of every table with changes (:func:`~airflow_provider_binlog.contract.keys.resolve_keys`).
 
+    :param tables: the window's tables with the cascades' changes added (a child may have changes only
+        through them).
+    :param overrides: user-named keys of tables without a primary key, by ``db.table``.
+    :param window: the window's seq, for messages.
     :raises MergeKeyError: naming the table, if a table has no key or an override contradicts its key.
     """
-    # window.tables, not the manifest: the cascades add child tables the manifest does not stage. A table with
-    # only truncate markers merges by its Delta table's own key (Manifest.keyed_tables, the operator's side).
+    # A table with only truncate markers merges by its Delta table's own key (Manifest.keyed_tables, the
+    # operator's side).
     return resolve_keys(
-        {t.name: t.primary_key for t in window.tables if has_changes(t) and not t.markers_only},
+        {t.name: t.primary_key for t in tables if has_changes(t) and not t.markers_only},
         overrides,
-        window=window.seq,
+        window=window,
     )
 
 
-def read_staged_schema(
-    table: StagedTable, *, pipeline: str, storage_options: StorageOptions | None = None
+def read_footers(
+    files: Sequence[str], storage_options: StorageOptions | None = None
+) -> tuple[pa.Schema, ...]:
+    """Read the Arrow schemas of staged Parquet files from their footers (one small read per file).
+
+    :param files: locations of staged change files.
+    :param storage_options: storage options of the staging store.
+    :returns: one schema per file, in the order of ``files``.
+    :raises MergeJobError: naming the file, if a footer cannot be read.
+    """
+    schemas = []
+    for uri in files:
+        fs, path = filesystem_for(uri, storage_options)
+        try:
+            schemas.append(pq.read_schema(path, filesystem=fs))
+        except (OSError, pa.ArrowException) as err:
+            raise MergeJobError(f"cannot read the Parquet footer of staged file {uri}: {err}") from err
+    return tuple(schemas)
+
+
+def staged_schema(
+    table: str, footers: Sequence[pa.Schema], columns: Sequence[Mapping[str, Any]] = (), *, pipeline: str
 ) -> pa.Schema:
-    """Read the Arrow schema of a table's staged files from their Parquet footers.
+    """Return the Arrow schema of a table's staged files, from their footers (:func:`read_footers`).
 
     The files of one window normally share one schema; if a DDL in the window changed it, the schemas
     are unified: new columns are added and each column gets the widest of its types
     (:func:`is_lossless_widening`). The source columns come in the manifest's column order, then the change
     metadata columns.
 
-    :param table: staged table with at least one file.
+    :param table: the table's ``db.table``, for messages.
+    :param footers: the schemas of its staged files (at least one).
+    :param columns: the manifest's column descriptions (their order).
     :param pipeline: the pipeline merging the window, for messages.
-    :param storage_options: storage options of the staging store.
     :raises UnfollowableSchemaChange: if a column's type changed within the window to one that is neither
         wider nor narrower (INT -> VARCHAR).
     :raises MergeJobError: if the footers conflict otherwise or change metadata columns are missing.
     """
-    schemas = []
-    for uri in table.files:
-        fs, path = filesystem_for(uri, storage_options)
-        try:
-            schemas.append(pq.read_schema(path, filesystem=fs))
-        except (OSError, pa.ArrowException) as err:
-            raise MergeJobError(f"cannot read the Parquet footer of staged file {uri}: {err}") from err
     widest: dict[str, pa.DataType] = {}
-    for f in (f for schema in schemas for f in schema):
+    for f in (f for schema in footers for f in schema):
         have = widest.setdefault(f.name, f.type)
         if is_lossless_widening(have, f.type):
             widest[f.name] = f.type
         elif not is_lossless_widening(f.type, have):
             raise UnfollowableSchemaChange(
                 pipeline=pipeline,
-                table=table.name,
+                table=table,
                 column=f.name,
                 detail=f"changed type within the window from {have} to {f.type}, which is neither a widening "
                 "nor a narrowing",
             )
     # Arrow does not promote every lossless widening (date32 -> timestamp): widen the fields first.
-    schemas = [pa.schema([f.with_type(widest[f.name]) for f in schema]) for schema in schemas]
+    schemas = [pa.schema([f.with_type(widest[f.name]) for f in schema]) for schema in footers]
     try:
         unified = pa.unify_schemas(schemas, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-        raise MergeJobError(f"staged files of {table.name} have conflicting schemas: {err}") from err
+        raise MergeJobError(f"staged files of {table} have conflicting schemas: {err}") from err
     missing = [c for c in REQUIRED_CHANGE_COLUMNS if c not in unified.names]
     if missing:
-        raise MergeJobError(f"staged files of {table.name} lack the change columns {missing}")
-    declared = [c.get("name") for c in table.columns]
+        raise MergeJobError(f"staged files of {table} lack the change columns {missing}")
+    declared = [c.get("name") for c in columns]
     ordered = [n for n in declared if n in unified.names]
     ordered += [n for n in unified.names if n not in ordered and n not in CHANGE_COLUMN_NAMES]
     ordered += [f.name for f in CHANGE_FIELDS if f.name in unified.names]
     return pa.schema([unified.field(n).remove_metadata() for n in ordered])
+
+
+def read_staged_schema(
+    table: StagedTable, *, pipeline: str, storage_options: StorageOptions | None = None
+) -> pa.Schema:
+    """Read the Arrow schema of a table's staged files: :func:`staged_schema` of their :func:`read_footers`.
+
+    :param table: staged table with at least one file.
+    :param pipeline: the pipeline merging the window, for messages.
+    :param storage_options: storage options of the staging store.
+    :raises UnfollowableSchemaChange: if a column's type changed within the window to one that is neither
+        wider nor narrower (INT -> VARCHAR).
+    :raises MergeJobError: if a footer cannot be read, the footers conflict otherwise or change metadata columns
+        are missing.
+    """
+    footers = read_footers(table.files, storage_options)
+    return staged_schema(table.name, footers, table.columns, pipeline=pipeline)
 
 
 def _declared_arrow_type(column: Mapping[str, Any] | None, staged: pa.DataType, name: str) -> pa.DataType:
@@ -219,7 +256,7 @@ def target_schema(staged: pa.Schema, columns: Sequence[Mapping[str, Any]] = ()) 
     MySQL type in their metadata; then come the change columns and ``_binlog_deleted``. Every field is
     nullable.
 
-    :param staged: staged schema from :func:`read_staged_schema`.
+    :param staged: staged schema from :func:`staged_schema`.
     :param columns: the manifest's column descriptions.
     :raises MergeJobError: if a column type cannot be stored.
     """
