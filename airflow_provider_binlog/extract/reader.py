@@ -316,7 +316,7 @@ class WindowReader:
                 batch = layout.builder.take_committed()
             except ValueConversionError as err:
                 raise self._undecodable(err, None) from err
-            if layout.table not in self.stats.covered_tables:
+            if layout.table not in self.state.stats.covered_tables:
                 self.state.held.setdefault(layout.table, []).append(batch)
                 self.state.specs[layout.table] = (layout.specs, self.tables[layout.table].primary_key)
         self._close_stats()
@@ -324,13 +324,13 @@ class WindowReader:
 
     def _close_stats(self) -> None:
         if self.state.last_commit_us is not None:
-            self.stats.last_commit_ts = _utc(self.state.last_commit_us).isoformat()
+            self.state.stats.last_commit_ts = _utc(self.state.last_commit_us).isoformat()
 
     def _lost(self, err: Exception) -> ReplicationConnectionLostError:
         inside = f", inside transaction {self.txn.gtid or '?'}" if self.txn.open else ""
         return ReplicationConnectionLostError(
             f"lost the replication connection to the source while reading window {self.window} "
-            f"({self.start}, {self.end}], {self.stats.transactions} transaction(s) into it (last boundary "
+            f"({self.start}, {self.end}], {self.state.stats.transactions} transaction(s) into it (last boundary "
             f"read: {self.position}{inside}): {err}. The source restarted, killed the connection or the "
             f"network dropped it (a stream that receives nothing, not even a heartbeat, for three heartbeat "
             f"periods counts as lost: the connection extra heartbeat_period, default 15 s). The reader does not resume on another connection: the retry clears this "
@@ -374,7 +374,7 @@ class WindowReader:
 
         :raises SourceUnreachableError: when the binlog ends before the window end.
         """
-        stats, dispatch, progress, end_key = self.stats, self._dispatch, self.progress, self._end_key
+        stats, dispatch, progress, end_key = self.state.stats, self._dispatch, self.progress, self._end_key
         for event in self.events:
             if not self.txn.open and event.end_pos and event.type_code != _ROTATE and not event.in_payload:
                 if self._key(event.file, event.start) >= end_key:
@@ -454,7 +454,7 @@ class WindowReader:
     def _flush(self, layout: Layout) -> None:
         """Hand the layout's committed rows to the sink (those of a covered table are dropped)."""
         self.state.zero_dates[layout.table] += layout.take_zero_dates()
-        if layout.table in self.stats.covered_tables:
+        if layout.table in self.state.stats.covered_tables:
             layout.builder.take_committed()
         elif layout.builder.committed:
             self.sink(
@@ -504,7 +504,7 @@ class WindowReader:
             self._commit(event, file, end_pos)
             return
         if kind is QueryKind.ROLLBACK:
-            self.stats.rolled_back += 1
+            self.state.stats.rolled_back += 1
             self._rollback()
             return
         if kind is QueryKind.ROLLBACK_TO:
@@ -594,7 +594,7 @@ class WindowReader:
         if name in self.effects.retypes:
             self.effects.decide_retype(name, columns)
         self.state.columns[name] = columns
-        if name in self.stats.covered_tables:
+        if name in self.state.stats.covered_tables:
             return
         if target.since is not None or target.barriers or target.gone:  # else it stages every change
             key = self._key(file, end_pos)
@@ -612,14 +612,14 @@ class WindowReader:
 
     def _skip_for_schema_change(self, target: TableTarget, at: BinlogPosition) -> None:
         """Count a row event of ``target`` left out for a schema change; log the first one of each table."""
-        if not self.stats.schema_skipped_row_events[target.name]:
+        if not self.state.stats.schema_skipped_row_events[target.name]:
             log.warning(
                 "window %s of %s: row changes of %s (first at %s) are not staged: schema change(s) at %s need a "
                 "re-snapshot of the table, which brings the table's rows as they are after the change(s) (see "
                 "docs/schema-changes.md)",
                 self.window, self.pipeline, target.name, at, ", ".join(str(b.since) for b in target.barriers),
             )  # fmt: skip
-        self.stats.schema_skipped_row_events[target.name] += 1
+        self.state.stats.schema_skipped_row_events[target.name] += 1
 
     def _layout(self, table: str, columns: list[Any]) -> Layout:
         known = self.layout_of_list.get(id(columns))
@@ -696,7 +696,7 @@ class WindowReader:
         if self.hooks is not None:
             self.hooks.committing(self.txn.touched.values())
         for key, layout in self.txn.touched.items():
-            if layout.table in self.stats.covered_tables:
+            if layout.table in self.state.stats.covered_tables:
                 layout.builder.rollback()
                 continue
             for spill_file in self.txn.spilled.get(key, []):
@@ -711,7 +711,7 @@ class WindowReader:
                 self._flush(layout)
         self.txn.close_spills()
         self.txn = Transaction()
-        self.stats.transactions += 1
+        self.state.stats.transactions += 1
         self.state.last_commit_us = commit_us
 
 
