@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from pymysqlreplication.constants import FIELD_TYPE
 
@@ -25,6 +25,9 @@ from airflow_provider_binlog.extract.columns import VECTOR
 from airflow_provider_binlog.extract.errors import UndecodableEventError
 from airflow_provider_binlog.extract.events.wire import packed_bytes, packed_integer
 from airflow_provider_binlog.extract.tablemaps import collation_charset, redecode_members
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.extract.decoder import RowDecoder
 
 MAX_CACHED_DEFINITIONS = 4096
 """Distinct table-map bodies kept parsed; the cache is cleared when it holds more."""
@@ -180,7 +183,7 @@ class TableMap:
     primary_key: list[str] = field(default_factory=list)
     flags: int = 0
     metadata: frozenset[int] = frozenset()
-    decoder: Any = None
+    decoder: RowDecoder | None = None
     """The row decoder of this layout, set by the reader on first use."""
 
     @functools.cached_property
