@@ -25,13 +25,16 @@ import decimal
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pymysqlreplication.constants import FIELD_TYPE
 
 from airflow_provider_binlog.contract.columns import UTC
 from airflow_provider_binlog.extract.charsets import text_decoder
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.extract.events.tablemap import TableMapColumn
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -67,7 +70,7 @@ class ColumnSpec:
         return {"name": self.name, "mysql_type": self.mysql_type, "arrow_type": str(self.arrow_type)}
 
 
-def charset_of(column: Any) -> str | None:
+def charset_of(column: TableMapColumn) -> str | None:
     """Return the server character set of a string/blob column of a table map, None when not known.
 
     Our table maps carry it as ``mysql_charset`` (:mod:`~airflow_provider_binlog.extract.events.tablemap`);
@@ -83,7 +86,7 @@ def charset_of(column: Any) -> str | None:
     return _LIBRARY_CHARSETS.get(name.lower(), name.lower())
 
 
-def is_binary(column: Any) -> bool:
+def is_binary(column: TableMapColumn) -> bool:
     """Return True when a string/blob column holds bytes (charset ``binary``), not text."""
     return charset_of(column) == "binary"
 
@@ -97,7 +100,7 @@ def bit_arrow_type(bits: int) -> pa.DataType:
     return pa.int64() if bits <= MAX_INT64_BITS else pa.decimal128(20, 0)
 
 
-def column_spec(column: Any) -> ColumnSpec:
+def column_spec(column: TableMapColumn) -> ColumnSpec:
     """Return the staged spec of a mysql-replication :class:`Column` from a table map.
 
     :raises ValueError: for a column type the extractor cannot stage.
@@ -160,7 +163,7 @@ def column_spec(column: Any) -> ColumnSpec:
     raise ValueError(f"column {name!r} has binlog type code {code}, which the extractor cannot stage")
 
 
-def _bits(column: Any) -> int:
+def _bits(column: TableMapColumn) -> int:
     return int(getattr(column, "bits", 64) or 64)
 
 
@@ -198,7 +201,7 @@ class ValueConversionError(ValueError):
         self.gtid = gtid
 
 
-def describe_column(table: str, column: Any) -> str:
+def describe_column(table: str, column: TableMapColumn) -> str:
     """Return ``db.table.column (mysql type, metadata)`` of a table-map column, for error messages.
 
     The metadata are those of the table map that decide the decoding: character set and maximum
@@ -221,7 +224,7 @@ def describe_column(table: str, column: Any) -> str:
     return f"{table}.{getattr(column, 'name', '?')} ({', '.join(details)})"
 
 
-def check_stageable(column: Any) -> None:
+def check_stageable(column: TableMapColumn) -> None:
     """Raise when a table-map column cannot be staged exactly, whatever its values.
 
     :raises ValueError: for a type :func:`column_spec` does not know, ENUM/SET member names that could not
@@ -238,7 +241,7 @@ def check_stageable(column: Any) -> None:
         text_decoder(charset_of(column) or "utf8mb4")
 
 
-def converter(column: Any) -> Converter:
+def converter(column: TableMapColumn) -> Converter:
     """Return ``convert(value, none_source) -> staged value`` for one column.
 
     ``none_source`` is mysql-replication's reason for a None value (``null``, ``empty set``, ``out of

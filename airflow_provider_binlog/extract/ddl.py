@@ -39,11 +39,14 @@ value) answer one question, what a statement means for the target, and cite the 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_provider_binlog.contract.names import database_of
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.extract.events.tablemap import Column, TableMapColumn
 
 DdlAction = Literal["ignore", "follow", "resnapshot"]
 Emptied = Literal["", "truncated", "dropped"]
@@ -405,7 +408,7 @@ _INTEGER_BITS = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "bigi
 _TEMPORAL = frozenset({"datetime", "timestamp", "time"})
 
 
-def keeps_values(before: Any, after: Any) -> bool:
+def keeps_values(before: TableMapColumn, after: TableMapColumn) -> bool:
     """Return whether changing a column from the table-map column ``before`` to ``after`` keeps every stored value.
 
     Under a non-strict ``sql_mode`` the server clamps or cuts values that do not fit the new type, and logs no
@@ -491,7 +494,7 @@ def _integer_range(mysql_type: str) -> tuple[int, int]:
     return (0, 2**bits - 1) if sign == "unsigned" else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
 
 
-def _max_bytes(column: Any, field_type: Any) -> int:
+def _max_bytes(column: TableMapColumn, field_type: Any) -> int:
     """Return the most bytes a CHAR/VARCHAR/BINARY/VARBINARY (``max_length``) or TEXT/BLOB value may hold."""
     if column.type in (field_type.VARCHAR, field_type.VAR_STRING, field_type.STRING):
         return int(column.max_length or 0)
@@ -522,7 +525,7 @@ _COLUMN_FIELDS = (
 """The table-map column attributes :func:`keeps_values` reads, kept in a window's manifest (``schemas``)."""
 
 
-def column_record(column: Any) -> dict[str, Any]:
+def column_record(column: TableMapColumn) -> dict[str, Any]:
     """Return the JSON form of a table-map column, as the manifest's ``schemas`` keep it (:func:`keeps_values`'s needs).
 
     :param column: a ``Column`` of mysql-replication or of :mod:`~airflow_provider_binlog.extract.events.tablemap`.
@@ -538,7 +541,7 @@ def column_record(column: Any) -> dict[str, Any]:
     }
 
 
-def record_column(record: Any) -> Any:
+def record_column(record: Mapping[str, Any]) -> Column:
     """Return the table-map column of a :func:`column_record` (an :mod:`~airflow_provider_binlog.extract.events.tablemap` ``Column``).
 
     :raises TypeError: when the record holds an unknown field.

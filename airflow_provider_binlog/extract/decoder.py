@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pymysqlreplication.constants import FIELD_TYPE
 
@@ -39,8 +39,11 @@ from airflow_provider_binlog.extract.columns import ValueConversionError, descri
 from airflow_provider_binlog.extract.errors import UndecodableEventError
 from airflow_provider_binlog.extract.rowcode import SUPPORTED_TYPES, TEXT_TYPES, generate, text_kind
 
+if TYPE_CHECKING:
+    from airflow_provider_binlog.extract.events.tablemap import TableMapColumn
 
-def unsupported_reason(columns: Sequence[Any]) -> str | None:
+
+def unsupported_reason(columns: Sequence[TableMapColumn]) -> str | None:
     """Return why :class:`RowDecoder` cannot decode this layout, or None when it can."""
     for column in columns:
         reason = _column_problem(column)
@@ -49,7 +52,7 @@ def unsupported_reason(columns: Sequence[Any]) -> str | None:
     return None
 
 
-def _column_problem(column: Any) -> str | None:
+def _column_problem(column: TableMapColumn) -> str | None:
     code = getattr(column, "type", None)
     if code not in SUPPORTED_TYPES:
         return f"binlog type code {code} is not decoded by RowDecoder"
@@ -90,7 +93,7 @@ LAYOUT_ATTRIBUTES = (
 """Column attributes of a table map that the staged specs and the decoding depend on (see :func:`layout_key`)."""
 
 
-def layout_key(columns: Sequence[Any]) -> tuple[Any, ...]:
+def layout_key(columns: Sequence[TableMapColumn]) -> tuple[Any, ...]:
     """Return a hashable key of everything the staged specs and the decoding of ``columns`` depend on.
 
     Two table maps with equal keys decode alike; a key of names and types only is not enough (an ALTER
@@ -114,7 +117,7 @@ class RowDecoder:
     :raises ValueError: when :meth:`supports` is False for ``columns``.
     """
 
-    def __init__(self, columns: Sequence[Any]) -> None:
+    def __init__(self, columns: Sequence[TableMapColumn]) -> None:
         reason = unsupported_reason(columns)
         if reason:
             raise ValueError(f"RowDecoder cannot decode this layout: {reason}")
@@ -138,7 +141,7 @@ class RowDecoder:
         self._image: Callable[[bytes, int], tuple[list[Any], int, int]] = namespace["image"]
 
     @staticmethod
-    def supports(columns: Sequence[Any]) -> bool:
+    def supports(columns: Sequence[TableMapColumn]) -> bool:
         """Return True when every column of the layout has a type and charset this decoder handles."""
         return unsupported_reason(columns) is None
 

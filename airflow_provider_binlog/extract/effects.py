@@ -25,6 +25,7 @@ from airflow_provider_binlog.extract.targets import Retype, SchemaBarrier
 from airflow_provider_binlog.pipeline.ledger import STATEMENT_CHARS
 
 if TYPE_CHECKING:
+    from airflow_provider_binlog.extract.events.tablemap import Column
     from airflow_provider_binlog.extract.targets import (
         ReaderState,
         ReadHooks,
@@ -188,7 +189,7 @@ class StatementEffects:
             self.window, self.pipeline, table, at, gtid, reason, table,
         )  # fmt: skip
 
-    def decide_retype(self, table: str, after: list[Any] | None) -> None:
+    def decide_retype(self, table: str, after: list[Column] | None) -> None:
         """Follow or re-snapshot a waiting non-strict ``MODIFY``/``CHANGE`` of ``table`` (:class:`Retype`).
 
         :param after: the table-map columns of the table's first row event after the statement; None when

@@ -48,6 +48,7 @@ from airflow_provider_binlog.extract.reader import (
 )
 
 if TYPE_CHECKING:
+    from airflow_provider_binlog.extract.events.tablemap import Column
     from airflow_provider_binlog.extract.transaction import Layout
 
 SPOOL_COMPRESSION: Literal["lz4", "zstd"] | None = None
@@ -85,7 +86,7 @@ class FileJob:
     covers: dict[str, SnapshotCover]
     window: int
     pipeline: str
-    columns: dict[str, list[Any]]
+    columns: dict[str, list[Column]]
     spool: str
 
 
@@ -118,7 +119,7 @@ class FileResult:
     stats: ExtractStats
     zero_dates: Counter[str]
     committed_tables: set[str]
-    columns: dict[str, list[Any]]
+    columns: dict[str, list[Column]]
     last_commit_us: int | None
     serial_from: str | None = None
     trace: dict[str, array[int]] = field(default_factory=dict)

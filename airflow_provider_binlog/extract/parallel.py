@@ -80,6 +80,7 @@ from airflow_provider_binlog.extract.file_worker import (
 from airflow_provider_binlog.extract.reader import BATCH_ROWS, ReaderState, Sink, WindowReader
 
 if TYPE_CHECKING:
+    from airflow_provider_binlog.extract.events.tablemap import Column
     from airflow_provider_binlog.extract.transaction import Layout
 
 log = logging.getLogger(__name__)
@@ -210,7 +211,7 @@ def read_parallel(
     job: FileJob,
     sink: Sink,
     serial: SerialRead,
-    start_columns: dict[str, list[Any]],
+    start_columns: dict[str, list[Column]],
     progress: Any = None,
     forked: Callable[[], None] | None = None,
 ) -> ReaderState:

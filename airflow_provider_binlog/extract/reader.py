@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from operator import itemgetter
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pymysql
@@ -65,6 +65,9 @@ from airflow_provider_binlog.extract.targets import (
 from airflow_provider_binlog.extract.transaction import Layout, LayoutKey, Transaction, spill, spill_head
 from airflow_provider_binlog.source.connect import LOST_CONNECTION_ERRORS
 from airflow_provider_binlog.source.sql import QueryKind, classify_query
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.extract.events.tablemap import Column
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +224,7 @@ class WindowReader:
         self.txn = Transaction()
         self.layouts: dict[LayoutKey, Layout] = {}
         self.current_layout: dict[str, LayoutKey] = {}
-        self.layout_of_list: dict[int, tuple[list[Any], Layout]] = {}
+        self.layout_of_list: dict[int, tuple[list[Column], Layout]] = {}
         """The layout of a table map's column list, by the list's id (with the list, which keeps the id unique)."""
         self._file_indexes: dict[str, int] = {}
         self._end_key = end.key
@@ -621,7 +624,7 @@ class WindowReader:
             )  # fmt: skip
         self.state.stats.schema_skipped_row_events[target.name] += 1
 
-    def _layout(self, table: str, columns: list[Any]) -> Layout:
+    def _layout(self, table: str, columns: list[Column]) -> Layout:
         known = self.layout_of_list.get(id(columns))
         if known is not None and known[0] is columns:
             return known[1]  # the table-map cache hands out the same column list for the same definition

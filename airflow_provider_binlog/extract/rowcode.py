@@ -18,7 +18,7 @@ import datetime as dt
 import decimal
 import struct
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pymysqlreplication.constants import FIELD_TYPE
 
@@ -32,6 +32,9 @@ from airflow_provider_binlog.extract.columns import (
 )
 from airflow_provider_binlog.extract.decimals import decimal_groups
 from airflow_provider_binlog.extract.json_binary import json_text
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.extract.events.tablemap import TableMapColumn
 
 _INTEGERS = {
     FIELD_TYPE.TINY: 1,
@@ -74,7 +77,7 @@ SUPPORTED_TYPES = frozenset(_INTEGERS) | TEXT_TYPES | _OTHERS
 """Binlog column type codes :class:`~airflow_provider_binlog.extract.decoder.RowDecoder` decodes (the pre-5.6 temporal types are not among them)."""
 
 
-def text_kind(column: Any) -> str | None:
+def text_kind(column: TableMapColumn) -> str | None:
     """Return how a string/blob column's bytes become a value: ``binary``, ``utf-8`` or its charset name.
 
     None when the character set is unknown (``binlog_row_metadata`` is not FULL) or no codec decodes it
@@ -136,7 +139,7 @@ def _little_endian(width: int, at: str = "pos") -> str:
     return "(" + " | ".join(f"buf[{at} + {k}] << {8 * k}" if k else f"buf[{at}]" for k in range(width)) + ")"
 
 
-def _emit_integer(v: str, column: Any, ns: _Namespace) -> list[str]:
+def _emit_integer(v: str, column: TableMapColumn, ns: _Namespace) -> list[str]:
     """Integers are little-endian two's complement (MySQL internals, "Rows Event": ``Field_*::pack``)."""
     width, unsigned = _INTEGERS[column.type], bool(column.unsigned)
     if width in (4, 8):
@@ -151,18 +154,18 @@ def _emit_integer(v: str, column: Any, ns: _Namespace) -> list[str]:
     return lines
 
 
-def _emit_float(v: str, column: Any, ns: _Namespace) -> list[str]:
+def _emit_float(v: str, column: TableMapColumn, ns: _Namespace) -> list[str]:
     """FLOAT and DOUBLE are little-endian IEEE 754 (4 and 8 bytes)."""
     code, width = ("f", 4) if column.type == FIELD_TYPE.FLOAT else ("d", 8)
     return [f"{v} = {ns.unpacker(code)}(buf, pos)[0]", f"pos += {width}"]
 
 
-def _emit_year(v: str, column: Any, ns: _Namespace) -> list[str]:
+def _emit_year(v: str, column: TableMapColumn, ns: _Namespace) -> list[str]:
     """YEAR is one byte, the year minus 1900, 0 for ``0000`` (MySQL manual, "The YEAR Type")."""
     return [f"{v} = buf[pos]", "pos += 1", f"if {v}: {v} += 1900"]
 
 
-def _emit_decimal(v: str, column: Any, ns: _Namespace) -> list[str]:
+def _emit_decimal(v: str, column: TableMapColumn, ns: _Namespace) -> list[str]:
     """DECIMAL is ``decimal2bin``'s format (MySQL internals, "Decimal"; ``strings/decimal.cc``).
 
     Big-endian groups of 9 digits in 4 bytes, partial groups in fewer bytes, integer part first; the
@@ -215,7 +218,7 @@ def _fraction(fsp: int) -> tuple[int, str]:
     return width, f"{raw} * {scale}" if scale != 1 else raw
 
 
-def _emit_date(v: str, column: Any, ns: _Namespace) -> list[str]:
+def _emit_date(v: str, column: TableMapColumn, ns: _Namespace) -> list[str]:
     """DATE is 3 bytes little-endian: day (5 bits), month (4), year (15) from the low bits up."""
     return [
         f"x = {_little_endian(3)}",
@@ -228,7 +231,7 @@ def _emit_date(v: str, column: Any, ns: _Namespace) -> list[str]:
     ]
 
 
-def _emit_datetime2(v: str, column: Any, ns: _Namespace) -> list[str]:
+def _emit_datetime2(v: str, column: TableMapColumn, ns: _Namespace) -> list[str]:
     """DATETIME2 is 5 bytes big-endian + fraction (MySQL internals, "Date and Time Data Type ...").
 
     From the top: sign (1 bit, 1 = non-negative), year*13+month (17), day (5), hour (5), minute (6),
@@ -249,7 +252,7 @@ def _emit_datetime2(v: str, column: Any, ns: _Namespace) -> list[str]:
     ]
 
 
-def _emit_timestamp2(v: str, column: Any, ns: _Namespace) -> list[str]:
+def _emit_timestamp2(v: str, column: TableMapColumn, ns: _Namespace) -> list[str]:
     """TIMESTAMP2 is 4 bytes big-endian seconds since the epoch (UTC) + fraction.
 
     0 is the zero TIMESTAMP ``0000-00-00 00:00:00`` (the range starts at 1 s; MySQL manual, "The DATE,
@@ -276,7 +279,7 @@ def _emit_timestamp2(v: str, column: Any, ns: _Namespace) -> list[str]:
     ]
 
 
-def _emit_time2(v: str, column: Any, ns: _Namespace) -> list[str]:
+def _emit_time2(v: str, column: TableMapColumn, ns: _Namespace) -> list[str]:
     """TIME2 is 3 bytes + fraction, big-endian, offset binary (``my_time_packed_to_binary``).
 
     The whole stored number minus ``0x800000 << 8*fraction_bytes`` is the signed packed time (two's
@@ -299,7 +302,7 @@ def _emit_time2(v: str, column: Any, ns: _Namespace) -> list[str]:
     ]
 
 
-def _text_value(v: str, column: Any, ns: _Namespace, start: str) -> str:
+def _text_value(v: str, column: TableMapColumn, ns: _Namespace, start: str) -> str:
     """Return the expression turning bytes ``buf[start:e]`` into the column's staged value."""
     raw = f"buf[{start}:e]"
     kind = text_kind(column)
@@ -311,7 +314,7 @@ def _text_value(v: str, column: Any, ns: _Namespace, start: str) -> str:
     return f"{ns.add(f'TEXT_{v}', text_decoder(kind))}({raw})"
 
 
-def _emit_string(v: str, column: Any, ns: _Namespace) -> list[str]:
+def _emit_string(v: str, column: TableMapColumn, ns: _Namespace) -> list[str]:
     """CHAR/VARCHAR: length (1 byte if the maximum is <= 255 bytes, else 2), then the bytes.
 
     CHAR drops its trailing pad (spaces, or 0x00 for BINARY(n): padded back to n bytes here), as a
@@ -325,14 +328,14 @@ def _emit_string(v: str, column: Any, ns: _Namespace) -> list[str]:
     ]
 
 
-def _length_size(column: Any) -> int:
+def _length_size(column: TableMapColumn) -> int:
     size = getattr(column, "length_size", None)
     if size:
         return int(size)
     return {FIELD_TYPE.TINY_BLOB: 1, FIELD_TYPE.MEDIUM_BLOB: 3, FIELD_TYPE.LONG_BLOB: 4}.get(column.type, 2)
 
 
-def _emit_blob(v: str, column: Any, ns: _Namespace) -> list[str]:
+def _emit_blob(v: str, column: TableMapColumn, ns: _Namespace) -> list[str]:
     """BLOB/TEXT (and MariaDB's JSON, a LONGTEXT): a ``length_size``-byte little-endian length, the bytes."""
     width = _length_size(column)
     return [
@@ -342,13 +345,13 @@ def _emit_blob(v: str, column: Any, ns: _Namespace) -> list[str]:
     ]
 
 
-def _emit_geometry(v: str, column: Any, ns: _Namespace) -> list[str]:
+def _emit_geometry(v: str, column: TableMapColumn, ns: _Namespace) -> list[str]:
     """GEOMETRY is stored like a BLOB: length, then the SRID-prefixed WKB."""
     width = _length_size(column)
     return [f"e = pos + {width} + {_little_endian(width)}", f"{v} = buf[pos + {width}:e]", "pos = e"]
 
 
-def _emit_json(v: str, column: Any, ns: _Namespace) -> list[str]:
+def _emit_json(v: str, column: TableMapColumn, ns: _Namespace) -> list[str]:
     """MySQL JSON is a BLOB of binary JSON (MySQL source ``sql-common/json_binary.cc``).
 
     :func:`~airflow_provider_binlog.extract.json_binary.json_text` makes it the text
@@ -363,7 +366,7 @@ def _emit_json(v: str, column: Any, ns: _Namespace) -> list[str]:
     ]
 
 
-def _emit_vector(v: str, column: Any, ns: _Namespace) -> list[str]:
+def _emit_vector(v: str, column: TableMapColumn, ns: _Namespace) -> list[str]:
     """MySQL 9 VECTOR is stored like a BLOB: a length, then little-endian float32s (``Field_vector``)."""
     width = _length_size(column)
     return [
@@ -373,9 +376,10 @@ def _emit_vector(v: str, column: Any, ns: _Namespace) -> list[str]:
     ]
 
 
-def _emit_enum(v: str, column: Any, ns: _Namespace) -> list[str]:
+def _emit_enum(v: str, column: TableMapColumn, ns: _Namespace) -> list[str]:
     """ENUM is its 1-based member index in ``size`` bytes, little-endian; 0 is the invalid value ``''``."""
-    members = ns.add(f"ENUM_{v}", tuple(column.enum_values))
+    # Never None here: RowDecoder refuses an ENUM/SET column without its members (decoder._column_problem).
+    members = ns.add(f"ENUM_{v}", tuple(column.enum_values))  # type: ignore[arg-type]
     size = column.size
     return [f"{v} = {members}[{_little_endian(size)}]", f"pos += {size}"]
 
@@ -395,9 +399,9 @@ def _set_text(members: Sequence[str]) -> Callable[[int], str]:
     return text
 
 
-def _emit_set(v: str, column: Any, ns: _Namespace) -> list[str]:
+def _emit_set(v: str, column: TableMapColumn, ns: _Namespace) -> list[str]:
     """SET is a bit mask of its members in ``size`` bytes, little-endian, bit 0 = first member."""
-    size, members = column.size, list(column.set_values)
+    size, members = column.size, list(column.set_values)  # type: ignore[arg-type]  # as in _emit_enum
     text = _set_text(members)
     if size == 1:
         table = ns.add(f"SET_{v}", tuple(text(mask) for mask in range(256)))
@@ -406,7 +410,7 @@ def _emit_set(v: str, column: Any, ns: _Namespace) -> list[str]:
     return [f"{v} = {function}({_little_endian(size)})", f"pos += {size}"]
 
 
-def _emit_bit(v: str, column: Any, ns: _Namespace) -> list[str]:
+def _emit_bit(v: str, column: TableMapColumn, ns: _Namespace) -> list[str]:
     """BIT(n) is ``(n + 7) // 8`` bytes, big-endian; BIT(64) becomes a ``Decimal`` (see ``columns.bit_arrow_type``)."""
     bits = int(getattr(column, "bits", 64) or 64)
     width = (bits + 7) // 8
@@ -438,7 +442,7 @@ _EMITTERS: dict[int, Callable[[str, Any, _Namespace], list[str]]] = {
 }
 
 
-def _struct_code(column: Any) -> tuple[str, list[str]] | None:
+def _struct_code(column: TableMapColumn) -> tuple[str, list[str]] | None:
     """Return (struct code, fix-up statements on ``v``) when one ``struct`` code reads the column."""
     code = column.type
     if code in (FIELD_TYPE.FLOAT, FIELD_TYPE.DOUBLE):
@@ -456,7 +460,7 @@ def _indent(lines: list[str], depth: int) -> list[str]:
     return ["    " * depth + line for line in lines]
 
 
-def _no_null_body(columns: Sequence[Any], ns: _Namespace) -> list[str]:
+def _no_null_body(columns: Sequence[TableMapColumn], ns: _Namespace) -> list[str]:
     """Return statements decoding every column of a row without NULLs; numeric runs use one struct."""
     lines: list[str] = []
     index = 0
@@ -483,7 +487,7 @@ def _no_null_body(columns: Sequence[Any], ns: _Namespace) -> list[str]:
     return lines
 
 
-def _null_aware_body(columns: Sequence[Any], ns: _Namespace, trace: bool = False) -> list[str]:
+def _null_aware_body(columns: Sequence[TableMapColumn], ns: _Namespace, trace: bool = False) -> list[str]:
     """Return statements decoding every column, each guarded by its NULL bit.
 
     :param trace: also store each column's index in ``where[0]`` before decoding it.
@@ -497,7 +501,7 @@ def _null_aware_body(columns: Sequence[Any], ns: _Namespace, trace: bool = False
     return lines
 
 
-def _image_body(columns: Sequence[Any], ns: _Namespace) -> list[str]:
+def _image_body(columns: Sequence[TableMapColumn], ns: _Namespace) -> list[str]:
     """Return statements decoding one row image (NULL bitmap, then values) into ``v0..v<n-1>``.
 
     MySQL internals, "Rows Event": the NULL bitmap has one bit per present column, bit 0 of byte 0
@@ -515,7 +519,7 @@ def _image_body(columns: Sequence[Any], ns: _Namespace) -> list[str]:
     ]
 
 
-def generate(columns: Sequence[Any], trace: bool = False) -> tuple[str, dict[str, Any]]:
+def generate(columns: Sequence[TableMapColumn], trace: bool = False) -> tuple[str, dict[str, Any]]:
     """Return the source of the layout's ``rows``, ``updates`` and ``image`` functions and their globals.
 
     :param trace: generate only ``image(buf, pos, where)``, which records in ``where[0]`` the index of

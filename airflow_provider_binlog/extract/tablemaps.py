@@ -5,11 +5,14 @@ Used by our TABLE_MAP parser (:mod:`~airflow_provider_binlog.extract.events.tabl
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pymysqlreplication.constants import CHARSET, FIELD_TYPE
 
 from airflow_provider_binlog.extract.charsets import text_decoder
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.extract.events.tablemap import Column
 
 UCA1400_CHARSETS = ("utf8mb3", "utf8mb4", "ucs2", "utf16", "utf32")
 """Character sets of MariaDB 10.10+'s UCA 14.0.0 collations, whose ids are ``2048 + 256 * index + n``
@@ -30,7 +33,7 @@ def collation_charset(collation_id: int, dbms: str) -> str:
     return str(charset.name) if charset is not None else f"collation {collation_id}"
 
 
-def redecode_members(column: Any) -> None:
+def redecode_members(column: Column) -> None:
     """Decode an ENUM/SET column's member names in the column's character set, or record why not.
 
     The table map holds the names in the column's character set; the TABLE_MAP parser reads

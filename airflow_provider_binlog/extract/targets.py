@@ -23,6 +23,7 @@ from airflow_provider_binlog.extract.columns import ColumnSpec
 
 if TYPE_CHECKING:
     from airflow_provider_binlog.extract.ddl import DdlEffect
+    from airflow_provider_binlog.extract.events.tablemap import Column
     from airflow_provider_binlog.extract.transaction import Layout
 
 Sink = Callable[[str, pa.RecordBatch, list[ColumnSpec], list[str]], None]
@@ -143,7 +144,7 @@ class Retype:
     at: BinlogPosition
     text: str
     gtid: str | None
-    before: list[Any]
+    before: list[Column]
     decision: dict[str, Any]
 
 
@@ -173,7 +174,7 @@ class ReaderState:
     stats: ExtractStats = field(default_factory=ExtractStats)
     zero_dates: Counter[str] = field(default_factory=Counter)
     committed_tables: set[str] = field(default_factory=set)
-    columns: dict[str, list[Any]] = field(default_factory=dict)
+    columns: dict[str, list[Column]] = field(default_factory=dict)
     last_commit_us: int | None = None
     held: dict[str, list[pa.RecordBatch]] = field(default_factory=dict)
     specs: dict[str, tuple[list[ColumnSpec], list[str]]] = field(default_factory=dict)

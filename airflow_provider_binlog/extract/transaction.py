@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -24,6 +24,9 @@ from airflow_provider_binlog.extract.columns import (
     describe_column,
 )
 from airflow_provider_binlog.extract.decoder import RowDecoder
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.extract.events.tablemap import Column
 
 LayoutKey = tuple[str, tuple[Any, ...]]
 """``(db.table, decoder.layout_key(columns))``."""
@@ -38,7 +41,7 @@ class Layout:
         ENUM/SET members; :func:`~airflow_provider_binlog.extract.columns.check_stageable`), naming it.
     """
 
-    def __init__(self, table: str, columns: list[Any], window: int) -> None:
+    def __init__(self, table: str, columns: list[Column], window: int) -> None:
         self.table = table
         self.columns = columns
         labels = [describe_column(table, c) for c in columns]

@@ -52,7 +52,7 @@ def extract_window(
     covers: dict[str, SnapshotCover] | None = None,
     skipped: dict[str, str] | None = None,
     foreign_keys: Sequence[ForeignKey] = (),
-    schemas: Mapping[str, list[Any]] | None = None,
+    schemas: Mapping[str, list[Mapping[str, Any]]] | None = None,
     max_workers: int | None = 1,
     parallel_min_bytes: int = PARALLEL_MIN_BYTES,
 ) -> Manifest:

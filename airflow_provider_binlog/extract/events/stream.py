@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key, unsupported_reason
 from airflow_provider_binlog.extract.errors import ChecksumMismatchError, UndecodableEventError
@@ -28,6 +28,9 @@ from airflow_provider_binlog.extract.events.parsers import (
 )
 from airflow_provider_binlog.extract.events.tablemap import TableMap, TableMapParser
 from airflow_provider_binlog.extract.events.wire import packed_integer
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.extract.events.tablemap import Column
 
 _FORMAT_DESCRIPTION = codes.FORMAT_DESCRIPTION
 _TABLE_MAP = codes.TABLE_MAP
@@ -133,7 +136,7 @@ class RowsEvent:
         """Return the table's name."""
         return self.table_map.table
 
-    def present_columns(self) -> list[Any]:
+    def present_columns(self) -> list[Column]:
         """Return the table map's columns present in the (before) image, in column order."""
         present = int.from_bytes(self.columns_present_bitmap, "little")
         return [c for i, c in enumerate(self.table_map.columns) if present >> i & 1]
@@ -168,7 +171,7 @@ class RowsEvent:
         return self.rows_with(self.table_map.decoder or self._reader.decoder(self.table_map, self.where))
 
     @property
-    def columns(self) -> list[Any]:
+    def columns(self) -> list[Column]:
         """Return the table map's columns."""
         return self.table_map.columns
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from pymysqlreplication.constants import FIELD_TYPE
 
@@ -25,6 +25,9 @@ from airflow_provider_binlog.extract.columns import VECTOR
 from airflow_provider_binlog.extract.errors import UndecodableEventError
 from airflow_provider_binlog.extract.events.wire import packed_bytes, packed_integer
 from airflow_provider_binlog.extract.tablemaps import collation_charset, redecode_members
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.extract.decoder import RowDecoder
 
 MAX_CACHED_DEFINITIONS = 4096
 """Distinct table-map bodies kept parsed; the cache is cleared when it holds more."""
@@ -83,6 +86,36 @@ ENUM_AND_SET_DEFAULT_CHARSET = 10
 ENUM_AND_SET_COLUMN_CHARSET = 11
 COLUMN_VISIBILITY = 12
 VECTOR_DIMENSIONALITY = 13
+
+
+class TableMapColumn(Protocol):
+    """A table-map column as the staging and decoding functions read it: ours or mysql-replication's.
+
+    :class:`Column` is one (also as :func:`~airflow_provider_binlog.extract.ddl.record_column` rebuilds it
+    from the manifest's schema history); so is mysql-replication's ``pymysqlreplication.column.Column``, which
+    tests pass to :mod:`~airflow_provider_binlog.extract.columns`, :mod:`~airflow_provider_binlog.extract.ddl`
+    and :class:`~airflow_provider_binlog.extract.decoder.RowDecoder` as the reference.
+
+    These are the attributes those functions read by name (see :class:`Column` for their meaning). A
+    mysql-replication column has the type-specific ones only for its type (``max_length`` for strings,
+    ``precision`` and ``decimals`` for DECIMAL, ...) and no ``members_problem``: each is read where the type
+    says it is there, or after a ``getattr`` found it. The functions also read ``mysql_charset``,
+    ``character_set_name``, ``length_size``, ``nullable`` and ``dimensions`` with ``getattr`` and a default
+    (mysql-replication's columns lack some of them), so they are not named here.
+    """
+
+    type: int
+    name: str
+    unsigned: bool
+    max_length: int
+    precision: int
+    decimals: int
+    fsp: int
+    bits: int
+    size: int
+    enum_values: list[str] | None
+    set_values: list[str] | None
+    members_problem: str | None
 
 
 @dataclass(eq=False)
@@ -150,7 +183,7 @@ class TableMap:
     primary_key: list[str] = field(default_factory=list)
     flags: int = 0
     metadata: frozenset[int] = frozenset()
-    decoder: Any = None
+    decoder: RowDecoder | None = None
     """The row decoder of this layout, set by the reader on first use."""
 
     @functools.cached_property
