@@ -101,7 +101,7 @@ def bit_arrow_type(bits: int) -> pa.DataType:
 
 
 def column_spec(column: TableMapColumn) -> ColumnSpec:
-    """Return the staged spec of a mysql-replication :class:`Column` from a table map.
+    """Return the staged spec of a table-map column (:class:`~.events.tablemap.TableMapColumn`).
 
     :raises ValueError: for a column type the extractor cannot stage.
     """

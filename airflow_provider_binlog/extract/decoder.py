@@ -113,7 +113,7 @@ class RowDecoder:
     generated function per layout, so building costs about a millisecond and decoding a row a few
     microseconds.
 
-    :param columns: the table map's mysql-replication ``Column`` objects (``event.columns``).
+    :param columns: the table map's columns (``table_map.columns``: ours, or mysql-replication's in tests).
     :raises ValueError: when :meth:`supports` is False for ``columns``.
     """
 
