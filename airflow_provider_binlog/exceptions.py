@@ -46,6 +46,17 @@ RESNAPSHOT_REMEDY = (
 """What a :class:`BinlogPurgedError` message tells the user to do."""
 
 
+class LostTransactionsError(BinlogError, AirflowFailException):
+    """Transactions the pipeline has read (by GTID) are not in the source's binlog: a failover lost them.
+
+    :ivar missing: the GTID set the source lacks (text of the flavor's form).
+    """
+
+    def __init__(self, message: str, missing: str) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
 class UnsupportedEventError(BinlogError, AirflowFailException):
     """The binlog holds an event the extractor cannot decode without losing rows."""
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_binlog.extract.events.feeds import Event, read_binlog_socket
 from airflow_provider_binlog.source.connect import LoginTimeoutConnection
+from airflow_provider_binlog.source.gtid import GtidSet
 
 if TYPE_CHECKING:
     from airflow_provider_binlog.contract.positions import BinlogPosition
@@ -43,7 +44,7 @@ def open_dump(
     settings: Mapping[str, Any],
     *,
     server_id: int,
-    start: BinlogPosition,
+    start: BinlogPosition | GtidSet,
     flavor: str,
     heartbeat_seconds: float | None = None,
     blocking: bool = False,
@@ -61,7 +62,8 @@ def open_dump(
         login wait at most their ``read_timeout`` / ``write_timeout`` seconds.
     :param server_id: the reader's id on the source (see
         :func:`~airflow_provider_binlog.extract.events.feeds.read_binlog_socket`).
-    :param start: a transaction boundary (or a file's start) to read from.
+    :param start: a transaction boundary (or a file's start) to read from, or (MariaDB) the GTID position to
+        read after, wherever it lies in this server's binlog (:func:`~.events.feeds.read_binlog_socket`).
     :param flavor: ``mariadb`` or ``mysql``.
     :param heartbeat_seconds: the heartbeat period asked of the source (None: none).
     :param blocking: wait at the end of the binlog for new events instead of ending there.
@@ -72,15 +74,19 @@ def open_dump(
     try:
         with connection.cursor() as cur:
             cur.execute(f"SET SESSION net_write_timeout = {REPLICATION_NET_WRITE_TIMEOUT_SECONDS}")
+        file, position, gtid = (
+            ("", 4, str(start)) if isinstance(start, GtidSet) else (start.file, start.pos, None)
+        )
         yield read_binlog_socket(
             connection,
             server_id=server_id,
-            file=start.file,
-            position=start.pos,
+            file=file,
+            position=position,
             flavor=flavor,
             blocking=blocking,
             annotate_rows=False,
             heartbeat_seconds=heartbeat_seconds,
+            gtid_position=gtid,
         )
     finally:
         if connection.open:

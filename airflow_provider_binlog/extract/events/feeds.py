@@ -174,6 +174,7 @@ def read_binlog_socket(
     blocking: bool = False,
     annotate_rows: bool = True,
     heartbeat_seconds: float | None = None,
+    gtid_position: str | None = None,
 ) -> Iterator[Event]:
     """Yield the events a COM_BINLOG_DUMP from ``(file, position)`` streams over ``connection``.
 
@@ -193,8 +194,17 @@ def read_binlog_socket(
         to send (``@master_heartbeat_period``, in nanoseconds; MySQL manual, "CHANGE REPLICATION SOURCE TO":
         ``SOURCE_HEARTBEAT_PERIOD``), so that a read timeout longer than the period tells a quiet source from
         a dead connection; None: no heartbeats.
-    :raises pymysql.err.OperationalError: for the server's errors (a purged file, a bad position, ...).
+    :param gtid_position: MariaDB only: start after this GTID position instead of at ``(file, position)``,
+        which are then ignored (``@slave_connect_state``, strict: MariaDB KB, "GTID", "Using
+        current_pos vs. slave_pos"; ``sql/sql_repl.cc``). The server starts in the file whose GTID_LIST
+        precedes the position and sends none of the event groups up to it; the first GTID event it sends is
+        the first transaction after it.
+    :raises pymysql.err.OperationalError: for the server's errors (a purged file, a bad position, a GTID
+        position the binlog does not hold: 1236, ...).
+    :raises ValueError: for ``gtid_position`` with ``flavor`` ``mysql`` (its GTID dump is another command).
     """
+    if gtid_position is not None and flavor != "mariadb":
+        raise ValueError("a dump from a GTID position is MariaDB's here (MySQL's is COM_BINLOG_DUMP_GTID)")
     with connection.cursor() as cur:
         cur.execute("SELECT @@global.binlog_checksum")
         checksum = 0 if str(cur.fetchone()[0]).upper() == "NONE" else 4
@@ -203,6 +213,11 @@ def read_binlog_socket(
             cur.execute("SET @master_heartbeat_period = %s", (int(heartbeat_seconds * 1_000_000_000),))
         if flavor == "mariadb":
             cur.execute(f"SET @mariadb_slave_capability = {MARIADB_SLAVE_CAPABILITY_GTID}")
+        if gtid_position is not None:
+            cur.execute("SET @slave_connect_state = %s", (gtid_position,))
+            cur.execute("SET @slave_gtid_strict_mode = 1")
+            cur.execute("SET @slave_gtid_ignore_duplicates = 0")
+            file, position = "", 4
     flags = 0 if blocking else BINLOG_DUMP_NON_BLOCK
     if flavor == "mariadb" and annotate_rows:
         flags |= BINLOG_SEND_ANNOTATE_ROWS_EVENT
