@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Literal, cast
 
 import pendulum
 from airflow.sdk import DAG, Param
@@ -55,7 +55,8 @@ from airflow_provider_binlog.sensors import BinlogPurgeRiskSensor
 from airflow_provider_binlog.sensors.purge_risk import DEFAULT_MIN_HEADROOM_SECONDS
 
 _SCHEDULE = os.environ.get("BINLOG_CDC_SCHEDULE", "*/15 * * * *")
-_CUT_BY = os.environ.get("BINLOG_CDC_CUT_BY", "head")
+# "head" or "interval"; BinlogExtractOperator refuses any other value when the DAG is parsed
+_CUT_BY = cast('Literal["head", "interval"]', os.environ.get("BINLOG_CDC_CUT_BY", "head"))
 _SNAPSHOT_CHUNK_ROWS = int(os.environ.get("BINLOG_CDC_SNAPSHOT_CHUNK_ROWS", "50000"))
 _SNAPSHOT_CONNECTIONS = int(os.environ.get("BINLOG_CDC_SNAPSHOT_CONNECTIONS", "2"))
 _KEYS = json.loads(os.environ.get("BINLOG_CDC_KEYS") or "{}")
