@@ -38,13 +38,13 @@ from airflow_provider_binlog.exceptions import ReplicationConnectionLostError
 from airflow_provider_binlog.extract.columns import ColumnSpec
 from airflow_provider_binlog.extract.connections import open_dump
 from airflow_provider_binlog.extract.events.stream import EventReader
+from airflow_provider_binlog.extract.heap import freeze_for_good
 from airflow_provider_binlog.extract.reader import (
     ExtractStats,
     ReaderState,
     SnapshotCover,
     TableTarget,
     WindowReader,
-    freeze_for_good,
 )
 
 if TYPE_CHECKING:
@@ -211,7 +211,7 @@ def read_file(job: FileJob) -> FileResult:
     spool = Spool(folder)
     start_columns = dict(job.columns)
     hooks = WorkerFileHooks()
-    state = ReaderState(columns=dict(start_columns))
+    state = ReaderState(columns=start_columns)  # the reader keeps a filtered copy: start_columns stays as is
     serial_from = None
     try:
         # server_id 0: the source would end an older dump of the same id (the task's own, another worker's)
@@ -282,7 +282,7 @@ PR_SET_PDEATHSIG = 1
 def detach(parent: int) -> None:
     """Make a forked worker leave everything it inherited from the task process alone.
 
-    - :func:`~.reader.freeze_for_good`: the inherited objects are never collected here, so no finalizer of an
+    - :func:`~.heap.freeze_for_good`: the inherited objects are never collected here, so no finalizer of an
       inherited connection or socket (the supervisor's, the hook's) runs in the worker; the worker ends with
       ``os._exit`` (``multiprocessing``), which runs no ``atexit`` handler and flushes no inherited buffer.
     - logging off: the task's handlers write to the supervisor's log socket; the worker's findings come back

@@ -15,18 +15,17 @@ statement-based DML) is decided by :class:`~airflow_provider_binlog.extract.effe
 ``_binlog_ts`` is the transaction's commit time: on MySQL 8.0.1+ the GTID event's
 ``immediate_commit_timestamp`` (microseconds), else the commit event's header timestamp (seconds).
 
-About 590 lines: the event loop, the transaction boundaries and the row path are one hot loop whose
-state is shared; the connections, targets, transaction buffer and statement effects are apart.
+About 680 lines: the event loop, the transaction boundaries and the row path are one hot loop; its state
+(:class:`~airflow_provider_binlog.extract.targets.ReaderState`), the connections, targets, transaction buffer,
+statement effects and the collector setting (:mod:`~airflow_provider_binlog.extract.heap`) are apart.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import gc
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from operator import itemgetter
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -44,7 +43,7 @@ from airflow_provider_binlog.exceptions import (
     UnsupportedEventError,
 )
 from airflow_provider_binlog.extract.batches import hold_batches, lean_arrow, with_commit
-from airflow_provider_binlog.extract.columns import ValueConversionError
+from airflow_provider_binlog.extract.columns import ColumnSpec, ValueConversionError
 from airflow_provider_binlog.extract.decoder import layout_key, unsupported_reason
 from airflow_provider_binlog.extract.effects import StatementEffects
 from airflow_provider_binlog.extract.errors import UndecodableEventError
@@ -52,6 +51,7 @@ from airflow_provider_binlog.extract.events import codes
 from airflow_provider_binlog.extract.events.parsers import Gtid, MariadbGtid, RowsQuery
 from airflow_provider_binlog.extract.events.stream import Event, RowsEvent
 from airflow_provider_binlog.extract.events.tablemap import TableMap
+from airflow_provider_binlog.extract.heap import frozen_heap
 from airflow_provider_binlog.extract.progress import ExtractProgress
 from airflow_provider_binlog.extract.targets import (
     ExtractStats,
@@ -97,46 +97,6 @@ this many events, so the clock is not read per event."""
 _ROTATE = codes.ROTATE
 _PASSED = frozenset({TableMap, RowsQuery})
 """Parsed event bodies the dispatch only counts (a table map is read through the rows events that name it)."""
-
-
-_frozen_for_good = False
-"""True in a process that froze its heap for the rest of its life (:func:`freeze_for_good`)."""
-
-
-def freeze_for_good() -> None:
-    """Move every object now alive to the collector's permanent generation, for the rest of this process.
-
-    For a forked worker (:func:`~airflow_provider_binlog.extract.file_worker.detach`): the objects it inherited
-    are never collected there. :func:`frozen_heap` then changes nothing and skips ``gc.get_freeze_count()``,
-    which walks every frozen object (CPython 3.11 ``gc_list_size``): about 40 ms per call on a task process's
-    heap, once per file a worker read (measured with py-spy).
-    """
-    global _frozen_for_good
-    gc.freeze()
-    _frozen_for_good = True
-
-
-@contextlib.contextmanager
-def frozen_heap() -> Iterator[None]:
-    """Keep the objects that exist on entry out of the garbage collector's full collections until exit.
-
-    The read allocates a container per row (the decoded images), so the collector runs its full (oldest
-    generation) collection every few tens of thousands of rows, and each one walks every object of the
-    process: Airflow's imports make that some 100 ms a time. On 240,000 OLTP rows that was about 1.4 s of
-    CPU, a third of the read (``gc.callbacks``, one run). ``gc.freeze`` moves the existing objects to the
-    permanent generation, which collections skip; ``gc.unfreeze`` puts them back in the oldest one on exit.
-    Objects created during the read are collected as usual. When something else froze objects before
-    (:func:`freeze_for_good`, or ``gc.get_freeze_count()`` is not 0: a parent that forks), nothing is changed,
-    so as not to unfreeze theirs.
-    """
-    if _frozen_for_good or gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def _no_moving_columns(image: Any) -> None:
@@ -284,14 +244,7 @@ class WindowReader:
         :raises UnsupportedEventError, UndecodableValueError: as :meth:`run`.
         """
         self.effects.decide_retypes()
-        for layout in self.layouts.values():
-            try:
-                self._flush(layout)
-            except ValueConversionError as err:
-                raise self._undecodable(err, None) from err
-            except UndecodableEventError as err:
-                raise UnsupportedEventError(str(err)) from err
-        self._close_stats()
+        self._flush_all(self.sink)
         self.state.at_window_end = True
 
     def can_hold(self) -> bool:
@@ -311,21 +264,25 @@ class WindowReader:
 
         :raises UndecodableValueError: when a held value cannot be staged.
         """
+        state = self.state
+
+        def keep(table: str, batch: pa.RecordBatch, specs: list[ColumnSpec], key: list[str]) -> None:
+            state.held.setdefault(table, []).append(batch)
+            state.specs[table] = (specs, key)
+
+        self._flush_all(keep)
+        return state
+
+    def _flush_all(self, sink: Sink) -> None:
+        """Hand every layout's committed rows to ``sink`` (:meth:`_flush`); note the last commit time.
+
+        :raises UndecodableValueError: when a value cannot be staged.
+        """
         for layout in self.layouts.values():
-            self.state.zero_dates[layout.table] += layout.take_zero_dates()
-            if not layout.builder.committed:
-                continue
             try:
-                batch = layout.builder.take_committed()
+                self._flush(layout, sink)
             except ValueConversionError as err:
                 raise self._undecodable(err, None) from err
-            if layout.table not in self.state.stats.covered_tables:
-                self.state.held.setdefault(layout.table, []).append(batch)
-                self.state.specs[layout.table] = (layout.specs, self.tables[layout.table].primary_key)
-        self._close_stats()
-        return self.state
-
-    def _close_stats(self) -> None:
         if self.state.last_commit_us is not None:
             self.state.stats.last_commit_ts = _utc(self.state.last_commit_us).isoformat()
 
@@ -454,13 +411,13 @@ class WindowReader:
         self.discard(table)
         return True
 
-    def _flush(self, layout: Layout) -> None:
-        """Hand the layout's committed rows to the sink (those of a covered table are dropped)."""
+    def _flush(self, layout: Layout, sink: Sink | None = None) -> None:
+        """Hand the layout's committed rows to ``sink`` (the reader's; those of a covered table are dropped)."""
         self.state.zero_dates[layout.table] += layout.take_zero_dates()
         if layout.table in self.state.stats.covered_tables:
             layout.builder.take_committed()
         elif layout.builder.committed:
-            self.sink(
+            (sink or self.sink)(
                 layout.table,
                 layout.builder.take_committed(),
                 layout.specs,

@@ -1,4 +1,4 @@
-"""The window read's garbage-collector setting (``extract.reader.frozen_heap``)."""
+"""The window read's garbage-collector setting (``extract.heap.frozen_heap``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from airflow_provider_binlog.extract.reader import frozen_heap
+from airflow_provider_binlog.extract.heap import frozen_heap
 
 
 def test_the_heap_is_frozen_during_the_read_and_thawed_after_even_on_errors() -> None:
@@ -40,7 +40,7 @@ def test_a_process_frozen_for_good_is_left_as_it_is_without_counting_its_frozen_
 import gc
 import subprocess
 import sys
-from airflow_provider_binlog.extract.reader import freeze_for_good, frozen_heap
+from airflow_provider_binlog.extract.heap import freeze_for_good, frozen_heap
 freeze_for_good()
 frozen = gc.get_freeze_count()
 def uncounted():
