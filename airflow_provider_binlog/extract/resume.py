@@ -9,7 +9,7 @@ MariaDB (:func:`locate_mariadb_gtid_position`): a dump from the GTID position (`
 strict) makes the server find the file whose GTID_LIST precedes the position and skip every event group up to
 it (``sql/sql_repl.cc``); the first GTID event it sends starts the first transaction after the position,
 and its offset is the boundary. ``BINLOG_GTID_POS(file, pos)`` of that boundary must give the position back,
-which is checked. A position the server's binlog does not contain is refused before any dump, naming the
+which is checked (:meth:`~airflow_provider_binlog.source.flavor.MariaDbFlavor.gtid_at`). A position the server's binlog does not contain is refused before any dump, naming the
 missing GTIDs (:class:`~airflow_provider_binlog.exceptions.LostTransactionsError`).
 """
 
@@ -29,15 +29,15 @@ from airflow_provider_binlog.exceptions import (
 )
 from airflow_provider_binlog.extract.connections import open_dump
 from airflow_provider_binlog.extract.events import codes
-from airflow_provider_binlog.source.connect import LoginTimeoutConnection
+from airflow_provider_binlog.source.connect import FATAL_READING_BINLOG, LoginTimeoutConnection
+from airflow_provider_binlog.source.flavor import MariaDbFlavor
 from airflow_provider_binlog.source.gtid import GtidSet
 
 log = logging.getLogger(__name__)
 
 LOCATE_ATTEMPTS = 5
 """Dumps tried when the position is the binlog's head and writes move the head meanwhile."""
-_FATAL_READING_BINLOG = 1236
-"""ER_MASTER_FATAL_ERROR_READING_BINLOG: the server cannot serve the position (purged, not in its binlog)."""
+_MARIADB = MariaDbFlavor()
 
 
 def locate_mariadb_gtid_position(settings: Mapping[str, Any], position: GtidSet) -> BinlogPosition:
@@ -61,11 +61,22 @@ def locate_mariadb_gtid_position(settings: Mapping[str, Any], position: GtidSet)
         with connection.cursor() as cur:
             _check_contained(cur, position)
             for _ in range(LOCATE_ATTEMPTS):
-                found = _first_transaction_after(settings, position) or _head_at(cur, position)
-                if found is not None:
-                    _check_boundary(cur, found, position)
-                    log.info("GTID position %s lies at %s on this server", text, found)
-                    return BinlogPosition(found.file, found.pos, text)
+                first = _first_transaction_after(settings, position)
+                if first is not None:
+                    at = _MARIADB.gtid_at(cur, first.file, first.pos)
+                    if GtidSet.parse(at, "mariadb") != position:
+                        raise SourceUnreachableError(
+                            f"the GTID position {text} was located at {first.file}:{first.pos}, but BINLOG_GTID_POS "
+                            f"there is {at}: not exact. Retry; if it persists, report it."
+                        )
+                    found = first
+                else:  # the binlog ended at the position: its head (gtid_set read there), unless a write came since
+                    head = _MARIADB.read_head(cur)
+                    if head is None or GtidSet.parse(head.gtid_set, "mariadb") != position:
+                        continue
+                    found = head
+                log.info("GTID position %s lies at %s:%s on this server", text, found.file, found.pos)
+                return BinlogPosition(found.file, found.pos, text)
     finally:
         connection.close()
     raise SourceUnreachableError(
@@ -102,36 +113,10 @@ def _first_transaction_after(settings: Mapping[str, Any], position: GtidSet) -> 
                 if event.type_code == codes.MARIADB_GTID:
                     return BinlogPosition(event.file, event.start)
     except pymysql.err.OperationalError as err:
-        if err.args and err.args[0] == _FATAL_READING_BINLOG:
+        if err.args and err.args[0] == FATAL_READING_BINLOG:
             raise BinlogPurgedError(
                 f"the source cannot serve the binlog from the GTID position {position.to_position()}: "
                 f"{err.args[1]}"
             ) from err
         raise
     return None
-
-
-def _head_at(cur: Any, position: GtidSet) -> BinlogPosition | None:
-    """Return the binlog head when the server's binlog ends exactly at ``position`` (None when it moved on)."""
-    cur.execute("SHOW MASTER STATUS")
-    row = cur.fetchone()
-    cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
-    executed = GtidSet.parse(str(cur.fetchone()[0] or ""), "mariadb")
-    if row is None or executed != position:
-        return None
-    return BinlogPosition(str(row[0]), int(row[1]))
-
-
-def _check_boundary(cur: Any, found: BinlogPosition, position: GtidSet) -> None:
-    """Check that ``BINLOG_GTID_POS`` of ``found`` is ``position`` (MariaDB KB, "BINLOG_GTID_POS").
-
-    :raises SourceUnreachableError: when it is not (the located boundary would not be exact).
-    """
-    cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (found.file, found.pos))
-    at = GtidSet.parse(str(cur.fetchone()[0] or ""), "mariadb")
-    if at != position:
-        raise SourceUnreachableError(
-            f"the GTID position {position.to_position()} was located at {found.file}:{found.pos}, but "
-            f"BINLOG_GTID_POS there is {at.to_position() if at.is_position else at}: not exact. Retry; if it "
-            f"persists, report it."
-        )

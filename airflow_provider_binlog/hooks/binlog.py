@@ -50,9 +50,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_FATAL_READING_BINLOG = 1236
-"""ER_MASTER_FATAL_ERROR_READING_BINLOG (MySQL manual, "Server Error Message Reference"): the source could not
-open the requested file/position, e.g. because it was purged meanwhile."""
 
 MIN_REDACTED_SECRET_LENGTH = 5
 """Secrets shorter than this are not redacted from messages (they would garble them; Airflow's secrets
@@ -638,6 +635,7 @@ class BinlogHook(BaseHook):
         """
         import pymysql
 
+        from airflow_provider_binlog.source.connect import FATAL_READING_BINLOG
         from airflow_provider_binlog.source.probes import BinlogGoneError, probe_server_id
 
         stream = self.open_stream(
@@ -653,7 +651,7 @@ class BinlogHook(BaseHook):
             code = err.args[0] if err.args else None
             if code in ACCESS_DENIED_ERRORS:
                 raise self.privilege_error(err, f"read binlog {file} from position {pos}") from err
-            if code == _FATAL_READING_BINLOG:
+            if code == FATAL_READING_BINLOG:
                 raise BinlogPurgedError(
                     f"the source cannot serve binlog {file} from position {pos}: {err.args[1]}"
                 ) from err

@@ -47,6 +47,9 @@ away, 2013 lost connection during query (also a read that timed out), 2055 lost 
 error) (MySQL manual, "Client Error Message Reference"); 1053 server shutdown in progress (MySQL manual,
 "Server Error Message Reference"); 1927 connection was killed (MariaDB KB, "MariaDB Error Code
 Reference")."""
+FATAL_READING_BINLOG = 1236
+"""ER_MASTER_FATAL_ERROR_READING_BINLOG: the source cannot serve a dump from the file, position or GTID position
+asked for (purged, not in its binlog) (MySQL manual, "Server Error Message Reference")."""
 PRIVATE_API = (
     "_read_timeout",
     "_write_timeout",
