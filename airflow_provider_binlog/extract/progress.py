@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from airflow_provider_binlog.contract.positions import BinlogPosition
-from airflow_provider_binlog.monitoring.retention import binlog_bytes_between
+from airflow_provider_binlog.source.server import binlog_bytes_between
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,9 @@ missing GTIDs (:class:`~airflow_provider_binlog.exceptions.LostTransactionsError
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pymysql
 
@@ -26,12 +27,27 @@ from airflow_provider_binlog.exceptions import (
     BinlogPurgedError,
     LostTransactionsError,
     SourceUnreachableError,
+    StateError,
 )
 from airflow_provider_binlog.extract.connections import open_dump
 from airflow_provider_binlog.extract.events import codes
+from airflow_provider_binlog.pipeline.failover import (
+    OnLostTransactions,
+    SwitchPlan,
+    WindowTables,
+    plan_switch,
+    switch_source,
+    switch_summary,
+)
 from airflow_provider_binlog.source.connect import FATAL_READING_BINLOG, LoginTimeoutConnection
 from airflow_provider_binlog.source.flavor import MariaDbFlavor
 from airflow_provider_binlog.source.gtid import GtidSet
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.hooks.binlog import BinlogHook
+    from airflow_provider_binlog.pipeline.ledger import PipelineState
+    from airflow_provider_binlog.pipeline.state import StateManager
+    from airflow_provider_binlog.source.server import ServerState
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +80,7 @@ def locate_mariadb_gtid_position(settings: Mapping[str, Any], position: GtidSet)
                 first = _first_transaction_after(settings, position)
                 if first is not None:
                     at = _MARIADB.gtid_at(cur, first.file, first.pos)
-                    if GtidSet.parse(at, "mariadb") != position:
+                    if not _names(at, text):
                         raise SourceUnreachableError(
                             f"the GTID position {text} was located at {first.file}:{first.pos}, but BINLOG_GTID_POS "
                             f"there is {at}: not exact. Retry; if it persists, report it."
@@ -72,7 +88,7 @@ def locate_mariadb_gtid_position(settings: Mapping[str, Any], position: GtidSet)
                     found = first
                 else:  # the binlog ended at the position: its head (gtid_set read there), unless a write came since
                     head = _MARIADB.read_head(cur)
-                    if head is None or GtidSet.parse(head.gtid_set, "mariadb") != position:
+                    if head is None or not _names(head.gtid_set, text):
                         continue
                     found = head
                 log.info("GTID position %s lies at %s:%s on this server", text, found.file, found.pos)
@@ -114,9 +130,148 @@ def _first_transaction_after(settings: Mapping[str, Any], position: GtidSet) -> 
                     return BinlogPosition(event.file, event.start)
     except pymysql.err.OperationalError as err:
         if err.args and err.args[0] == FATAL_READING_BINLOG:
-            raise BinlogPurgedError(
-                f"the source cannot serve the binlog from the GTID position {position.to_position()}: "
-                f"{err.args[1]}"
-            ) from err
+            raise _refusal(position, str(err.args[1])) from err
         raise
     return None
+
+
+_GTID_NAMED = re.compile(r"GTID (\d+-\d+-\d+)")
+
+
+def _refusal(position: GtidSet, message: str) -> BinlogPurgedError | LostTransactionsError:
+    """Return the error of a dump the server refused (error 1236) from ``position``.
+
+    MariaDB refuses a GTID its binlog never held as ``ER_GTID_POSITION_NOT_FOUND_IN_BINLOG`` (2: "the slave has
+    diverged", a GTID of the same domain with a higher sequence number exists: another server wrote that
+    number) or ``ER_GTID_START_FROM_BINLOG_HOLE``, and a purged one as ``ER_MASTER_HAS_PURGED_REQUIRED_GTIDS``-like
+    text "... have been purged" (``sql/share/errmsg-utf8.txt``, ``sql/sql_repl.cc``).
+    """
+    text = position.to_position()
+    if "purged" in message:
+        return BinlogPurgedError(
+            f"the source cannot serve the binlog from the GTID position {text}: {message}"
+        )
+    named = _GTID_NAMED.search(message)
+    return LostTransactionsError(
+        f"this server's binlog does not hold the GTID position {text}: {message}. The transactions were committed "
+        f"on another server and never reached this one (a failover lost them, and this server has since written "
+        f"other transactions under their sequence numbers)",
+        missing=named.group(1) if named else text,
+    )
+
+
+def _names(found: str, position: str) -> bool:
+    """Return whether the GTID state ``found`` (``BINLOG_GTID_POS``) names ``position``'s last GTID in each domain.
+
+    Server ids count here (a diverged server may have written another transaction under a sequence number);
+    domains ``found`` has beyond the position's are transactions the position's server never had (errant ones),
+    which lie before the boundary.
+    """
+    have = _last_gtids(found)
+    return all(have.get(domain) == last for domain, last in _last_gtids(position).items())
+
+
+def _last_gtids(text: str) -> dict[str, str]:
+    """Return ``{domain: "server-seq"}`` of a MariaDB GTID position text (``0-1-100,1-2-5``)."""
+    entries = (entry.strip().split("-", 1) for entry in text.replace("\n", "").split(",") if entry.strip())
+    return {domain: rest for domain, rest in entries}
+
+
+def follow_source(
+    manager: StateManager,
+    hook: BinlogHook,
+    server: ServerState,
+    *,
+    run_id: str | None,
+    on_lost: OnLostTransactions,
+    window_tables: WindowTables,
+    logger: logging.Logger | Any = log,
+) -> PipelineState | None:
+    """Return the pipeline's state, rebased onto ``server`` when it was written for another one.
+
+    The switch (:mod:`~airflow_provider_binlog.pipeline.failover`) is planned and written holding the state
+    lock; a run that finds it already followed reads the state as is. One WARNING line says what happened.
+
+    :param manager: the pipeline's state manager (with its lock).
+    :param server: the source as read now (its identity, flavor and head).
+    :param run_id: the DAG run following the switch (recorded).
+    :param on_lost: what to do when the new server lacks transactions the target may hold.
+    :param window_tables: the tables a staged window changed (its manifest), for lost transactions.
+    :returns: the state (None: the pipeline has none yet).
+    :raises StateError: when the switch cannot be followed by GTID (GTIDs off, a MySQL source, another flavor).
+    :raises LostTransactionsError: when transactions were lost and ``on_lost`` is ``fail``, or the pipeline cuts
+        windows by interval (snapshots cannot repair it).
+    :raises BinlogPurgedError: when the new server no longer holds the binlog the checkpoint lies in.
+    """
+    state = manager.load()
+    if state is None or state.source_identity == server.server_identity:
+        return state
+    check_followable(state, server)
+    settings = hook.dump_settings()
+
+    def change(current: PipelineState | None) -> PipelineState | None:
+        if current is None or current.source_identity == server.server_identity:
+            return current
+        plan = plan_switch(
+            current,
+            locate=lambda gtids: locate_mariadb_gtid_position(settings, gtids),
+            window_tables=window_tables,
+            head=server.head,  # type: ignore[arg-type]  # check_followable: binary logging is on
+        )
+        _check_lost(current, plan, on_lost)
+        return switch_source(current, plan, identity=server.server_identity, run_id=run_id)
+
+    written = manager.transact(change)  # type: ignore[arg-type]  # None only when there is no state
+    if written.switches and written.switches[-1].run_id == run_id and written.revision != state.revision:
+        logger.warning("pipeline %s: %s", manager.pipeline, switch_summary(written.switches[-1]))
+    return written
+
+
+def check_followable(state: PipelineState, server: ServerState) -> None:
+    """Refuse a switch of ``state``'s source to ``server`` that the pipeline cannot follow by GTID.
+
+    :raises StateError: naming both servers and the remedy.
+    """
+    refusal = None
+    if server.head is None:
+        refusal = "it has binary logging off"
+    elif server.flavor != state.flavor:
+        refusal = f"it is {server.flavor}, the state was written by {state.flavor}"
+    elif server.flavor != "mariadb":
+        refusal = (
+            "following a MySQL source to another server is not supported yet (its GTID-to-coordinates lookup, "
+            "COM_BINLOG_DUMP_GTID or Previous_gtids, is not built)"
+        )
+    if refusal is not None:
+        raise StateError(
+            f"the state of pipeline {state.pipeline!r} was written for source {state.source_identity!r} but the "
+            f"connection now reaches {server.server_identity!r}, and the pipeline cannot follow it there: {refusal}. "
+            f"Point the connection back at the original server, or re-snapshot into a new pipeline name "
+            f"(docs/failover.md)."
+        )
+
+
+def _check_lost(state: PipelineState, plan: SwitchPlan, on_lost: OnLostTransactions) -> None:
+    """Refuse lost transactions the run may not repair by re-snapshots.
+
+    :raises LostTransactionsError: naming the GTIDs, the tables and what to do.
+    """
+    if not plan.lost_tables:
+        return
+    tables = ", ".join(sorted(plan.lost_tables))
+    interval = any(w.cut_by == "interval" for w in state.windows)
+    if on_lost == "resnapshot" and not interval:
+        return
+    why = (
+        "a pipeline that cuts windows by interval cannot re-snapshot"
+        if interval
+        else "on_lost_transactions='fail'"
+    )
+    raise LostTransactionsError(
+        f"pipeline {state.pipeline!r}: the new source lacks the transactions {plan.lost}, which the target may hold "
+        f"(checkpoint {state.checkpoint.position}); they may have changed {tables}, and {why}. Nothing was changed. "
+        f"Re-snapshot those tables: run with on_lost_transactions='resnapshot' (the default) on a head pipeline, or "
+        f'trigger binlog_resnapshot with {{"mode": "requested", "tables": "{tables}"}}, or load them into a new '
+        f"pipeline (docs/failover.md).",
+        missing=plan.lost,
+    )

@@ -26,10 +26,11 @@ from airflow_provider_binlog.extract.parallel import (
 from airflow_provider_binlog.extract.progress import ExtractProgress
 from airflow_provider_binlog.extract.reader import ReaderState, SnapshotCover, TableTarget, WindowReader
 from airflow_provider_binlog.extract.writer import TableOutput, WindowWriters
-from airflow_provider_binlog.monitoring.retention import binlog_bytes_between, check_retained
 from airflow_provider_binlog.pipeline.ledger import Window, now_iso
 from airflow_provider_binlog.pipeline.staging import clear_window, write_manifest
+from airflow_provider_binlog.pipeline.windows import check_retained
 from airflow_provider_binlog.source.grants import ACCESS_DENIED_ERRORS
+from airflow_provider_binlog.source.server import binlog_bytes_between
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath

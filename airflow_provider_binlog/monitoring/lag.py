@@ -21,8 +21,9 @@ import pendulum
 
 from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import BinlogConfigError
-from airflow_provider_binlog.monitoring.retention import binlog_bytes_between, check_retained
+from airflow_provider_binlog.pipeline.windows import check_retained
 from airflow_provider_binlog.source.gtid import GtidSet
+from airflow_provider_binlog.source.server import binlog_bytes_between
 
 if TYPE_CHECKING:
     from airflow_provider_binlog.hooks.binlog import BinlogHook

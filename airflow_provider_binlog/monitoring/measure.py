@@ -31,8 +31,33 @@ def read_pipeline(
     """
     read_at = pendulum.now("UTC")
     server = hook.server_state()
-    state = StateManager(pipeline, store=store).load_for_source(server.server_identity)
-    return server, state, read_at
+    state = StateManager(pipeline, store=store).load()
+    return server, None if state is None else on_source(hook, state, server), read_at
+
+
+def on_source(hook: BinlogHook, state: PipelineState, server: ServerState) -> PipelineState:
+    """Return ``state`` as its next run will see it on ``server``: rebased when it was written for another one.
+
+    The measurement reads the rebase without writing it (the next extract or snapshot task writes it,
+    ``docs/failover.md``): the checkpoint's GTID set located on the new server, or, when that server lacks
+    part of it, the newest earlier boundary it holds.
+
+    :raises StateError: when the pipeline cannot follow the switch (GTIDs off, a MySQL source).
+    """
+    from airflow_provider_binlog.extract.resume import check_followable, locate_mariadb_gtid_position
+    from airflow_provider_binlog.pipeline.failover import plan_switch, switch_source
+
+    if state.source_identity == server.server_identity:
+        return state
+    check_followable(state, server)
+    settings = hook.dump_settings()
+    plan = plan_switch(
+        state,
+        locate=lambda gtids: locate_mariadb_gtid_position(settings, gtids),
+        window_tables=lambda window: None,
+        head=server.head,  # type: ignore[arg-type]  # check_followable: binary logging is on
+    )
+    return switch_source(state, plan, identity=server.server_identity, run_id=None)
 
 
 def never_ran(pipeline: str) -> StateError:

@@ -16,71 +16,19 @@ from typing import TYPE_CHECKING, Any
 import pendulum
 
 from airflow_provider_binlog.contract.positions import BinlogPosition, file_index
-from airflow_provider_binlog.exceptions import RESNAPSHOT_REMEDY, BinlogPurgedError
-from airflow_provider_binlog.source.gtid import GtidSet
-from airflow_provider_binlog.source.server import RetentionPolicy, rds_retention_hours, retention_policy
+from airflow_provider_binlog.exceptions import RESNAPSHOT_REMEDY
+from airflow_provider_binlog.source.server import (
+    RetentionPolicy,
+    binlog_bytes_between,
+    purged_reason,
+    rds_retention_hours,
+    retention_policy,
+)
 
 if TYPE_CHECKING:
     from airflow_provider_binlog.hooks.binlog import BinlogHook
     from airflow_provider_binlog.monitoring.snapshot_estimate import SnapshotEstimate
-    from airflow_provider_binlog.source.flavor import PurgedGtids
     from airflow_provider_binlog.source.server import ServerState
-
-
-def binlog_bytes_between(files: list[tuple[str, int]], start: BinlogPosition, end: BinlogPosition) -> int:
-    """Return the bytes of binlog between ``start`` and ``end``.
-
-    :param files: ``[(file name, size in bytes)]`` from ``SHOW BINARY LOGS``.
-    """
-    if end <= start:
-        return 0
-    if start.file == end.file:
-        return end.pos - start.pos
-    sizes = dict(files)
-    low, high = file_index(start.file), file_index(end.file)
-    middle = sum(size for name, size in files if low < file_index(name) < high)
-    return max(sizes.get(start.file, start.pos) - start.pos, 0) + middle + end.pos
-
-
-def purged_reason(
-    server: ServerState, needed: BinlogPosition, purged: PurgedGtids | None = None
-) -> str | None:
-    """Return why binlogs the pipeline needs from ``needed`` on are gone, or None when they are retained.
-
-    Three checks: the file holding ``needed`` is still listed by ``SHOW BINARY LOGS``; on MySQL,
-    ``@@gtid_purged`` is contained in the checkpoint's GTID set (MySQL manual, "GTID Sets":
-    ``gtid_purged``); on MariaDB, the GTID list that opens the oldest file (the state before its first
-    transaction, MariaDB KB "Gtid_list_log_event") is contained in the checkpoint's GTID position.
-    The GTID checks also catch ``RESET MASTER`` / a replaced server, where file names repeat.
-
-    :param purged: the purged GTIDs (:meth:`~airflow_provider_binlog.source.flavor.SourceFlavor.purged_gtids`);
-        None takes what the server's variables tell (MySQL ``@@gtid_purged``; nothing on MariaDB).
-    """
-    names = [name for name, _ in server.binlog_files]
-    if needed.file not in names:
-        oldest = names[0] if names else "none"
-        return f"binlog {needed.file} (needed from position {needed.pos}) is no longer on the source (oldest binlog now: {oldest})"
-    if not needed.gtid_set:
-        return None
-    if purged is None:
-        purged = server.strategy.purged_gtids(server.variables, server.oldest_file)
-    if purged is None:
-        return None
-    checkpoint = GtidSet.parse(needed.gtid_set, server.flavor)
-    lost = GtidSet.parse(purged.gtids, server.flavor) - checkpoint
-    if lost.is_empty:
-        return None
-    return f"transactions {lost} were purged ({purged.origin}) but the checkpoint {needed.gtid_set} never read them"
-
-
-def check_retained(server: ServerState, start: BinlogPosition, pipeline: str) -> None:
-    """Check that every binlog from ``start`` on is still on the source (no extra query).
-
-    :raises BinlogPurgedError: naming what is gone and the remedy.
-    """
-    reason = purged_reason(server, start)
-    if reason is not None:
-        raise BinlogPurgedError(f"pipeline {pipeline!r}: {reason}. {RESNAPSHOT_REMEDY}")
 
 
 @dataclass(frozen=True)

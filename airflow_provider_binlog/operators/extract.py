@@ -24,6 +24,7 @@ from airflow_provider_binlog.extract.plan import (
 )
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.lineage import StagedLineageMixin
+from airflow_provider_binlog.pipeline.failover import OnLostTransactions, check_on_lost_transactions
 from airflow_provider_binlog.pipeline.history import StagedStateHistory
 from airflow_provider_binlog.pipeline.ledger import PipelineState, Window
 from airflow_provider_binlog.pipeline.lock import SourceStateLock
@@ -31,6 +32,7 @@ from airflow_provider_binlog.pipeline.runs import holder_states
 from airflow_provider_binlog.pipeline.staging import (
     check_writable,
     schema_history,
+    staged_tables,
     storage_path,
     window_staging,
 )
@@ -99,6 +101,11 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         serial read. Each worker opens one more connection to the source (a non-blocking binlog dump under
         server_id 0, which no replica uses) and takes up to one core and the serial read's memory bound; set 1
         where tasks share a machine's cores or the source limits connections. See docs/operating.md.
+    :param on_lost_transactions: when the connection reaches another server than the pipeline's state was
+        written for (a failover, a switchover), the run follows it by GTID (``docs/failover.md``); if that server
+        lacks transactions the target may hold (an asynchronous replica promoted after a crash),
+        ``resnapshot`` (default) re-snapshots the tables they may have changed, ``fail`` fails the task naming
+        them (:class:`~airflow_provider_binlog.exceptions.LostTransactionsError`).
     """
 
     template_fields: Sequence[str] = ("pipeline", "tables", "staging_uri", "keys", "keyless_tables")
@@ -116,9 +123,11 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         allow_minimal_row_metadata: bool = False,
         cut_by: CutBy = "head",
         max_extract_workers: int | None = None,
+        on_lost_transactions: OnLostTransactions = "resnapshot",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.on_lost_transactions = check_on_lost_transactions(on_lost_transactions)
         if max_extract_workers is not None and max_extract_workers < 1:
             raise ValueError(
                 f"max_extract_workers={max_extract_workers!r} must be None or at least 1 (1: serial)"
@@ -140,6 +149,7 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         """Validate the source, cut or reuse the window, stage it and record it in the ledger."""
+        from airflow_provider_binlog.extract.resume import follow_source
         from airflow_provider_binlog.extract.window import extract_window  # pyarrow: not at DAG parsing
 
         keyless_tables = check_keyless_mode(self.keyless_tables)
@@ -152,7 +162,15 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
         check_writable(root)
         manager = StateManager(self.pipeline, history=StagedStateHistory(root), lock=SourceStateLock(hook))
-        known = manager.load()
+        known = follow_source(
+            manager,
+            hook,
+            server,
+            run_id=str(context["run_id"]),
+            on_lost=self.on_lost_transactions,
+            window_tables=lambda window: staged_tables(window, self.staging_conn_id),
+            logger=self.log,
+        )
         described = hook.describe_tables(selection)
         targets, skipped = plan_tables(
             described,

@@ -13,6 +13,7 @@ from airflow_provider_binlog.exceptions import MergeError, StagingError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.lineage import StagedLineageMixin
 from airflow_provider_binlog.operators.spark import SparkJobOperator
+from airflow_provider_binlog.pipeline.failover import OnLostTransactions, check_on_lost_transactions
 from airflow_provider_binlog.pipeline.ledger import PipelineState, Snapshot
 from airflow_provider_binlog.pipeline.state import StateManager
 from airflow_provider_binlog.pipeline.tables import (
@@ -88,6 +89,10 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         ``docs/adr/0024-deferrable-spark-work.md``); default from ``[operators] default_deferrable``.
         ``defer_after_seconds`` (a keyword of that class, default 10): an action that ends within it is taken
         in the worker without deferring.
+    :param on_lost_transactions: when the connection reaches another server than the pipeline's state was
+        written for, the run follows it by GTID (``docs/failover.md``); ``resnapshot`` (default) or ``fail``
+        decides what happens when that server lacks transactions the target may hold (see
+        :class:`~airflow_provider_binlog.operators.extract.BinlogExtractOperator`).
     :raises ValueError: on an invalid argument.
     """
 
@@ -124,9 +129,12 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         allow_minimal_row_metadata: bool = False,
         storage_options: dict[str, str] | None = None,
         asset_alias: str | None = TARGET_TABLES_ALIAS,
+        on_lost_transactions: OnLostTransactions = "resnapshot",
         **kwargs: Any,
     ) -> None:
         from airflow_provider_binlog.assets import with_alias_outlet
+
+        self.on_lost_transactions = check_on_lost_transactions(on_lost_transactions)
 
         kwargs["outlets"] = with_alias_outlet(kwargs.get("outlets"), asset_alias)
         sizes = {} if target_file_bytes is None else {"target_file_bytes": target_file_bytes}
@@ -164,9 +172,10 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         :raises MergeError: when the Spark application fails (a retry resumes) or the target lacks the rows.
         """
         from airflow_provider_binlog.contract.uris import join_uri, read_json
+        from airflow_provider_binlog.extract.resume import follow_source
         from airflow_provider_binlog.pipeline.history import StagedStateHistory
         from airflow_provider_binlog.pipeline.lock import SourceStateLock
-        from airflow_provider_binlog.pipeline.staging import check_writable, storage_path
+        from airflow_provider_binlog.pipeline.staging import check_writable, staged_tables, storage_path
         from airflow_provider_binlog.pipeline.storage import split_connection, storage_options_for
         from airflow_provider_binlog.snapshot.chunks import SOURCE_ENV
         from airflow_provider_binlog.snapshot.plan import PLAN_NAME
@@ -189,7 +198,15 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
         check_writable(root)
         manager = StateManager(self.pipeline, history=StagedStateHistory(root), lock=SourceStateLock(hook))
-        state = manager.load()
+        state = follow_source(
+            manager,
+            hook,
+            server,
+            run_id=str(context["run_id"]),
+            on_lost=self.on_lost_transactions,
+            window_tables=lambda window: staged_tables(window, self.staging_conn_id),
+            logger=self.log,
+        )
         new_to_target = sorted(t for t in resolved.keys if state is None or t not in state.target_tables)
         check_target(
             self.pipeline,

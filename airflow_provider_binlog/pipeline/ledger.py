@@ -22,6 +22,12 @@ MERGED_WINDOWS_KEPT = 200
 
 WindowStatus = Literal["cut", "extracted", "merged"]
 SnapshotStatus = Literal["running", "merged"]
+ResnapshotCause = Literal["schema_change", "lost_transactions"]
+"""Why a table waits for a re-snapshot (:class:`ResnapshotNeeded`): a schema change its target cannot follow, or
+transactions the target may hold that a new source never received (a failover lost them,
+:mod:`~airflow_provider_binlog.pipeline.failover`)."""
+SnapshotReason = Literal["initial", "added", "requested", "purged", "schema_change", "lost_transactions"]
+"""Why a snapshot was taken (:attr:`Snapshot.reason`)."""
 
 
 class Handover(BaseModel):
@@ -120,8 +126,9 @@ class Snapshot(Held):
         written before it was recorded): with ``started_at``, the measured snapshot rate
         (:mod:`airflow_provider_binlog.monitoring.snapshot_estimate`).
     :param reason: why it was taken: ``initial`` (new pipeline), ``added`` (table new to the
-        pipeline), ``requested`` (re-snapshot asked for), ``purged`` (binlogs were purged) or
-        ``schema_change`` (a schema change the target cannot follow, see :class:`ResnapshotNeeded`).
+        pipeline), ``requested`` (re-snapshot asked for), ``purged`` (binlogs were purged),
+        ``schema_change`` (a schema change the target cannot follow, see :class:`ResnapshotNeeded`) or
+        ``lost_transactions`` (a failover lost transactions the target may hold, see :class:`SourceSwitch`).
     """
 
     seq: int = Field(ge=1)
@@ -131,7 +138,7 @@ class Snapshot(Held):
     started_at: str
     staging_uri: str
     rows: int | None = None
-    reason: Literal["initial", "added", "requested", "purged", "schema_change"] = "initial"
+    reason: SnapshotReason = "initial"
     finished_at: str | None = None
 
 
@@ -149,8 +156,10 @@ class ResnapshotNeeded(BaseModel):
     :param gtid: the statement's GTID, if the source logs GTIDs.
     :param reason: why (a few words, e.g. "ADD COLUMN c with DEFAULT 'x' fills existing rows").
     :param statement: the statement's text, shortened to :data:`STATEMENT_CHARS`.
-    :param window: the seq of the window that found it.
+    :param window: the seq of the window that found it (for ``lost_transactions``: the highest seq in use
+        at the switch, so only a snapshot started after the switch covers it).
     :param detected_at: when that window was extracted (ISO-8601, UTC).
+    :param cause: ``schema_change`` or ``lost_transactions`` (:data:`ResnapshotCause`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -162,6 +171,38 @@ class ResnapshotNeeded(BaseModel):
     statement: str
     window: int = Field(ge=1)
     detected_at: str
+    cause: ResnapshotCause = "schema_change"
+
+
+class SourceSwitch(BaseModel):
+    """The pipeline followed its source to another server (or the same server with a reset binlog).
+
+    Written by the run that found the switch (:func:`~airflow_provider_binlog.pipeline.failover.switch_source`):
+    every position of the ledger was rebased onto the new server's binlog by its GTID set.
+
+    :param from_identity: the source identity the state was written for.
+    :param to_identity: the source identity the connection reaches now.
+    :param old_checkpoint: the checkpoint on the old server (its coordinates, and the GTID set merged).
+    :param checkpoint: the checkpoint on the new server: where the GTID set of ``old_checkpoint`` lies there,
+        or, when transactions were lost, the newest earlier boundary the new server holds.
+    :param lost: the GTIDs the target may hold that the new server's binlog lacks (empty: none).
+    :param resnapshot: the tables those transactions may have changed, listed for a re-snapshot.
+    :param dropped_windows: seqs of unmerged windows that held lost transactions (re-cut on the new server).
+    :param run_id: the DAG run that followed the switch.
+    :param switched_at: when (ISO-8601, UTC).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    from_identity: str
+    to_identity: str
+    old_checkpoint: BinlogPosition
+    checkpoint: BinlogPosition
+    lost: str = ""
+    resnapshot: list[str] = Field(default_factory=list)
+    dropped_windows: list[int] = Field(default_factory=list)
+    run_id: str | None = None
+    switched_at: str
 
 
 STATEMENT_CHARS = 300
@@ -207,6 +248,9 @@ class PipelineState(BaseModel):
     resnapshots_needed: list[ResnapshotNeeded] = Field(
         default_factory=list,
         description="tables a schema change left waiting for a re-snapshot (see ResnapshotNeeded)",
+    )
+    switches: list[SourceSwitch] = Field(
+        default_factory=list, description="each change of source server the pipeline followed, oldest first"
     )
 
     @property

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import ObjectStoragePath
 
 from airflow_provider_binlog.contract.manifest import MANIFEST_NAME, Manifest, ManifestError
+from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import StagingError
 
 if TYPE_CHECKING:
@@ -160,11 +161,36 @@ def staged_manifest(window_dir: ObjectStoragePath, pipeline: str, window: Window
     :raises StagingError: when a manifest exists but is not valid JSON of the expected format.
     """
     manifest = read_manifest(window_dir)
-    if manifest is None:
+    if manifest is None or (manifest.pipeline, manifest.window) != (pipeline, window.seq):
         return None
-    expected = (pipeline, window.seq, window.start, window.end)
-    found = (manifest.pipeline, manifest.window, manifest.start, manifest.end)
-    return manifest if found == expected else None
+    bounds = ((manifest.start, window.start), (manifest.end, window.end))
+    return manifest if all(same_boundary(staged, ledger) for staged, ledger in bounds) else None
+
+
+def same_boundary(staged: BinlogPosition | None, ledger: BinlogPosition) -> bool:
+    """Return whether a manifest's bound is the ledger's: the same coordinates, or the same GTID set.
+
+    The GTID set names a boundary on every server: a window staged on a server the pipeline has since left
+    (``docs/failover.md``) keeps its bounds' GTID set text in the rebased ledger, and its staged rows are exactly
+    the transactions between them.
+    """
+    return staged == ledger or (
+        staged is not None and bool(staged.gtid_set) and staged.gtid_set == ledger.gtid_set
+    )
+
+
+def staged_tables(window: Window, conn_id: str | None = None) -> set[str] | None:
+    """Return the tables whose changes ``window``'s manifest stages (rows > 0); None when it cannot be read.
+
+    :param conn_id: the staging's Airflow connection, if any.
+    """
+    if window.manifest_uri is None:
+        return None
+    try:
+        manifest = read_manifest(storage_path(window.manifest_uri, conn_id))
+    except (StagingError, OSError):
+        return None
+    return None if manifest is None else {name for name, entry in manifest.tables.items() if entry.rows}
 
 
 def window_staging(
@@ -207,9 +233,10 @@ def schema_history(state: PipelineState, window: Window, root: ObjectStoragePath
     :raises StagingError: when that manifest exists but is not valid JSON of a supported format.
     """
     start = window.start.key
-    before = next(
+    before = max(  # the newest: windows a source switch rebased all end at the checkpoint
         (w for w in state.windows if w.seq != window.seq and w.manifest_uri and w.end.key == start),
-        None,
+        key=lambda w: w.seq,
+        default=None,
     )
     if before is None or before.manifest_uri is None:
         return {}

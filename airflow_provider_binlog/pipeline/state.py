@@ -147,27 +147,21 @@ class StateManager:
                 f"{'; '.join(problems)}.{advice}"
             )
 
-    def load_for_source(self, source_identity: str) -> PipelineState | None:
-        """Return the state, refusing one written for another server.
-
-        :raises StateError: when the state was written while reading another server (coordinates are
-            only valid on the server that wrote them).
-        """
-        state = self.load()
-        self.check_source(state, source_identity)
-        return state
-
     def check_source(self, state: PipelineState | None, source_identity: str) -> None:
-        """Refuse ``state`` when it was written for another server.
+        """Refuse ``state`` when it was written for another server than ``source_identity``.
 
-        :raises StateError: naming both servers and the remedy.
+        A run follows a change of server before it cuts anything
+        (:func:`~airflow_provider_binlog.extract.resume.follow_source`); a state that still names another server
+        under the lock changed sources between that step and this write.
+
+        :raises StateError: naming both servers.
         """
         if state is not None and state.source_identity != source_identity:
             raise StateError(
                 f"the state of pipeline {self.pipeline!r} was written for source {state.source_identity!r} "
-                f"but the connection now reaches {source_identity!r}; binlog coordinates do not carry over "
-                f"between servers. Point the connection back at the original server, or start a new "
-                f"pipeline name (with a snapshot) for this one."
+                f"but the connection now reaches {source_identity!r}, and it changed while this run started: is "
+                f"the Airflow connection being re-pointed, or does its host name resolve to several servers? "
+                f"Clear the task to retry once the connection reaches one server (docs/failover.md)."
             )
 
     def initial(self, source_identity: str, flavor: str, head: BinlogPosition) -> PipelineState:

@@ -35,7 +35,7 @@ from airflow_provider_binlog.exceptions import (
 from airflow_provider_binlog.pipeline.ledger import Checkpoint, PipelineState, Window, now_iso
 from airflow_provider_binlog.pipeline.runs import HolderState, has_ended, never_ended
 from airflow_provider_binlog.source.probes import file_opened_at, scan_to
-from airflow_provider_binlog.source.server import nothing_purged
+from airflow_provider_binlog.source.server import nothing_purged, purged_reason
 
 if TYPE_CHECKING:
     from airflow_provider_binlog.hooks.binlog import BinlogHook
@@ -321,3 +321,13 @@ def _file_holding(hook: BinlogHook, server: ServerState, moment: pendulum.DateTi
         else:
             high = middle - 1
     return names[low]
+
+
+def check_retained(server: ServerState, start: BinlogPosition, pipeline: str) -> None:
+    """Check that every binlog from ``start`` on is still on the source (no extra query).
+
+    :raises BinlogPurgedError: naming what is gone and the remedy.
+    """
+    reason = purged_reason(server, start)
+    if reason is not None:
+        raise BinlogPurgedError(f"pipeline {pipeline!r}: {reason}. {RESNAPSHOT_REMEDY}")

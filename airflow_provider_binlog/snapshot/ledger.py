@@ -11,7 +11,14 @@ from typing import Literal, cast, get_args
 
 from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError
-from airflow_provider_binlog.pipeline.ledger import Checkpoint, PipelineState, Snapshot, covers, now_iso
+from airflow_provider_binlog.pipeline.ledger import (
+    Checkpoint,
+    PipelineState,
+    Snapshot,
+    SnapshotReason,
+    covers,
+    now_iso,
+)
 from airflow_provider_binlog.pipeline.runs import HolderState, has_ended, never_ended
 
 SnapshotMode = Literal["missing", "requested", "purged"]
@@ -130,11 +137,16 @@ _REASONS: dict[str, Literal["initial", "added", "requested", "purged"]] = {
 
 def _reason(
     state: PipelineState, chosen: Sequence[str], mode: SnapshotMode, new_pipeline: bool
-) -> Literal["initial", "added", "requested", "purged", "schema_change"]:
-    """Return the snapshot's reason: ``schema_change`` when every table it reads waits for a re-snapshot."""
-    pending = {r.table for r in state.pending_resnapshots()}
-    if mode == "missing" and not new_pipeline and set(chosen) <= pending:
-        return "schema_change"
+) -> SnapshotReason:
+    """Return the snapshot's reason.
+
+    The cause of the re-snapshots (``schema_change``, ``lost_transactions``) when every table it reads waits for
+    one (``lost_transactions`` when any of them waits for that cause), else the mode's.
+    """
+    pending = state.pending_resnapshots()
+    if mode == "missing" and not new_pipeline and set(chosen) <= {r.table for r in pending}:
+        causes = {r.cause for r in pending if r.table in chosen}
+        return "lost_transactions" if "lost_transactions" in causes else "schema_change"
     return _REASONS["initial" if new_pipeline else mode]
 
 

@@ -18,7 +18,13 @@ from typing import Any
 from airflow_provider_binlog.contract.positions import BinlogPosition, file_index
 from airflow_provider_binlog.source.config import SERVER_ID_BASE, SERVER_ID_SPAN
 from airflow_provider_binlog.source.findings import Finding, Outcome
-from airflow_provider_binlog.source.flavor import ER_NO_BINARY_LOGGING, SourceFlavor, flavor_named
+from airflow_provider_binlog.source.flavor import (
+    ER_NO_BINARY_LOGGING,
+    PurgedGtids,
+    SourceFlavor,
+    flavor_named,
+)
+from airflow_provider_binlog.source.gtid import GtidSet
 
 
 def derive_server_id(pipeline: str) -> int:
@@ -312,3 +318,49 @@ def nothing_purged(server: ServerState, cur: Any) -> bool:
     if purged is not None:
         return not purged.gtids
     return bool(server.binlog_files) and file_index(server.binlog_files[0][0]) == 1
+
+
+def binlog_bytes_between(files: list[tuple[str, int]], start: BinlogPosition, end: BinlogPosition) -> int:
+    """Return the bytes of binlog between ``start`` and ``end``.
+
+    :param files: ``[(file name, size in bytes)]`` from ``SHOW BINARY LOGS``.
+    """
+    if end <= start:
+        return 0
+    if start.file == end.file:
+        return end.pos - start.pos
+    sizes = dict(files)
+    low, high = file_index(start.file), file_index(end.file)
+    middle = sum(size for name, size in files if low < file_index(name) < high)
+    return max(sizes.get(start.file, start.pos) - start.pos, 0) + middle + end.pos
+
+
+def purged_reason(
+    server: ServerState, needed: BinlogPosition, purged: PurgedGtids | None = None
+) -> str | None:
+    """Return why binlogs the pipeline needs from ``needed`` on are gone, or None when they are retained.
+
+    Three checks: the file holding ``needed`` is still listed by ``SHOW BINARY LOGS``; on MySQL,
+    ``@@gtid_purged`` is contained in the checkpoint's GTID set (MySQL manual, "GTID Sets":
+    ``gtid_purged``); on MariaDB, the GTID list that opens the oldest file (the state before its first
+    transaction, MariaDB KB "Gtid_list_log_event") is contained in the checkpoint's GTID position.
+    The GTID checks also catch ``RESET MASTER`` / a replaced server, where file names repeat.
+
+    :param purged: the purged GTIDs (:meth:`~airflow_provider_binlog.source.flavor.SourceFlavor.purged_gtids`);
+        None takes what the server's variables tell (MySQL ``@@gtid_purged``; nothing on MariaDB).
+    """
+    names = [name for name, _ in server.binlog_files]
+    if needed.file not in names:
+        oldest = names[0] if names else "none"
+        return f"binlog {needed.file} (needed from position {needed.pos}) is no longer on the source (oldest binlog now: {oldest})"
+    if not needed.gtid_set:
+        return None
+    if purged is None:
+        purged = server.strategy.purged_gtids(server.variables, server.oldest_file)
+    if purged is None:
+        return None
+    checkpoint = GtidSet.parse(needed.gtid_set, server.flavor)
+    lost = GtidSet.parse(purged.gtids, server.flavor) - checkpoint
+    if lost.is_empty:
+        return None
+    return f"transactions {lost} were purged ({purged.origin}) but the checkpoint {needed.gtid_set} never read them"

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from airflow_provider_binlog.contract.positions import BinlogPosition
-from airflow_provider_binlog.monitoring.retention import binlog_bytes_between, retention_policy
+from airflow_provider_binlog.source.server import binlog_bytes_between, retention_policy
 
 
 def test_binlog_expire_logs_seconds_decides_over_expire_logs_days() -> None:

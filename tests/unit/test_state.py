@@ -100,10 +100,10 @@ def test_corrupt_state_is_a_clear_error_and_left_untouched(manager: StateManager
     assert manager.store.get(variable_key("shop")) == text
 
 
-def test_state_of_another_server_is_refused(manager: StateManager) -> None:
-    manager.save(manager.initial("mariadb:1@a:3306", "mariadb", HEAD), expected_revision=None)
-    with pytest.raises(StateError, match="coordinates do not carry over"):
-        manager.load_for_source("mariadb:1@b:3306")
+def test_a_write_for_another_server_is_refused(manager: StateManager) -> None:
+    state = manager.save(manager.initial("mariadb:1@a:3306", "mariadb", HEAD), expected_revision=None)
+    with pytest.raises(StateError, match="changed while this run started"):
+        manager.check_source(state, "mariadb:1@b:3306")
 
 
 def test_hand_edited_position_is_refused(manager: StateManager) -> None:

@@ -1,0 +1,230 @@
+"""The pipeline follows its source through a failover (docs/failover.md): GTID resume, never a full re-snapshot.
+
+Each test starts its own primary and a GTID replica of it (``log_slave_updates``), runs the example DAG as the
+least-privileged user (REPLICATION SLAVE, BINLOG MONITOR, SELECT) under a concurrent shop workload, switches the
+Airflow connection to the promoted replica and checks that the target equals the new source row by row.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+from conftest import DagRunner, Pipeline, mark_run, stored_state, task_states
+
+from airflow_provider_binlog.testing.mariadb import CDC_SETTINGS, LocalMariaDB
+from airflow_provider_binlog.testing.workload import SHOP_TABLES, ShopWorkload, create_shop_schema
+
+pytestmark = pytest.mark.system
+
+USER, PASSWORD = "cdc_failover", "cdc-failover-pw-1"
+
+
+class Topology:
+    """A primary and its GTID replica; the Airflow connection ``binlog_default`` points at one of them."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.monkeypatch = monkeypatch
+        self.primary = LocalMariaDB().start()
+        self.replica = LocalMariaDB(options={**CDC_SETTINGS, "server-id": "2", "log-slave-updates": "1"})
+        self.replica.start()
+        self.primary.execute(  # replicated: the user exists on both servers
+            f"CREATE USER '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}'",
+            f"GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO '{USER}'@'127.0.0.1'",
+        )
+        self.replica.execute(
+            f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={self.primary.port}, MASTER_USER='root', "
+            f"MASTER_PASSWORD='{self.primary.root_password}', MASTER_USE_GTID=slave_pos",
+            "START SLAVE",
+        )
+        self.caught_up()
+
+    def point_at(self, server: LocalMariaDB) -> None:
+        self.monkeypatch.setenv(
+            "AIRFLOW_CONN_BINLOG_DEFAULT", f"mysql://{USER}:{PASSWORD}@127.0.0.1:{server.port}"
+        )
+
+    def caught_up(self, timeout_seconds: float = 60) -> None:
+        deadline = time.monotonic() + timeout_seconds
+        while gtid_pos(self.replica) != gtid_pos(self.primary):
+            assert time.monotonic() < deadline, (gtid_pos(self.replica), gtid_pos(self.primary))
+            time.sleep(0.05)
+
+    def promote_replica(self) -> None:
+        """Make the replica a primary of its own (what an orchestrator or a managed service does)."""
+        self.replica.execute("STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL read_only = 0")
+
+    def stop(self) -> None:
+        self.replica.stop()
+        self.primary.stop()
+
+
+def gtid_pos(server: LocalMariaDB) -> str:
+    return str(server.execute("SELECT @@GLOBAL.gtid_binlog_pos")[0][0])
+
+
+@pytest.fixture
+def topology(airflow_db: object, spark_connect: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Topology]:
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", spark_connect.connection_json())
+    monkeypatch.setenv("BINLOG_CDC_SNAPSHOT_CHUNK_ROWS", "200")
+    servers = Topology(monkeypatch)
+    try:
+        servers.point_at(servers.primary)
+        yield servers
+    finally:
+        servers.stop()
+
+
+class FailoverPipeline(Pipeline):
+    """The example DAG over a shop database; ``server`` is whichever server the connection reaches."""
+
+    def workload(self, seed: int) -> ShopWorkload:
+        server = self.server
+        return ShopWorkload(
+            connect=lambda: pymysql.connect(**server.connection_kwargs(autocommit=False)),
+            db=self.db,
+            seed=seed,
+            first_number=seed * 1_000_000,
+        )
+
+    def state(self) -> dict[str, Any]:
+        state = stored_state(self.name)
+        assert state is not None
+        return state
+
+    def run_ok(self, dates: Any = None) -> Any:
+        run = self.runner.run(dates)
+        assert run.state == "success", task_states(run)
+        return run
+
+    def run_under_writes(self, seed: int, runs: int = 2) -> float:
+        """Run the DAG ``runs`` times while a workload writes; return the seconds the first run took."""
+        workload = self.workload(seed)
+        workload.start(100_000, pause_seconds=0.002)
+        try:
+            started = time.monotonic()
+            self.run_ok()
+            first = time.monotonic() - started
+            for _ in range(runs - 1):
+                self.run_ok()
+        finally:
+            written = workload.stop()
+        assert sum(written.values()) > 20, "the workload barely wrote: the test would show little"
+        return first
+
+    def assert_exact(self) -> None:
+        self.run_window()  # the writes after the last run, then compare every table
+        assert self.mismatches(*SHOP_TABLES) == []
+
+
+@pytest.fixture
+def shop(topology: Topology, pipeline_dirs: dict[str, str]) -> FailoverPipeline:
+    db = f"fo_{uuid.uuid4().hex[:8]}"
+    with pymysql.connect(**topology.primary.connection_kwargs()) as conn:
+        create_shop_schema(conn, db)
+    pipeline = FailoverPipeline(topology.primary, db, pipeline_dirs)
+    pipeline.workload(seed=3).run(400)  # rows that exist before the pipeline does
+    return pipeline
+
+
+def test_a_planned_switchover_is_followed_by_gtid_without_a_snapshot(
+    topology: Topology, shop: FailoverPipeline
+) -> None:
+    shop.run_under_writes(seed=4)
+    old = shop.state()
+    topology.primary.execute(
+        "SET GLOBAL read_only = 1"
+    )  # the switchover: writes stop, the replica catches up
+    topology.caught_up()
+    topology.promote_replica()
+    topology.point_at(topology.replica)
+    shop.server = topology.replica
+
+    seconds = shop.run_under_writes(seed=5)
+
+    state = shop.state()
+    (switch,) = state["switches"]
+    assert (
+        switch["from_identity"] == old["source_identity"] != state["source_identity"] == switch["to_identity"]
+    )
+    assert switch["old_checkpoint"] == old["checkpoint"]["position"]
+    assert switch["checkpoint"]["gtid_set"] == old["checkpoint"]["position"]["gtid_set"]
+    assert (switch["lost"], switch["resnapshot"], switch["dropped_windows"]) == ("", [], [])
+    assert [s["reason"] for s in state["snapshots"]] == ["initial"]  # no re-snapshot
+    shop.assert_exact()
+    print(f"planned switchover: first window merged {seconds:.1f} s after the switch")
+
+
+def test_a_crash_failover_with_lost_transactions_resnapshots_only_the_tables_they_changed(
+    topology: Topology, shop: FailoverPipeline
+) -> None:
+    shop.run_under_writes(seed=4)
+    shop.run_window()
+    topology.caught_up()
+    topology.replica.execute(
+        "STOP SLAVE"
+    )  # the replica's applier stops: what follows reaches only the primary
+    shop.sql(
+        "UPDATE customers SET name = 'lost with the primary' WHERE id % 3 = 0",
+        "DELETE FROM customers WHERE id % 7 = 0",
+    )
+    shop.run_window()  # the target now holds changes the replica never received
+    topology.primary.process.kill()  # the primary crashes
+    topology.primary.process.wait()
+    topology.promote_replica()
+    topology.point_at(topology.replica)
+    shop.server = topology.replica
+
+    seconds = shop.run_under_writes(seed=5)  # the new primary writes over the lost sequence numbers
+
+    state = shop.state()
+    (switch,) = state["switches"]
+    assert switch["lost"], switch
+    assert switch["resnapshot"] == [f"{shop.db}.customers"]
+    lost_snapshots = [s for s in state["snapshots"] if s["reason"] == "lost_transactions"]
+    assert [s["tables"] for s in lost_snapshots] == [[f"{shop.db}.customers"]]
+    shop.assert_exact()
+    print(f"crash failover, lost transactions: first window merged {seconds:.1f} s after the switch")
+
+
+def test_a_window_extracted_on_the_old_server_is_merged_after_the_switch(
+    topology: Topology, shop: FailoverPipeline, pipeline_dirs: dict[str, str]
+) -> None:
+    shop.run_ok()  # the snapshot and an empty first window
+    topology.replica.execute(
+        "FLUSH BINARY LOGS"
+    )  # the replica's coordinates of the window differ from the primary's
+    shop.workload(seed=4).run(300)
+    dates = DagRunner.next_dates()
+    assert shop.runner.run_in_child(dates, "before_merge") == -9, "the fault was not injected"
+    held = shop.state()["windows"][-1]
+    assert held["status"] == "extracted"
+    assert held["rows"] > 0
+    mark_run(shop.dag.dag_id, held["run_id"], "failed")  # as the scheduler does for a run whose worker died
+    topology.caught_up()
+    topology.promote_replica()
+    topology.point_at(topology.replica)
+    shop.server = topology.replica
+    staged = sorted(
+        p.name for p in (Path(pipeline_dirs["staging"]) / shop.name).glob(f"window={held['seq']}*")
+    )
+
+    shop.run_ok()
+
+    state = shop.state()
+    window = next(w for w in state["windows"] if w["seq"] == held["seq"])
+    assert window["status"] == "merged"
+    assert window["rows"] == held["rows"]
+    assert window["end"]["gtid_set"] == held["end"]["gtid_set"]
+    assert (window["end"]["file"], window["end"]["pos"]) != (held["end"]["file"], held["end"]["pos"])
+    # the staged window was merged as is: no new staging folder of it
+    assert (
+        sorted(p.name for p in (Path(pipeline_dirs["staging"]) / shop.name).glob(f"window={held['seq']}*"))
+        == staged
+    )
+    shop.assert_exact()
