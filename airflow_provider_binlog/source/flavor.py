@@ -172,7 +172,10 @@ class MySqlFlavor(SourceFlavor):
     name = "mysql"
     gtid_executed_variable = "gtid_executed"
     gtid_mode_variable = "gtid_mode"
-    gtid_mode_note = "GTIDs are off: changes and checkpoints then carry binlog coordinates only"
+    gtid_mode_note = (
+        "GTIDs are off: changes and checkpoints then carry binlog coordinates only, and a failover to another "
+        "server needs a re-snapshot (gtid_mode=ON lets the pipeline follow it, docs/failover.md)"
+    )
 
     def _head_gtids(self, cur: Any, row: tuple[Any, ...], file: str, pos: int) -> str:
         return str(row[4]).replace("\n", "") if len(row) > 4 and row[4] else ""
@@ -225,7 +228,10 @@ class MariaDbFlavor(SourceFlavor):
     name = "mariadb"
     gtid_executed_variable = "gtid_binlog_pos"
     gtid_mode_variable = "gtid_strict_mode"
-    gtid_mode_note = "MariaDB may log out-of-order GTIDs; gtid_strict_mode=ON refuses them"
+    gtid_mode_note = (
+        "MariaDB may log out-of-order GTIDs; gtid_strict_mode=ON refuses them, which a failover resume by GTID "
+        "relies on (docs/failover.md)"
+    )
 
     def _head_gtids(self, cur: Any, row: tuple[Any, ...], file: str, pos: int) -> str:
         return self.gtid_at(cur, file, pos)

@@ -60,6 +60,9 @@ VARIABLES = (
     "port",
     "max_binlog_size",
     "innodb_native_foreign_keys",
+    "log_slave_updates",
+    "log_replica_updates",
+    "gtid_slave_pos",
 )
 """The server variables :func:`read_server_state` reads (``SHOW GLOBAL VARIABLES``; absent ones are left out)."""
 
@@ -291,7 +294,40 @@ def setting_findings(state: ServerState, *, allow_minimal_row_metadata: bool = F
             findings.append(Finding(mode, v[mode], Outcome.OK))
         else:
             findings.append(Finding(mode, v[mode], Outcome.NOTE, state.strategy.gtid_mode_note))
+    findings.extend(_replica_findings(state))
     return findings
+
+
+def _replica_findings(state: ServerState) -> list[Finding]:
+    """Return the finding on ``log_replica_updates`` (``log_slave_updates``), when the server has the setting.
+
+    A replica writes the transactions it applies to its own binlog only with it ON (MySQL manual,
+    "log_replica_updates", default ON since 8.0; MariaDB KB, "log_slave_updates", default OFF, not dynamic).
+    Without it a pipeline reading the replica misses every replicated change, and one following a failover to
+    it finds its checkpoint's transactions missing (``docs/failover.md``). On MariaDB a non-empty
+    ``gtid_slave_pos`` tells that the server has replicated (it is, or was, a replica): then OFF is wrong, and a
+    MariaDB server that never replicated gets no finding. MySQL cannot tell without a privilege the pipeline
+    does not need: OFF there is a note.
+    """
+    v = state.variables
+    name = next((n for n in ("log_replica_updates", "log_slave_updates") if n in v), None)
+    replicated = v.get("gtid_slave_pos", "").strip()
+    if name is None or (state.flavor == "mariadb" and not replicated and not _on(v[name])):
+        return []  # a MariaDB primary that never replicated: nothing to say
+    if _on(v[name]):
+        return [Finding(name, v[name], Outcome.OK)]
+    fix = state.strategy.persist_fix(name, "ON") + " (not dynamic: restart the server)"
+    if replicated:
+        problem = (
+            f"{name} is OFF on a server that replicates (gtid_slave_pos {replicated}): the transactions it "
+            "applies are not in its binlog, so a pipeline reading it misses them"
+        )
+        return [Finding(name, v[name], Outcome.WRONG, problem, fix)]
+    note = (
+        "if this server becomes a replica, or the failover target of its primary, turn it ON first: without it "
+        "its binlog lacks the replicated transactions a pipeline needs (docs/failover.md)"
+    )
+    return [Finding(name, v[name], Outcome.NOTE, note, fix)]
 
 
 def retention_finding(policy: RetentionPolicy) -> Finding:

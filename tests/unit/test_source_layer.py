@@ -55,6 +55,26 @@ def test_mariadb_is_never_told_to_set_persist() -> None:
     assert "gtid_strict_mode=OFF: note: MariaDB may log out-of-order GTIDs" in text
 
 
+def test_a_replica_without_log_replica_updates_is_wrong_and_a_primary_gets_a_note() -> None:
+    replica = state("mariadb", log_slave_updates="OFF", gtid_slave_pos="0-1-42")
+    (wrong,) = [f for f in setting_findings(replica) if f.wrong]
+    assert wrong.subject == "log_slave_updates"
+    assert "replicates (gtid_slave_pos 0-1-42)" in wrong.problem
+    assert "not dynamic" in wrong.fix
+    primary = setting_findings(state("mariadb", log_slave_updates="OFF", gtid_slave_pos=""))
+    assert [f for f in primary if f.subject == "log_slave_updates"] == []
+    (note,) = [
+        f for f in setting_findings(state("mysql", log_replica_updates="OFF")) if "updates" in f.subject
+    ]
+    assert note.verdict == Outcome.NOTE
+    assert "failover target" in note.problem
+    mysql = setting_findings(state("mysql", log_replica_updates="ON", log_slave_updates="ON"))
+    assert [str(f) for f in mysql if "updates" in f.subject] == ["log_replica_updates=ON: ok"]
+    assert "a failover to another server needs a re-snapshot" in str(
+        next(f for f in setting_findings(state("mysql", gtid_mode="OFF")) if f.subject == "gtid_mode")
+    )
+
+
 def test_findings_are_data_not_prose() -> None:
     (wrong,) = [f for f in setting_findings(state("mysql", binlog_row_metadata="MINIMAL")) if f.wrong]
     assert (wrong.subject, wrong.value, wrong.verdict) == ("binlog_row_metadata", "MINIMAL", Outcome.WRONG)
