@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pymysql
@@ -31,6 +31,8 @@ from airflow_provider_binlog.exceptions import (
 )
 from airflow_provider_binlog.extract.connections import open_dump
 from airflow_provider_binlog.extract.events import codes
+from airflow_provider_binlog.extract.events.feeds import Event
+from airflow_provider_binlog.extract.events.stream import EventReader
 from airflow_provider_binlog.pipeline.failover import (
     OnLostTransactions,
     SwitchPlan,
@@ -177,6 +179,124 @@ def _last_gtids(text: str) -> dict[str, str]:
     return {domain: rest for domain, rest in entries}
 
 
+EventsOf = Callable[[str], Iterable[Event]]
+"""The decoded events of one binlog file, from its first event (:func:`server_events`, or a file reader)."""
+_MYSQL_GTIDS = frozenset({codes.GTID, codes.ANONYMOUS_GTID, codes.GTID_TAGGED})
+
+
+def locate_mysql_gtid_position(files: Sequence[str], events_of: EventsOf, position: GtidSet) -> BinlogPosition:
+    """Return the transaction boundary of a MySQL binlog up to which exactly the GTID set ``position`` executed.
+
+    The file is the newest whose PREVIOUS_GTIDS (the GTIDs executed before it, MySQL manual, "GTID Sets";
+    ``Previous_gtids_log_event`` in ``libbinlogevents/include/control_events.h``) ``position`` contains; in it,
+    the boundary is the first GTID event before which the executed set equals ``position``, or the file's end.
+    Tagged GTIDs (8.4) count as any other. The same search runs on recorded files and over a server's dumps.
+
+    :param files: the binlog file names, oldest first (``SHOW BINARY LOGS``).
+    :param events_of: the decoded events of a file from its start; read only until the answer is known.
+    :returns: the boundary's coordinates, ``gtid_set`` the position's text.
+    :raises BinlogPurgedError: when no file's PREVIOUS_GTIDS is contained: the transactions before the position's
+        first file were purged (or the position is another topology's).
+    :raises LostTransactionsError: when the binlog ends before it executed all of ``position``.
+    :raises StateError: when no boundary executed exactly ``position`` (this server applied its transactions in
+        another order, or an anonymous transaction lies at the boundary).
+    """
+    text = str(position)
+    for name in reversed(files):
+        events = iter(events_of(name))
+        previous = _previous_gtids(events, position.flavor)
+        if position.contains(previous):
+            return _boundary_in(name, events, previous, position)
+    raise BinlogPurgedError(
+        f"no binlog file of the source starts within the GTID set {text}: the binlogs holding its last "
+        f"transactions were purged, or the set is another replication topology's"
+    )
+
+
+def _previous_gtids(events: Iterator[Event], flavor: str) -> GtidSet:
+    """Return the PREVIOUS_GTIDS of a file whose events ``events`` yields from the start (empty without one)."""
+    for event in events:
+        if event.type_code == codes.PREVIOUS_GTIDS:
+            return GtidSet.parse(event.data.gtid_set, flavor)
+        if event.type_code in _MYSQL_GTIDS:
+            break
+    return GtidSet.empty(flavor)
+
+
+def _boundary_in(name: str, events: Iterator[Event], executed: GtidSet, position: GtidSet) -> BinlogPosition:
+    """Return the boundary of ``position`` among ``events`` (after the PREVIOUS_GTIDS of file ``name``).
+
+    A dump reads on into the files after ``name``: each event names its own file.
+    """
+    end = BinlogPosition(name, 4)
+    for event in events:
+        if event.in_payload or event.type_code == codes.ROTATE:
+            continue
+        if event.type_code in _MYSQL_GTIDS:
+            if executed == position:
+                if event.data.gtid is None:
+                    break  # an anonymous transaction next: no GTID set tells the two boundaries apart
+                return BinlogPosition(event.file, event.start, str(position))
+            if event.data.gtid is not None:
+                executed = executed.add(event.data.gtid)
+            if not position.contains(executed):
+                break
+        end = BinlogPosition(event.file, event.end_pos)
+    else:
+        if executed == position:
+            return BinlogPosition(end.file, end.pos, str(position))
+        missing = position - executed
+        raise LostTransactionsError(
+            f"this server's binlog ends at {end.file}:{end.pos} having executed {executed}, without the "
+            f"transactions {missing} of the GTID set {position}: they were lost in a failover, or the connection "
+            f"reaches another replication topology",
+            missing=str(missing),
+        )
+    raise StateError(
+        f"no transaction boundary of the binlog from {name} on executed exactly the GTID set {position} (it reached "
+        f"{executed}): this server applied those transactions in another order (replica_preserve_commit_order=OFF), "
+        f"or an anonymous transaction lies at it. The pipeline cannot resume there exactly: re-snapshot into a new "
+        f"pipeline (docs/failover.md)."
+    )
+
+
+def source_locator(server: ServerState, settings: Mapping[str, Any]) -> Callable[[GtidSet], BinlogPosition]:
+    """Return where a GTID set lies on ``server``: the :data:`~airflow_provider_binlog.pipeline.failover.Locate` of its flavor.
+
+    MariaDB: :func:`locate_mariadb_gtid_position`; MySQL: :func:`locate_mysql_gtid_position` over dumps of its
+    files, after checking that ``@@gtid_executed`` holds the set.
+
+    :param settings: ``pymysql.connect()`` keyword arguments of the pipeline's user (REPLICATION SLAVE).
+    """
+    if server.flavor == "mariadb":
+        return lambda gtids: locate_mariadb_gtid_position(settings, gtids)
+    files = [name for name, _ in server.binlog_files]
+    events_of = server_events(settings, server.flavor)
+    executed = GtidSet.parse(server.gtid_executed, server.flavor)
+
+    def locate(gtids: GtidSet) -> BinlogPosition:
+        missing = gtids - executed
+        if not missing.is_empty:
+            raise LostTransactionsError(
+                f"this server's @@gtid_executed ({executed}) lacks the transactions {missing} of the GTID set "
+                f"{gtids}: they were committed on another server and never reached this one",
+                missing=str(missing),
+            )
+        return locate_mysql_gtid_position(files, events_of, gtids)
+
+    return locate
+
+
+def server_events(settings: Mapping[str, Any], flavor: str) -> EventsOf:
+    """Return :data:`EventsOf` over a server: a non-blocking dump (server_id 0) of each file from its start."""
+
+    def events_of(name: str) -> Iterator[Event]:
+        with open_dump(settings, server_id=0, start=BinlogPosition(name, 4), flavor=flavor) as raw:
+            yield from EventReader().events(raw)
+
+    return events_of
+
+
 def follow_source(
     manager: StateManager,
     hook: BinlogHook,
@@ -214,7 +334,7 @@ def follow_source(
             return current
         plan = plan_switch(
             current,
-            locate=lambda gtids: locate_mariadb_gtid_position(settings, gtids),
+            locate=source_locator(server, settings),
             window_tables=window_tables,
             head=server.head,  # type: ignore[arg-type]  # check_followable: binary logging is on
         )
@@ -237,11 +357,6 @@ def check_followable(state: PipelineState, server: ServerState) -> None:
         refusal = "it has binary logging off"
     elif server.flavor != state.flavor:
         refusal = f"it is {server.flavor}, the state was written by {state.flavor}"
-    elif server.flavor != "mariadb":
-        refusal = (
-            "following a MySQL source to another server is not supported yet (its GTID-to-coordinates lookup, "
-            "COM_BINLOG_DUMP_GTID or Previous_gtids, is not built)"
-        )
     if refusal is not None:
         raise StateError(
             f"the state of pipeline {state.pipeline!r} was written for source {state.source_identity!r} but the "

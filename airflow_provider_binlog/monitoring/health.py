@@ -88,6 +88,8 @@ class PipelineHealth(BaseModel):
 
     :param lag: the lag report (:meth:`~airflow_provider_binlog.monitoring.lag.LagReport.to_dict`), None if not measured.
     :param retention: the retention report (:meth:`~airflow_provider_binlog.monitoring.retention.RetentionReport.to_dict`).
+    :param source_switch: the last change of source server the pipeline followed (or will follow at its next
+        run, when the connection already reaches another server), in one line; None when it never changed.
     :param problems: what could not be measured, and why.
     :param last_error: the most pressing error the state, the source or Airflow knows of; None if none.
     :param next_step: one line: what to do next.
@@ -104,6 +106,7 @@ class PipelineHealth(BaseModel):
     retention: dict[str, Any] | None
     problems: list[str]
     last_error: str | None
+    source_switch: str | None = None
     next_step: str
     needs_attention: bool
 
@@ -133,6 +136,8 @@ class PipelineHealth(BaseModel):
             f"merged {merged.merged_at or 'unknown'}"
             + ("" if merged.age_seconds is None else f" ({_age(merged.age_seconds)} ago)")
         )
+        if self.source_switch is not None:
+            lines.append(f"  source switch: {self.source_switch}")
         lines.append(f"  lag: {_summary(self.lag)}")
         lines.append(f"  headroom: {_summary(self.retention)}")
         lines += [f"  problem: {p}" for p in self.problems]
@@ -211,7 +216,23 @@ def pipeline_health(
         last_error=last_error,
         next_step=step,
         needs_attention=attention,
+        source_switch=None if state is None else _last_switch(state),
     )
+
+
+def _last_switch(state: PipelineState) -> str | None:
+    """Return the last source switch of ``state`` in one line (pending: rebased by the measurement, not written)."""
+    from airflow_provider_binlog.pipeline.failover import switch_summary
+
+    if not state.switches:
+        return None
+    last = state.switches[-1]
+    when = (
+        "pending: the next run of the pipeline follows it"
+        if last.run_id is None
+        else f"followed by run {last.run_id} at {last.switched_at}"
+    )
+    return f"{switch_summary(last)} ({when})"
 
 
 def _unreadable(pipeline: str, now: pendulum.DateTime, err: BinlogError) -> PipelineHealth:

@@ -44,16 +44,15 @@ def on_source(hook: BinlogHook, state: PipelineState, server: ServerState) -> Pi
 
     :raises StateError: when the pipeline cannot follow the switch (GTIDs off, a MySQL source).
     """
-    from airflow_provider_binlog.extract.resume import check_followable, locate_mariadb_gtid_position
+    from airflow_provider_binlog.extract.resume import check_followable, source_locator
     from airflow_provider_binlog.pipeline.failover import plan_switch, switch_source
 
     if state.source_identity == server.server_identity:
         return state
     check_followable(state, server)
-    settings = hook.dump_settings()
     plan = plan_switch(
         state,
-        locate=lambda gtids: locate_mariadb_gtid_position(settings, gtids),
+        locate=source_locator(server, hook.dump_settings()),
         window_tables=lambda window: None,
         head=server.head,  # type: ignore[arg-type]  # check_followable: binary logging is on
     )

@@ -17,12 +17,30 @@ import pymysql
 import pytest
 from conftest import DagRunner, Pipeline, mark_run, stored_state, task_states
 
+from airflow_provider_binlog.admin import MetadataVariableStore
+from airflow_provider_binlog.hooks.binlog import BinlogHook
+from airflow_provider_binlog.monitoring.health import pipeline_health
+from airflow_provider_binlog.monitoring.measure import lag_of, read_pipeline, retention_of
+from airflow_provider_binlog.source.gtid import GtidSet
 from airflow_provider_binlog.testing.mariadb import CDC_SETTINGS, LocalMariaDB
 from airflow_provider_binlog.testing.workload import SHOP_TABLES, ShopWorkload, create_shop_schema
 
 pytestmark = pytest.mark.system
 
 USER, PASSWORD = "cdc_failover", "cdc-failover-pw-1"
+
+
+class NoRuns:
+    """No DAG run holds a window or snapshot (the health summary asks)."""
+
+    def state(self, dag_id: str | None, run_id: str) -> str:
+        return "success"
+
+    def failure(self, dag_id: str | None, run_id: str) -> str | None:
+        return None
+
+
+NO_RUNS = NoRuns()
 
 
 class Topology:
@@ -144,6 +162,24 @@ def test_a_planned_switchover_is_followed_by_gtid_without_a_snapshot(
     topology.promote_replica()
     topology.point_at(topology.replica)
     shop.server = topology.replica
+    topology.replica.execute(f"UPDATE `{shop.db}`.customers SET name = 'after the switch' WHERE id % 5 = 0")
+    # before the next run the sensors and the health summary measure from the checkpoint as found on the new
+    # server, and write nothing
+    hook, store = BinlogHook(pipeline=shop.name), MetadataVariableStore()
+    server, rebased, read_at = read_pipeline(hook, shop.name, store)
+    assert rebased is not None
+    lag = lag_of(hook, shop.name, server, rebased, read_at)
+    behind = GtidSet.parse(gtid_pos(topology.replica), "mariadb") - GtidSet.parse(
+        old["checkpoint"]["position"]["gtid_set"], "mariadb"
+    )
+    assert lag.transactions == behind.count() > 1  # the workload's last writes, then the update
+    assert lag.checkpoint.gtid_set == old["checkpoint"]["position"]["gtid_set"]
+    assert lag.bytes > 0
+    assert not retention_of(hook, shop.name, server, rebased).purged
+    health = pipeline_health(hook, shop.name, NO_RUNS, store=store)
+    assert health.source_switch is not None
+    assert "the next run of the pipeline follows it" in health.source_switch
+    assert shop.state() == old
 
     seconds = shop.run_under_writes(seed=5)
 

@@ -12,7 +12,13 @@ from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import LostTransactionsError, StateError
 from airflow_provider_binlog.extract.plan import capture_start
 from airflow_provider_binlog.pipeline.failover import plan_switch, switch_source, switch_summary
-from airflow_provider_binlog.pipeline.ledger import PipelineState, ResnapshotNeeded, Snapshot, Window
+from airflow_provider_binlog.pipeline.ledger import (
+    Checkpoint,
+    PipelineState,
+    ResnapshotNeeded,
+    Snapshot,
+    Window,
+)
 from airflow_provider_binlog.pipeline.windows import advance_checkpoint, cut_window, mark_window
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot
 from airflow_provider_binlog.source.gtid import GtidSet
@@ -189,3 +195,35 @@ def test_a_checkpoint_without_gtids_cannot_be_followed() -> None:
     )
     with pytest.raises(StateError, match="records no GTID set .* gtid_mode=ON"):
         plan_switch(state, locate=new_server(30)[1], window_tables=lambda w: None, head=at(4, 1))  # type: ignore[arg-type]
+
+
+def test_interval_windows_follow_too() -> None:
+    def interval(seq: int, start: BinlogPosition, end: BinlogPosition, status: str, hour: int) -> Window:
+        return Window(
+            seq=seq, start=start, end=end, status=status, cut_at="t", run_id=f"r{seq}", cut_by="interval", rows=1,
+            data_interval_start=f"2026-01-01T{hour:02}:00:00+00:00",
+            data_interval_end=f"2026-01-01T{hour + 1:02}:00:00+00:00",
+        )  # fmt: skip
+
+    state = ledger().model_copy(
+        update={
+            "windows": [
+                interval(1000, at(100, 10), at(200, 20), "merged", 1),
+                interval(2000, at(200, 20), at(300, 30), "merged", 2),  # the checkpoint
+                interval(3000, at(300, 30), at(400, 35), "cut", 3),  # the gap
+                interval(4000, at(400, 35), at(500, 40), "merged", 4),  # a backfill merged ahead of it
+            ],
+            "snapshots": [],
+            "resnapshots_needed": [],
+            "checkpoint": Checkpoint(position=at(300, 30), window=2000, updated_at="t"),
+        }
+    )
+    assert state.inconsistencies() == []
+    where, locate = new_server(10, 20, 30, 35, 40)
+    switched = follow(state, locate)
+    assert switched.inconsistencies() == []
+    assert switched.checkpoint.position == where[30]
+    gap, ahead = switched.window(3000), switched.window(4000)
+    assert (gap.start, gap.end, ahead.start, ahead.end) == (where[30], where[35], where[35], where[40])
+    merged = mark_window(switched, 3000, status="merged")
+    assert advance_checkpoint(merged, merged.window(3000)).position == where[40]  # across the backfill
