@@ -184,7 +184,9 @@ EventsOf = Callable[[str], Iterable[Event]]
 _MYSQL_GTIDS = frozenset({codes.GTID, codes.ANONYMOUS_GTID, codes.GTID_TAGGED})
 
 
-def locate_mysql_gtid_position(files: Sequence[str], events_of: EventsOf, position: GtidSet) -> BinlogPosition:
+def locate_mysql_gtid_position(
+    files: Sequence[str], events_of: EventsOf, position: GtidSet
+) -> BinlogPosition:
     """Return the transaction boundary of a MySQL binlog up to which exactly the GTID set ``position`` executed.
 
     The file is the newest whose PREVIOUS_GTIDS (the GTIDs executed before it, MySQL manual, "GTID Sets";
@@ -324,13 +326,16 @@ def follow_source(
     :raises BinlogPurgedError: when the new server no longer holds the binlog the checkpoint lies in.
     """
     state = manager.load()
-    if state is None or state.source_identity == server.server_identity:
+    if state is None:
+        return state
+    at_checkpoint = gtids_at_checkpoint(hook, state, server)
+    if not must_follow(state, server, at_checkpoint):
         return state
     check_followable(state, server)
     settings = hook.dump_settings()
 
     def change(current: PipelineState | None) -> PipelineState | None:
-        if current is None or current.source_identity == server.server_identity:
+        if current is None or not must_follow(current, server, at_checkpoint):
             return current
         plan = plan_switch(
             current,
@@ -345,6 +350,54 @@ def follow_source(
     if written.switches and written.switches[-1].run_id == run_id and written.revision != state.revision:
         logger.warning("pipeline %s: %s", manager.pipeline, switch_summary(written.switches[-1]))
     return written
+
+
+def must_follow(state: PipelineState, server: ServerState, at_checkpoint: str | None = None) -> bool:
+    """Return whether ``state``'s coordinates are not ``server``'s: another server, or its binlog rewritten.
+
+    Another server: the state names another source identity. The same server with its binlog rewritten
+    (``RESET MASTER`` with the GTID state restored, ``RESET MASTER TO n``, a new ``log_bin`` basename): the
+    GTID state at the checkpoint's coordinates (``at_checkpoint``) is another than the checkpoint's, or the
+    head lies before the checkpoint or in files of another name while its GTID set still holds the
+    checkpoint's. A purge (older files of the same name gone, the head after the checkpoint) is not a rewrite.
+
+    :param at_checkpoint: MariaDB's ``BINLOG_GTID_POS`` at the checkpoint's coordinates
+        (:func:`gtids_at_checkpoint`: "" when they are no event boundary, None when unknown).
+    """
+    if state.source_identity != server.server_identity:
+        return True
+    checkpoint, head = state.checkpoint.position, server.head
+    if head is None or not checkpoint.gtid_set or not head.gtid_set:
+        return False
+    if at_checkpoint is not None and not _names(at_checkpoint, checkpoint.gtid_set):
+        return True
+    renamed = checkpoint.file.rsplit(".", 1)[0] != head.file.rsplit(".", 1)[0]
+    if not renamed and head.key >= checkpoint.key:
+        return False
+    return GtidSet.parse(head.gtid_set, state.flavor).contains(
+        GtidSet.parse(checkpoint.gtid_set, state.flavor)
+    )
+
+
+def gtids_at_checkpoint(hook: BinlogHook, state: PipelineState, server: ServerState) -> str | None:
+    """Return the source's GTID state at the checkpoint's coordinates (MariaDB ``BINLOG_GTID_POS``).
+
+    "" when the coordinates lie in a file the source has but are no transaction boundary there; None when it
+    cannot be told: MySQL (no such function), a state written for another server or without GTIDs, a file the
+    source no longer lists (purged), or an offset beyond the file's end (the head is behind: see
+    :func:`must_follow`).
+    """
+    checkpoint = state.checkpoint.position
+    sizes = dict(server.binlog_files)
+    if (
+        server.flavor != "mariadb"
+        or state.source_identity != server.server_identity
+        or not checkpoint.gtid_set
+        or checkpoint.pos > sizes.get(checkpoint.file, -1)
+    ):
+        return None
+    with hook.cursor() as cur:
+        return _MARIADB.gtid_at(cur, checkpoint.file, checkpoint.pos)
 
 
 def check_followable(state: PipelineState, server: ServerState) -> None:

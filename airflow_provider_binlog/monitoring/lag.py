@@ -22,6 +22,7 @@ import pendulum
 from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import BinlogConfigError
 from airflow_provider_binlog.pipeline.windows import check_retained
+from airflow_provider_binlog.source.flavor import ReplicaLag
 from airflow_provider_binlog.source.gtid import GtidSet
 from airflow_provider_binlog.source.server import binlog_bytes_between
 
@@ -46,6 +47,9 @@ class LagReport:
     :param transactions: transactions between checkpoint and head (GTID count); None without GTIDs.
     :param measured_at: when the head was read (UTC; taken just before reading it).
     :param snapshots_running: ``(seq, start time)`` of each snapshot in progress, oldest first.
+    :param replica: when the source is a replica, how far it is behind its own primary (seconds, None when
+        it cannot be told, with the reason); the pipeline's own lag is counted from the source, so the target
+        is behind the primary by both.
     """
 
     pipeline: str
@@ -58,6 +62,7 @@ class LagReport:
     transactions: int | None
     measured_at: pendulum.DateTime
     snapshots_running: tuple[tuple[int, pendulum.DateTime], ...] = ()
+    replica: ReplicaLag = ReplicaLag(None)
 
     def covers(self, moment: pendulum.DateTime) -> bool:
         """Return True when the target holds every transaction committed before ``moment``.
@@ -67,8 +72,12 @@ class LagReport:
         times are truncated to whole seconds, so a recorded time at or after ``moment`` means the real
         one is too; a transaction in the second before counts as pending (waits longer, never claims
         too much).
+
+        A source that is a replica must also have applied what its primary committed before ``moment``: its
+        measured lag behind the primary is taken off the time of the measurement.
         """
-        if self.measured_at < moment:
+        behind = self.replica.seconds or 0.0
+        if self.measured_at.subtract(seconds=behind) < moment:
             return False
         return self.pending_since is None or self.pending_since >= moment
 
@@ -83,9 +92,16 @@ class LagReport:
         snapshots = "".join(
             f"; snapshot {seq} in progress since {at.isoformat()}" for seq, at in self.snapshots_running
         )
+        replica = (
+            f"; the source is a replica {self.replica.seconds:.0f} s behind its primary"
+            if self.replica.seconds is not None
+            else f"; the source is a replica, its lag behind its primary {self.replica.note}"
+            if self.replica.replica
+            else ""
+        )
         return (
             f"pipeline {self.pipeline!r} lag: {self.seconds:.0f} s, {self.bytes} bytes, {transactions} transactions "
-            f"({since}{snapshots}; checkpoint {self.checkpoint}, head {self.head})"
+            f"({since}{snapshots}{replica}; checkpoint {self.checkpoint}, head {self.head})"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -105,6 +121,9 @@ class LagReport:
             "snapshots_running": [
                 {"seq": seq, "started_at": at.isoformat()} for seq, at in self.snapshots_running
             ],
+            "replica_seconds_behind_primary": self.replica.seconds,
+            "replica_note": self.replica.note,
+            "source_is_replica": self.replica.replica,
             "summary": self.describe(),
         }
 
@@ -148,6 +167,8 @@ def measure_lag(
         )
     )
     pending_since = None if head <= checkpoint else next_commit_at(hook, checkpoint)
+    with hook.cursor() as cur:
+        replica = server.strategy.replica_lag(cur)
     pending_since = min(
         [t for t in (pending_since, *(at for _, at in running)) if t is not None], default=None
     )
@@ -163,6 +184,7 @@ def measure_lag(
         transactions=transactions_between(checkpoint, head, server.flavor),
         measured_at=measured_at,
         snapshots_running=running,
+        replica=replica,
     )
 
 

@@ -44,10 +44,15 @@ def on_source(hook: BinlogHook, state: PipelineState, server: ServerState) -> Pi
 
     :raises StateError: when the pipeline cannot follow the switch (GTIDs off, a MySQL source).
     """
-    from airflow_provider_binlog.extract.resume import check_followable, source_locator
+    from airflow_provider_binlog.extract.resume import (
+        check_followable,
+        gtids_at_checkpoint,
+        must_follow,
+        source_locator,
+    )
     from airflow_provider_binlog.pipeline.failover import plan_switch, switch_source
 
-    if state.source_identity == server.server_identity:
+    if not must_follow(state, server, gtids_at_checkpoint(hook, state, server)):
         return state
     check_followable(state, server)
     plan = plan_switch(

@@ -197,12 +197,14 @@ def switch_source(
 def switch_summary(switch: SourceSwitch) -> str:
     """Return the one log line that says what following ``switch`` did."""
     old, new = switch.old_checkpoint, switch.checkpoint
-    text = (
-        f"the source changed from {switch.from_identity} to {switch.to_identity}: the checkpoint (GTID set "
-        f"{old.gtid_set}, {old.file}:{old.pos} there) "
+    change = (
+        f"the binlog of {switch.to_identity} was rewritten (reset or renamed)"
+        if switch.from_identity == switch.to_identity
+        else f"the source changed from {switch.from_identity} to {switch.to_identity}"
     )
+    text = f"{change}: the checkpoint (GTID set {old.gtid_set}, {old.file}:{old.pos} there) "
     if not switch.lost:
-        text += f"lies at {new.file}:{new.pos} on the new server; the pipeline goes on from there"
+        text += f"lies at {new.file}:{new.pos} now; the pipeline goes on from there"
     else:
         text += (
             f"is not on the new server, which lacks the transactions {switch.lost}; the pipeline goes on from "

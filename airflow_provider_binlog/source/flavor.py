@@ -70,6 +70,23 @@ class PurgedGtids:
     origin: str
 
 
+@dataclass(frozen=True)
+class ReplicaLag:
+    """How far the source, when it is itself a replica, is behind its own primary.
+
+    :param seconds: ``Seconds_Behind_Master`` / ``Seconds_Behind_Source`` (the SQL thread's estimate from event
+        timestamps; MySQL manual, "SHOW REPLICA STATUS"; MariaDB KB, "SHOW REPLICA STATUS"); None when the
+        server is not a replica, its applier is stopped, or the user may not read the status.
+    :param note: why ``seconds`` is None ("" when it is known or the server replicates from nothing).
+    :param replica: True when the server is known to be a replica; False when it is not, None when the user may
+        not tell.
+    """
+
+    seconds: float | None
+    note: str = ""
+    replica: bool | None = False
+
+
 class SourceFlavor(ABC):
     """What one server flavor does its own way (see the module docstring); stateless, one instance each."""
 
@@ -120,6 +137,38 @@ class SourceFlavor(ABC):
         :param oldest_file: the oldest binlog file the server lists (None: none).
         :param cur: a cursor, for flavors that must query; None returns only what ``variables`` tell.
         """
+
+    def replica_lag(self, cur: Any) -> ReplicaLag:
+        """Return how far this server is behind its primary when it is a replica (see :class:`ReplicaLag`).
+
+        ``SHOW REPLICA STATUS`` (MySQL 8.0.22+, MariaDB 10.5.1+), else ``SHOW SLAVE STATUS``; it needs
+        ``REPLICATION CLIENT`` (MySQL) or ``SLAVE MONITOR`` (MariaDB 10.5.9+), which the pipeline itself does not.
+        """
+        import pymysql
+
+        from airflow_provider_binlog.source.grants import ACCESS_DENIED_ERRORS
+
+        try:
+            try:
+                cur.execute("SHOW REPLICA STATUS")
+            except pymysql.err.ProgrammingError as err:
+                if not err.args or err.args[0] != ER_PARSE_ERROR:
+                    raise
+                cur.execute("SHOW SLAVE STATUS")
+        except (pymysql.err.OperationalError, pymysql.err.ProgrammingError) as err:
+            if err.args and err.args[0] in ACCESS_DENIED_ERRORS:
+                note = f"not measured: the user may not read SHOW REPLICA STATUS ({err.args[1]})"
+                return ReplicaLag(None, note, replica=None)
+            raise
+        columns = [str(d[0]).lower() for d in cur.description or ()]
+        row = cur.fetchone()
+        if row is None:
+            return ReplicaLag(None)
+        status = dict(zip(columns, row, strict=True))
+        seconds = status.get("seconds_behind_source", status.get("seconds_behind_master"))
+        if seconds is None:
+            return ReplicaLag(None, "unknown: its applier is not running (SHOW REPLICA STATUS)", replica=True)
+        return ReplicaLag(float(seconds), replica=True)
 
     @abstractmethod
     def replicas(self, cur: Any) -> list[ReplicaHost]:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from itertools import count
 
+import pymysql
 import pytest
 
 from airflow_provider_binlog.contract.positions import BinlogPosition
@@ -20,6 +21,7 @@ from airflow_provider_binlog.exceptions import BinlogPurgedError, LostTransactio
 from airflow_provider_binlog.extract.connections import open_dump
 from airflow_provider_binlog.extract.events.stream import EventReader
 from airflow_provider_binlog.extract.resume import locate_mariadb_gtid_position
+from airflow_provider_binlog.source.flavor import MARIADB, ReplicaLag
 from airflow_provider_binlog.source.gtid import GtidSet
 from airflow_provider_binlog.testing.mariadb import CDC_SETTINGS, LocalMariaDB
 
@@ -165,3 +167,32 @@ def test_a_position_in_a_purged_binlog_is_refused_as_purged(pair: tuple[LocalMar
     caught_up(primary, replica)
     with pytest.raises(BinlogPurgedError, match="cannot serve the binlog from the GTID position"):
         locate_mariadb_gtid_position(settings(replica), old)
+
+
+def test_the_lag_of_a_replica_behind_its_primary_is_read_where_the_user_may(
+    pair: tuple[LocalMariaDB, LocalMariaDB],
+) -> None:
+    primary, replica = pair
+    caught_up(primary, replica)
+    with pymysql.connect(**settings(replica)) as conn, conn.cursor() as cur:
+        denied = MARIADB.replica_lag(cur)  # the pipeline's least-privileged user
+    assert (denied.seconds, denied.replica) == (None, None)
+    assert "may not read SHOW REPLICA STATUS" in denied.note
+    replica.execute(f"GRANT SLAVE MONITOR ON *.* TO '{USER}'@'127.0.0.1'")
+    try:
+        with pymysql.connect(**settings(replica)) as conn, conn.cursor() as cur:
+            lag = MARIADB.replica_lag(cur)
+        with pymysql.connect(**primary.connection_kwargs()) as conn, conn.cursor() as cur:
+            not_a_replica = MARIADB.replica_lag(cur)
+    finally:
+        replica.execute(f"REVOKE SLAVE MONITOR ON *.* FROM '{USER}'@'127.0.0.1'")
+    assert (lag.seconds, lag.replica) == (0.0, True)
+    assert not_a_replica == ReplicaLag(None, "", replica=False)
+    replica.execute("STOP SLAVE SQL_THREAD")
+    try:
+        with pymysql.connect(**replica.connection_kwargs()) as conn, conn.cursor() as cur:
+            stopped = MARIADB.replica_lag(cur)
+    finally:
+        replica.execute("START SLAVE SQL_THREAD")
+    assert (stopped.seconds, stopped.replica) == (None, True)
+    assert "applier is not running" in stopped.note

@@ -24,6 +24,7 @@ from airflow_provider_binlog.monitoring.measure import lag_of, read_pipeline, re
 from airflow_provider_binlog.source.gtid import GtidSet
 from airflow_provider_binlog.testing.mariadb import CDC_SETTINGS, LocalMariaDB
 from airflow_provider_binlog.testing.workload import SHOP_TABLES, ShopWorkload, create_shop_schema
+from airflow_provider_binlog.verify import compare_table
 
 pytestmark = pytest.mark.system
 
@@ -55,11 +56,7 @@ class Topology:
             f"CREATE USER '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}'",
             f"GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO '{USER}'@'127.0.0.1'",
         )
-        self.replica.execute(
-            f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={self.primary.port}, MASTER_USER='root', "
-            f"MASTER_PASSWORD='{self.primary.root_password}', MASTER_USE_GTID=slave_pos",
-            "START SLAVE",
-        )
+        replicate(self.replica, self.primary)
         self.caught_up()
 
     def point_at(self, server: LocalMariaDB) -> None:
@@ -67,11 +64,8 @@ class Topology:
             "AIRFLOW_CONN_BINLOG_DEFAULT", f"mysql://{USER}:{PASSWORD}@127.0.0.1:{server.port}"
         )
 
-    def caught_up(self, timeout_seconds: float = 60) -> None:
-        deadline = time.monotonic() + timeout_seconds
-        while gtid_pos(self.replica) != gtid_pos(self.primary):
-            assert time.monotonic() < deadline, (gtid_pos(self.replica), gtid_pos(self.primary))
-            time.sleep(0.05)
+    def caught_up(self) -> None:
+        caught_up(self.primary, self.replica)
 
     def promote_replica(self) -> None:
         """Make the replica a primary of its own (what an orchestrator or a managed service does)."""
@@ -84,6 +78,22 @@ class Topology:
 
 def gtid_pos(server: LocalMariaDB) -> str:
     return str(server.execute("SELECT @@GLOBAL.gtid_binlog_pos")[0][0])
+
+
+def caught_up(primary: LocalMariaDB, replica: LocalMariaDB, timeout_seconds: float = 60) -> None:
+    deadline = time.monotonic() + timeout_seconds
+    while gtid_pos(replica) != gtid_pos(primary):
+        assert time.monotonic() < deadline, (gtid_pos(replica), gtid_pos(primary))
+        time.sleep(0.05)
+
+
+def replicate(replica: LocalMariaDB, primary: LocalMariaDB) -> None:
+    """Make ``replica`` replicate from ``primary`` by GTID (``slave_pos``: it continues where it stands)."""
+    replica.execute(
+        f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={primary.port}, MASTER_USER='root', "
+        f"MASTER_PASSWORD='{primary.root_password}', MASTER_USE_GTID=slave_pos",
+        "START SLAVE",
+    )
 
 
 @pytest.fixture
@@ -101,8 +111,9 @@ def topology(airflow_db: object, spark_connect: Any, monkeypatch: pytest.MonkeyP
 class FailoverPipeline(Pipeline):
     """The example DAG over a shop database; ``server`` is whichever server the connection reaches."""
 
-    def workload(self, seed: int) -> ShopWorkload:
-        server = self.server
+    def workload(self, seed: int, server: LocalMariaDB | None = None) -> ShopWorkload:
+        """Return a workload writing to ``server`` (default: the one the connection reaches)."""
+        server = server or self.server
         return ShopWorkload(
             connect=lambda: pymysql.connect(**server.connection_kwargs(autocommit=False)),
             db=self.db,
@@ -120,9 +131,10 @@ class FailoverPipeline(Pipeline):
         assert run.state == "success", task_states(run)
         return run
 
-    def run_under_writes(self, seed: int, runs: int = 2) -> float:
-        """Run the DAG ``runs`` times while a workload writes; return the seconds the first run took."""
-        workload = self.workload(seed)
+    def run_under_writes(self, seed: int, runs: int = 2, writer: LocalMariaDB | None = None) -> float:
+        """Run the DAG ``runs`` times while a workload writes (to ``writer``, default the source); return the
+        seconds the first run took."""
+        workload = self.workload(seed, writer)
         workload.start(100_000, pause_seconds=0.002)
         try:
             started = time.monotonic()
@@ -263,4 +275,63 @@ def test_a_window_extracted_on_the_old_server_is_merged_after_the_switch(
         sorted(p.name for p in (Path(pipeline_dirs["staging"]) / shop.name).glob(f"window={held['seq']}*"))
         == staged
     )
+    shop.assert_exact()
+
+
+def test_a_pipeline_reading_a_replica_goes_on_when_the_replicas_primary_is_replaced(
+    topology: Topology, shop: FailoverPipeline
+) -> None:
+    topology.point_at(topology.replica)  # the pipeline spares the primary: it reads the replica
+    shop.server = topology.replica
+    topology.caught_up()
+    other = LocalMariaDB(options={**CDC_SETTINGS, "server-id": "3", "log-slave-updates": "1"}).start()
+    try:
+        replicate(other, topology.primary)
+        shop.run_under_writes(seed=4, writer=topology.primary)
+        caught_up(topology.primary, other)
+        topology.primary.process.kill()  # the primary dies; the other replica becomes the primary
+        topology.primary.process.wait()
+        other.execute("STOP SLAVE", "RESET SLAVE ALL")
+        topology.replica.execute("STOP SLAVE")
+        replicate(topology.replica, other)  # the pipeline's replica now follows the new primary
+
+        shop.run_under_writes(seed=5, writer=other)
+
+        caught_up(other, topology.replica)
+        shop.assert_exact()
+        state = shop.state()
+        assert state["switches"] == []  # the pipeline's source is the same server throughout
+        assert [s["reason"] for s in state["snapshots"]] == ["initial"]
+        with pymysql.connect(**other.connection_kwargs()) as conn:
+            results = [compare_table(conn, shop.target, f"{shop.db}.{t}") for t in SHOP_TABLES]
+        assert [str(r) for r in results if not r.matched] == []  # the target equals the new primary too
+    finally:
+        other.stop()
+
+
+def test_a_binlog_reset_with_its_gtid_state_kept_is_followed_on_the_same_server(
+    topology: Topology, shop: FailoverPipeline
+) -> None:
+    topology.replica.execute("STOP SLAVE")  # the primary alone takes part
+    shop.run_ok()  # the snapshot and the first window
+    shop.workload(seed=4).run(100)
+    shop.run_window()
+    old = shop.state()
+    checkpoint = old["checkpoint"]["position"]
+    gtid_state = topology.primary.execute("SELECT @@GLOBAL.gtid_binlog_state")[0][0]
+    topology.primary.execute("RESET MASTER", f"SET GLOBAL gtid_binlog_state = '{gtid_state}'")
+    workload = shop.workload(seed=5)
+    while shop.head()["pos"] <= checkpoint["pos"]:  # the old coordinates now name another place of the binlog
+        workload.run(50)
+        workload.first_number += 50_000
+    assert shop.head()["file"] == checkpoint["file"]
+
+    shop.run_ok()
+
+    state = shop.state()
+    (switch,) = state["switches"]
+    assert switch["from_identity"] == switch["to_identity"] == old["source_identity"]
+    assert switch["lost"] == ""
+    assert switch["old_checkpoint"] == checkpoint
+    assert [s["reason"] for s in state["snapshots"]] == ["initial"]
     shop.assert_exact()

@@ -118,7 +118,7 @@ def test_a_switch_without_loss_rebases_every_position_and_the_extracted_window_s
     (switch,) = switched.switches
     assert (switch.from_identity, switch.to_identity, switch.lost) == (OLD, NEW, "")
     assert switch.old_checkpoint == at(400, 30)
-    assert "lies at b.000001:4000 on the new server" in switch_summary(switch)
+    assert "lies at b.000001:4000 now" in switch_summary(switch)
     merged = mark_window(switched, 14, status="merged")
     assert advance_checkpoint(merged, merged.window(14)).position == where[40]
 
