@@ -356,27 +356,43 @@ def must_follow(state: PipelineState, server: ServerState, at_checkpoint: str | 
     """Return whether ``state``'s coordinates are not ``server``'s: another server, or its binlog rewritten.
 
     Another server: the state names another source identity. The same server with its binlog rewritten
-    (``RESET MASTER`` with the GTID state restored, ``RESET MASTER TO n``, a new ``log_bin`` basename): the
-    GTID state at the checkpoint's coordinates (``at_checkpoint``) is another than the checkpoint's, or the
-    head lies before the checkpoint or in files of another name while its GTID set still holds the
-    checkpoint's. A purge (older files of the same name gone, the head after the checkpoint) is not a rewrite.
+    (``RESET MASTER`` with the GTID state restored, ``RESET MASTER TO n``, a new ``log_bin`` basename): its
+    binlog moved under the checkpoint (:func:`_moved`) while its GTID set still holds the checkpoint's. A purge
+    (older files of the same name gone, the head after the checkpoint) is not a rewrite.
 
     :param at_checkpoint: MariaDB's ``BINLOG_GTID_POS`` at the checkpoint's coordinates
         (:func:`gtids_at_checkpoint`: "" when they are no event boundary, None when unknown).
+    :raises StateError: when the same server's binlog moved and no longer holds the checkpoint's GTIDs (a
+        ``RESET MASTER`` that reset the GTID state too: its new transactions reuse the old GTIDs, so no GTID
+        set names a boundary of the old binlog any more).
     """
     if state.source_identity != server.server_identity:
         return True
     checkpoint, head = state.checkpoint.position, server.head
-    if head is None or not checkpoint.gtid_set or not head.gtid_set:
+    if head is None or not checkpoint.gtid_set or not head.gtid_set or not _moved(state, head, at_checkpoint):
         return False
+    if GtidSet.parse(head.gtid_set, state.flavor).contains(GtidSet.parse(checkpoint.gtid_set, state.flavor)):
+        return True
+    raise StateError(
+        f"the binlog of {server.server_identity} was reset under pipeline {state.pipeline!r}: its checkpoint "
+        f"{checkpoint} is no longer a transaction boundary there, and the server's GTID state ({head.gtid_set}) "
+        f"no longer holds the checkpoint's (RESET MASTER reset it too, so new transactions reuse old GTIDs). "
+        f"Nothing was read. Re-snapshot every table of the pipeline: trigger binlog_resnapshot with "
+        f'{{"mode": "purged", "tables": "<the pipeline\'s tables>"}} (docs/failover.md).'
+    )
+
+
+def _moved(state: PipelineState, head: BinlogPosition, at_checkpoint: str | None) -> bool:
+    """Return whether the server's binlog moved under the checkpoint.
+
+    The GTID state at the checkpoint's coordinates is another than the checkpoint's, or they are no event
+    boundary, or the head lies before the checkpoint or in files of another name.
+    """
+    checkpoint = state.checkpoint.position
     if at_checkpoint is not None and not _names(at_checkpoint, checkpoint.gtid_set):
         return True
     renamed = checkpoint.file.rsplit(".", 1)[0] != head.file.rsplit(".", 1)[0]
-    if not renamed and head.key >= checkpoint.key:
-        return False
-    return GtidSet.parse(head.gtid_set, state.flavor).contains(
-        GtidSet.parse(checkpoint.gtid_set, state.flavor)
-    )
+    return renamed or head.key < checkpoint.key
 
 
 def gtids_at_checkpoint(hook: BinlogHook, state: PipelineState, server: ServerState) -> str | None:

@@ -79,6 +79,8 @@ class ServerState:
     :param head: the position after the last committed transaction; None when binary logging is off.
     :param gtid_executed: MySQL ``@@gtid_executed`` / MariaDB ``@@gtid_binlog_pos``.
     :param gtid_purged: MySQL ``@@gtid_purged``; empty on MariaDB (no such variable).
+    :param replicating: whether the server replicates from a primary now (MariaDB status ``Slaves_running`` > 0,
+        readable without a privilege); None when it cannot be told (MySQL keeps it in performance_schema).
     """
 
     flavor: str
@@ -89,6 +91,7 @@ class ServerState:
     head: BinlogPosition | None = None
     gtid_executed: str = ""
     gtid_purged: str = ""
+    replicating: bool | None = None
 
     @property
     def strategy(self) -> SourceFlavor:
@@ -142,7 +145,18 @@ def read_server_state(cur: Any, flavor: SourceFlavor) -> ServerState:
         head=head,
         gtid_executed=variables.get(flavor.gtid_executed_variable, "").replace("\n", ""),
         gtid_purged=variables.get("gtid_purged", "").replace("\n", ""),
+        replicating=_replicating(cur) if flavor.name == "mariadb" else None,
     )
+
+
+def _replicating(cur: Any) -> bool:
+    """Return whether a MariaDB server runs replica SQL threads now.
+
+    From the status variable ``Slaves_running`` (MariaDB KB, "Replication and Binary Log Status Variables").
+    """
+    cur.execute("SHOW GLOBAL STATUS LIKE 'Slaves_running'")
+    row = cur.fetchone()
+    return row is not None and int(row[1] or 0) > 0
 
 
 @dataclass(frozen=True)
@@ -304,30 +318,31 @@ def _replica_findings(state: ServerState) -> list[Finding]:
     A replica writes the transactions it applies to its own binlog only with it ON (MySQL manual,
     "log_replica_updates", default ON since 8.0; MariaDB KB, "log_slave_updates", default OFF, not dynamic).
     Without it a pipeline reading the replica misses every replicated change, and one following a failover to
-    it finds its checkpoint's transactions missing (``docs/failover.md``). On MariaDB a non-empty
-    ``gtid_slave_pos`` tells that the server has replicated (it is, or was, a replica): then OFF is wrong, and a
-    MariaDB server that never replicated gets no finding. MySQL cannot tell without a privilege the pipeline
-    does not need: OFF there is a note.
+    it finds its checkpoint's transactions missing (``docs/failover.md``). OFF is wrong on a server that
+    replicates now (:attr:`ServerState.replicating`); a note on one that has replicated (MariaDB
+    ``gtid_slave_pos`` set: it may again, or be a failover target) and on MySQL, which the pipeline's user cannot
+    ask; nothing on a MariaDB server that never replicated.
     """
     v = state.variables
     name = next((n for n in ("log_replica_updates", "log_slave_updates") if n in v), None)
-    replicated = v.get("gtid_slave_pos", "").strip()
-    if name is None or (state.flavor == "mariadb" and not replicated and not _on(v[name])):
-        return []  # a MariaDB primary that never replicated: nothing to say
+    if name is None:
+        return []
     if _on(v[name]):
         return [Finding(name, v[name], Outcome.OK)]
     fix = state.strategy.persist_fix(name, "ON") + " (not dynamic: restart the server)"
-    if replicated:
+    if state.replicating:
         problem = (
-            f"{name} is OFF on a server that replicates (gtid_slave_pos {replicated}): the transactions it "
-            "applies are not in its binlog, so a pipeline reading it misses them"
+            f"{name} is OFF on a server that replicates: the transactions it applies are not in its binlog, so a "
+            "pipeline reading it misses them"
         )
         return [Finding(name, v[name], Outcome.WRONG, problem, fix)]
-    note = (
-        "if this server becomes a replica, or the failover target of its primary, turn it ON first: without it "
-        "its binlog lacks the replicated transactions a pipeline needs (docs/failover.md)"
-    )
-    return [Finding(name, v[name], Outcome.NOTE, note, fix)]
+    if state.replicating is None or v.get("gtid_slave_pos", "").strip():
+        note = (
+            "if this server replicates, or becomes the failover target of its primary, turn it ON first: without "
+            "it its binlog lacks the replicated transactions a pipeline needs (docs/failover.md)"
+        )
+        return [Finding(name, v[name], Outcome.NOTE, note, fix)]
+    return []
 
 
 def retention_finding(policy: RetentionPolicy) -> Finding:

@@ -23,6 +23,7 @@ from airflow_provider_binlog.extract.events.stream import EventReader
 from airflow_provider_binlog.extract.resume import locate_mariadb_gtid_position
 from airflow_provider_binlog.source.flavor import MARIADB, ReplicaLag
 from airflow_provider_binlog.source.gtid import GtidSet
+from airflow_provider_binlog.source.server import read_server_state, setting_findings
 from airflow_provider_binlog.testing.mariadb import CDC_SETTINGS, LocalMariaDB
 
 pytestmark = pytest.mark.integration
@@ -196,3 +197,40 @@ def test_the_lag_of_a_replica_behind_its_primary_is_read_where_the_user_may(
         replica.execute("START SLAVE SQL_THREAD")
     assert (stopped.seconds, stopped.replica) == (None, True)
     assert "applier is not running" in stopped.note
+
+
+def test_a_replica_whose_binlog_lacks_what_it_applies_is_refused(
+    pair: tuple[LocalMariaDB, LocalMariaDB],
+) -> None:
+    primary, replica = pair
+    bare = LocalMariaDB(
+        options={**CDC_SETTINGS, "server-id": "3"}
+    )  # log_slave_updates OFF, MariaDB's default
+    try:
+        bare.start()
+        bare.execute(
+            f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={primary.port}, MASTER_USER='root', "
+            f"MASTER_PASSWORD='{primary.root_password}', MASTER_USE_GTID=slave_pos",
+            "START SLAVE",
+        )
+        deadline = time.monotonic() + 30  # its binlog stays empty: it has applied what its gtid_slave_pos says
+        while str(bare.execute("SELECT @@GLOBAL.gtid_slave_pos")[0][0]) != str(gtid_pos(primary)):
+            assert time.monotonic() < deadline, "the replica without log_slave_updates did not catch up"
+            time.sleep(0.05)
+        findings = {}
+        for name, server in (("primary", primary), ("replica", replica), ("bare", bare)):
+            with pymysql.connect(**settings(server)) as conn, conn.cursor() as cur:
+                state = read_server_state(cur, MARIADB)
+            findings[name] = (
+                state.replicating,
+                [str(f) for f in setting_findings(state) if "updates" in f.subject],
+            )
+    finally:
+        bare.stop()
+    assert findings["primary"] == (False, [])
+    assert findings["replica"] == (True, ["log_slave_updates=ON: ok"])
+    replicating, (line,) = findings["bare"]
+    assert replicating
+    assert line.startswith(
+        "log_slave_updates=OFF: WRONG: log_slave_updates is OFF on a server that replicates"
+    )

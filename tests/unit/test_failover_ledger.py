@@ -11,6 +11,7 @@ import pytest
 from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import LostTransactionsError, StateError
 from airflow_provider_binlog.extract.plan import capture_start
+from airflow_provider_binlog.extract.resume import must_follow
 from airflow_provider_binlog.pipeline.failover import plan_switch, switch_source, switch_summary
 from airflow_provider_binlog.pipeline.ledger import (
     Checkpoint,
@@ -22,6 +23,7 @@ from airflow_provider_binlog.pipeline.ledger import (
 from airflow_provider_binlog.pipeline.windows import advance_checkpoint, cut_window, mark_window
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot
 from airflow_provider_binlog.source.gtid import GtidSet
+from airflow_provider_binlog.source.server import ServerState
 
 OLD, NEW = "mariadb:1@a:3306", "mariadb:2@b:3306"
 
@@ -227,3 +229,25 @@ def test_interval_windows_follow_too() -> None:
     assert (gap.start, gap.end, ahead.start, ahead.end) == (where[30], where[35], where[35], where[40])
     merged = mark_window(switched, 3000, status="merged")
     assert advance_checkpoint(merged, merged.window(3000)).position == where[40]  # across the backfill
+
+
+def test_a_rewritten_binlog_of_the_same_server_is_followed_and_a_reset_gtid_state_refused() -> None:
+    state = ledger()  # checkpoint a.000003:400 gtid 0-1-30
+
+    def server(head: BinlogPosition, identity: str = OLD) -> ServerState:
+        return ServerState(
+            flavor="mariadb", version="10.11", server_identity=identity, variables={}, head=head
+        )
+
+    ahead = server(at(900, 40))
+    assert not must_follow(state, ahead)  # the binlog went on
+    assert not must_follow(state, ahead, at_checkpoint="0-1-30")  # and the checkpoint is still its boundary
+    assert must_follow(state, server(at(900, 40), identity=NEW))  # another server
+    assert must_follow(state, ahead, at_checkpoint="")  # the checkpoint's offset is no boundary any more
+    assert must_follow(state, ahead, at_checkpoint="0-1-12")  # it is another transaction's boundary
+    assert must_follow(
+        state, server(BinlogPosition("a.000001", 300, "0-1-40"))
+    )  # RESET MASTER, state restored
+    assert must_follow(state, server(BinlogPosition("renamed-bin.000007", 300, "0-1-40")))
+    with pytest.raises(StateError, match="RESET MASTER reset it too"):
+        must_follow(state, server(BinlogPosition("a.000001", 300, "0-1-3")))  # the GTID state was reset too

@@ -56,13 +56,23 @@ def test_mariadb_is_never_told_to_set_persist() -> None:
 
 
 def test_a_replica_without_log_replica_updates_is_wrong_and_a_primary_gets_a_note() -> None:
-    replica = state("mariadb", log_slave_updates="OFF", gtid_slave_pos="0-1-42")
+    replica = ServerState(
+        flavor="mariadb", version="10.11", server_identity="x", variables={**GOOD, "log_slave_updates": "OFF"},
+        replicating=True,
+    )  # fmt: skip
     (wrong,) = [f for f in setting_findings(replica) if f.wrong]
     assert wrong.subject == "log_slave_updates"
-    assert "replicates (gtid_slave_pos 0-1-42)" in wrong.problem
+    assert "a server that replicates" in wrong.problem
     assert "not dynamic" in wrong.fix
-    primary = setting_findings(state("mariadb", log_slave_updates="OFF", gtid_slave_pos=""))
-    assert [f for f in primary if f.subject == "log_slave_updates"] == []
+    promoted = state("mariadb", log_slave_updates="OFF", gtid_slave_pos="0-1-42")  # replicated once
+    assert [f.verdict for f in setting_findings(promoted) if f.subject == "log_slave_updates"] == [
+        Outcome.NOTE
+    ]
+    primary = ServerState(
+        flavor="mariadb", version="10.11", server_identity="x",
+        variables={**GOOD, "log_slave_updates": "OFF", "gtid_slave_pos": ""}, replicating=False,
+    )  # fmt: skip
+    assert [f for f in setting_findings(primary) if f.subject == "log_slave_updates"] == []
     (note,) = [
         f for f in setting_findings(state("mysql", log_replica_updates="OFF")) if "updates" in f.subject
     ]
