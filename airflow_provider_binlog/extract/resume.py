@@ -343,7 +343,7 @@ def follow_source(
             window_tables=window_tables,
             head=server.head,  # type: ignore[arg-type]  # check_followable: binary logging is on
         )
-        _check_lost(current, plan, on_lost)
+        check_lost(current, plan, on_lost)
         return switch_source(current, plan, identity=server.server_identity, run_id=run_id)
 
     written = manager.transact(change)  # type: ignore[arg-type]  # None only when there is no state
@@ -378,7 +378,7 @@ def must_follow(state: PipelineState, server: ServerState, at_checkpoint: str | 
         f"{checkpoint} is no longer a transaction boundary there, and the server's GTID state ({head.gtid_set}) "
         f"no longer holds the checkpoint's (RESET MASTER reset it too, so new transactions reuse old GTIDs). "
         f"Nothing was read. Re-snapshot every table of the pipeline: trigger binlog_resnapshot with "
-        f'{{"mode": "purged", "tables": "<the pipeline\'s tables>"}} (docs/failover.md).'
+        f'{{"pipeline": "{state.pipeline}", "tables": "<its tables>", "mode": "purged"}} (docs/failover.md).'
     )
 
 
@@ -435,7 +435,7 @@ def check_followable(state: PipelineState, server: ServerState) -> None:
         )
 
 
-def _check_lost(state: PipelineState, plan: SwitchPlan, on_lost: OnLostTransactions) -> None:
+def check_lost(state: PipelineState, plan: SwitchPlan, on_lost: OnLostTransactions) -> None:
     """Refuse lost transactions the run may not repair by re-snapshots.
 
     :raises LostTransactionsError: naming the GTIDs, the tables and what to do.
@@ -455,7 +455,7 @@ def _check_lost(state: PipelineState, plan: SwitchPlan, on_lost: OnLostTransacti
         f"pipeline {state.pipeline!r}: the new source lacks the transactions {plan.lost}, which the target may hold "
         f"(checkpoint {state.checkpoint.position}); they may have changed {tables}, and {why}. Nothing was changed. "
         f"Re-snapshot those tables: run with on_lost_transactions='resnapshot' (the default) on a head pipeline, or "
-        f'trigger binlog_resnapshot with {{"mode": "requested", "tables": "{tables}"}}, or load them into a new '
-        f"pipeline (docs/failover.md).",
+        f'trigger binlog_resnapshot with {{"pipeline": "{state.pipeline}", "tables": "{tables}", "mode": '
+        f'"requested"}}, or load them into a new pipeline (docs/failover.md).',
         missing=plan.lost,
     )

@@ -213,7 +213,9 @@ def test_a_replica_whose_binlog_lacks_what_it_applies_is_refused(
             f"MASTER_PASSWORD='{primary.root_password}', MASTER_USE_GTID=slave_pos",
             "START SLAVE",
         )
-        deadline = time.monotonic() + 30  # its binlog stays empty: it has applied what its gtid_slave_pos says
+        deadline = (
+            time.monotonic() + 30
+        )  # its binlog stays empty: it has applied what its gtid_slave_pos says
         while str(bare.execute("SELECT @@GLOBAL.gtid_slave_pos")[0][0]) != str(gtid_pos(primary)):
             assert time.monotonic() < deadline, "the replica without log_slave_updates did not catch up"
             time.sleep(0.05)

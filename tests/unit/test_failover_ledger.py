@@ -11,7 +11,7 @@ import pytest
 from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import LostTransactionsError, StateError
 from airflow_provider_binlog.extract.plan import capture_start
-from airflow_provider_binlog.extract.resume import must_follow
+from airflow_provider_binlog.extract.resume import check_lost, must_follow
 from airflow_provider_binlog.pipeline.failover import plan_switch, switch_source, switch_summary
 from airflow_provider_binlog.pipeline.ledger import (
     Checkpoint,
@@ -251,3 +251,21 @@ def test_a_rewritten_binlog_of_the_same_server_is_followed_and_a_reset_gtid_stat
     assert must_follow(state, server(BinlogPosition("renamed-bin.000007", 300, "0-1-40")))
     with pytest.raises(StateError, match="RESET MASTER reset it too"):
         must_follow(state, server(BinlogPosition("a.000001", 300, "0-1-3")))  # the GTID state was reset too
+
+
+def test_lost_transactions_fail_the_run_when_asked_naming_the_tables_and_the_command() -> None:
+    _, locate = new_server(10, 20, 25)
+    state = ledger()
+    plan = plan_switch(state, locate=locate, window_tables=lambda w: TABLES_OF.get(w.seq), head=at(4, 1))  # type: ignore[arg-type]
+    check_lost(state, plan, "resnapshot")  # a head pipeline repairs them by re-snapshots
+    with pytest.raises(LostTransactionsError) as failed:
+        check_lost(state, plan, "fail")
+    assert failed.value.missing == "0-1-26..30"
+    for part in (
+        "pipeline 'p'",
+        "0-1-26..30",
+        "shop.a, shop.b",
+        "on_lost_transactions='fail'",
+        '"mode": "requested"',
+    ):
+        assert part in str(failed.value), part
