@@ -235,8 +235,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             problems = kept.inconsistencies()
             position = kept.checkpoint.position
             print(
-                f"revision {revision}: checkpoint {position.file}:{position.pos} (window {kept.checkpoint.window}), "
-                f"{len(kept.windows)} windows, {'consistent' if not problems else 'INCONSISTENT'}"
+                f"revision {revision}: source {kept.source_identity}, checkpoint {position.file}:{position.pos} "
+                f"(window {kept.checkpoint.window}), {len(kept.windows)} windows, "
+                f"{'consistent' if not problems else 'INCONSISTENT'}"
             )
         print(f"stored now: {verdict}")
         return 0

@@ -434,10 +434,20 @@ def now_iso() -> str:
 
 
 def state_summary(state: PipelineState) -> dict[str, Any]:
-    """Return a short dict (checkpoint, last window) for task logs and XCom."""
+    """Return a short dict (source, last source switch, checkpoint, last window) for task logs and XCom."""
     last = state.last_window
+    switch = state.switches[-1] if state.switches else None
     return {
         "pipeline": state.pipeline,
+        "source": state.source_identity,
+        "last_source_switch": None
+        if switch is None
+        else {
+            "from": switch.from_identity,
+            "at": switch.switched_at,
+            "lost": switch.lost,
+            "run_id": switch.run_id,
+        },
         "checkpoint": state.checkpoint.position.to_dict(),
         "checkpoint_window": state.checkpoint.window,
         "last_window": None if last is None else {"seq": last.seq, "status": last.status},

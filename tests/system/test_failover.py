@@ -335,3 +335,32 @@ def test_a_binlog_reset_with_its_gtid_state_kept_is_followed_on_the_same_server(
     assert switch["old_checkpoint"] == checkpoint
     assert [s["reason"] for s in state["snapshots"]] == ["initial"]
     shop.assert_exact()
+
+
+def test_a_crash_under_concurrent_writes_ends_exact_whatever_the_replica_received(
+    topology: Topology, shop: FailoverPipeline
+) -> None:
+    shop.run_under_writes(seed=4, runs=1)
+    workload = shop.workload(seed=6)
+    workload.start(100_000, pause_seconds=0.001)
+    time.sleep(1)
+    topology.primary.process.kill()  # the primary crashes mid-write: the replica has what it had received
+    topology.primary.process.wait()
+    with pytest.raises(RuntimeError, match="the workload failed"):
+        workload.stop()  # its connection died with the primary
+    seen, deadline = "", time.monotonic() + 30  # the replica applies what it received, then it is promoted
+    while (now := gtid_pos(topology.replica)) != seen and time.monotonic() < deadline:
+        seen = now
+        time.sleep(1)
+    topology.promote_replica()
+    topology.point_at(topology.replica)
+    shop.server = topology.replica
+
+    shop.run_under_writes(seed=5)
+
+    state = shop.state()
+    (switch,) = state["switches"]
+    assert {s["reason"] for s in state["snapshots"]} <= {"initial", "lost_transactions"}
+    assert bool(switch["lost"]) == any(s["reason"] == "lost_transactions" for s in state["snapshots"])
+    shop.assert_exact()
+    print(f"crash under writes: lost {switch['lost'] or 'nothing'}, re-snapshotted {switch['resnapshot']}")

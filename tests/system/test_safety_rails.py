@@ -50,7 +50,7 @@ def test_a_hand_edited_checkpoint_fails_the_next_run_and_a_kept_revision_restore
     assert f"names window {good['checkpoint']['window']} as the last merged one" in capsys.readouterr().out
     assert admin(["history", "--pipeline", items.name, *staging]) == 0
     listing = capsys.readouterr().out
-    assert f"revision {good['revision']}: checkpoint" in listing
+    assert f"revision {good['revision']}: source {good['source_identity']}, checkpoint" in listing
     assert "stored now: inconsistent" in listing
     assert admin(["restore", "--pipeline", items.name, *staging, "--revision", str(good["revision"])]) == 0
     assert admin(["validate", "--pipeline", items.name]) == 0
