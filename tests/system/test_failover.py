@@ -240,8 +240,9 @@ def test_a_crash_failover_with_lost_transactions_resnapshots_only_the_tables_the
     print(f"crash failover, lost transactions: first window merged {seconds:.1f} s after the switch")
 
 
-def test_a_window_extracted_on_the_old_server_is_merged_after_the_switch(
-    topology: Topology, shop: FailoverPipeline, pipeline_dirs: dict[str, str]
+@pytest.mark.parametrize(("kill_at", "status"), [("extract", "cut"), ("before_merge", "extracted")])
+def test_a_window_cut_or_extracted_on_the_old_server_is_merged_after_the_switch(
+    topology: Topology, shop: FailoverPipeline, pipeline_dirs: dict[str, str], kill_at: str, status: str
 ) -> None:
     shop.run_ok()  # the snapshot and an empty first window
     topology.replica.execute(
@@ -249,32 +250,33 @@ def test_a_window_extracted_on_the_old_server_is_merged_after_the_switch(
     )  # the replica's coordinates of the window differ from the primary's
     shop.workload(seed=4).run(300)
     dates = DagRunner.next_dates()
-    assert shop.runner.run_in_child(dates, "before_merge") == -9, "the fault was not injected"
+    assert shop.runner.run_in_child(dates, kill_at) == -9, "the fault was not injected"
     held = shop.state()["windows"][-1]
-    assert held["status"] == "extracted"
-    assert held["rows"] > 0
+    assert held["status"] == status
     mark_run(shop.dag.dag_id, held["run_id"], "failed")  # as the scheduler does for a run whose worker died
     topology.caught_up()
     topology.promote_replica()
     topology.point_at(topology.replica)
     shop.server = topology.replica
-    staged = sorted(
-        p.name for p in (Path(pipeline_dirs["staging"]) / shop.name).glob(f"window={held['seq']}*")
-    )
+    folders = Path(pipeline_dirs["staging"]) / shop.name
+    staged = sorted(p.name for p in folders.glob(f"window={held['seq']}*"))
 
     shop.run_ok()
 
     state = shop.state()
-    window = next(w for w in state["windows"] if w["seq"] == held["seq"])
+    window = next(w for w in state["windows"] if w["seq"] == held["seq"])  # the same window, adopted
     assert window["status"] == "merged"
-    assert window["rows"] == held["rows"]
-    assert window["end"]["gtid_set"] == held["end"]["gtid_set"]
-    assert (window["end"]["file"], window["end"]["pos"]) != (held["end"]["file"], held["end"]["pos"])
-    # the staged window was merged as is: no new staging folder of it
-    assert (
-        sorted(p.name for p in (Path(pipeline_dirs["staging"]) / shop.name).glob(f"window={held['seq']}*"))
-        == staged
+    assert window["rows"] > 0
+    assert (window["start"]["gtid_set"], window["end"]["gtid_set"]) == (
+        held["start"]["gtid_set"],
+        held["end"]["gtid_set"],
     )
+    assert (window["end"]["file"], window["end"]["pos"]) != (held["end"]["file"], held["end"]["pos"])
+    after = sorted(p.name for p in folders.glob(f"window={held['seq']}*"))
+    if status == "extracted":  # merged as staged on the old server: no new staging folder of it
+        assert (after, window["rows"]) == (staged, held["rows"])
+    else:  # read again on the new server, into a folder of its own
+        assert len(after) == len(staged) + 1
     shop.assert_exact()
 
 
