@@ -59,18 +59,25 @@ _MARIADB = MariaDbFlavor()
 
 
 def locate_mariadb_gtid_position(settings: Mapping[str, Any], position: GtidSet) -> BinlogPosition:
-    """Return the transaction boundary of a MariaDB server's binlog up to which exactly ``position`` executed.
+    """Return where a MariaDB server's binlog must be read from to hold every transaction after ``position``.
+
+    That is the transaction boundary up to which exactly ``position`` executed, or an earlier one when the server
+    logged transactions the position's server never had (errant ones, written on a replica directly) before it:
+    the strict dump sends every event group the position does not cover, so its first GTID event starts the
+    first transaction a reader of ``position`` lacks. From an earlier boundary the transactions of ``position``
+    after it are read again; replaying them in binlog order converges to the same rows, so the read is exact.
 
     :param settings: ``pymysql.connect()`` keyword arguments of a user with REPLICATION SLAVE and
         BINLOG MONITOR (REPLICATION CLIENT).
     :param position: a MariaDB GTID position (one sequence number per domain: a checkpoint's ``gtid_set``).
-    :returns: the boundary's coordinates on this server, with ``gtid_set`` the position's text.
+    :returns: the boundary's coordinates on this server, with ``gtid_set`` the GTID state there: the position's
+        text when it is the position's own boundary.
     :raises LostTransactionsError: when this server's binlog lacks transactions of ``position``
-        (``@@gtid_binlog_pos`` does not contain it): they were lost in a failover, or the server is another
-        topology's.
+        (``@@gtid_binlog_pos`` does not contain it, or holds other transactions under their sequence numbers):
+        they were lost in a failover, or the server is another topology's.
     :raises BinlogPurgedError: when the binlog file the position lies in was purged from this server.
-    :raises SourceUnreachableError: when the position is not found after :data:`LOCATE_ATTEMPTS` dumps, or the
-        boundary found does not give the position back (``BINLOG_GTID_POS``).
+    :raises SourceUnreachableError: when the position is not found after :data:`LOCATE_ATTEMPTS` dumps (the head
+        moved each time), or the boundary found is beyond the position (``BINLOG_GTID_POS``).
     :raises ValueError: when ``position`` is not a MariaDB GTID position.
     """
     text = position.to_position()
@@ -82,19 +89,19 @@ def locate_mariadb_gtid_position(settings: Mapping[str, Any], position: GtidSet)
                 first = _first_transaction_after(settings, position)
                 if first is not None:
                     at = _MARIADB.gtid_at(cur, first.file, first.pos)
-                    if not _names(at, text):
+                    if not _before(at, text):
                         raise SourceUnreachableError(
                             f"the GTID position {text} was located at {first.file}:{first.pos}, but BINLOG_GTID_POS "
-                            f"there is {at}: not exact. Retry; if it persists, report it."
+                            f"there is {at}, beyond it. Retry; if it persists, report it."
                         )
-                    found = first
+                    found = BinlogPosition(first.file, first.pos, text if _names(at, text) else at)
                 else:  # the binlog ended at the position: its head (gtid_set read there), unless a write came since
                     head = _MARIADB.read_head(cur)
                     if head is None or not _names(head.gtid_set, text):
                         continue
-                    found = head
-                log.info("GTID position %s lies at %s:%s on this server", text, found.file, found.pos)
-                return BinlogPosition(found.file, found.pos, text)
+                    found = BinlogPosition(head.file, head.pos, text)
+                log.info("GTID position %s is read from %s on this server", text, found)
+                return found
     finally:
         connection.close()
     raise SourceUnreachableError(
@@ -173,6 +180,21 @@ def _names(found: str, position: str) -> bool:
     return all(have.get(domain) == last for domain, last in _last_gtids(position).items())
 
 
+def _before(found: str, position: str) -> bool:
+    """Return whether the GTID state ``found`` lies at or before ``position``.
+
+    Every transaction it executed, the position holds: per domain a lower sequence number, or the same GTID.
+    """
+    limits = _last_gtids(position)
+    for domain, last in _last_gtids(found).items():
+        if domain not in limits:
+            return False
+        (server, seq), (limit_server, limit_seq) = (last.split("-"), limits[domain].split("-"))
+        if int(seq) > int(limit_seq) or (seq == limit_seq and server != limit_server):
+            return False
+    return True
+
+
 def _last_gtids(text: str) -> dict[str, str]:
     """Return ``{domain: "server-seq"}`` of a MariaDB GTID position text (``0-1-100,1-2-5``)."""
     entries = (entry.strip().split("-", 1) for entry in text.replace("\n", "").split(",") if entry.strip())
@@ -187,12 +209,13 @@ _MYSQL_GTIDS = frozenset({codes.GTID, codes.ANONYMOUS_GTID, codes.GTID_TAGGED})
 def locate_mysql_gtid_position(
     files: Sequence[str], events_of: EventsOf, position: GtidSet
 ) -> BinlogPosition:
-    """Return the transaction boundary of a MySQL binlog up to which exactly the GTID set ``position`` executed.
+    """Return where a MySQL binlog must be read from to hold every transaction after the GTID set ``position``.
 
     The file is the newest whose PREVIOUS_GTIDS (the GTIDs executed before it, MySQL manual, "GTID Sets";
-    ``Previous_gtids_log_event`` in ``libbinlogevents/include/control_events.h``) ``position`` contains; in it,
-    the boundary is the first GTID event before which the executed set equals ``position``, or the file's end.
-    Tagged GTIDs (8.4) count as any other. The same search runs on recorded files and over a server's dumps.
+    ``Previous_gtids_log_event`` in ``libbinlogevents/include/control_events.h``) ``position`` contains; from it,
+    the boundary is the first GTID event whose transaction ``position`` lacks (:func:`_boundary_in`), or the
+    binlog's end. Tagged GTIDs (8.4) count as any other. The same search runs on recorded files and over a
+    server's dumps.
 
     :param files: the binlog file names, oldest first (``SHOW BINARY LOGS``).
     :param events_of: the decoded events of a file from its start; read only until the answer is known.
@@ -200,8 +223,7 @@ def locate_mysql_gtid_position(
     :raises BinlogPurgedError: when no file's PREVIOUS_GTIDS is contained: the transactions before the position's
         first file were purged (or the position is another topology's).
     :raises LostTransactionsError: when the binlog ends before it executed all of ``position``.
-    :raises StateError: when no boundary executed exactly ``position`` (this server applied its transactions in
-        another order, or an anonymous transaction lies at the boundary).
+    :raises StateError: when an anonymous transaction lies before the boundary.
     """
     text = str(position)
     for name in reversed(files):
@@ -226,39 +248,37 @@ def _previous_gtids(events: Iterator[Event], flavor: str) -> GtidSet:
 
 
 def _boundary_in(name: str, events: Iterator[Event], executed: GtidSet, position: GtidSet) -> BinlogPosition:
-    """Return the boundary of ``position`` among ``events`` (after the PREVIOUS_GTIDS of file ``name``).
+    """Return where to read ``position``'s successors from, among ``events`` (after the PREVIOUS_GTIDS of ``name``).
 
-    A dump reads on into the files after ``name``: each event names its own file.
+    That is the first GTID event whose transaction ``position`` lacks: the position's own boundary, or an earlier
+    one when the server logged transactions the position's server never had (errant ones) before it; the
+    transactions of ``position`` after it are then read again, which converges to the same rows. A dump reads on
+    into the files after ``name``: each event names its own file.
     """
     end = BinlogPosition(name, 4)
     for event in events:
         if event.in_payload or event.type_code == codes.ROTATE:
             continue
         if event.type_code in _MYSQL_GTIDS:
-            if executed == position:
-                if event.data.gtid is None:
-                    break  # an anonymous transaction next: no GTID set tells the two boundaries apart
-                return BinlogPosition(event.file, event.start, str(position))
-            if event.data.gtid is not None:
-                executed = executed.add(event.data.gtid)
-            if not position.contains(executed):
-                break
+            gtid = event.data.gtid
+            if gtid is None:
+                raise StateError(
+                    f"an anonymous transaction (gtid_mode was not ON) lies at {event.file}:{event.start}, before the "
+                    f"binlog executed the GTID set {position}: no GTID tells whether the target holds it. The "
+                    f"pipeline cannot resume there exactly: re-snapshot into a new pipeline (docs/failover.md)."
+                )
+            if not position.contains_gtid(gtid):
+                return BinlogPosition(event.file, event.start, str(position if executed == position else executed))
+            executed = executed.add(gtid)
         end = BinlogPosition(event.file, event.end_pos)
-    else:
-        if executed == position:
-            return BinlogPosition(end.file, end.pos, str(position))
-        missing = position - executed
-        raise LostTransactionsError(
-            f"this server's binlog ends at {end.file}:{end.pos} having executed {executed}, without the "
-            f"transactions {missing} of the GTID set {position}: they were lost in a failover, or the connection "
-            f"reaches another replication topology",
-            missing=str(missing),
-        )
-    raise StateError(
-        f"no transaction boundary of the binlog from {name} on executed exactly the GTID set {position} (it reached "
-        f"{executed}): this server applied those transactions in another order (replica_preserve_commit_order=OFF), "
-        f"or an anonymous transaction lies at it. The pipeline cannot resume there exactly: re-snapshot into a new "
-        f"pipeline (docs/failover.md)."
+    if executed == position:
+        return BinlogPosition(end.file, end.pos, str(position))
+    missing = position - executed
+    raise LostTransactionsError(
+        f"this server's binlog ends at {end.file}:{end.pos} having executed {executed}, without the transactions "
+        f"{missing} of the GTID set {position}: they were lost in a failover, or the connection reaches another "
+        f"replication topology",
+        missing=str(missing),
     )
 
 

@@ -110,7 +110,7 @@ def plan_switch(
     captured = {*state.target_tables, *(t for s in state.snapshots for t in s.tables)}
     merged = _gtids(old, state.flavor)
     try:
-        checkpoint, lost = _same_text(locate(merged), old), ""
+        checkpoint, lost = _same_text(locate(merged), old, state.flavor), ""
     except LostTransactionsError as err:
         resume = _resume_point(state, finder)
         if resume is None:  # the new server holds no boundary of the ledger: every table is read again
@@ -125,7 +125,8 @@ def plan_switch(
         if not beyond:
             continue
         if window.status == "merged" and window.cut_by == "head":
-            tables |= _window_tables(state, window, window_tables)  # merged after the resume point: lost ones
+            if lost:  # merged after the resume point: it may hold the lost transactions
+                tables |= _window_tables(state, window, window_tables)
         elif not all(finder.find(p) for p in beyond):
             if window.status != "merged":
                 dropped.add(window.seq)
@@ -229,7 +230,7 @@ class _Finder:
         key = _key(position, self.flavor)
         if key not in self.located and key not in self.missing:
             try:
-                self.located[key] = _same_text(self.locate(_gtids(position, self.flavor)), position)
+                self.located[key] = _same_text(self.locate(_gtids(position, self.flavor)), position, self.flavor)
             except LostTransactionsError:
                 self.missing.add(key)
         return self.located.get(key)
@@ -266,12 +267,15 @@ def _lost_barriers(state: PipelineState, plan: SwitchPlan) -> Iterable[Resnapsho
         )
 
 
-def _same_text(located: BinlogPosition, position: BinlogPosition) -> BinlogPosition:
-    """Return ``located`` with the GTID set text of ``position``.
+def _same_text(located: BinlogPosition, position: BinlogPosition, flavor: str) -> BinlogPosition:
+    """Return ``located`` with the GTID set text of ``position`` when it is the same set.
 
     A rebased boundary keeps its ledger text, so a window's staged manifest still names the window's bounds by
-    GTID set (:func:`~airflow_provider_binlog.pipeline.staging.staged_manifest`).
+    GTID set (:func:`~airflow_provider_binlog.pipeline.staging.staged_manifest`). A boundary found before the
+    position (errant transactions precede it on the new server) keeps its own state.
     """
+    if _gtids(located, flavor) != _gtids(position, flavor):
+        return located
     return BinlogPosition(located.file, located.pos, position.gtid_set)
 
 
