@@ -264,7 +264,9 @@ def test_a_window_cut_or_extracted_on_the_old_server_is_merged_after_the_switch(
     folders = Path(pipeline_dirs["staging"]) / shop.name
     staged = sorted(p.name for p in folders.glob(f"window={held['seq']}*"))
 
+    started = time.monotonic()
     shop.run_ok()
+    print(f"window {status} on the old server: merged {time.monotonic() - started:.1f} s after the switch")
 
     state = shop.state()
     window = next(w for w in state["windows"] if w["seq"] == held["seq"])  # the same window, adopted
@@ -331,7 +333,9 @@ def test_a_binlog_reset_with_its_gtid_state_kept_is_followed_on_the_same_server(
         workload.first_number += 50_000
     assert shop.head()["file"] == checkpoint["file"]
 
+    started = time.monotonic()
     shop.run_ok()
+    print(f"binlog reset: first window merged {time.monotonic() - started:.1f} s after it")
 
     state = shop.state()
     (switch,) = state["switches"]
@@ -361,14 +365,17 @@ def test_a_crash_under_concurrent_writes_ends_exact_whatever_the_replica_receive
     topology.point_at(topology.replica)
     shop.server = topology.replica
 
-    shop.run_under_writes(seed=5)
+    seconds = shop.run_under_writes(seed=5)
 
     state = shop.state()
     (switch,) = state["switches"]
     assert {s["reason"] for s in state["snapshots"]} <= {"initial", "lost_transactions"}
     assert bool(switch["lost"]) == any(s["reason"] == "lost_transactions" for s in state["snapshots"])
     shop.assert_exact()
-    print(f"crash under writes: lost {switch['lost'] or 'nothing'}, re-snapshotted {switch['resnapshot']}")
+    print(
+        f"crash under writes: lost {switch['lost'] or 'nothing'}, re-snapshotted {switch['resnapshot']}, first "
+        f"window merged {seconds:.1f} s after the switch"
+    )
 
 
 def test_errant_transactions_written_on_the_replica_reach_the_target_after_the_switch(
@@ -388,7 +395,9 @@ def test_errant_transactions_written_on_the_replica_reach_the_target_after_the_s
     topology.point_at(topology.replica)
     shop.server = topology.replica
 
+    started = time.monotonic()
     shop.run_ok()
+    print(f"errant transactions: first window merged {time.monotonic() - started:.1f} s after the switch")
 
     (switch,) = shop.state()["switches"]
     assert switch["lost"] == ""
