@@ -204,8 +204,13 @@ def switch_summary(switch: SourceSwitch) -> str:
         else f"the source changed from {switch.from_identity} to {switch.to_identity}"
     )
     text = f"{change}: the checkpoint (GTID set {old.gtid_set}, {old.file}:{old.pos} there) "
-    if not switch.lost:
+    if not switch.lost and new.gtid_set == old.gtid_set:
         text += f"lies at {new.file}:{new.pos} now; the pipeline goes on from there"
+    elif not switch.lost:
+        text += (
+            f"is preceded there by transactions the old source never had (errant ones); the pipeline reads from "
+            f"{new.file}:{new.pos} (GTID set {new.gtid_set}), the checkpoint's later transactions again"
+        )
     else:
         text += (
             f"is not on the new server, which lacks the transactions {switch.lost}; the pipeline goes on from "
