@@ -268,7 +268,9 @@ def _boundary_in(name: str, events: Iterator[Event], executed: GtidSet, position
                     f"pipeline cannot resume there exactly: re-snapshot into a new pipeline (docs/failover.md)."
                 )
             if not position.contains_gtid(gtid):
-                return BinlogPosition(event.file, event.start, str(position if executed == position else executed))
+                return BinlogPosition(
+                    event.file, event.start, str(position if executed == position else executed)
+                )
             executed = executed.add(gtid)
         end = BinlogPosition(event.file, event.end_pos)
     if executed == position:

@@ -235,7 +235,9 @@ class _Finder:
         key = _key(position, self.flavor)
         if key not in self.located and key not in self.missing:
             try:
-                self.located[key] = _same_text(self.locate(_gtids(position, self.flavor)), position, self.flavor)
+                self.located[key] = _same_text(
+                    self.locate(_gtids(position, self.flavor)), position, self.flavor
+                )
             except LostTransactionsError:
                 self.missing.add(key)
         return self.located.get(key)
