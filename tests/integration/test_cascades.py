@@ -57,6 +57,7 @@ SCHEMA = (
     " FOREIGN KEY (o_id) REFERENCES {db}.other (id) ON DELETE CASCADE)",
 )
 PARENTS = 60
+USER, PASSWORD = "cdc_cascades", "cdc-cascades-pw-1"
 
 
 class Pipeline:
@@ -112,7 +113,13 @@ def pipeline(
 ) -> Iterator[Pipeline]:
     """The schema, its first rows and a first merged window holding them (built once for the module)."""
     with pytest.MonkeyPatch.context() as patch, mariadb.scratch_database("fk") as db:
-        patch.setenv("AIRFLOW_CONN_BINLOG_DEFAULT", mariadb.uri())
+        # the grants the connection Test asks for, no more: MariaDB shows such a user no
+        # REFERENTIAL_CONSTRAINTS rows, and the keys must still be found
+        mariadb.execute(
+            f"CREATE USER IF NOT EXISTS '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}'",
+            f"GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO '{USER}'@'127.0.0.1'",
+        )
+        patch.setenv("AIRFLOW_CONN_BINLOG_DEFAULT", f"mysql://{USER}:{PASSWORD}@127.0.0.1:{mariadb.port}")
         mariadb.execute(*(statement.format(db=db) for statement in SCHEMA))
         runner = Pipeline(mariadb, db, tmp_path_factory.mktemp("cascades"), spark)
         mariadb.execute(

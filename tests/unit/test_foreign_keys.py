@@ -15,6 +15,7 @@ from airflow_provider_binlog.contract.foreign_keys import (
 )
 from airflow_provider_binlog.jobs.merge.cascades import ParentChange, replay
 from airflow_provider_binlog.source.flavor import flavor_named
+from airflow_provider_binlog.source.schema import referential_actions
 
 
 def fk(
@@ -135,3 +136,20 @@ def test_two_keys_acting_on_one_row_for_one_parent_change_leave_one_image() -> N
         [row(1, window=0, id=7, p_id=1, p_code="a")],
     )
     assert [(r["id"], r["p_id"], r["p_code"]) for r in out.rows] == [(7, None, None)]
+
+
+def test_referential_actions_are_read_from_show_create_table_whatever_the_names() -> None:
+    create = (
+        "CREATE TABLE `c``x` (\n  `id` int(11) NOT NULL,\n  `p.id` int(11) DEFAULT NULL,\n  `k` int(11) DEFAULT NULL,\n"
+        "  PRIMARY KEY (`id`),\n"
+        "  CONSTRAINT `f.1 ``odd``` FOREIGN KEY (`p.id`) REFERENCES `other db`.`p` (`id`) ON DELETE CASCADE "
+        "ON UPDATE SET NULL,\n"
+        "  CONSTRAINT `plain` FOREIGN KEY (`k`) REFERENCES `p` (`k`) ON UPDATE CASCADE,\n"
+        "  CONSTRAINT `strict` FOREIGN KEY (`k`) REFERENCES `p` (`k`)\n"
+        ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+    )
+    assert referential_actions(create) == {
+        "f.1 `odd`": ("CASCADE", "SET NULL"),
+        "plain": ("RESTRICT", "CASCADE"),  # an action not named is InnoDB's RESTRICT
+        "strict": ("RESTRICT", "RESTRICT"),
+    }
