@@ -9,7 +9,7 @@ written as row events before the parent's event (MySQL 9.7 manual section 19.5.1
 defined in ``sql/sys_vars.cc`` of 9.6.0). On such a server nothing needs to be synthesised.
 
 This module is shared by the extractor (which reads the keys with
-:func:`~airflow_provider_binlog.source.schema.read_foreign_keys` and records them in the window manifest)
+:func:`~airflow_provider_binlog.source.foreign_keys.read_foreign_keys` and records them in the window manifest)
 and the Spark merge (which applies them, see :mod:`airflow_provider_binlog.jobs.merge.cascades`); it
 imports neither Airflow nor Spark. Whether a source logs the cascaded rows itself is a flavor question
 (:meth:`~airflow_provider_binlog.source.flavor.SourceFlavor.cascades_are_logged`).

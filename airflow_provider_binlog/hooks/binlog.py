@@ -578,12 +578,12 @@ class BinlogHook(BaseHook):
     def foreign_keys(self, tables: Iterable[str]) -> list[ForeignKey]:
         """Return the foreign keys with CASCADE or SET NULL actions whose child is one of ``tables``.
 
-        One query on information_schema (:func:`~airflow_provider_binlog.source.schema.read_foreign_keys`);
+        What a SELECT-only user sees (:func:`~airflow_provider_binlog.source.foreign_keys.read_foreign_keys`);
         the parent may be any table of the server.
 
         :param tables: ``db.table`` names (the resolved selection).
         """
-        from airflow_provider_binlog.source.schema import read_foreign_keys
+        from airflow_provider_binlog.source.foreign_keys import read_foreign_keys
 
         with self.cursor() as cur:
             return read_foreign_keys(cur, tables)

@@ -15,7 +15,7 @@ from airflow_provider_binlog.contract.foreign_keys import (
 )
 from airflow_provider_binlog.jobs.merge.cascades import ParentChange, replay
 from airflow_provider_binlog.source.flavor import flavor_named
-from airflow_provider_binlog.source.schema import referential_actions
+from airflow_provider_binlog.source.foreign_keys import referential_actions
 
 
 def fk(
