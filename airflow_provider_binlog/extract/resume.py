@@ -176,8 +176,10 @@ def _names(found: str, position: str) -> bool:
     domains ``found`` has beyond the position's are transactions the position's server never had (errant ones),
     which lie before the boundary.
     """
-    have = _last_gtids(found)
-    return all(have.get(domain) == last for domain, last in _last_gtids(position).items())
+    have = GtidSet.parse(found, "mariadb").last_gtids()
+    return all(
+        have.get(domain) == last for domain, last in GtidSet.parse(position, "mariadb").last_gtids().items()
+    )
 
 
 def _before(found: str, position: str) -> bool:
@@ -185,20 +187,13 @@ def _before(found: str, position: str) -> bool:
 
     Every transaction it executed, the position holds: per domain a lower sequence number, or the same GTID.
     """
-    limits = _last_gtids(position)
-    for domain, last in _last_gtids(found).items():
-        if domain not in limits:
-            return False
-        (server, seq), (limit_server, limit_seq) = (last.split("-"), limits[domain].split("-"))
-        if int(seq) > int(limit_seq) or (seq == limit_seq and server != limit_server):
-            return False
-    return True
-
-
-def _last_gtids(text: str) -> dict[str, str]:
-    """Return ``{domain: "server-seq"}`` of a MariaDB GTID position text (``0-1-100,1-2-5``)."""
-    entries = (entry.strip().split("-", 1) for entry in text.replace("\n", "").split(",") if entry.strip())
-    return {domain: rest for domain, rest in entries}
+    executed, limit = GtidSet.parse(found, "mariadb"), GtidSet.parse(position, "mariadb")
+    limits = limit.last_gtids()
+    return limit.contains(executed) and all(
+        limits[domain] == (server, seq)
+        for domain, (server, seq) in executed.last_gtids().items()
+        if limits[domain][1] == seq
+    )
 
 
 EventsOf = Callable[[str], Iterable[Event]]

@@ -505,6 +505,17 @@ class GtidSet:
             raise ValueError(f"GTID set {str(self)!r} ({self.flavor}) is not a MariaDB GTID position")
         return str(self)
 
+    def last_gtids(self) -> dict[int, tuple[int, int]]:
+        """Return ``{domain: (server_id, seq_no)}`` of a MariaDB set's last GTID in each domain ({} for MySQL).
+
+        Unlike ``==``, which compares transactions only, this tells apart two servers that wrote the same
+        sequence number of a domain (a diverged replica, MariaDB KB "GTID").
+        """
+        servers = dict(self.servers)
+        return {
+            key: (servers[key], intervals[-1][1]) for key, intervals in self.ranges if isinstance(key, int)
+        }
+
     # ---------------------------------------------------------------- queries
 
     @property
