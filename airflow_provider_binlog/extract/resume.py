@@ -369,6 +369,44 @@ def follow_source(
     return written
 
 
+def follow_pipeline(
+    hook: BinlogHook,
+    server: ServerState,
+    root: Any,
+    *,
+    pipeline: str,
+    staging_conn_id: str | None,
+    run_id: str,
+    on_lost: OnLostTransactions,
+    logger: logging.Logger | Any = log,
+) -> tuple[StateManager, PipelineState | None]:
+    """Return the state manager of a task that writes ``pipeline``'s state, and the state followed to ``server``.
+
+    The manager copies each revision it writes into the pipeline's staging folder ``root`` and holds the state
+    lock on the source; the state is :func:`follow_source`'s, with the tables of a staged window read from its
+    manifest (through ``staging_conn_id``).
+
+    :param root: the pipeline's staging folder ``<staging>/<pipeline>`` (an ObjectStoragePath).
+    :raises StateError, LostTransactionsError, BinlogPurgedError: see :func:`follow_source`.
+    """
+    from airflow_provider_binlog.pipeline.history import StagedStateHistory
+    from airflow_provider_binlog.pipeline.lock import SourceStateLock
+    from airflow_provider_binlog.pipeline.staging import staged_tables
+    from airflow_provider_binlog.pipeline.state import StateManager
+
+    manager = StateManager(pipeline, history=StagedStateHistory(root), lock=SourceStateLock(hook))
+    state = follow_source(
+        manager,
+        hook,
+        server,
+        run_id=run_id,
+        on_lost=on_lost,
+        window_tables=lambda window: staged_tables(window, staging_conn_id),
+        logger=logger,
+    )
+    return manager, state
+
+
 def must_follow(state: PipelineState, server: ServerState, at_checkpoint: str | None = None) -> bool:
     """Return whether ``state``'s coordinates are not ``server``'s: another server, or its binlog rewritten.
 

@@ -25,14 +25,11 @@ from airflow_provider_binlog.extract.plan import (
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.lineage import StagedLineageMixin
 from airflow_provider_binlog.pipeline.failover import OnLostTransactions, check_on_lost_transactions
-from airflow_provider_binlog.pipeline.history import StagedStateHistory
 from airflow_provider_binlog.pipeline.ledger import PipelineState, Window
-from airflow_provider_binlog.pipeline.lock import SourceStateLock
 from airflow_provider_binlog.pipeline.runs import holder_states
 from airflow_provider_binlog.pipeline.staging import (
     check_writable,
     schema_history,
-    staged_tables,
     storage_path,
     window_staging,
 )
@@ -149,7 +146,7 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         """Validate the source, cut or reuse the window, stage it and record it in the ledger."""
-        from airflow_provider_binlog.extract.resume import follow_source
+        from airflow_provider_binlog.extract.resume import follow_pipeline
         from airflow_provider_binlog.extract.window import extract_window  # pyarrow: not at DAG parsing
 
         keyless_tables = check_keyless_mode(self.keyless_tables)
@@ -161,14 +158,14 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         )
         root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
         check_writable(root)
-        manager = StateManager(self.pipeline, history=StagedStateHistory(root), lock=SourceStateLock(hook))
-        known = follow_source(
-            manager,
+        manager, known = follow_pipeline(
             hook,
             server,
+            root,
+            pipeline=self.pipeline,
+            staging_conn_id=self.staging_conn_id,
             run_id=str(context["run_id"]),
             on_lost=self.on_lost_transactions,
-            window_tables=lambda window: staged_tables(window, self.staging_conn_id),
             logger=self.log,
         )
         described = hook.describe_tables(selection)

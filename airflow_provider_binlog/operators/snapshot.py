@@ -172,10 +172,8 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         :raises MergeError: when the Spark application fails (a retry resumes) or the target lacks the rows.
         """
         from airflow_provider_binlog.contract.uris import join_uri, read_json
-        from airflow_provider_binlog.extract.resume import follow_source
-        from airflow_provider_binlog.pipeline.history import StagedStateHistory
-        from airflow_provider_binlog.pipeline.lock import SourceStateLock
-        from airflow_provider_binlog.pipeline.staging import check_writable, staged_tables, storage_path
+        from airflow_provider_binlog.extract.resume import follow_pipeline
+        from airflow_provider_binlog.pipeline.staging import check_writable, storage_path
         from airflow_provider_binlog.pipeline.storage import split_connection, storage_options_for
         from airflow_provider_binlog.snapshot.chunks import SOURCE_ENV
         from airflow_provider_binlog.snapshot.plan import PLAN_NAME
@@ -197,14 +195,14 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         server = self._with_head_now(hook, server)
         root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
         check_writable(root)
-        manager = StateManager(self.pipeline, history=StagedStateHistory(root), lock=SourceStateLock(hook))
-        state = follow_source(
-            manager,
+        manager, state = follow_pipeline(
             hook,
             server,
+            root,
+            pipeline=self.pipeline,
+            staging_conn_id=self.staging_conn_id,
             run_id=str(context["run_id"]),
             on_lost=self.on_lost_transactions,
-            window_tables=lambda window: staged_tables(window, self.staging_conn_id),
             logger=self.log,
         )
         new_to_target = sorted(t for t in resolved.keys if state is None or t not in state.target_tables)
