@@ -149,12 +149,7 @@ class SourceFlavor(ABC):
         from airflow_provider_binlog.source.grants import ACCESS_DENIED_ERRORS
 
         try:
-            try:
-                cur.execute("SHOW REPLICA STATUS")
-            except pymysql.err.ProgrammingError as err:
-                if not err.args or err.args[0] != ER_PARSE_ERROR:
-                    raise
-                cur.execute("SHOW SLAVE STATUS")
+            _execute_spelling(cur, "SHOW REPLICA STATUS", older="SHOW SLAVE STATUS")
         except (pymysql.err.OperationalError, pymysql.err.ProgrammingError) as err:
             if err.args and err.args[0] in ACCESS_DENIED_ERRORS:
                 note = f"not measured: the user may not read SHOW REPLICA STATUS ({err.args[1]})"
@@ -243,14 +238,7 @@ class MySqlFlavor(SourceFlavor):
 
     def replicas(self, cur: Any) -> list[ReplicaHost]:
         """List ``SHOW REPLICAS`` (8.0.22+), else ``SHOW SLAVE HOSTS`` (MySQL manual, "SHOW REPLICAS Statement")."""
-        import pymysql
-
-        try:
-            cur.execute("SHOW REPLICAS")
-        except pymysql.err.ProgrammingError as err:
-            if not err.args or err.args[0] != ER_PARSE_ERROR:
-                raise
-            cur.execute("SHOW SLAVE HOSTS")
+        _execute_spelling(cur, "SHOW REPLICAS", older="SHOW SLAVE HOSTS")
         return self._replica_rows(cur)
 
     def cascades_are_logged(self, variables: Mapping[str, str]) -> bool:
@@ -324,6 +312,21 @@ class MariaDbFlavor(SourceFlavor):
             f"run SET GLOBAL {setting} = {value} and add {setting}={value} under [mariadb] in the server's "
             "option file (MariaDB has no SET PERSIST)"
         )
+
+
+def _execute_spelling(cur: Any, current: str, *, older: str) -> None:
+    """Run the statement ``current``, or its ``older`` spelling where the server does not know it (parse error 1064).
+
+    :raises pymysql.err.MySQLError: any other error, as the server answers.
+    """
+    import pymysql
+
+    try:
+        cur.execute(current)
+    except pymysql.err.ProgrammingError as err:
+        if not err.args or err.args[0] != ER_PARSE_ERROR:
+            raise
+        cur.execute(older)
 
 
 def _host_identity(variables: Mapping[str, str]) -> str:
