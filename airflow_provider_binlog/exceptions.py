@@ -61,7 +61,39 @@ class UnsupportedEventError(BinlogError, AirflowFailException):
     """The binlog holds an event the extractor cannot decode without losing rows."""
 
 
-class UndecodableValueError(UnsupportedEventError):
+class TableRefusalError(UnsupportedEventError):
+    """An event of one table cannot be staged exactly: that table, and only it, can be quarantined.
+
+    Raised by the window reader; the extract quarantines the table (``on_table_error="quarantine"``,
+    ``docs/operating.md``, "Quarantined tables") or fails the window with it (``"fail"``). The attributes
+    default to None so the error survives pickling between a parallel read's processes (``args`` is the
+    message alone; the attributes travel in ``__dict__``).
+
+    :ivar table: ``db.table``.
+    :ivar column: the column and its type (``db.table.column (type ...)``), when one value is refused.
+    :ivar file: binlog file of the refused row event.
+    :ivar pos: end position of the refused row event in ``file``.
+    :ivar gtid: GTID of its transaction, when the source logs GTIDs.
+    :ivar reason: what was refused, in a few words (the message says it all, with the remedy).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str | None = None,
+        column: str | None = None,
+        file: str | None = None,
+        pos: int | None = None,
+        gtid: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.table, self.column, self.file, self.pos, self.gtid = table, column, file, pos, gtid
+        self.reason = reason
+
+
+class UndecodableValueError(TableRefusalError):
     """A column value in the binlog cannot be converted to its staged type exactly.
 
     Raised at once, without retries: the same bytes fail the same way on every attempt. The message
@@ -100,3 +132,15 @@ class PurgeRiskError(BinlogError, AirflowFailException):
 
 class ValidationMismatchError(BinlogError, AirflowFailException):
     """The target differs from the source at the checkpoint, confirmed after the target caught up."""
+
+
+class QuarantinedTableError(BinlogError, AirflowFailException):
+    """A target table read with ``allow_quarantined=False`` is quarantined (its rows are not current)."""
+
+
+class QuarantinedTableWarning(UserWarning):
+    """A target table that was read is quarantined: its rows are the source's as of where it stopped."""
+
+
+class TablesQuarantinedError(BinlogError, AirflowFailException):
+    """Tables of the pipeline are quarantined: the run's other tables were merged, these stand still."""

@@ -196,6 +196,8 @@ class ValueConversionError(ValueError):
         super().__init__(f"{column}: {type(cause).__name__}: {cause}")
         self.column = column
         self.cause = cause
+        self.table: str | None = None
+        """``db.table``, set by the window reader where the failing layout is known."""
         self.file = file
         self.pos = pos
         self.gtid = gtid

@@ -152,16 +152,24 @@ def plan_tables(
     return targets, skipped
 
 
-def capture_start(state: PipelineState | None, table: str) -> BinlogPosition | None:
-    """Return where the pipeline's capture of ``table`` begins: the start of its first snapshot, if any.
+def capture_start(state: PipelineState | None, table: str, below: int | None = None) -> BinlogPosition | None:
+    """Return where a window's capture of ``table`` begins: the start of the table's newest snapshot, if any.
 
-    Changes logged before that start are in the snapshot's rows; binlog windows stage only later ones.
+    Changes logged before that start are in the snapshot's rows; binlog windows stage only later ones. The newest
+    snapshot ordered before the window counts, not the first: a re-snapshot (a schema change, a quarantine, a
+    request) holds the table as the source had it then, and the events before it need not be decoded again
+    (they may carry a value the table was quarantined for, in the before image of the update that fixed it).
 
     :param state: the pipeline's state (None: a new pipeline, no snapshot).
     :param table: ``db.table``.
+    :param below: the window's seq: only snapshots ordered before it (a lower seq) count; None: every snapshot.
     """
-    firsts = [s.start for s in (state.snapshots if state else []) if table in s.tables]
-    return min((p for p in firsts), key=lambda p: p.key, default=None)
+    snapshots = [
+        s
+        for s in (state.snapshots if state else [])
+        if table in s.tables and (below is None or s.seq < below)
+    ]
+    return max(snapshots, key=lambda s: s.seq).start if snapshots else None
 
 
 def captured_tables(state: PipelineState | None) -> set[str]:
@@ -219,7 +227,10 @@ def schema_barriers(state: PipelineState | None, table: str, window: int) -> lis
     """Return the :class:`~airflow_provider_binlog.extract.targets.SchemaBarrier` s of ``table`` for window ``window``.
 
     One per schema change of the table still listed in ``state.resnapshots_needed``; it is covered when a
-    snapshot of the table with a seq below ``window`` started at or after the change.
+    snapshot of the table with a seq below ``window`` started at or after the change. A covered quarantine
+    (:mod:`~airflow_provider_binlog.pipeline.quarantine`) stages only the changes after that snapshot's start:
+    the snapshot holds the table as it was then, and the events before it may still carry the refused value
+    (the before image of the very update that fixed it), which no window must decode again.
 
     :param state: the pipeline's state (None: a new pipeline, no barrier).
     :param table: ``db.table``.
@@ -227,11 +238,12 @@ def schema_barriers(state: PipelineState | None, table: str, window: int) -> lis
     """
     if state is None:
         return []
-    return [
-        SchemaBarrier(r.since, covered=state.covering_snapshot(r, below=window) is not None)
-        for r in state.resnapshots_needed
-        if r.table == table
-    ]
+    barriers = []
+    for needed in (r for r in state.resnapshots_needed if r.table == table):
+        cover = state.covering_snapshot(needed, below=window)
+        since = cover.start if cover is not None and needed.cause == "quarantine" else needed.since
+        barriers.append(SchemaBarrier(since, covered=cover is not None))
+    return barriers
 
 
 def set_barriers(
@@ -243,7 +255,10 @@ def set_barriers(
     pipeline: str,
     log: PlanLog,
 ) -> None:
-    """Set each target's :attr:`TableTarget.barriers` for window ``window`` (:func:`schema_barriers`).
+    """Set each target's capture start and :attr:`TableTarget.barriers` for window ``window``.
+
+    The capture start is :func:`capture_start` of the snapshots ordered before the window; the barriers are
+    :func:`schema_barriers`.
 
     A pipeline cutting by interval takes no snapshots, so an uncovered barrier stays uncovered: the table's
     changes after its schema change are left out of every window. That is logged as an ERROR naming the table
@@ -257,6 +272,7 @@ def set_barriers(
     :param log: the task's logger.
     """
     for target in targets.values():
+        target.since = capture_start(state, target.name, below=window)
         target.barriers = schema_barriers(state, target.name, window)
         if cut_by == "interval" and any(not b.covered for b in target.barriers):
             log.error(

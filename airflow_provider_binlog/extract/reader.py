@@ -39,6 +39,7 @@ from airflow_provider_binlog.contract.positions import BinlogPosition, file_inde
 from airflow_provider_binlog.exceptions import (
     ReplicationConnectionLostError,
     SourceUnreachableError,
+    TableRefusalError,
     UndecodableValueError,
     UnsupportedEventError,
 )
@@ -95,6 +96,13 @@ PROGRESS_EVERY_EVENTS = 256
 this many events, so the clock is not read per event."""
 
 _ROTATE = codes.ROTATE
+QUARANTINE_REMEDY = (
+    "With on_table_error='quarantine' (the default) only this table stops: it is quarantined, the window's "
+    "other tables are merged, and once the cause is gone (the value fixed or deleted, the column changed by "
+    "DDL, the provider upgraded) the next run re-snapshots the table and it leaves quarantine. "
+    'See docs/operating.md, "Quarantined tables", and docs/types.md, "What is refused".'
+)
+"""What a table refusal's message tells the user (:class:`~airflow_provider_binlog.exceptions.TableRefusalError`)."""
 _PASSED = frozenset({TableMap, RowsQuery})
 """Parsed event bodies the dispatch only counts (a table map is read through the rows events that name it)."""
 
@@ -306,10 +314,13 @@ class WindowReader:
             f"pipeline {self.pipeline!r}, window {self.window}: cannot stage a value of column {err.column} "
             f"from the row event ending at {file or '?'}:{pos or '?'} (GTID {gtid or 'unknown'}): "
             f"{type(err.cause).__name__}: {err.cause}. The extractor stages every value exactly or not at all, "
-            f"and a retry reads the same bytes and fails the same way. To go on: fix the value (or change the "
-            f"column to a type and character set docs/types.md lists as staged) at the source, remove the table "
-            f"from the pipeline's tables for one run, then add it back (a table added to the selection is "
-            f'snapshotted by the next run). See docs/types.md, "What is refused".'
+            f"and a retry reads the same bytes and fails the same way. {QUARANTINE_REMEDY}",
+            table=err.table,
+            column=err.column,
+            file=file,
+            pos=pos,
+            gtid=gtid,
+            reason=f"a value of column {err.column} cannot be staged exactly: {type(err.cause).__name__}: {err.cause}",
         )
 
     @property
@@ -417,12 +428,12 @@ class WindowReader:
         if layout.table in self.state.stats.covered_tables:
             layout.builder.take_committed()
         elif layout.builder.committed:
-            (sink or self.sink)(
-                layout.table,
-                layout.builder.take_committed(),
-                layout.specs,
-                self.tables[layout.table].primary_key,
-            )
+            try:
+                batch = layout.builder.take_committed()
+            except ValueConversionError as err:
+                err.table = layout.table
+                raise
+            (sink or self.sink)(layout.table, batch, layout.specs, self.tables[layout.table].primary_key)
 
     def _reached_end(self) -> bool:
         return not self.txn.open and self._at_key >= self._end_key
@@ -556,27 +567,53 @@ class WindowReader:
         self.state.columns[name] = columns
         if name in self.state.stats.covered_tables:
             return
-        if target.since is not None or target.barriers or target.gone:  # else it stages every change
-            key = self._key(file, end_pos)
+        if target.since is not None or target.barriers or target.gone or target.quarantine_at is not None:
+            key = self._key(file, end_pos)  # else it stages every change
+            if target.quarantine_at is not None and key >= target.quarantine_at.key:
+                self._quarantine(target)
             if not target.stages(key):
                 if target.barriers and (target.since is None or key > target.since.key):
                     self._skip_for_schema_change(target, BinlogPosition(file, end_pos))
                 return
         txn = self.txn
         txn.open = True
-        layout = self._layout(name, columns)
-        txn.touched[(name, id(layout))] = layout
-        self._add_rows(event, layout, target, file, end_pos)
+        try:
+            layout = self._layout(name, columns)
+            txn.touched[(name, id(layout))] = layout
+            self._add_rows(event, layout, target, file, end_pos)
+        except ValueConversionError as err:
+            err.table = name
+            raise
         if txn.rows_in_memory >= SPILL_ROWS:
             self._spill()
+
+    def _quarantine(self, target: TableTarget) -> None:
+        """Stop staging ``target`` from the open transaction on: the read's table refusal is in it.
+
+        The transaction's rows of the table staged so far are dropped, and an uncovered
+        :class:`SchemaBarrier` at the transaction's start (the last boundary read) leaves out the table's
+        later changes: the target keeps the table as it was after the last transaction before the refused one.
+        The manifest lists the table under ``resnapshots`` with ``cause`` ``quarantine``
+        (:func:`~airflow_provider_binlog.extract.window.extract_window`).
+        """
+        since = self.position
+        for key, layout in list(self.txn.touched.items()):
+            if layout.table == target.name:
+                layout.builder.rollback()
+                for spill_file in self.txn.spilled.pop(key, []):
+                    spill_file.close()
+                del self.txn.touched[key]
+        target.barriers.append(SchemaBarrier(since))
+        target.quarantine_at = None
+        self.state.stats.quarantined[target.name] = since
 
     def _skip_for_schema_change(self, target: TableTarget, at: BinlogPosition) -> None:
         """Count a row event of ``target`` left out for a schema change; log the first one of each table."""
         if not self.state.stats.schema_skipped_row_events[target.name]:
             log.warning(
-                "window %s of %s: row changes of %s (first at %s) are not staged: schema change(s) at %s need a "
-                "re-snapshot of the table, which brings the table's rows as they are after the change(s) (see "
-                "docs/schema-changes.md)",
+                "window %s of %s: row changes of %s (first at %s) are not staged: schema change(s) or a quarantine at "
+                "%s need a re-snapshot of the table, which brings the table's rows as they are then (see "
+                "docs/schema-changes.md and docs/operating.md)",
                 self.window, self.pipeline, target.name, at, ", ".join(str(b.since) for b in target.barriers),
             )  # fmt: skip
         self.state.stats.schema_skipped_row_events[target.name] += 1
@@ -606,7 +643,12 @@ class WindowReader:
         for key, layout in self.txn.touched.items():
             self._flush(layout)
             if len(layout.builder):
-                self.txn.spilled.setdefault(key, []).append(spill(layout.builder.take_open()))
+                try:
+                    rows = layout.builder.take_open()
+                except ValueConversionError as err:
+                    err.table = layout.table
+                    raise
+                self.txn.spilled.setdefault(key, []).append(spill(rows))
         self.txn.rows_in_memory = 0
 
     def _add_rows(
@@ -614,9 +656,15 @@ class WindowReader:
     ) -> None:
         decoder = layout.decoder
         if decoder is None:
-            raise UnsupportedEventError(
-                f"{event.where}: {unsupported_reason(layout.columns)}; the extractor's reader decodes every "
-                f"row with RowDecoder"
+            raise TableRefusalError(
+                f"pipeline {self.pipeline!r}, window {self.window}: {event.where}: "
+                f"{unsupported_reason(layout.columns)}; the extractor's reader decodes every row with RowDecoder. "
+                f"{QUARANTINE_REMEDY}",
+                table=layout.table,
+                file=file,
+                pos=end_pos,
+                gtid=self.txn.gtid,
+                reason=unsupported_reason(layout.columns),
             )
         builder, state = layout.builder, self.state
         rows = event.rows_with(decoder)

@@ -56,7 +56,8 @@ class TableTarget:
 
     :param name: ``db.table``.
     :param primary_key: the key that identifies its rows (primary key, or the one the user named).
-    :param since: the start of the table's first snapshot when that lies inside the window: changes logged
+    :param since: the start of the table's newest snapshot ordered before the window
+        (:func:`~airflow_provider_binlog.extract.plan.capture_start`) when that lies inside the window: changes logged
         at or before it are in the snapshot and are not staged (they may predate the key, e.g. a table that
         got its primary key just before; replayed, rows sharing a key value would merge into one). None
         stages every change of the window.
@@ -69,6 +70,10 @@ class TableTarget:
     :param gone: the table no longer exists on the source, but the target holds it: none of its row changes
         are staged (a ``DROP TABLE`` or ``RENAME TABLE`` at or after them empties it), only the truncate marker
         of the statement that removed it, when the window holds that statement.
+    :param quarantine_at: the end of a row event of the table that an earlier read of this window refused
+        (:class:`~airflow_provider_binlog.exceptions.TableRefusalError`): at the table's first row event at or
+        after it, the reader drops the table's rows of the open transaction and puts an uncovered barrier at
+        the transaction's start (the table is quarantined, ``docs/operating.md``). None: no refusal known.
     """
 
     name: str
@@ -89,6 +94,7 @@ class TableTarget:
     barriers: list[SchemaBarrier] = field(default_factory=list)
     captured: bool = False
     gone: bool = False
+    quarantine_at: BinlogPosition | None = None
 
     def stages(self, key: tuple[int, int]) -> bool:
         """Return whether a change whose event ends at ``key`` is staged (see ``since``, ``barriers``, ``gone``)."""
@@ -126,6 +132,9 @@ class ExtractStats:
     resnapshots: list[dict[str, Any]] = field(default_factory=list)
     schema_skipped_row_events: Counter[str] = field(default_factory=Counter)
     dropped: list[dict[str, Any]] = field(default_factory=list)
+    quarantined: dict[str, BinlogPosition] = field(default_factory=dict)
+    """Tables the read quarantined (:attr:`TableTarget.quarantine_at`), each with the start of the refused
+    transaction: the table's changes after it are not staged."""
 
 
 @dataclass

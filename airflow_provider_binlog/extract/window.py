@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -11,10 +12,11 @@ import pymysql
 
 from airflow_provider_binlog.contract.manifest import Manifest
 from airflow_provider_binlog.contract.positions import BinlogPosition
+from airflow_provider_binlog.exceptions import TableRefusalError
 from airflow_provider_binlog.extract.connections import pipeline_dump
 from airflow_provider_binlog.extract.ddl import column_record, record_column
 from airflow_provider_binlog.extract.events.stream import EventReader
-from airflow_provider_binlog.extract.file_worker import FileJob
+from airflow_provider_binlog.extract.file_worker import FileJob, FileRange
 from airflow_provider_binlog.extract.parallel import (
     PARALLEL_MIN_BYTES,
     TaskFileHooks,
@@ -27,6 +29,7 @@ from airflow_provider_binlog.extract.progress import ExtractProgress
 from airflow_provider_binlog.extract.reader import ReaderState, SnapshotCover, TableTarget, WindowReader
 from airflow_provider_binlog.extract.writer import TableOutput, WindowWriters
 from airflow_provider_binlog.pipeline.ledger import Window, now_iso
+from airflow_provider_binlog.pipeline.quarantine import OnTableError
 from airflow_provider_binlog.pipeline.staging import clear_window, write_manifest
 from airflow_provider_binlog.pipeline.windows import check_retained
 from airflow_provider_binlog.source.grants import ACCESS_DENIED_ERRORS
@@ -56,6 +59,7 @@ def extract_window(
     schemas: Mapping[str, list[Mapping[str, Any]]] | None = None,
     max_workers: int | None = 1,
     parallel_min_bytes: int = PARALLEL_MIN_BYTES,
+    on_table_error: OnTableError = "quarantine",
 ) -> Manifest:
     """Stream ``window`` into ``window_dir`` and return the manifest written last.
 
@@ -94,9 +98,15 @@ def extract_window(
         here) reads serially. Used only for a window of two files or more and ``parallel_min_bytes`` binlog
         bytes or more; the staged rows, order keys and manifest are a serial read's.
     :param parallel_min_bytes: binlog bytes below which the window is read serially whatever ``max_workers``.
+    :param on_table_error: what a :class:`~airflow_provider_binlog.exceptions.TableRefusalError` (a value or row
+        layout of one table that cannot be staged exactly) does: ``quarantine`` reads the window again (serially)
+        with that table stopped at the start of the refused transaction, as often as refusals come (each table
+        at most once per earlier event); the manifest lists it under ``resnapshots`` with ``cause``
+        ``quarantine``, and the window's other tables are staged as usual. ``fail`` raises the error.
 
     :raises BinlogPurgedError: when the window start was purged.
-    :raises UnsupportedEventError: on events that cannot be decoded without loss.
+    :raises UnsupportedEventError: on events that cannot be decoded without loss (with
+        ``on_table_error="fail"``, a :class:`~airflow_provider_binlog.exceptions.TableRefusalError` too).
     :raises SourcePrivilegeError: when the source refuses the stream for a missing privilege (no retry;
         the message holds the GRANT statements).
     :raises SourceUnreachableError: when the stream breaks or ends early (retryable; a broken connection, or a
@@ -106,8 +116,6 @@ def extract_window(
     """
     start, end = window.start, window.end
     check_retained(server, start, pipeline)
-    clear_window(window_dir)
-    window_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     ranges = file_ranges(start, end, server.binlog_files)
     workers = worker_count(
@@ -116,11 +124,109 @@ def extract_window(
         max_workers=max_workers,
         min_bytes=parallel_min_bytes,
     )
+    history = {t: [record_column(c) for c in cols] for t, cols in (schemas or {}).items()}
+    progress = ExtractProgress(window=window.seq, start=start, end=end, binlog_files=server.binlog_files)
+    pristine = tables
+    refusals: dict[str, TableRefusalError] = {}
+    while True:
+        tables = copy.deepcopy(pristine)  # a read adds barriers to its targets: each attempt starts anew
+        for name, refusal in refusals.items():
+            tables[name].quarantine_at = BinlogPosition(str(refusal.file), int(refusal.pos or 0))
+        try:
+            read, outputs = _read_window(
+                hook, window, tables, window_dir, server, covers, history, progress,
+                pipeline=pipeline, ranges=ranges, workers=workers if not refusals else 0,
+            )  # fmt: skip
+            break
+        except TableRefusalError as err:
+            if on_table_error == "fail" or not _quarantinable(err, tables, refusals):
+                raise
+            log.warning(
+                "window %s of %s: %s is quarantined from transaction %s on: %s. The window is read again without "
+                "its changes from that transaction on; the other tables are staged as usual.",
+                window.seq, pipeline, err.table, err.gtid or "?", err.reason or err,
+            )  # fmt: skip
+            refusals[str(err.table)] = err
+    stats = read.stats
+    stats = read.stats
+    stats.seconds = time.monotonic() - started
+    for name in stats.covered_tables:  # rows staged before the statement that made the table covered
+        for relative in outputs.pop(name, TableOutput(name=name, primary_key=[])).files:
+            (window_dir / relative).unlink()
+    for name, target in tables.items():
+        if target.gone and name not in outputs:
+            continue  # dropped in an earlier window: nothing to say about it in every later manifest
+        outputs.setdefault(name, TableOutput(name=name, primary_key=target.primary_key))
+        outputs[name].zero_dates = read.zero_dates[name]
+    manifest = Manifest(
+        pipeline=pipeline,
+        window=window.seq,
+        run_id=window.run_id,
+        start=start,
+        end=end,
+        tables={name: outputs[name].manifest_entry() for name in sorted(outputs)},
+        skipped=dict(sorted((skipped or {}).items())),
+        ddl=stats.ddl,
+        skipped_statements=stats.skipped_statements,
+        covered_tables=stats.covered_tables,
+        foreign_keys=[k.to_manifest() for k in foreign_keys],
+        resnapshots=stats.resnapshots + quarantine_records(stats.quarantined, refusals, window.seq),
+        schema_skipped_row_events=dict(sorted(stats.schema_skipped_row_events.items())),
+        dropped=stats.dropped,
+        schemas={t: [column_record(c) for c in cols] for t, cols in sorted(read.columns.items())},
+        stats={
+            "events": stats.events,
+            "transactions": stats.transactions,
+            "rolled_back": stats.rolled_back,
+            "row_events_rows": stats.rows,
+            "rows": sum(o.rows for o in outputs.values()),
+            "binlog_bytes": binlog_bytes_between(server.binlog_files, start, end),
+            "read_seconds": round(stats.seconds, 3),
+            "last_commit_ts": stats.last_commit_ts,
+            "statements_ignored": stats.statements_ignored,
+            "statements_skipped": len(stats.skipped_statements),
+        },
+        created_at=now_iso(),
+    )
+    path = write_manifest(window_dir, manifest)
+    log.info(
+        "window %s of %s staged: %s rows in %s transactions (%s binlog bytes) in %.2f s -> %s",
+        window.seq,
+        pipeline,
+        manifest.stats["rows"],
+        stats.transactions,
+        manifest.stats["binlog_bytes"],
+        stats.seconds,
+        str(path),
+    )
+    return manifest
+
+
+def _read_window(
+    hook: BinlogHook,
+    window: Window,
+    tables: dict[str, TableTarget],
+    window_dir: ObjectStoragePath,
+    server: ServerState,
+    covers: dict[str, SnapshotCover] | None,
+    history: dict[str, list[Any]],
+    progress: ExtractProgress,
+    *,
+    pipeline: str,
+    ranges: list[FileRange],
+    workers: int,
+) -> tuple[ReaderState, dict[str, TableOutput]]:
+    """Read the window into a cleared ``window_dir``; return the reader's final state and the tables' outputs.
+
+    :param workers: processes reading the window's files in parallel; 0 reads serially.
+    :raises: as :func:`extract_window` (the folder's partial files are removed first).
+    """
+    start, end = window.start, window.end
+    clear_window(window_dir)
+    window_dir.mkdir(parents=True, exist_ok=True)
     # The parallel read's workers are forks of this process: its writer thread starts once they are forked.
     writers = WindowWriters(window_dir, threaded=not workers)
     sink, discard = writers.write, writers.discard
-    history = {t: [record_column(c) for c in cols] for t, cols in (schemas or {}).items()}
-    progress = ExtractProgress(window=window.seq, start=start, end=end, binlog_files=server.binlog_files)
 
     def serial(at: BinlogPosition, before: ReaderState, until: BinlogPosition | None = None) -> ReaderState:
         """Read from ``at`` (the window start, or a file's start in a parallel read) with ``before``'s state.
@@ -178,56 +284,50 @@ def extract_window(
         if isinstance(err, pymysql.err.MySQLError) and err.args and err.args[0] in ACCESS_DENIED_ERRORS:
             raise hook.privilege_error(err, f"stream the binlog of window {window.seq} from {start}") from err
         raise
-    stats = read.stats
-    stats.seconds = time.monotonic() - started
-    outputs = writers.close()
-    for name in stats.covered_tables:  # rows staged before the statement that made the table covered
-        for relative in outputs.pop(name, TableOutput(name=name, primary_key=[])).files:
-            (window_dir / relative).unlink()
-    for name, target in tables.items():
-        if target.gone and name not in outputs:
-            continue  # dropped in an earlier window: nothing to say about it in every later manifest
-        outputs.setdefault(name, TableOutput(name=name, primary_key=target.primary_key))
-        outputs[name].zero_dates = read.zero_dates[name]
-    manifest = Manifest(
-        pipeline=pipeline,
-        window=window.seq,
-        run_id=window.run_id,
-        start=start,
-        end=end,
-        tables={name: outputs[name].manifest_entry() for name in sorted(outputs)},
-        skipped=dict(sorted((skipped or {}).items())),
-        ddl=stats.ddl,
-        skipped_statements=stats.skipped_statements,
-        covered_tables=stats.covered_tables,
-        foreign_keys=[k.to_manifest() for k in foreign_keys],
-        resnapshots=stats.resnapshots,
-        schema_skipped_row_events=dict(sorted(stats.schema_skipped_row_events.items())),
-        dropped=stats.dropped,
-        schemas={t: [column_record(c) for c in cols] for t, cols in sorted(read.columns.items())},
-        stats={
-            "events": stats.events,
-            "transactions": stats.transactions,
-            "rolled_back": stats.rolled_back,
-            "row_events_rows": stats.rows,
-            "rows": sum(o.rows for o in outputs.values()),
-            "binlog_bytes": binlog_bytes_between(server.binlog_files, start, end),
-            "read_seconds": round(stats.seconds, 3),
-            "last_commit_ts": stats.last_commit_ts,
-            "statements_ignored": stats.statements_ignored,
-            "statements_skipped": len(stats.skipped_statements),
-        },
-        created_at=now_iso(),
-    )
-    path = write_manifest(window_dir, manifest)
-    log.info(
-        "window %s of %s staged: %s rows in %s transactions (%s binlog bytes) in %.2f s -> %s",
-        window.seq,
-        pipeline,
-        manifest.stats["rows"],
-        stats.transactions,
-        manifest.stats["binlog_bytes"],
-        stats.seconds,
-        str(path),
-    )
-    return manifest
+    return read, writers.close()
+
+
+def _quarantinable(
+    err: TableRefusalError, tables: dict[str, TableTarget], known: dict[str, TableRefusalError]
+) -> bool:
+    """Return whether ``err`` names a staged table and an event before any refusal of that table read so far.
+
+    A later read of the window stops the table at the refused transaction, so the next refusal of the same
+    table can only come from an earlier event (a batch converts its rows together): anything else would
+    read the window again for nothing.
+    """
+    if err.table not in tables or err.file is None or err.pos is None:
+        return False
+    before = known.get(err.table)
+    if before is None:
+        return True
+    return BinlogPosition(err.file, err.pos).key < BinlogPosition(str(before.file), int(before.pos or 0)).key
+
+
+def quarantine_records(
+    quarantined: Mapping[str, BinlogPosition], refusals: Mapping[str, TableRefusalError], window: int
+) -> list[dict[str, Any]]:
+    """Return the manifest's ``resnapshots`` entries of the tables a read quarantined.
+
+    Each names the table, ``since`` (the start of the refused transaction: the target keeps the table as it
+    was there), the refused event (``at``), its GTID, the column, the reason in a few words, the full message
+    (``error``) and ``cause`` ``quarantine``.
+    """
+    records = []
+    for table, since in sorted(quarantined.items()):
+        refusal = refusals[table]
+        records.append(
+            {
+                "table": table,
+                "since": {"file": since.file, "pos": since.pos},
+                "gtid": refusal.gtid,
+                "reason": refusal.reason or str(refusal),
+                "statement": "",
+                "window": window,
+                "cause": "quarantine",
+                "column": refusal.column,
+                "at": {"file": refusal.file, "pos": refusal.pos},
+                "error": str(refusal),
+            }
+        )
+    return records

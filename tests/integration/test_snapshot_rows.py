@@ -19,6 +19,7 @@ from airflow_provider_binlog.extract.reader import TableTarget
 from airflow_provider_binlog.extract.window import extract_window
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.pipeline.ledger import Window, now_iso
+from airflow_provider_binlog.pipeline.quarantine import OnTableError
 from airflow_provider_binlog.pipeline.staging import window_path
 from airflow_provider_binlog.snapshot.rows import RowReader, describe_columns
 from airflow_provider_binlog.source.sql import quote_identifier as quote
@@ -38,8 +39,14 @@ class Recorder:
     def mark(self) -> None:
         self.start = self.hook.server_state().head
 
-    def extract(self, tables: dict[str, list[str]]) -> tuple[dict[str, Any], dict[str, pa.Table]]:
-        """Return the manifest and each table's staged rows (tables without changes have none)."""
+    def extract(
+        self, tables: dict[str, list[str]], on_table_error: OnTableError = "fail", **options: Any
+    ) -> tuple[dict[str, Any], dict[str, pa.Table]]:
+        """Return the manifest and each table's staged rows (tables without changes have none).
+
+        :param on_table_error: ``fail`` (here the default, so a refusal raises) or ``quarantine``.
+        :param options: further arguments of ``extract_window`` (``max_workers``, ``parallel_min_bytes``).
+        """
         state = self.hook.server_state()
         assert self.start is not None
         assert state.head is not None
@@ -51,6 +58,8 @@ class Recorder:
             tables={name: TableTarget(name, key) for name, key in tables.items()},
             window_dir=window_path(str(self.staging), "test", 1),
             server=state,
+            on_table_error=on_table_error,
+            **options,
         )
         window = self.staging / "test" / "window=1"
         staged = {name: pq.read_table(window / name) for name in tables if (window / name).exists()}
