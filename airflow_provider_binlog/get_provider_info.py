@@ -105,6 +105,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_binlog.operators.extract",
                     "airflow_provider_binlog.operators.merge",
                     "airflow_provider_binlog.operators.commit",
+                    "airflow_provider_binlog.operators.quarantine",
                     "airflow_provider_binlog.operators.snapshot",
                     "airflow_provider_binlog.operators.maintenance",
                     "airflow_provider_binlog.operators.validate",

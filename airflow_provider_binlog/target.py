@@ -26,10 +26,15 @@ from airflow_provider_binlog.contract import ContractError, uris
 from airflow_provider_binlog.contract import delta as contract_delta
 from airflow_provider_binlog.contract.columns import DELETED_COLUMN, METADATA_COLUMN_NAMES
 from airflow_provider_binlog.contract.types import recorded_arrow_type
-from airflow_provider_binlog.exceptions import BinlogConfigError
+from airflow_provider_binlog.exceptions import (
+    BinlogConfigError,
+    QuarantinedTableError,
+    QuarantinedTableWarning,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
+    from typing import Any
 
     import pyarrow as pa
     from deltalake import DeltaTable
@@ -233,8 +238,14 @@ def read_table(
     with_metadata: bool = False,
     include_tombstones: bool = False,
     storage_options: StorageOptions | None = None,
+    allow_quarantined: bool = True,
 ) -> pa.Table:
     """Return the live rows of source table ``db.table`` with the column types it was staged with.
+
+    A quarantined table (:data:`~airflow_provider_binlog.contract.delta.QUARANTINE_PROPERTY`) holds the
+    source's rows as of where it stopped, not the pipeline's checkpoint: reading it warns
+    (:class:`~airflow_provider_binlog.exceptions.QuarantinedTableWarning`), or raises with
+    ``allow_quarantined=False``.
 
     Rows come in no particular order. Columns come in table order (source columns, then columns added
     by later windows; with ``with_metadata`` the ``_binlog_*`` columns too).
@@ -246,12 +257,15 @@ def read_table(
     :param include_tombstones: include deleted rows (``_binlog_deleted`` true; they hold the row's last
         image before the delete).
     :param storage_options: deltalake storage options for object stores.
+    :param allow_quarantined: False raises instead of warning when the table is quarantined.
     :raises BinlogConfigError: if the table does not exist or ``table`` is not qualified.
+    :raises QuarantinedTableError: if the table is quarantined and ``allow_quarantined`` is False.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
 
     dt = open_table(target_path, table, storage_options=storage_options)
+    check_quarantine(dt, table, allow=allow_quarantined)
     stored = contract_delta.delta_arrow_schema(dt)
     data = dt.to_pyarrow_table()
     if not include_tombstones:
@@ -259,3 +273,39 @@ def read_table(
     schema = _staged_schema(stored, with_metadata=with_metadata)
     columns = [data[f.name].cast(f.type) for f in schema]
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def check_quarantine(dt: DeltaTable, table: str, *, allow: bool = True) -> None:
+    """Warn (or, unless ``allow``, raise) when the Delta table of ``table`` is quarantined.
+
+    :raises QuarantinedTableError: if it is and ``allow`` is False.
+    """
+    import warnings
+
+    record = contract_delta.quarantine_of(dt)
+    if record is None:
+        return
+    message = (
+        f"{table} is quarantined since {record.get('since')} (GTID {record.get('gtid') or 'unknown'}, window "
+        f"{record.get('window')}): {record.get('reason')}. Its rows are the source's as of then, not as of the "
+        f"pipeline's checkpoint; it heals by a re-snapshot (docs/operating.md, 'Quarantined tables')."
+    )
+    if not allow:
+        raise QuarantinedTableError(message)
+    warnings.warn(message, QuarantinedTableWarning, stacklevel=3)
+
+
+def mark_quarantines(
+    target_path: str,
+    records: Mapping[str, Mapping[str, Any] | None],
+    storage_options: StorageOptions | None = None,
+) -> None:
+    """Set (or, for None, clear) the quarantine property of each table's Delta table that exists.
+
+    :param records: ``{"db.table": record or None}`` (:func:`~airflow_provider_binlog.pipeline.quarantine.quarantine_record`);
+        a table whose property already says the same gets no commit.
+    """
+    for table, record in sorted(records.items()):
+        dt = contract_delta.open_table(table_uri(target_path, table), storage_options)
+        if dt is not None:
+            contract_delta.mark_quarantine(dt, None if record is None else dict(record))

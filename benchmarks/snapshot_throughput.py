@@ -162,7 +162,7 @@ def read_again(
     again.mkdir(parents=True)
     tables = [TablePlan.from_json(t) for t in plan["tables"]]
     started = time.monotonic()
-    results, _ = read_chunks(spark, f"file://{again}", plan, tables, source, max_connections=connections)
+    results, _, _ = read_chunks(spark, f"file://{again}", plan, tables, source, max_connections=connections)
     seconds = time.monotonic() - started
     shutil.rmtree(again)
     rows = sum(r.rows for r in results)

@@ -49,6 +49,7 @@ from airflow_provider_binlog.operators import (
     BinlogCommitOperator,
     BinlogExtractOperator,
     BinlogMergeOperator,
+    BinlogQuarantineCheckOperator,
     BinlogSnapshotOperator,
 )
 from airflow_provider_binlog.sensors import BinlogPurgeRiskSensor
@@ -135,7 +136,9 @@ with DAG(
         pipeline="{{ params.pipeline }}",
         target_path="{{ params.target }}",
     )
-    extract >> merge >> commit
+    # Fails the run, after the healthy tables were committed, while a table is quarantined (docs/operating.md).
+    quarantine = BinlogQuarantineCheckOperator(task_id="quarantine", pipeline="{{ params.pipeline }}")
+    extract >> merge >> commit >> quarantine
     if _CUT_BY != "head":
         purge_risk >> extract
     else:

@@ -48,6 +48,10 @@ missing from ``minValues`` into a ``column >= null`` guarantee that drops the fi
 PRIMARY_KEY_PROPERTY = "binlog.primary_key"
 OWNER_PROPERTY = "binlog.pipeline"
 """Table configuration key naming the one pipeline that may merge into the table (set when it is created)."""
+QUARANTINE_PROPERTY = "binlog.quarantine"
+"""Table configuration key set while the table is quarantined: JSON ``{"since", "gtid", "window", "reason"}``
+(``since`` the binlog coordinates ``file:pos`` its rows are as of); the empty string once a re-snapshot healed
+it (``docs/operating.md``, "Quarantined tables")."""
 OWNER_HISTORY_LIMIT = 1000
 """Commits read to find the writers of a table created before owners were recorded."""
 COMMIT_PIPELINE_KEY = "binlog.pipeline"
@@ -91,6 +95,19 @@ def open_table(uri: str, storage_options: StorageOptions | None = None) -> Delta
 def already_merged(dt: DeltaTable, pipeline: str, seq: int) -> bool:
     """Return whether the table's log marks window ``seq`` of ``pipeline`` as merged."""
     return dt.transaction_version(window_app_id(pipeline, seq)) is not None
+
+
+def quarantine_of(dt: DeltaTable) -> dict[str, Any] | None:
+    """Return the table's :data:`QUARANTINE_PROPERTY` record, or None when the table is not quarantined."""
+    text = dt.metadata().configuration.get(QUARANTINE_PROPERTY)
+    return json.loads(text) if text else None
+
+
+def mark_quarantine(dt: DeltaTable, record: dict[str, Any] | None) -> None:
+    """Set the table's :data:`QUARANTINE_PROPERTY` to ``record`` (JSON), or clear it (None); no commit if unchanged."""
+    text = "" if record is None else json.dumps(record, sort_keys=True)
+    if dt.metadata().configuration.get(QUARANTINE_PROPERTY, "") != text:
+        dt.alter.set_table_properties({QUARANTINE_PROPERTY: text}, raise_if_not_exists=False)
 
 
 def delta_arrow_schema(dt: DeltaTable) -> pa.Schema:

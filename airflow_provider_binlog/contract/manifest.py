@@ -172,6 +172,26 @@ class Manifest:
         """Return whether the manifest stages a snapshot (its rows replace the tables' rows)."""
         return self.kind == SNAPSHOT_KIND
 
+    def quarantines(self) -> dict[str, dict[str, Any]]:
+        """Return ``{"db.table": record}`` of the tables the window or snapshot quarantined.
+
+        From its ``resnapshots`` entries of ``cause`` ``quarantine`` (the first of a table), as the OpenLineage run
+        facet shows them: ``{"since": "file:pos", "gtid", "window", "reason"}`` (for a snapshot, ``since`` is its
+        start). Where a table's target stopped is the ledger's to say
+        (:func:`~airflow_provider_binlog.pipeline.quarantine.quarantine_record`).
+        """
+        found: dict[str, dict[str, Any]] = {}
+        for entry in self.resnapshots:
+            if entry.get("cause") == "quarantine" and entry["table"] not in found:
+                since = entry["since"]
+                found[entry["table"]] = {
+                    "since": f"{since['file']}:{since['pos']}",
+                    "gtid": entry.get("gtid"),
+                    "window": entry["window"],
+                    "reason": entry["reason"],
+                }
+        return found
+
     def changed_tables(self) -> list[str]:
         """Return the tables with staged rows, sorted."""
         return sorted(name for name, entry in self.tables.items() if entry.rows)

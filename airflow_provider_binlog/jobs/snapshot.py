@@ -59,7 +59,7 @@ from airflow_provider_binlog.jobs.application import (
 )
 from airflow_provider_binlog.jobs.first_load import load_first
 from airflow_provider_binlog.jobs.merge.job import merge_window
-from airflow_provider_binlog.snapshot.chunks import SOURCE_ENV, ChunkResult, finished, read_task
+from airflow_provider_binlog.snapshot.chunks import SOURCE_ENV, ChunkResult, finished, read_task, refusal
 from airflow_provider_binlog.snapshot.plan import PLAN_NAME, TablePlan
 
 if TYPE_CHECKING:
@@ -146,9 +146,11 @@ def read_chunks(
     *,
     max_connections: int,
     storage_options: StorageOptions | None = None,
-) -> tuple[list[ChunkResult], int]:
-    """Read every chunk not read yet, at most ``max_connections`` at a time; return (all results, tasks used).
+) -> tuple[list[ChunkResult], int, dict[str, dict[str, Any]]]:
+    """Read every chunk not read yet, at most ``max_connections`` at a time.
 
+    :returns: ``(results of the tables read, tasks used, {"db.table": refusal})``: a table with a refused chunk
+        (:func:`~airflow_provider_binlog.snapshot.chunks.refusal`) is left out of the results.
     :raises MergeJobError: when a chunk is still missing after the Spark job (it failed).
     """
     progress = Progress(snapshot_uri, tables, storage_options)
@@ -159,6 +161,7 @@ def read_chunks(
         for table_index, t in enumerate(tables)
         for c in t.chunks
         if (t.name, c.index) not in progress.seen
+        and refusal(snapshot_uri, t.name, c.index, storage_options) is None
     ]
     if progress.seen:
         log.info(
@@ -202,22 +205,39 @@ def read_chunks(
             )
     if (line := progress.final_line()) is not None:
         log.info(line)
-    results = []
+    results: list[ChunkResult] = []
+    refused: dict[str, dict[str, Any]] = {}
     for table in tables:
         for chunk in table.chunks:
             done = progress.seen.get((table.name, chunk.index))
-            if done is None:
+            if done is not None:
+                results.append(done)
+            elif (record := refusal(snapshot_uri, table.name, chunk.index, storage_options)) is not None:
+                refused.setdefault(table.name, record)
+            else:
                 raise MergeJobError(f"chunk {chunk.index} of {table.name} was not read")
-            results.append(done)
-    return results, tasks
+    for name, record in refused.items():
+        log.warning("snapshot %s leaves %s out (it is quarantined): %s", plan["seq"], name, record["error"])
+    return [r for r in results if r.table not in refused], tasks, refused
 
 
 def snapshot_manifest(
-    plan: dict[str, Any], tables: list[TablePlan], results: list[ChunkResult], read_seconds: float, tasks: int
+    plan: dict[str, Any],
+    tables: list[TablePlan],
+    results: list[ChunkResult],
+    read_seconds: float,
+    tasks: int,
+    refused: dict[str, dict[str, Any]] | None = None,
 ) -> Manifest:
-    """Return the staged snapshot's manifest (``kind`` :data:`~airflow_provider_binlog.contract.manifest.SNAPSHOT_KIND`)."""
+    """Return the staged snapshot's manifest (``kind`` :data:`~airflow_provider_binlog.contract.manifest.SNAPSHOT_KIND`).
+
+    :param refused: ``{"db.table": refusal}`` of the tables whose read was refused: they have no entry in
+        ``tables`` (the merge leaves them alone) and are listed under ``resnapshots`` with ``cause``
+        ``quarantine`` and ``since`` the snapshot's start (where their targets stay).
+    """
+    refused = refused or {}
     entries: dict[str, TableEntry] = {}
-    for table in tables:
+    for table in (t for t in tables if t.name not in refused):
         mine = sorted((r for r in results if r.table == table.name), key=lambda r: r.index)
         rows = sum(r.rows for r in mine)
         entries[table.name] = TableEntry(
@@ -242,6 +262,21 @@ def snapshot_manifest(
             "lowest": marks[0] if marks else None,
             "highest": marks[-1] if marks else None,
         },
+        resnapshots=[
+            {
+                "table": name,
+                "since": dict(plan["start"]),
+                "gtid": None,
+                "reason": record["reason"],
+                "statement": "",
+                "window": int(plan["seq"]),
+                "cause": "quarantine",
+                "column": record.get("column"),
+                "error": record["error"],
+                "probe": record.get("probe"),
+            }
+            for name, record in sorted(refused.items())
+        ],
         stats={
             "rows": rows,
             "chunks": len(results),
@@ -284,7 +319,7 @@ def run_snapshot(
     manifest = read_manifest(snapshot_uri, storage_options)
     if manifest is None:
         started = time.monotonic()
-        results, tasks = read_chunks(
+        results, tasks, refused = read_chunks(
             spark,
             snapshot_uri,
             plan,
@@ -293,7 +328,7 @@ def run_snapshot(
             max_connections=max_connections,
             storage_options=storage_options,
         )
-        manifest = snapshot_manifest(plan, tables, results, time.monotonic() - started, tasks)
+        manifest = snapshot_manifest(plan, tables, results, time.monotonic() - started, tasks, refused)
         write_manifest(snapshot_uri, manifest, storage_options)
     stats = manifest.stats
     log.info(

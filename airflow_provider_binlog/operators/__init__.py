@@ -1,4 +1,4 @@
-"""Operators of the binlog CDC pipeline: snapshot tables, extract a window, merge it with Spark, commit, clean up, validate."""
+"""Operators of the binlog CDC pipeline: snapshot tables, extract a window, merge it with Spark, commit, check quarantine, clean up, validate."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from airflow_provider_binlog.operators.commit import BinlogCommitOperator
 from airflow_provider_binlog.operators.extract import BinlogExtractOperator
 from airflow_provider_binlog.operators.maintenance import BinlogMaintenanceOperator
 from airflow_provider_binlog.operators.merge import BinlogMergeOperator
+from airflow_provider_binlog.operators.quarantine import BinlogQuarantineCheckOperator
 from airflow_provider_binlog.operators.snapshot import BinlogSnapshotOperator
 from airflow_provider_binlog.operators.validate import BinlogValidateOperator
 
@@ -14,6 +15,7 @@ __all__ = [
     "BinlogExtractOperator",
     "BinlogMaintenanceOperator",
     "BinlogMergeOperator",
+    "BinlogQuarantineCheckOperator",
     "BinlogSnapshotOperator",
     "BinlogValidateOperator",
 ]

@@ -21,6 +21,7 @@ from airflow_provider_binlog.pipeline.ledger import (
     Window,
     state_summary,
 )
+from airflow_provider_binlog.pipeline.quarantine import quarantine_record, quarantined
 from airflow_provider_binlog.pipeline.state import StateManager
 
 
@@ -30,7 +31,8 @@ def resnapshots_of(
     """Return the state entries of the tables that need a re-snapshot after ``window``.
 
     They are the tables its manifest lists under ``resnapshots`` (a schema change the binlog does not
-    carry, since that statement), and the tables whose merge of the window was ``refused`` (a type change
+    carry, since that statement; or a refused value or row layout, since the start of its transaction: the
+    table is quarantined), and the tables whose merge of the window was ``refused`` (a type change
     the Delta table cannot follow, see :func:`~airflow_provider_binlog.contract.refusals.refused_tables`:
     since the window's start, none of the window's changes of that table being in the target).
     """
@@ -55,6 +57,10 @@ def resnapshots_of(
             statement=entry["statement"][:STATEMENT_CHARS],
             window=window.seq,
             detected_at=detected_at,
+            cause=entry.get("cause", "schema_change"),
+            column=entry.get("column"),
+            at=None if entry.get("at") is None else BinlogPosition.from_dict(entry["at"]),
+            error=entry.get("error"),
         )
         for entry in manifest.resnapshots
     ]
@@ -152,7 +158,7 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
         from airflow_provider_binlog.pipeline.staging import read_manifest, storage_path
         from airflow_provider_binlog.pipeline.storage import split_connection
         from airflow_provider_binlog.pipeline.windows import advance_checkpoint, mark_window
-        from airflow_provider_binlog.target import check_target, target_root
+        from airflow_provider_binlog.target import check_target, mark_quarantines, target_root
 
         hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
         manager = StateManager(self.pipeline, lock=SourceStateLock(hook))
@@ -215,8 +221,12 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
         manager.history = StagedStateHistory(window_dir.parent)
         written = manager.update(advance)
         self._report(window, manifest, written.checkpoint.position)
+        found = {
+            t: quarantine_record(e) for t, e in quarantined(written).items() if t in manifest.quarantines()
+        }
+        mark_quarantines(self.target_path, found, self.storage_options)
         self._emit_assets(
-            context, written.window(window.seq), written.checkpoint.updated_at, manifest, refused
+            context, written.window(window.seq), written.checkpoint.updated_at, manifest, refused, found
         )
         return state_summary(written)
 
@@ -265,11 +275,13 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
         committed_at: str,
         manifest: Manifest | None = None,
         refused: dict[str, Any] | None = None,
+        quarantines: dict[str, Any] | None = None,
     ) -> None:
         """Emit the Asset event of every table the committed ``window`` changed (none refused its merge).
 
         :param manifest: the window's manifest; read from its staging when None (a committed window whose
             staging was removed emits nothing and says so).
+        :param quarantines: the tables the window quarantined, with their records (an event each).
         """
         from airflow_provider_binlog.assets import emit_table_events, table_events
 
@@ -298,6 +310,7 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
             committed_at=committed_at,
             last_commit_ts=manifest.stats.get("last_commit_ts"),
             storage_options=self.storage_options,
+            quarantines=quarantines,
         )
         emit_table_events(context, self.asset_alias, events)
         if events:

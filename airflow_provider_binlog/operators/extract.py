@@ -26,6 +26,7 @@ from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.lineage import StagedLineageMixin
 from airflow_provider_binlog.pipeline.failover import OnLostTransactions, check_on_lost_transactions
 from airflow_provider_binlog.pipeline.ledger import PipelineState, Window
+from airflow_provider_binlog.pipeline.quarantine import OnTableError, check_on_table_error
 from airflow_provider_binlog.pipeline.runs import holder_states
 from airflow_provider_binlog.pipeline.staging import (
     check_writable,
@@ -103,6 +104,12 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         lacks transactions the target may hold (an asynchronous replica promoted after a crash),
         ``resnapshot`` (default) re-snapshots the tables they may have changed, ``fail`` fails the task naming
         them (:class:`~airflow_provider_binlog.exceptions.LostTransactionsError`).
+    :param on_table_error: when the window holds a value or row layout of one table that cannot be staged
+        exactly (:class:`~airflow_provider_binlog.exceptions.TableRefusalError`): ``quarantine`` (default) stops
+        that table alone at the start of the refused transaction and stages every other table
+        (:mod:`~airflow_provider_binlog.pipeline.quarantine`, ``docs/operating.md`` "Quarantined tables"); the
+        snapshot task re-snapshots it once it changes, and :class:`~airflow_provider_binlog.operators.quarantine.BinlogQuarantineCheckOperator`
+        fails the run while it is quarantined. ``fail`` fails the task without retry, as the whole window.
     """
 
     template_fields: Sequence[str] = ("pipeline", "tables", "staging_uri", "keys", "keyless_tables")
@@ -121,10 +128,12 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         cut_by: CutBy = "head",
         max_extract_workers: int | None = None,
         on_lost_transactions: OnLostTransactions = "resnapshot",
+        on_table_error: OnTableError = "quarantine",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.on_lost_transactions = check_on_lost_transactions(on_lost_transactions)
+        self.on_table_error = check_on_table_error(on_table_error)
         if max_extract_workers is not None and max_extract_workers < 1:
             raise ValueError(
                 f"max_extract_workers={max_extract_workers!r} must be None or at least 1 (1: serial)"
@@ -200,6 +209,7 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
                 foreign_keys=cascading_keys(hook, server, targets, self.log),
                 schemas=schema_history(current, window, root),
                 max_workers=self.max_extract_workers,
+                on_table_error=self.on_table_error,
             )
         uri = str(window_dir)
         self.remember_staged(manifest, uri)

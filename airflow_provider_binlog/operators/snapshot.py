@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,13 @@ from airflow_provider_binlog.operators.lineage import StagedLineageMixin
 from airflow_provider_binlog.operators.spark import SparkJobOperator
 from airflow_provider_binlog.pipeline.failover import OnLostTransactions, check_on_lost_transactions
 from airflow_provider_binlog.pipeline.ledger import PipelineState, Snapshot
+from airflow_provider_binlog.pipeline.quarantine import (
+    probes,
+    quarantine_record,
+    quarantined,
+    snapshot_refusals,
+    with_retries_due,
+)
 from airflow_provider_binlog.pipeline.state import StateManager
 from airflow_provider_binlog.pipeline.tables import (
     KeylessMode,
@@ -177,7 +184,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         from airflow_provider_binlog.pipeline.storage import split_connection, storage_options_for
         from airflow_provider_binlog.snapshot.chunks import SOURCE_ENV
         from airflow_provider_binlog.snapshot.plan import PLAN_NAME
-        from airflow_provider_binlog.target import check_target, target_root
+        from airflow_provider_binlog.target import check_target, mark_quarantines, target_root
 
         mode = check_snapshot_mode(self.mode)
         keyless_tables = check_keyless_mode(self.keyless_tables)
@@ -219,6 +226,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             server,
             sorted(resolved.keys),
             mode=mode,
+            ready=self._probe_quarantined(hook, state),
             context=context,
             # The Spark job and pyarrow write and read the folder with the storage options: no conn id in it.
             staging_uri=lambda seq: split_connection(str(root / f"snapshot={seq}"))[0],
@@ -269,13 +277,25 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             raise StagingError(
                 f"the snapshot application finished but wrote no manifest in {snapshot.staging_uri}"
             )
-        self._verify(snapshot)
+        refused = snapshot_refusals(manifest)
+        self._verify(snapshot, refused)
         self.remember_staged(manifest, snapshot.staging_uri)
         rows = int(manifest.stats["rows"])
+        merged = [t for t in snapshot.tables if t not in refused]
         written = manager.update(
-            lambda state: finish_snapshot(state, snapshot.seq, rows, target, written=snapshot.tables)
+            lambda state: finish_snapshot(state, snapshot.seq, rows, target, written=merged, refused=refused)
         )
-        self._emit_assets(context, next(s for s in written.snapshots if s.seq == snapshot.seq), manifest)
+        found = {t: quarantine_record(e) for t, e in quarantined(written).items() if t in refused}
+        mark_quarantines(self.target_path, {**dict.fromkeys(merged), **found}, self.storage_options)
+        for table, record in refused.items():
+            self.log.error(
+                "%s is quarantined: %s. The other tables of snapshot %s are merged; the table is re-snapshotted "
+                "once it changes at the source (docs/operating.md, 'Quarantined tables')",
+                table, record["error"], snapshot.seq,
+            )  # fmt: skip
+        self._emit_assets(
+            context, next(s for s in written.snapshots if s.seq == snapshot.seq), manifest, found
+        )
         result = self._result(snapshot, rows, dict(manifest.stats))
         self.log.info(
             "snapshot %s of %s merged: %s rows of %s in %s chunks, read at %.0f rows/s by %s Spark tasks",
@@ -355,10 +375,14 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         tables: list[str],
         *,
         mode: SnapshotMode,
+        ready: Sequence[str],
         context: Any,
         staging_uri: Any,
     ) -> Snapshot | None:
-        """Start, find or take over this run's snapshot in a read-modify-write of the state."""
+        """Start, find or take over this run's snapshot in a read-modify-write of the state.
+
+        :param ready: quarantined tables whose refused chunk reads now: due for a re-snapshot.
+        """
         from airflow_provider_binlog.pipeline.runs import holder_states
 
         run_id = str(context["run_id"])
@@ -368,7 +392,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             manager.check_source(current, server.server_identity)
             state = current or manager.initial(server.server_identity, server.flavor, server.head)
             new, started["snapshot"] = begin_snapshot(
-                state,
+                with_retries_due(state, ready),
                 run_id=run_id,
                 tables=tables,
                 mode=mode,
@@ -396,6 +420,29 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
                 "the next run.", snapshot.seq, handover.from_run, handover.holder_state,
             )  # fmt: skip
         return snapshot
+
+    def _probe_quarantined(self, hook: BinlogHook, state: PipelineState | None) -> list[str]:
+        """Read the refused chunk of each quarantined table not due for a retry; return the tables it now reads.
+
+        One chunk per table (:func:`~airflow_provider_binlog.snapshot.chunks.probe_chunk`), read here, not on Spark.
+        """
+        from airflow_provider_binlog.snapshot.chunks import SourceConnections, probe_chunk
+
+        ready: list[str] = []
+        found = probes(state)
+        if not found:
+            return ready
+        with SourceConnections(hook.sql_settings()) as source:
+            for table, probe in sorted(found.items()):
+                still = probe_chunk(source, table, probe)
+                if still is None:
+                    self.log.info(
+                        "%s: the chunk its last re-snapshot refused reads now; it is re-snapshotted", table
+                    )
+                    ready.append(table)
+                else:
+                    self.log.warning("%s stays quarantined: %s", table, still)
+        return ready
 
     def _nothing_to_read(self, hook: BinlogHook, snapshot: Snapshot) -> bool:
         """Return True when every table is empty now and has no target table (nothing to load or replace).
@@ -449,21 +496,23 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             )
         write_json(join_uri(snapshot.staging_uri, PLAN_NAME), plan, self.storage_options)
 
-    def _verify(self, snapshot: Snapshot) -> None:
-        """Check that every table of the snapshot records its merge commit.
+    def _verify(self, snapshot: Snapshot, refused: Mapping[str, Any]) -> None:
+        """Check that every table of the snapshot but the ``refused`` ones records its merge commit.
 
         :raises MergeError: naming the table that does not.
         """
         from airflow_provider_binlog.target import window_merged
 
-        for table in snapshot.tables:
+        for table in (t for t in snapshot.tables if t not in refused):
             if not window_merged(self.target_path, table, self.pipeline, snapshot.seq, self.storage_options):
                 raise MergeError(
                     f"snapshot {snapshot.seq} of {table} is not in the target {self.target_path} (no merge commit "
                     f"for it in the table's Delta log); clear the task to resume it"
                 )
 
-    def _emit_assets(self, context: Any, snapshot: Snapshot, manifest: Manifest) -> None:
+    def _emit_assets(
+        self, context: Any, snapshot: Snapshot, manifest: Manifest, quarantines: dict[str, Any] | None = None
+    ) -> None:
         """Emit the Asset event of every table the merged ``snapshot`` loaded (:mod:`~airflow_provider_binlog.assets`)."""
         from airflow_provider_binlog.assets import emit_table_events, table_events
 
@@ -477,6 +526,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             end=None,
             committed_at=snapshot.finished_at or "",
             last_commit_ts=None,
+            quarantines=quarantines,
         )
         emit_table_events(context, self.asset_alias, events)
 

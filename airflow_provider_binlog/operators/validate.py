@@ -75,9 +75,12 @@ class BinlogValidateOperator(BaseOperator):
        candidates are reported as ``pending``, not as mismatches.
 
     Confirmed mismatches fail the task (``on_mismatch="fail"``, :class:`ValidationMismatchError`, no
-    retry) or log a warning (``"warn"``). Returns (XCom) ``{"pipeline", "checkpoint", "tables": {table:
+    retry) or log a warning (``"warn"``). A quarantined table is not compared: its target stands still by
+    design (:mod:`~airflow_provider_binlog.pipeline.quarantine`); it is listed under ``quarantined`` with where
+    it stopped. Returns (XCom) ``{"pipeline", "checkpoint", "tables": {table:
     {"source_rows", "target_rows", "missing", "extra", "different": {key: [columns]}, "pending",
-    "rechecks"}}, "mismatched": [tables]}``, keys as lists of primary-key values (JSON).
+    "rechecks"}}, "mismatched": [tables], "quarantined": {table: record}}``, keys as lists of primary-key values
+    (JSON).
 
     :param pipeline: pipeline name (templated).
     :param target_path: the pipeline's target root (templated).
@@ -133,6 +136,7 @@ class BinlogValidateOperator(BaseOperator):
             selection that names no table of the pipeline.
         :raises ValidationMismatchError: on a confirmed mismatch with ``on_mismatch="fail"``.
         """
+        from airflow_provider_binlog.pipeline.quarantine import quarantine_record, quarantined
         from airflow_provider_binlog.pipeline.state import StateManager
         from airflow_provider_binlog.target import target_root
 
@@ -148,11 +152,14 @@ class BinlogValidateOperator(BaseOperator):
             raise BinlogConfigError(
                 f"pipeline {self.pipeline!r} writes its target at {state.target}, not {self.target_path}"
             )
+        quarantine = {t: quarantine_record(e) for t, e in quarantined(state).items()}
         tables = self._selected(state.target_tables)
+        for table in (t for t in tables if t in quarantine):
+            self.log.warning("%s is quarantined, not compared: %s", table, quarantine[table])
         hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
         results = {}
         with hook.get_conn() as conn:
-            for table in tables:
+            for table in (t for t in tables if t not in quarantine):
                 results[table] = self._validate(hook, conn, manager, table)
         checkpoint = manager.load()
         position = None if checkpoint is None else checkpoint.checkpoint.position
@@ -174,6 +181,7 @@ class BinlogValidateOperator(BaseOperator):
             "checkpoint": None if position is None else position.to_dict(),
             "tables": {t: _as_dict(r) for t, r in results.items()},
             "mismatched": mismatched,
+            "quarantined": {t: quarantine[t] for t in tables if t in quarantine},
         }
         if mismatched:
             message = (

@@ -22,11 +22,14 @@ MERGED_WINDOWS_KEPT = 200
 
 WindowStatus = Literal["cut", "extracted", "merged"]
 SnapshotStatus = Literal["running", "merged"]
-ResnapshotCause = Literal["schema_change", "lost_transactions"]
-"""Why a table waits for a re-snapshot (:class:`ResnapshotNeeded`): a schema change its target cannot follow, or
+ResnapshotCause = Literal["schema_change", "lost_transactions", "quarantine"]
+"""Why a table waits for a re-snapshot (:class:`ResnapshotNeeded`): a schema change its target cannot follow,
 transactions the target may hold that a new source never received (a failover lost them,
-:mod:`~airflow_provider_binlog.pipeline.failover`)."""
-SnapshotReason = Literal["initial", "added", "requested", "purged", "schema_change", "lost_transactions"]
+:mod:`~airflow_provider_binlog.pipeline.failover`), or a value or row layout of the table that cannot be staged
+exactly (the table is quarantined, :mod:`~airflow_provider_binlog.pipeline.quarantine`)."""
+SnapshotReason = Literal[
+    "initial", "added", "requested", "purged", "schema_change", "lost_transactions", "quarantine"
+]
 """Why a snapshot was taken (:attr:`Snapshot.reason`)."""
 
 
@@ -159,7 +162,20 @@ class ResnapshotNeeded(BaseModel):
     :param window: the seq of the window that found it (for ``lost_transactions``: the highest seq in use
         at the switch, so only a snapshot started after the switch covers it).
     :param detected_at: when that window was extracted (ISO-8601, UTC).
-    :param cause: ``schema_change`` or ``lost_transactions`` (:data:`ResnapshotCause`).
+    :param cause: ``schema_change``, ``lost_transactions`` or ``quarantine`` (:data:`ResnapshotCause`).
+    :param column: for a quarantine, the refused column and its type, when one value was refused.
+    :param at: for a quarantine found by a window, the end of the refused row event (``since`` is the start of
+        its transaction).
+    :param error: for a quarantine, the full message of the last refusal: what, where and what to do.
+    :param attempts: re-snapshots of the table tried since it was quarantined that failed in turn.
+    :param retry_due: whether the next snapshot task re-snapshots the table: always for the causes other than
+        ``quarantine``; for a quarantine, until a re-snapshot fails, then again once the chunk it could not read
+        (``probe``) reads, or the provider's version differs from ``attempted_version``
+        (:func:`~airflow_provider_binlog.pipeline.quarantine.retry_due`).
+    :param attempted_version: the provider version that tried the last failed re-snapshot.
+    :param probe: the chunk the last failed re-snapshot could not read (``{"key", "chunk"}``,
+        :func:`~airflow_provider_binlog.snapshot.chunks.probe_chunk`): the snapshot task reads it again first, and
+        a retry is due once it reads.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -172,6 +188,13 @@ class ResnapshotNeeded(BaseModel):
     window: int = Field(ge=1)
     detected_at: str
     cause: ResnapshotCause = "schema_change"
+    column: str | None = None
+    at: BinlogPosition | None = None
+    error: str | None = None
+    attempts: int = Field(default=0, ge=0)
+    retry_due: bool = True
+    attempted_version: str | None = None
+    probe: dict[str, Any] | None = None
 
 
 class SourceSwitch(BaseModel):

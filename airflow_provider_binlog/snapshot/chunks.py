@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -112,6 +113,22 @@ def finished(
     return None if stats is None else ChunkResult.from_json(stats)
 
 
+def refusal_file(table: str, index: int) -> str:
+    """Return the file recording that a chunk's rows cannot be staged, relative to the snapshot folder."""
+    return f"{table}/refused-{index:06d}.json"
+
+
+def refusal(
+    snapshot_uri: str, table: str, index: int, storage_options: StorageOptions | None = None
+) -> dict[str, Any] | None:
+    """Return the refusal of a chunk (``table``, ``index``, ``column``, ``reason``, ``error``), or None.
+
+    A refused chunk is done like a read one: a retry of the snapshot does not read it again, and the snapshot
+    leaves its table out (the table is quarantined, :mod:`~airflow_provider_binlog.pipeline.quarantine`).
+    """
+    return read_json(join_uri(snapshot_uri, refusal_file(table, index)), storage_options)
+
+
 def order_seq(index: int, row: int) -> int:
     """Return the ``_binlog_seq`` of row ``row`` of chunk ``index`` (unique within the snapshot's table)."""
     return (index << 32) | row
@@ -186,16 +203,71 @@ def read_chunk(
     :param table: the table's plan.
     :param chunk: the chunk to read.
     :param storage_options: storage options of the staging store.
-    :returns: the chunk's :class:`ChunkResult` as a dict.
+    :returns: the chunk's :class:`ChunkResult` as a dict, or its :func:`refusal` when a column or value of the
+        table cannot be staged exactly (recorded in the chunk's refusal file; the chunk's rows are not staged).
     :raises ChunkError: when the table's columns differ from the plan (a DDL during the snapshot) or
         binary logging is off.
     """
     done = finished(snapshot_uri, table.name, chunk.index, storage_options)
     if done is not None:
         return asdict(done)
+    refused = refusal(snapshot_uri, table.name, chunk.index, storage_options)
+    if refused is not None:
+        return refused
     if not isinstance(source, SourceConnections):
         with SourceConnections(source) as connections:
             return read_chunk(connections, flavor, snapshot_uri, seq, table, chunk, storage_options)
+    try:
+        return _read_chunk(source, flavor, snapshot_uri, seq, table, chunk, storage_options)
+    except ValueError as err:  # a column or value of the table that cannot be staged exactly
+        record = {
+            "table": table.name,
+            "index": chunk.index,
+            "column": None,
+            "reason": f"the snapshot cannot stage the table exactly: {err}",
+            "error": f"chunk {chunk.index} of {table.name} (key range {chunk.to_json()}): {err}",
+            "probe": {"key": list(table.key), "chunk": chunk.to_json()},
+        }
+        write_json(join_uri(snapshot_uri, refusal_file(table.name, chunk.index)), record, storage_options)
+        return record
+
+
+def probe_chunk(source: SourceConnections, table: str, probe: Mapping[str, Any]) -> str | None:
+    """Read a refused chunk again without staging it; return why it is still refused, or None when it reads.
+
+    Cheap (one chunk's ``SELECT``, at most the plan's chunk rows) and exact: the rows are converted as a
+    snapshot converts them, so a quarantined table is re-snapshotted only once the rows that were refused read
+    (:mod:`~airflow_provider_binlog.pipeline.quarantine`).
+
+    :param table: ``db.table``.
+    :param probe: the refusal's ``probe``: ``{"key": [columns], "chunk": Chunk.to_json()}``.
+    """
+    try:
+        with source.meta().cursor() as cur:
+            columns = describe_columns(cur, *split_table_name(table))
+        sql, params = chunk_query(
+            table, [c.select_expr for c in columns], probe["key"], Chunk.from_json(probe["chunk"])
+        )
+        for _ in source.rows().batches(sql, params, columns, FETCH_ROWS):
+            pass
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def _read_chunk(
+    source: SourceConnections,
+    flavor: str,
+    snapshot_uri: str,
+    seq: int,
+    table: TablePlan,
+    chunk: Chunk,
+    storage_options: StorageOptions | None,
+) -> dict[str, Any]:
+    """Read one chunk not read yet (:func:`read_chunk`) on ``source``'s connections.
+
+    :raises ValueError: when a column or value cannot be staged exactly.
+    """
     started = time.monotonic()
     with source.meta().cursor() as cur:
         watermark = flavor_named(flavor).read_head(cur)
@@ -275,7 +347,7 @@ def read_task(
                             {
                                 "table_name": [done["table"]],
                                 "chunk_index": [done["index"]],
-                                "rows": [done["rows"]],
+                                "rows": [done.get("rows", -1)],  # -1: refused
                             }
                         )
 

@@ -6,8 +6,8 @@ Pure functions over :class:`~airflow_provider_binlog.pipeline.ledger.PipelineSta
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Literal, cast, get_args
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, cast, get_args
 
 from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineBusyError
@@ -19,6 +19,7 @@ from airflow_provider_binlog.pipeline.ledger import (
     covers,
     now_iso,
 )
+from airflow_provider_binlog.pipeline.quarantine import retry_due, with_failed_resnapshots
 from airflow_provider_binlog.pipeline.runs import HolderState, has_ended, never_ended
 
 SnapshotMode = Literal["missing", "requested", "purged"]
@@ -146,15 +147,18 @@ def _reason(
     pending = state.pending_resnapshots()
     if mode == "missing" and not new_pipeline and set(chosen) <= {r.table for r in pending}:
         causes = {r.cause for r in pending if r.table in chosen}
-        return "lost_transactions" if "lost_transactions" in causes else "schema_change"
+        return next((c for c in ("lost_transactions", "quarantine") if c in causes), "schema_change")
     return _REASONS["initial" if new_pipeline else mode]
 
 
 def _tables_for(state: PipelineState, tables: Sequence[str], mode: SnapshotMode) -> list[str]:
     if mode == "missing":
         covered = state.snapshotted_tables()
-        pending = {r.table for r in state.pending_resnapshots()}
-        return [t for t in tables if t not in covered or t in pending]
+        pending = state.pending_resnapshots()
+        waiting = {r.table for r in pending}
+        # A quarantined table whose last re-snapshot failed waits until a retry can help (it changed).
+        held = {r.table for r in pending if not retry_due(r)}
+        return [t for t in tables if (t not in covered or t in waiting) and t not in held]
     if mode in ("requested", "purged"):
         return list(tables)
     raise BinlogConfigError(f"snapshot mode {mode!r} must be one of 'missing', 'requested', 'purged'")
@@ -173,7 +177,12 @@ def _check_not_running(state: PipelineState, tables: Sequence[str]) -> None:
 
 
 def finish_snapshot(
-    state: PipelineState, seq: int, rows: int, target: str, written: Sequence[str]
+    state: PipelineState,
+    seq: int,
+    rows: int,
+    target: str,
+    written: Sequence[str],
+    refused: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> PipelineState:
     """Return ``state`` with snapshot ``seq`` marked ``merged`` now (its rows are verified in the target).
 
@@ -184,14 +193,26 @@ def finish_snapshot(
     :param written: the tables whose Delta tables hold its merge (none when every table was empty and
         no target table existed), recorded with the root (see
         :meth:`~airflow_provider_binlog.pipeline.ledger.PipelineState.with_target`).
+    :param refused: ``{"db.table": record}`` of the tables the snapshot could not read
+        (:func:`~airflow_provider_binlog.pipeline.quarantine.snapshot_refusals`): they leave the snapshot's tables
+        and are quarantined (:func:`~airflow_provider_binlog.pipeline.quarantine.with_failed_resnapshots`).
     """
+    refused = refused or {}
     snapshots = [
-        s.model_copy(update={"status": "merged", "rows": rows, "finished_at": now_iso()})
+        s.model_copy(
+            update={
+                "status": "merged",
+                "rows": rows,
+                "finished_at": now_iso(),
+                "tables": [t for t in s.tables if t not in refused],
+            }
+        )
         if s.seq == seq
         else s
         for s in state.snapshots
     ]
     merged = next(s for s in snapshots if s.seq == seq)
+    state = with_failed_resnapshots(state.model_copy(update={"snapshots": snapshots}), merged, refused)
     needed = [r for r in state.resnapshots_needed if not covers(merged, r)]
     update = {"snapshots": snapshots, "resnapshots_needed": needed}
     return state.model_copy(update=update).with_target(target, written)

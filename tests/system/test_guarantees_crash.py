@@ -172,6 +172,7 @@ def test_a_second_run_beside_a_running_one_is_turned_away(
         "extract": "failed",
         "merge": "upstream_failed",
         "commit": "upstream_failed",
+        "quarantine": "upstream_failed",
     }
     assert "PipelineBusyError" in output
     assert f"pipeline {pipeline!r} is held by run" in output

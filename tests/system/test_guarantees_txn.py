@@ -268,6 +268,7 @@ def test_xa_is_handled_when_committed_in_one_phase_and_refused_clearly_when_prep
         "extract": "failed",
         "merge": "upstream_failed",
         "commit": "upstream_failed",
+        "quarantine": "upstream_failed",
     }
     assert len(failures) == 1
     assert type(failures[0]).__name__ == "UnsupportedEventError"

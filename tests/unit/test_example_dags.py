@@ -39,6 +39,7 @@ def test_example_dags_parse_without_errors_or_io(no_io_at_parse_time: None) -> N
         "extract",
         "merge",
         "commit",
+        "quarantine",
     ]
     guard = dag.get_task("purge_risk")
     assert (guard.mode, guard.deferrable, guard.tables) == ("poke", False, "{{ params.tables }}")
@@ -54,7 +55,13 @@ def test_interval_pipelines_start_without_a_snapshot(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setenv("BINLOG_CDC_CUT_BY", "interval")
     dag = DagBag(dag_folder=str(EXAMPLES)).dags["binlog_cdc"]
-    assert [t.task_id for t in dag.topological_sort()] == ["purge_risk", "extract", "merge", "commit"]
+    assert [t.task_id for t in dag.topological_sort()] == [
+        "purge_risk",
+        "extract",
+        "merge",
+        "commit",
+        "quarantine",
+    ]
     assert dag.get_task("purge_risk").tables is None  # no snapshot to count in an interval pipeline
 
 
