@@ -52,6 +52,7 @@ def asset_event_extra(
     committed_at: str,
     last_commit_ts: str | None,
     delta_version: int | None,
+    quarantine: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Return the ``extra`` of the Asset event of one table (JSON values only).
 
@@ -64,6 +65,8 @@ def asset_event_extra(
     :param committed_at: ISO-8601 UTC time the checkpoint or the snapshot was recorded.
     :param last_commit_ts: source commit time of the window's last transaction (ISO-8601 UTC), if any.
     :param delta_version: the Delta table's version read after the merge (at or after its merge commit).
+    :param quarantine: when the window or snapshot quarantined the table, where it stopped and why
+        (:meth:`~airflow_provider_binlog.contract.manifest.Manifest.quarantines`): its target is not current.
     """
     return {
         "pipeline": pipeline,
@@ -77,6 +80,7 @@ def asset_event_extra(
         "committed_at": committed_at,
         "last_commit_ts": last_commit_ts,
         "delta_version": delta_version,
+        "quarantine": None if quarantine is None else dict(quarantine),
     }
 
 
@@ -92,12 +96,18 @@ def table_events(
     committed_at: str,
     last_commit_ts: str | None,
     storage_options: dict[str, str] | None = None,
+    quarantines: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Return ``{asset URI: extra}`` for the tables of ``entries`` (table -> manifest entry).
+    """Return ``{asset URI: extra}`` for the tables of ``entries`` (table -> manifest entry) and of ``quarantines``.
 
     Each extra is :func:`asset_event_extra` with the table's current :func:`delta_version`; the other
-    parameters are the same for every table.
+    parameters are the same for every table. A table the window or snapshot quarantined
+    (``quarantines``, table -> record) has an event even without row changes, its extra saying so.
     """
+    from airflow_provider_binlog.contract.manifest import TableEntry as Entry
+
+    quarantines = quarantines or {}
+    entries = {**{t: Entry() for t in quarantines}, **entries}
     return {
         table_asset_uri(target_path, table): asset_event_extra(
             pipeline=pipeline,
@@ -110,6 +120,7 @@ def table_events(
             committed_at=committed_at,
             last_commit_ts=last_commit_ts,
             delta_version=delta_version(target_path, table, storage_options),
+            quarantine=quarantines.get(table),
         )
         for table, entry in entries.items()
     }

@@ -58,6 +58,8 @@ class BinlogRangeRunFacet(RunFacet):
     :param transactions: transactions in the window (None for a snapshot).
     :param binlog_bytes: binlog bytes between start and end (None for a snapshot).
     :param last_commit_ts: source commit time of the window's last transaction, ISO-8601 UTC.
+    :param quarantined: the tables the window or snapshot quarantined, each with where it stopped and why
+        (:meth:`~airflow_provider_binlog.contract.manifest.Manifest.quarantines`): their targets are not current.
 
     No schema of its own is published yet, so its ``_schemaURL`` is the base ``RunFacet`` schema's.
     """
@@ -71,6 +73,7 @@ class BinlogRangeRunFacet(RunFacet):
     transactions: int | None = None
     binlog_bytes: int | None = None
     last_commit_ts: str | None = None
+    quarantined: dict[str, Any] = attr.field(factory=dict)
 
 
 def location_name(uri: str) -> tuple[str, str]:
@@ -180,6 +183,7 @@ def manifest_lineage(
         transactions=stats.get("transactions"),
         binlog_bytes=stats.get("binlog_bytes"),
         last_commit_ts=stats.get("last_commit_ts"),
+        quarantined=manifest.quarantines(),
     )
     return OperatorLineage(
         inputs=[table_dataset(inputs, name, entries.get(name), **where) for name in names],  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from airflow_provider_binlog.exceptions import BinlogError
 from airflow_provider_binlog.pipeline.ledger import PipelineState
+from airflow_provider_binlog.pipeline.quarantine import quarantined, retry_due
 from airflow_provider_binlog.pipeline.state import VariableStore
 
 ENDED_RUN_STATES = frozenset({"success", "failed", "missing"})
@@ -90,6 +91,8 @@ class PipelineHealth(BaseModel):
     :param retention: the retention report (:meth:`~airflow_provider_binlog.monitoring.retention.RetentionReport.to_dict`).
     :param source_switch: the last change of source server the pipeline followed (or will follow at its next
         run, when the connection already reaches another server), in one line; None when it never changed.
+    :param quarantined: one line per quarantined table (:mod:`~airflow_provider_binlog.pipeline.quarantine`): since
+        where and when its target stands still, why, and the re-snapshots tried; its lag grows from then on.
     :param problems: what could not be measured, and why.
     :param last_error: the most pressing error the state, the source or Airflow knows of; None if none.
     :param next_step: one line: what to do next.
@@ -107,6 +110,7 @@ class PipelineHealth(BaseModel):
     problems: list[str]
     last_error: str | None
     source_switch: str | None = None
+    quarantined: list[str] = []
     next_step: str
     needs_attention: bool
 
@@ -139,6 +143,7 @@ class PipelineHealth(BaseModel):
         if self.source_switch is not None:
             lines.append(f"  source switch: {self.source_switch}")
         lines.append(f"  lag: {_summary(self.lag)}")
+        lines += [f"  quarantined: {q}" for q in self.quarantined]
         lines.append(f"  headroom: {_summary(self.retention)}")
         lines += [f"  problem: {p}" for p in self.problems]
         lines.append(f"  last error: {self.last_error or 'none known'}")
@@ -202,7 +207,16 @@ def pipeline_health(
     failures = [f"run {h.run_id}: {f}" for h in held if h.ended and (f := runs.failure(h.dag_id, h.run_id))]
     purged = retention["purged_reason"] if retention and retention["purged"] else None
     last_error = purged or next(iter(failures), None) or next(iter(problems), None)
+    quarantine = [] if state is None else _quarantined(state, now)
     step, attention = _next_step(state, held, retention, problems)
+    if quarantine and not attention:
+        step, attention = (
+            (
+                f"{len(quarantine)} table(s) quarantined: fix the refused value or column at the source; the next run "
+                f"re-snapshots each table once it reads (docs/operating.md, 'Quarantined tables')"
+            ),
+            True,
+        )
     return PipelineHealth(
         pipeline=pipeline,
         measured_at=now.isoformat(),
@@ -217,7 +231,18 @@ def pipeline_health(
         next_step=step,
         needs_attention=attention,
         source_switch=None if state is None else _last_switch(state),
+        quarantined=quarantine,
     )
+
+
+def _quarantined(state: PipelineState, now: pendulum.DateTime) -> list[str]:
+    """Return one line per quarantined table: since where and how long, why, and the re-snapshots tried."""
+    return [
+        f"{table} since {e.since.file}:{e.since.pos} (GTID {e.gtid or 'unknown'}, found by window {e.window} "
+        f"{_age(_seconds_since(e.detected_at, now))} ago, its lag grows from then): {e.reason}; re-snapshots "
+        f"tried: {e.attempts}" + ("" if retry_due(e) else ", the next one once its refused chunk reads")
+        for table, e in sorted(quarantined(state).items())
+    ]
 
 
 def _last_switch(state: PipelineState) -> str | None:

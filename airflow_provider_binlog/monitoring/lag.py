@@ -50,6 +50,9 @@ class LagReport:
     :param replica: when the source is a replica, how far it is behind its own primary (seconds, None when
         it cannot be told, with the reason); the pipeline's own lag is counted from the source, so the target
         is behind the primary by both.
+    :param quarantined: ``(db.table, when its quarantine was found)`` of each quarantined table
+        (:mod:`~airflow_provider_binlog.pipeline.quarantine`): its target stands still from then, so its own lag
+        grows while the pipeline's may be 0 (:meth:`table_seconds`).
     """
 
     pipeline: str
@@ -63,6 +66,14 @@ class LagReport:
     measured_at: pendulum.DateTime
     snapshots_running: tuple[tuple[int, pendulum.DateTime], ...] = ()
     replica: ReplicaLag = ReplicaLag(None)
+    quarantined: tuple[tuple[str, pendulum.DateTime], ...] = ()
+
+    def table_seconds(self) -> dict[str, float]:
+        """Return ``{"db.table": seconds}``: each quarantined table's lag, from when its quarantine was found.
+
+        A lower bound: its target stopped at the transaction before the refused one, committed at or before then.
+        """
+        return {t: max((self.measured_at - at).total_seconds(), 0.0) for t, at in self.quarantined}
 
     def covers(self, moment: pendulum.DateTime) -> bool:
         """Return True when the target holds every transaction committed before ``moment``.
@@ -74,10 +85,11 @@ class LagReport:
         too much).
 
         A source that is a replica must also have applied what its primary committed before ``moment``: its
-        measured lag behind the primary is taken off the time of the measurement.
+        measured lag behind the primary is taken off the time of the measurement. A quarantined table holds none
+        of the transactions after it stopped: while one is, the target never covers a moment.
         """
         behind = self.replica.seconds or 0.0
-        if self.measured_at.subtract(seconds=behind) < moment:
+        if self.quarantined or self.measured_at.subtract(seconds=behind) < moment:
             return False
         return self.pending_since is None or self.pending_since >= moment
 
@@ -99,9 +111,13 @@ class LagReport:
             if self.replica.replica
             else ""
         )
+        quarantined = "".join(
+            f"; {table} quarantined, its lag at least {seconds:.0f} s"
+            for table, seconds in self.table_seconds().items()
+        )
         return (
             f"pipeline {self.pipeline!r} lag: {self.seconds:.0f} s, {self.bytes} bytes, {transactions} transactions "
-            f"({since}{snapshots}{replica}; checkpoint {self.checkpoint}, head {self.head})"
+            f"({since}{snapshots}{replica}{quarantined}; checkpoint {self.checkpoint}, head {self.head})"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,6 +140,7 @@ class LagReport:
             "replica_seconds_behind_primary": self.replica.seconds,
             "replica_note": self.replica.note,
             "source_is_replica": self.replica.replica,
+            "quarantined": [{"table": t, "seconds": s} for t, s in self.table_seconds().items()],
             "summary": self.describe(),
         }
 
@@ -143,11 +160,13 @@ def measure_lag(
     server: ServerState,
     measured_at: pendulum.DateTime,
     snapshots: Sequence[Snapshot] = (),
+    quarantined: Sequence[tuple[str, pendulum.DateTime]] = (),
 ) -> LagReport:
     """Measure the lag of ``pipeline`` whose checkpoint is ``checkpoint`` against ``server``'s head.
 
     :param measured_at: a time taken just before ``server`` was read (UTC).
     :param snapshots: the pipeline's snapshot ledger; those ``running`` count as pending since they started.
+    :param quarantined: ``(db.table, when its quarantine was found)`` of the quarantined tables.
 
     Reads at most one transaction after the checkpoint
     (:func:`~airflow_provider_binlog.source.probes.next_commit_at`).
@@ -185,6 +204,7 @@ def measure_lag(
         measured_at=measured_at,
         snapshots_running=running,
         replica=replica,
+        quarantined=tuple(quarantined),
     )
 
 

@@ -15,6 +15,7 @@ from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.monitoring.lag import LagReport, measure_lag
 from airflow_provider_binlog.monitoring.retention import RetentionReport, assess_retention
 from airflow_provider_binlog.pipeline.ledger import PipelineState
+from airflow_provider_binlog.pipeline.quarantine import quarantined
 from airflow_provider_binlog.pipeline.state import StateManager, VariableStore
 from airflow_provider_binlog.source.server import ServerState
 
@@ -85,6 +86,7 @@ def lag_of(
         server,
         read_at,
         state.snapshots,
+        [(t, pendulum.DateTime.fromisoformat(e.detected_at)) for t, e in sorted(quarantined(state).items())],
     )
 
 
