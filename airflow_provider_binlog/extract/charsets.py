@@ -213,7 +213,7 @@ def load_table(charset: str) -> CharsetTable:
     if charset not in table_names():
         raise UnsupportedCharsetError(f"no table of the character set {charset!r} is shipped")
     return CharsetTable.from_file(
-        resources.files(__package__).joinpath(TABLES, f"{charset}.json.gz").read_bytes()
+        resources.files(__package__).joinpath(TABLES).joinpath(f"{charset}.json.gz").read_bytes()
     )
 
 
