@@ -231,7 +231,7 @@ def check_stageable(column: TableMapColumn) -> None:
 
     :raises ValueError: for a type :func:`column_spec` does not know, ENUM/SET member names that could not
         be read (``members_problem``, see :func:`~airflow_provider_binlog.extract.tablemaps.redecode_members`),
-        or text in a character set no codec decodes exactly
+        or text in a character set the extractor does not know (an unknown collation id)
         (:class:`~airflow_provider_binlog.extract.charsets.UnsupportedCharsetError`).
     """
     spec = column_spec(column)
@@ -250,7 +250,7 @@ def converter(column: TableMapColumn) -> Converter:
     date range``, ...); None otherwise. The converter raises :class:`ValueError` (or another error of
     the conversion) for a value it cannot stage exactly; the caller names the column and event.
 
-    :raises ValueError: when the column's character set cannot be decoded exactly
+    :raises ValueError: when the column's character set is unknown (an unknown collation id)
         (:class:`~airflow_provider_binlog.extract.charsets.UnsupportedCharsetError`), or its ENUM/SET
         member names could not be read (``members_problem``, see
         :func:`~airflow_provider_binlog.extract.tablemaps.redecode_members`).
@@ -290,7 +290,7 @@ def converter(column: TableMapColumn) -> Converter:
 def _text_converter(charset: str | None) -> Callable[[Any], str]:
     """Return the conversion of one text value: bytes decoded as the server does, library text checked.
 
-    :raises ValueError: when ``charset`` cannot be decoded exactly.
+    :raises ValueError: when ``charset`` is not a character set the extractor knows.
     """
     decode = text_decoder(charset or "utf8mb4")
     library_exact = charset is None or charset in _LIBRARY_EXACT

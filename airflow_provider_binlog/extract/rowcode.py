@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pymysqlreplication.constants import FIELD_TYPE
 
 from airflow_provider_binlog.contract.columns import UTC
-from airflow_provider_binlog.extract.charsets import UTF8, text_decoder
+from airflow_provider_binlog.extract.charsets import text_decoder
 from airflow_provider_binlog.extract.columns import (
     MAX_ARROW_DECIMAL_PRECISION,
     MAX_INT64_BITS,
@@ -80,13 +80,14 @@ SUPPORTED_TYPES = frozenset(_INTEGERS) | TEXT_TYPES | _OTHERS
 def text_kind(column: TableMapColumn) -> str | None:
     """Return how a string/blob column's bytes become a value: ``binary``, ``utf-8`` or its charset name.
 
-    None when the character set is unknown (``binlog_row_metadata`` is not FULL) or no codec decodes it
-    exactly (:data:`.charsets.REFUSED`).
+    ``utf-8`` is utf8mb4, decoded by ``bytes.decode``; a charset name is decoded by
+    :func:`~.charsets.text_decoder` (utf8mb3 too: it refuses characters above U+FFFF). None when the
+    character set is unknown (``binlog_row_metadata`` is not FULL, or a collation id nobody knows).
     """
     charset = charset_of(column)
     if charset is None:
         return None
-    if charset in ("binary", *UTF8):
+    if charset in ("binary", "utf8mb4"):
         return "binary" if charset == "binary" else "utf-8"
     try:
         text_decoder(charset)

@@ -5,9 +5,11 @@ load's writes, ``mapInArrow``); merges run none there. Where the provider cannot
 side (a managed Spark Connect service, a shared cluster), the task ships it: over Spark Connect with
 ``SparkSession.addArtifacts(path, pyfile=True)``, which puts the zip on the ``sys.path`` of the session's
 Python workers; over spark-submit as one of its ``--py-files`` (Spark docs, "Python Package Management" and
-"Spark Connect Overview"). Python imports packages from a zip (``zipimport``), so the archive holds only
-Python files: the provider and the pure-Python drivers its executor code imports (:data:`SHIPPED_PACKAGES`).
-The Spark side still needs pyarrow, which PySpark's Arrow functions need anyway.
+"Spark Connect Overview"). Python imports packages from a zip (``zipimport``), so the archive holds the
+Python files of the provider and of the pure-Python drivers its executor code imports (:data:`SHIPPED_PACKAGES`),
+and the package data those modules read with :mod:`importlib.resources`, which reads inside a zip too
+(:data:`SHIPPED_DATA`: the character set tables of ``extract/charsets.py``). The Spark side still needs
+pyarrow, which PySpark's Arrow functions need anyway.
 
 Imports nothing from Airflow.
 """
@@ -26,6 +28,9 @@ import airflow_provider_binlog
 #: Packages in the archive: the provider, and the pure-Python MySQL driver and replication library its
 #: executor code imports (``source.flavor`` imports ``pymysqlreplication``, which imports ``pymysql``).
 SHIPPED_PACKAGES = ("airflow_provider_binlog", "pymysql", "pymysqlreplication")
+#: Files besides ``*.py`` in the archive (glob patterns): package data read with importlib.resources, as
+#: ``[tool.setuptools.package-data]`` in pyproject.toml lists it for the wheel.
+SHIPPED_DATA = ("*.json.gz",)
 #: The timestamp of every entry: the same files give the same bytes (and the same name) on every worker.
 ZIP_TIMESTAMP = (1980, 1, 1, 0, 0, 0)
 #: Where archives are cached between tasks of one host (one file per content).
@@ -33,9 +38,9 @@ ARCHIVE_DIR = Path(tempfile.gettempdir()) / "airflow_provider_binlog-archives"
 
 
 def package_files(package: str) -> list[tuple[str, Path]]:
-    """Return ``(name in the archive, file)`` for every ``.py`` file of an installed ``package``, sorted.
+    """Return ``(name in the archive, file)`` for every ``.py`` file and :data:`SHIPPED_DATA` file of ``package``.
 
-    Test folders (``tests``) and byte-code caches are left out.
+    Sorted; test folders (``tests``) and byte-code caches are left out.
 
     :raises ModuleNotFoundError: when ``package`` is not installed.
     """
@@ -44,7 +49,7 @@ def package_files(package: str) -> list[tuple[str, Path]]:
         raise ModuleNotFoundError(f"cannot ship {package!r}: it is not an installed package", name=package)
     root = Path(next(iter(spec.submodule_search_locations)))
     files = []
-    for path in root.rglob("*.py"):
+    for path in (p for pattern in ("*.py", *SHIPPED_DATA) for p in root.rglob(pattern)):
         inside = path.relative_to(root).parts
         if "tests" in inside or "__pycache__" in inside:
             continue
@@ -53,7 +58,7 @@ def package_files(package: str) -> list[tuple[str, Path]]:
 
 
 def provider_archive(directory: Path = ARCHIVE_DIR) -> Path:
-    """Return a zip of :data:`SHIPPED_PACKAGES`' Python files, built once per content and kept in ``directory``.
+    """Return a zip of :data:`SHIPPED_PACKAGES`' files, built once per content and kept in ``directory``.
 
     The name is ``airflow_provider_binlog-<version>-<12 hex digits of the content's SHA-256>.zip``: a changed
     file gives a new name, so a Spark Connect session never gets two different archives under one name
@@ -61,7 +66,7 @@ def provider_archive(directory: Path = ARCHIVE_DIR) -> Path:
     name and renamed, so tasks building it at once never read a half-written one.
 
     :param directory: where archives are kept (created when missing).
-    :returns: the archive's path (about 0.5 MiB).
+    :returns: the archive's path (about 0.8 MiB, 0.3 of it the character set tables).
     :raises ModuleNotFoundError: when a shipped package is not installed here.
     """
     files = [entry for package in SHIPPED_PACKAGES for entry in package_files(package)]

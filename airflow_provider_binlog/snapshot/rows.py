@@ -119,7 +119,7 @@ class SourceColumn:
         cast where the text protocol would not return the exact stored value (FLOAT, INET4, INET6, UUID,
         text of a character set other than utf8mb3/utf8mb4).
     :param charset: the character set of a text column selected as its stored bytes, decoded here.
-    :raises ValueError: when ``charset`` cannot be decoded exactly.
+    :raises ValueError: when ``charset`` is not a character set the extractor knows (an unknown collation).
     """
 
     name: str
@@ -505,7 +505,7 @@ def _bit_decimal(value: bytes) -> decimal.Decimal:
 def _stored_text(charset: str) -> Callable[[bytes], str]:
     """Return the decoding of a text column's stored bytes (``CAST(col AS BINARY)``), as the binlog path's.
 
-    :raises ValueError: when ``charset`` cannot be decoded exactly.
+    :raises ValueError: when ``charset`` is not a character set the extractor knows (an unknown collation).
     """
     decode = text_decoder(charset)
     return lambda value: decode(bytes(value))

@@ -72,6 +72,9 @@ def test_wheel_metadata_names_the_project_its_licence_and_urls(dist: Path) -> No
     assert "get_provider_info:get_provider_info" in entry_points
     assert "airflow_provider_binlog/py.typed" in names
     assert "airflow_provider_binlog/jobs/merge/job.py" in names, "the bundled Spark jobs travel in the wheel"
+    tables = [n for n in names if n.startswith("airflow_provider_binlog/extract/charset_tables/")]
+    assert "airflow_provider_binlog/extract/charset_tables/big5.json.gz" in tables  # package data (ADR 0032)
+    assert len(tables) == 33
     assert not [n for n in names if n.startswith(("tests/", "example_dags/", "benchmarks/"))]
 
 
