@@ -69,6 +69,9 @@ class TableTarget:
     :param gone: the table no longer exists on the source, but the target holds it: none of its row changes
         are staged (a ``DROP TABLE`` or ``RENAME TABLE`` at or after them empties it), only the truncate marker
         of the statement that removed it, when the window holds that statement.
+    :param kept_columns: the columns the target keeps although the source dropped them (from the pipeline's
+        state; the reader adds those it sees dropped): an ``ADD COLUMN`` of one of these names is re-snapshotted
+        (``kept`` of :func:`~airflow_provider_binlog.extract.ddl.classify_ddl`).
     """
 
     name: str
@@ -89,6 +92,7 @@ class TableTarget:
     barriers: list[SchemaBarrier] = field(default_factory=list)
     captured: bool = False
     gone: bool = False
+    kept_columns: set[str] = field(default_factory=set)
 
     def stages(self, key: tuple[int, int]) -> bool:
         """Return whether a change whose event ends at ``key`` is staged (see ``since``, ``barriers``, ``gone``)."""
