@@ -131,7 +131,8 @@ class Manifest:
     :param end: the window's end (windows only).
     :param stats: numbers about the read (``rows``, ``read_seconds``, ``last_commit_ts`` ...).
     :param created_at: when the manifest was written (ISO-8601, UTC).
-    :param ddl: DDL statements of the window with their effect per table.
+    :param ddl: DDL statements of the window with their effect per table (``effects``: ``table``, ``action``,
+        ``reason``; ``dropped_columns`` for a ``DROP COLUMN``, ``empties`` and ``marker_seq`` for a truncate marker).
     :param skipped: tables the window leaves out, with the reason.
     :param skipped_statements: statement-based writes skipped because a snapshot covers them.
     :param covered_tables: tables a snapshot covers, with its seq.

@@ -12,7 +12,8 @@ statement is parsed with sqlglot's ``mysql`` dialect and every selected table it
   views, routines, users, grants, ``ANALYZE``/``OPTIMIZE``/``CHECK``).
 * ``follow``: the row images that follow carry everything: ``ADD COLUMN`` that is nullable with no
   default (or ``DEFAULT NULL``), not generated, not ``AUTO_INCREMENT`` and not a ``TIMESTAMP`` (which
-  MySQL may make ``NOT NULL DEFAULT CURRENT_TIMESTAMP`` implicitly); ``DROP COLUMN``; ``MODIFY`` and
+  MySQL may make ``NOT NULL DEFAULT CURRENT_TIMESTAMP`` implicitly), of a name the target does not still hold
+  (below); ``DROP COLUMN`` (:attr:`DdlEffect.dropped`: the target keeps the column); ``MODIFY`` and
   ``CHANGE`` that keep the column's name (the merge follows the new type, see ``docs/schema-changes.md``);
   ``CREATE TABLE`` (also ``LIKE`` and ``AS SELECT``): a new table is captured from its first row;
   ``TRUNCATE TABLE``, ``DROP TABLE``, ``DROP DATABASE`` and the source of a ``RENAME TABLE``: the table is
@@ -21,8 +22,10 @@ statement is parsed with sqlglot's ``mysql`` dialect and every selected table it
 * ``resnapshot``: the binlog does not carry what the target needs: every other ``ADD COLUMN``, ``CHANGE``
   or ``RENAME COLUMN`` that renames, primary key changes, ``CONVERT TO CHARACTER SET``,
   ``CREATE OR REPLACE TABLE``, the destination of a ``RENAME TABLE``, and anything that cannot be parsed or
-  is not known to be harmless while it names a selected table. The rule over-approximates: an extra
-  snapshot costs time, a missed one loses rows.
+  is not known to be harmless while it names a selected table. Also an ``ADD COLUMN`` of a name whose
+  dropped column the target still holds (``kept`` of :func:`classify_ddl`, or a ``DROP COLUMN`` earlier in
+  the statement): every row not written since would show the old column's value where the source has NULL.
+  The rule over-approximates: an extra snapshot costs time, a missed one loses rows.
 * A ``MODIFY``/``CHANGE`` of a column's type under a ``sql_mode`` without strict mode (the server may clamp
   or cut stored values without row events) is ``resnapshot`` with the columns it retypes
   (:attr:`DdlEffect.retyped`): the window reader follows it instead when the table maps before and after it
@@ -40,7 +43,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_provider_binlog.contract.names import database_of
@@ -52,9 +55,10 @@ DdlAction = Literal["ignore", "follow", "resnapshot"]
 Emptied = Literal["", "truncated", "dropped"]
 """How a followed statement empties a table: ``truncated`` (``TRUNCATE``), ``dropped`` (``DROP TABLE``,
 ``DROP DATABASE``, renamed away), or ``''`` (it does not)."""
-_Decision = Literal["ignore", "follow", "retyped", "truncated", "dropped", "resnapshot"]
-"""What :func:`_effects` finds per table: an action, a ``follow`` that empties the table, or ``retyped`` (a
-non-strict ``MODIFY``/``CHANGE``; :func:`_effects` gives the column as its reason)."""
+_Decision = Literal["ignore", "follow", "dropped_column", "retyped", "truncated", "dropped", "resnapshot"]
+"""What :func:`_effects` finds per table: an action, a ``follow`` that empties the table, ``dropped_column`` (a
+followed ``DROP COLUMN``) or ``retyped`` (a non-strict ``MODIFY``/``CHANGE``); for these two :func:`_effects`
+gives the column as the reason."""
 
 _IDENT = r"(?:`(?:[^`]|``)+`|[\w$]+)"
 _NAME = rf"{_IDENT}(?:\s*\.\s*{_IDENT})?"
@@ -101,6 +105,9 @@ class DdlEffect:
     :param retyped: the columns a ``MODIFY``/``CHANGE`` under a non-strict ``sql_mode`` gave another type
         (action ``resnapshot``, the statement's only reason for it): the change may be followed when each
         keeps every stored value (:func:`keeps_values`).
+    :param dropped: the columns a ``DROP COLUMN`` of the statement removed: the target keeps them, with the
+        values of the rows not written since, so a later ``ADD COLUMN`` of one of these names cannot be followed
+        (``kept`` of :func:`classify_ddl`) until a snapshot of the table replaces its schema.
     """
 
     table: str
@@ -108,6 +115,7 @@ class DdlEffect:
     reason: str
     empties: Emptied = ""
     retyped: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
 
 
 NEW_TABLE = "CREATE TABLE: a new table is captured from its first row"
@@ -121,6 +129,7 @@ def classify_ddl(
     captured: Iterable[str] = (),
     *,
     sql_mode: int | None = None,
+    kept: Mapping[str, Iterable[str]] | None = None,
 ) -> list[DdlEffect]:
     """Return the effect of the DDL statement ``sql`` on each of the ``selected`` tables it touches.
 
@@ -134,18 +143,23 @@ def classify_ddl(
     :param sql_mode: the session's ``sql_mode`` bits from the query event's status variables (``Q_SQL_MODE_CODE``),
         None when the event carries none: a ``MODIFY``/``CHANGE`` under a mode with neither
         ``STRICT_TRANS_TABLES`` nor ``STRICT_ALL_TABLES`` is re-snapshotted (:func:`is_strict`).
+    :param kept: per selected table, the columns its target still holds although the source dropped them
+        (:attr:`DdlEffect.dropped` of earlier statements, since the table's last snapshot): an ``ADD COLUMN`` of
+        one of these names is re-snapshotted.
     :returns: one effect per selected table the statement touches (``ignore`` ones included), sorted by
         table; empty when it touches none. A statement that cannot be parsed touches every selected table
         whose name appears in its text, with action ``resnapshot``.
     """
     by_lower = {name.lower(): name for name in selected}
     in_target = {name.lower() for name in captured}
-    found = _effects(sql, default_schema or "", strict=is_strict(sql_mode))
+    held = {table.lower(): {c.lower() for c in columns} for table, columns in (kept or {}).items()}
+    found = _effects(sql, default_schema or "", strict=is_strict(sql_mode), kept=held)
     if found is None:
         return _unparsed(sql, by_lower)
     effects: dict[str, DdlEffect] = {}
     ranks: dict[str, int] = {}
     retyped: dict[str, list[str]] = {}
+    dropped: dict[str, list[str]] = {}
     for name, action, reason in found:
         lower = name.lower()
         if lower.endswith(".*"):  # every table of a database
@@ -157,6 +171,8 @@ def classify_ddl(
                 action, reason = "resnapshot", "CREATE TABLE of a name the target holds rows of"
             if action == "retyped":
                 retyped.setdefault(table, []).append(reason)  # its reason is the column
+            if action == "dropped_column":
+                dropped.setdefault(table, []).append(reason)  # its reason is the column
             known = ranks.get(table)
             if known is None or _RANK[action] > known:
                 ranks[table] = _RANK[action]
@@ -164,12 +180,15 @@ def classify_ddl(
     for table, columns in retyped.items():
         if ranks[table] == _RANK["retyped"]:  # no stronger decision: a re-snapshot unless values are kept
             effects[table] = _retyped(table, columns)
+    for table, columns in dropped.items():
+        effects[table] = replace(effects[table], dropped=tuple(columns))
     return [effects[t] for t in sorted(effects)]
 
 
 _RANK: dict[_Decision, int] = {
     "ignore": 0,
     "follow": 1,
+    "dropped_column": 1,
     "retyped": 2,
     "truncated": 3,
     "dropped": 3,
@@ -198,6 +217,8 @@ def is_strict(sql_mode: int | None) -> bool:
 def _effect(table: str, decision: _Decision, reason: str) -> DdlEffect:
     if decision == "truncated" or decision == "dropped":
         return DdlEffect(table, "follow", reason, empties=decision)
+    if decision == "dropped_column":
+        return DdlEffect(table, "follow", f"DROP COLUMN {reason}")
     if decision == "retyped":
         return _retyped(table, [reason])
     return DdlEffect(table, decision, reason)
@@ -213,8 +234,14 @@ def _retyped(table: str, columns: list[str]) -> DdlEffect:
     )
 
 
-def _effects(sql: str, schema: str, *, strict: bool = True) -> _Found | None:
-    """Return ``[(db.table, action, reason)]`` for every table the statement names, None when unparsed."""
+def _effects(
+    sql: str, schema: str, *, strict: bool = True, kept: Mapping[str, set[str]] | None = None
+) -> _Found | None:
+    """Return ``[(db.table, action, reason)]`` for every table the statement names, None when unparsed.
+
+    ``kept``: per table (``db.table`` in lower case), the names (lower case) of the dropped columns its target
+    still holds (see :func:`classify_ddl`).
+    """
     import sqlglot
     from sqlglot import exp
     from sqlglot.errors import SqlglotError
@@ -234,7 +261,7 @@ def _effects(sql: str, schema: str, *, strict: bool = True) -> _Found | None:
         return None
     statement = statements[0]
     if isinstance(statement, exp.Alter) and str(statement.args.get("kind") or "").upper() == "TABLE":
-        return _alter(statement, schema, strict=strict)
+        return _alter(statement, schema, strict=strict, kept=kept or {})
     if isinstance(statement, exp.TruncateTable):
         return [
             (_qualify(t, schema), "truncated", "TRUNCATE TABLE removed every row: a truncate marker")
@@ -247,20 +274,22 @@ def _effects(sql: str, schema: str, *, strict: bool = True) -> _Found | None:
     return None
 
 
-def _alter(statement: Any, schema: str, *, strict: bool) -> _Found:
+def _alter(statement: Any, schema: str, *, strict: bool, kept: Mapping[str, set[str]]) -> _Found:
     """Return the effect of ``ALTER TABLE`` on its table (the strongest of its actions).
 
-    ``strict``: whether the session's ``sql_mode`` was strict (:func:`is_strict`).
+    ``strict``: whether the session's ``sql_mode`` was strict (:func:`is_strict`). ``kept``: as for
+    :func:`_effects`; a ``DROP COLUMN`` of the statement adds to the table's for the actions after it.
     """
     from sqlglot import exp
 
     table = _qualify(statement.this, schema)
+    dropped = set(kept.get(table.lower(), ()))
     actions = list(statement.args.get("actions") or [])
     found: _Found = [(table, "ignore", "table options only")] if not actions else []
     for action in actions:
         kind = type(action).__name__
         if isinstance(action, exp.ColumnDef):
-            found.append((table, *_added_column(action)))
+            found.append((table, *_added_column(action, dropped)))
         elif isinstance(action, exp.ModifyColumn):
             renamed_from = action.args.get("rename_from")
             new_name = action.this.name if isinstance(action.this, exp.ColumnDef) else ""
@@ -279,7 +308,9 @@ def _alter(statement: Any, schema: str, *, strict: bool) -> _Found:
         elif isinstance(action, exp.Drop):
             what = str(action.args.get("kind") or "").upper()
             if what == "COLUMN":
-                found.append((table, "follow", "DROP COLUMN"))
+                for column in action.args.get("tables") or []:
+                    found.append((table, "dropped_column", column.name))
+                    dropped.add(column.name.lower())
             elif what in _IGNORED_DROPS:
                 found.append((table, "ignore", f"DROP {what}"))
             else:
@@ -297,11 +328,20 @@ def _alter(statement: Any, schema: str, *, strict: bool) -> _Found:
     return found
 
 
-def _added_column(column: Any) -> tuple[DdlAction, str]:
-    """Return whether an added column can be followed: its value in existing rows must be NULL."""
+def _added_column(column: Any, dropped: set[str]) -> tuple[DdlAction, str]:
+    """Return whether an added column can be followed: its value in existing rows must be NULL, in the target too.
+
+    :param dropped: the names (lower case) of the table's dropped columns its target still holds.
+    """
     from sqlglot import exp
 
     name = column.name
+    if name.lower() in dropped:
+        return (
+            "resnapshot",
+            f"ADD COLUMN {name}: the target still holds the dropped column {name}, with the values of the rows not "
+            "written since",
+        )
     for constraint in column.find_all(exp.ColumnConstraint):
         kind = constraint.args.get("kind")
         if isinstance(kind, exp.DefaultColumnConstraint) and not isinstance(kind.this, exp.Null):

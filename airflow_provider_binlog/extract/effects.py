@@ -94,7 +94,8 @@ class StatementEffects:
     ) -> None:
         """Decide what a DDL statement means for the selected tables (:func:`~airflow_provider_binlog.extract.ddl.classify_ddl`).
 
-        Each decision goes to the task log and the manifest (``ddl``). A table the target cannot follow gets a
+        Each decision goes to the task log and the manifest (``ddl``; the columns a ``DROP COLUMN`` removed under
+        ``dropped_columns``, which the table's target keeps). A table the target cannot follow gets a
         :class:`SchemaBarrier` at the statement: this window stages none of its later changes (unless a
         snapshot ordered before the window covers the change), and the manifest lists it under
         ``resnapshots``, which the window's commit records in the pipeline state. A followed statement that
@@ -111,6 +112,7 @@ class StatementEffects:
             self.tables,
             [t.name for t in self.tables.values() if t.captured],
             sql_mode=sql_mode,
+            kept={t.name: t.kept_columns for t in self.tables.values() if t.kept_columns},
         )
         if not effects:
             return
@@ -135,6 +137,9 @@ class StatementEffects:
             }
         )
         for effect, decision in zip(effects, decisions, strict=True):
+            if effect.dropped:  # the target keeps them (a later ADD COLUMN of the name is re-snapshotted)
+                decision["dropped_columns"] = list(effect.dropped)
+                self.tables[effect.table].kept_columns.update(effect.dropped)
             if effect.empties:
                 decision["empties"] = effect.empties
                 decision["marker_seq"] = self._empty(effect, text, at, timestamp, gtid)

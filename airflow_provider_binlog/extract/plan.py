@@ -113,7 +113,8 @@ def plan_tables(
     Keys as :func:`table_targets` finds them; a keyless table is left out with a WARNING in ``log``. When the
     pipeline takes snapshots (its state records one), a table no snapshot has read yet is left out too: the
     snapshot task of the next run loads it first. Each staged table gets its :attr:`TableTarget.since`
-    (:func:`capture_start`) and whether the target already holds it (:attr:`TableTarget.captured`).
+    (:func:`capture_start`), whether the target already holds it (:attr:`TableTarget.captured`) and the dropped
+    columns its target keeps (:func:`kept_columns`).
 
     :param described: ``{"db.table": TableInfo}`` of the selected tables as the source describes them now.
     :param state: the pipeline's state as read (None: a new pipeline).
@@ -149,7 +150,17 @@ def plan_tables(
     for target in targets.values():
         target.since = capture_start(state, target.name)
         target.captured = state is not None and target.name in state.target_tables
+        target.kept_columns = kept_columns(state, target.name)
     return targets, skipped
+
+
+def kept_columns(state: PipelineState | None, table: str) -> set[str]:
+    """Return the columns the target of ``table`` keeps although the source dropped them (``state.kept_columns``).
+
+    :param state: the pipeline's state (None: a new pipeline, nothing kept).
+    :param table: ``db.table``.
+    """
+    return set(state.kept_columns.get(table, ())) if state is not None else set()
 
 
 def capture_start(state: PipelineState | None, table: str, below: int | None = None) -> BinlogPosition | None:

@@ -66,6 +66,22 @@ def resnapshots_of(
     ]
 
 
+def dropped_columns_of(
+    manifest: Manifest, refused: dict[str, dict[str, Any]] | None = None
+) -> dict[str, list[str]]:
+    """Return ``{"db.table": [column, ...]}``: the columns the window's ``DROP COLUMN`` statements removed.
+
+    The target keeps them (with the values of the rows not written since) once the window is merged; a table
+    whose merge was ``refused`` got none of the window's changes.
+    """
+    dropped: dict[str, list[str]] = {}
+    for statement in manifest.ddl:
+        for effect in statement["effects"]:
+            if effect.get("dropped_columns") and effect["table"] not in (refused or {}):
+                dropped.setdefault(effect["table"], []).extend(effect["dropped_columns"])
+    return dropped
+
+
 def with_schema_changes(
     state: PipelineState,
     manifest: Manifest,
@@ -79,9 +95,12 @@ def with_schema_changes(
     empty in the source after that statement, and so is the target once the window's truncate marker is merged,
     whatever the change before it did, so no snapshot would ever read the table for it (a table created again
     under the name gets an entry of its own). A table whose merge was ``refused`` keeps its entries: its marker
-    is not in the target.
+    is not in the target. It also records the columns the target now keeps after a ``DROP COLUMN``
+    (:func:`dropped_columns_of`, ``kept_columns``), which later windows do not follow an ``ADD COLUMN`` of.
     """
-    added = state.with_resnapshots_needed(resnapshots_of(manifest, window, refused))
+    added = state.with_resnapshots_needed(resnapshots_of(manifest, window, refused)).with_kept_columns(
+        dropped_columns_of(manifest, refused)
+    )
     drops = [
         (d["table"], BinlogPosition(d["since"]["file"], d["since"]["pos"]).key)
         for d in manifest.dropped

@@ -7,7 +7,7 @@ with the pure checks and transitions over it (:meth:`PipelineState.problems`, :m
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from itertools import pairwise
 from typing import Any, Literal, TypeVar
 
@@ -275,6 +275,11 @@ class PipelineState(BaseModel):
     switches: list[SourceSwitch] = Field(
         default_factory=list, description="each change of source server the pipeline followed, oldest first"
     )
+    kept_columns: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="per db.table, the columns its target keeps although a followed DROP COLUMN removed them from "
+        "the source; a snapshot of the table clears them (see PipelineState.with_kept_columns)",
+    )
 
     @property
     def next_seq(self) -> int:
@@ -317,6 +322,30 @@ class PipelineState(BaseModel):
         if not added:
             return self
         return self.model_copy(update={"resnapshots_needed": [*self.resnapshots_needed, *added]})
+
+    def with_kept_columns(self, found: Mapping[str, Iterable[str]]) -> PipelineState:
+        """Return a copy whose ``kept_columns`` also list ``found`` (``{"db.table": [column, ...]}``).
+
+        A followed ``DROP COLUMN`` leaves the column in the target with the values of the rows not written since;
+        the extract re-snapshots an ``ADD COLUMN`` of such a name instead of following it
+        (:func:`~airflow_provider_binlog.extract.ddl.classify_ddl`), which it knows from these.
+        """
+        kept = {table: list(columns) for table, columns in self.kept_columns.items()}
+        for table, columns in found.items():
+            known = kept.setdefault(table, [])
+            for column in columns:  # MySQL column names are case-insensitive
+                if column.lower() not in {k.lower() for k in known}:
+                    known.append(column)
+        kept = {table: columns for table, columns in kept.items() if columns}
+        return self if kept == self.kept_columns else self.model_copy(update={"kept_columns": kept})
+
+    def without_kept_columns(self, tables: Iterable[str]) -> PipelineState:
+        """Return a copy without the ``kept_columns`` of ``tables``: a snapshot of each replaced its target's schema."""
+        gone = set(tables)
+        if not gone & set(self.kept_columns):
+            return self
+        kept = {table: columns for table, columns in self.kept_columns.items() if table not in gone}
+        return self.model_copy(update={"kept_columns": kept})
 
     def pending_resnapshots(self) -> list[ResnapshotNeeded]:
         """Return the entries no snapshot covers yet (none of the table's snapshots started at or after ``since``).

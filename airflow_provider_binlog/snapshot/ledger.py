@@ -188,6 +188,7 @@ def finish_snapshot(
 
     The entries of ``resnapshots_needed`` it covers (:func:`~airflow_provider_binlog.pipeline.ledger.covers`: one of
     its tables, ``since`` at or before its start, found by a window ordered before it) are cleared: the target holds the table as the source had it after the schema change.
+    So are the ``kept_columns`` of its tables: its merge replaced each table's schema with the source's.
 
     :param target: the target root it was merged into.
     :param written: the tables whose Delta tables hold its merge (none when every table was empty and
@@ -215,4 +216,4 @@ def finish_snapshot(
     state = with_failed_resnapshots(state.model_copy(update={"snapshots": snapshots}), merged, refused)
     needed = [r for r in state.resnapshots_needed if not covers(merged, r)]
     update = {"snapshots": snapshots, "resnapshots_needed": needed}
-    return state.model_copy(update=update).with_target(target, written)
+    return state.model_copy(update=update).without_kept_columns(merged.tables).with_target(target, written)

@@ -33,6 +33,7 @@ from airflow_provider_binlog.contract.uris import write_json  # noqa: E402
 from airflow_provider_binlog.extract.plan import (  # noqa: E402
     capture_start,
     gone_targets,
+    kept_columns,
     schema_barriers,
     snapshot_covers,
 )
@@ -74,6 +75,9 @@ class Flow:
     hook: BinlogHook = field(default_factory=lambda: BinlogHook(pipeline=PIPELINE))
     manifests: list[Manifest] = field(default_factory=list)
     snapshots: list[Snapshot] = field(default_factory=list)
+    read_workers: int = 1
+    """Processes reading a window of several binlog files (``extract_window``'s ``max_workers``; 1 reads
+    serially; more read in parallel whatever the window's size)."""
 
     @property
     def target(self) -> str:
@@ -133,7 +137,11 @@ class Flow:
         described = self.keys()
         targets = {  # as the extract operator selects them: a snapshotting pipeline loads new tables first
             name: TableTarget(
-                name, key, since=capture_start(state, name), captured=name in state.target_tables
+                name,
+                key,
+                since=capture_start(state, name),
+                captured=name in state.target_tables,
+                kept_columns=kept_columns(state, name),
             )
             for name, key in described.items()
             if not state.snapshots or name in snapshotted
@@ -151,6 +159,8 @@ class Flow:
             server=server,
             covers=snapshot_covers(state, targets),
             schemas=schema_history(state, window, window_dir.parent),
+            max_workers=self.read_workers,
+            parallel_min_bytes=0,
         )
         merge_window(
             self.spark,

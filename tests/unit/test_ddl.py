@@ -358,6 +358,37 @@ def test_the_strongest_action_of_a_statement_wins() -> None:
     }
 
 
+def test_a_dropped_column_is_named_and_kept_by_the_target() -> None:
+    (effect,) = classify_ddl("ALTER TABLE orders DROP COLUMN c, DROP `D`, ADD INDEX i (a)", "shop", SELECTED)
+    assert (effect.action, effect.dropped) == ("follow", ("c", "D"))
+    (renamed,) = classify_ddl("ALTER TABLE orders DROP COLUMN c, CHANGE a b INT", "shop", SELECTED)
+    assert (renamed.action, renamed.dropped) == ("resnapshot", ("c",))  # the re-snapshot replaces the schema
+
+
+@pytest.mark.parametrize(
+    ("sql", "kept"),
+    [
+        ("ALTER TABLE orders ADD COLUMN c INT NULL", {"shop.orders": ["c"]}),
+        ("ALTER TABLE `orders` ADD `C` VARCHAR(10)", {"SHOP.Orders": ["c"]}),  # names in any case
+        ("ALTER TABLE orders DROP COLUMN c, ADD COLUMN c INT", {}),  # dropped by the statement itself
+        ("ALTER TABLE orders ADD COLUMN e INT, ADD COLUMN c INT", {"shop.orders": ["c", "x"]}),
+    ],
+)
+def test_adding_a_column_whose_dropped_namesake_the_target_holds_is_resnapshotted(
+    sql: str, kept: dict[str, list[str]]
+) -> None:
+    """The target keeps a dropped column's values: a column added again under its name would show them."""
+    (effect,) = classify_ddl(sql, "shop", SELECTED, kept=kept)
+    assert effect.action == "resnapshot"
+    assert "still holds the dropped column" in effect.reason
+
+
+def test_a_kept_column_of_another_table_changes_nothing() -> None:
+    kept = {"shop.items": ["c"], "shop.orders": ["x"]}
+    (effect,) = classify_ddl("ALTER TABLE orders ADD COLUMN c INT", "shop", SELECTED, kept=kept)
+    assert effect.action == "follow"
+
+
 @pytest.mark.skipif(not DEBEZIUM.exists(), reason=f"{DEBEZIUM} is absent (shared reference data)")
 def test_debezium_ddl_corpus_classifies_without_errors() -> None:
     """Every statement of Debezium's MySQL DDL test scripts gets a decision (no exception, no empty reason)."""

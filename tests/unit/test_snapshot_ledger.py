@@ -277,3 +277,30 @@ def test_a_snapshot_ordered_before_the_window_that_found_the_entry_does_not_cove
     assert again is not None
     assert again.tables == ["shop.a"]
     assert finish_snapshot(state, again.seq, 10, "/t", written=again.tables).resnapshots_needed == []
+
+
+def test_the_commit_records_the_dropped_columns_the_target_keeps_and_a_snapshot_clears_them() -> None:
+    from airflow_provider_binlog.operators.commit import with_schema_changes
+
+    state, window, _ = cut_window(fresh(), run_id="r1", head=BinlogPosition("b.000002", 900))
+    drops = [
+        {"table": "shop.a", "action": "follow", "reason": "DROP COLUMN x", "dropped_columns": ["x", "Y"]},
+        {"table": "shop.b", "action": "follow", "reason": "DROP COLUMN z", "dropped_columns": ["z"]},
+    ]
+    manifest = Manifest(
+        pipeline="p",
+        window=window.seq,
+        tables={},
+        created_at="2026-01-01T00:00:00+00:00",
+        ddl=[{"query": "ALTER TABLE ...", "file": "b.000002", "pos": 600, "effects": drops}],
+    )
+    refused = {"shop.b": {"table": "shop.b", "column": "q", "detail": "changed type"}}  # none of it merged
+    state = with_schema_changes(state, manifest, window, refused)
+    assert state.kept_columns == {"shop.a": ["x", "Y"]}
+    assert state.with_kept_columns({"shop.a": ["y", "w"]}).kept_columns == {"shop.a": ["x", "Y", "w"]}
+    assert state.with_kept_columns({"shop.a": ["X"]}) is state  # names are case-insensitive
+    later = BinlogPosition("b.000002", 950)
+    state, snapshot = begin(state, "r2", mode="requested", tables=["shop.a"], head=later)
+    assert snapshot is not None
+    state = finish_snapshot(state, snapshot.seq, 10, "/t", written=snapshot.tables)
+    assert state.kept_columns == {}  # its merge replaced the table's schema with the source's
