@@ -148,7 +148,6 @@ def extract_window(
             )  # fmt: skip
             refusals[str(err.table)] = err
     stats = read.stats
-    stats = read.stats
     stats.seconds = time.monotonic() - started
     for name in stats.covered_tables:  # rows staged before the statement that made the table covered
         for relative in outputs.pop(name, TableOutput(name=name, primary_key=[])).files:

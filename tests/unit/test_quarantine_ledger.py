@@ -96,3 +96,25 @@ def test_the_report_names_table_column_coordinates_gtid_and_remedy() -> None:
     for part in ("shop.b", "b.000003:344", "b.000003:963", "0-1-16", "cp1250", "0x81", "binlog_resnapshot"):
         assert part in report
     assert report.startswith("pipeline 'p': 1 table(s) quarantined; the other tables flow as usual.")
+
+
+def test_a_table_refusal_keeps_where_it_is_across_processes() -> None:
+    """A parallel read's worker sends its error to the task process pickled: the quarantine needs its fields."""
+    import pickle
+
+    from airflow_provider_binlog.exceptions import UndecodableValueError
+
+    sent = UndecodableValueError(
+        "message", table="shop.b", column="shop.b.v", file="b.000003", pos=963, gtid="0-1-16", reason="0x81"
+    )
+    got = pickle.loads(pickle.dumps(sent))
+    assert (type(got), str(got), got.table, got.column, got.file, got.pos, got.gtid, got.reason) == (
+        UndecodableValueError,
+        "message",
+        "shop.b",
+        "shop.b.v",
+        "b.000003",
+        963,
+        "0-1-16",
+        "0x81",
+    )
