@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from airflow_provider_binlog.contract import ContractError, uris
 from airflow_provider_binlog.contract import delta as contract_delta
 from airflow_provider_binlog.contract.columns import DELETED_COLUMN, METADATA_COLUMN_NAMES
+from airflow_provider_binlog.contract.names import split_table_name
 from airflow_provider_binlog.contract.types import recorded_arrow_type
 from airflow_provider_binlog.exceptions import (
     BinlogConfigError,
@@ -106,6 +107,7 @@ def check_target(
             except ContractError as err:
                 raise BinlogConfigError(str(err)) from err
         elif state is not None and table in state.target_tables and not recreate:
+            _check_not_moved(state.pipeline, target_path, table, storage_options)
             raise BinlogConfigError(
                 f"pipeline {state.pipeline!r} has merged changes of {table} into {table_uri(target_path, table)}, "
                 f"but there is no Delta table there any more (deleted or moved). Nothing was written: a window "
@@ -113,6 +115,30 @@ def check_target(
                 f'trigger binlog_resnapshot with {{"pipeline": "{state.pipeline}", "tables": "{table}", '
                 f'"mode": "requested"}}.'
             )
+
+
+def _check_not_moved(
+    pipeline: str, target_path: str, table: str, storage_options: StorageOptions | None
+) -> None:
+    """Refuse with the move that fixes it when the table's Delta table is at its pre-0.x folder.
+
+    Before names were escaped (``contract/names.py``), a table whose name is not ordinary (a space, a
+    non-ASCII letter ...) had the folder ``<target>/<db>/<table>`` spelled as the name. Such a table is not
+    moved automatically (a move of a Delta table on an object store is a copy of every file).
+
+    :raises BinlogConfigError: when the old folder holds the table.
+    """
+    db, name = split_table_name(table)
+    if "/" in db + name or "\\" in db + name or {db, name} & {".", ".."}:
+        return  # such a name never had a folder of its own
+    old = uris.join_uri(target_path, db, name)
+    if old != table_uri(target_path, table) and contract_delta.open_table(old, storage_options) is not None:
+        raise BinlogConfigError(
+            f"pipeline {pipeline!r} keeps {table} at {table_uri(target_path, table)} now (names that are not plain "
+            f"letters, digits, _ $ - and dots are escaped, docs/security.md), but its Delta table is still at "
+            f"{old}. Nothing was written. Move the folder {old} to {table_uri(target_path, table)} (a rename on "
+            f"local disk; a copy of the folder on an object store), then run the task again."
+        )
 
 
 def hand_over(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 
@@ -16,22 +17,44 @@ class MergeKeyError(ContractError):
 
 
 def parse_key_overrides(specs: Sequence[str]) -> dict[str, tuple[str, ...]]:
-    """Parse ``db.table=col1,col2`` values (the merge job's ``--key`` options).
+    """Parse the merge job's ``--key`` values: ``db.table=col1,col2``, or a JSON object ``{"db.table": [columns]}``.
 
-    :param specs: the values, one per table.
+    The JSON form is what the operators pass: it carries any table or column name (an ``=`` or ``,`` in a name
+    would make the short form ambiguous).
+
+    :param specs: the values, one per table (short form) or per object.
     :raises MergeKeyError: if a value is malformed or a table is named twice.
     """
     keys: dict[str, tuple[str, ...]] = {}
-    for spec in specs:
-        name, sep, columns = spec.partition("=")
-        cols = tuple(c.strip() for c in columns.split(",") if c.strip())
-        if not sep or not cols:
-            raise MergeKeyError(f"--key {spec!r} must look like db.table=col1,col2")
-        split_table_name(name.strip())
-        if name.strip() in keys:
-            raise MergeKeyError(f"--key names table {name.strip()!r} twice")
-        keys[name.strip()] = cols
+    for name, cols in (pair for spec in specs for pair in _key_specs(spec)):
+        split_table_name(name)
+        if name in keys:
+            raise MergeKeyError(f"--key names table {name!r} twice")
+        keys[name] = cols
     return keys
+
+
+def key_spec(keys: Mapping[str, Sequence[str]]) -> str:
+    """Return the ``--key`` value (JSON form) of :func:`parse_key_overrides` for ``{"db.table": [columns]}``."""
+    return json.dumps({table: list(columns) for table, columns in sorted(keys.items())}, ensure_ascii=False)
+
+
+def _key_specs(spec: str) -> list[tuple[str, tuple[str, ...]]]:
+    """Return the ``(table, columns)`` pairs of one ``--key`` value."""
+    if spec.lstrip().startswith("{"):
+        try:
+            body = json.loads(spec)
+        except ValueError as err:
+            raise MergeKeyError(f"--key {spec!r} is not JSON: {err}") from err
+        pairs = [(str(t), c) for t, c in body.items()]
+        if not all(isinstance(c, list) and c and all(isinstance(x, str) and x for x in c) for _, c in pairs):
+            raise MergeKeyError(f"--key {spec!r} must map each table to a non-empty list of column names")
+        return [(t, tuple(c)) for t, c in pairs]
+    name, sep, columns = spec.partition("=")
+    cols = tuple(c.strip() for c in columns.split(",") if c.strip())
+    if not sep or not cols:
+        raise MergeKeyError(f'--key {spec!r} must look like db.table=col1,col2 or {{"db.table": ["col"]}}')
+    return [(name.strip(), cols)]
 
 
 def resolve_keys(

@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from airflow_provider_binlog.contract.names import table_folder
 from airflow_provider_binlog.contract.uris import (
     StorageOptions,
     filesystem_for,
@@ -47,7 +48,7 @@ def record_refusal(
     :param storage_options: storage options for object stores.
     """
     record = {"table": table, "column": column, "detail": detail, "window": window, "message": message}
-    write_json(join_uri(window_uri, f"{REFUSAL_PREFIX}{table}.json"), record, storage_options)
+    write_json(join_uri(window_uri, f"{REFUSAL_PREFIX}{table_folder(table)}.json"), record, storage_options)
 
 
 def refused_tables(

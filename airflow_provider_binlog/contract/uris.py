@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from airflow_provider_binlog.contract import ContractError
-from airflow_provider_binlog.contract.names import split_table_name
+from airflow_provider_binlog.contract.names import table_path
 
 StorageOptions = Mapping[str, str]
 """deltalake-style storage options (see the module docstring)."""
@@ -46,12 +46,15 @@ def join_uri(base: str, *parts: str) -> str:
 def table_uri(target: str, table: str) -> str:
     """Return the location of the Delta table holding source table ``db.table``: ``<target>/<db>/<table>``.
 
+    Each name becomes one folder name (:func:`~airflow_provider_binlog.contract.names.path_segment`: the
+    name itself when ordinary, escaped otherwise), so the location is always inside ``target`` and no two
+    source tables share one.
+
     :param target: target root (local path or URI).
     :param table: qualified source table name.
     :raises TableNameError: if the name is not qualified.
     """
-    db, name = split_table_name(table)
-    return join_uri(target, db, name)
+    return join_uri(target, table_path(table))
 
 
 def storage_options_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -42,11 +42,12 @@ value) answer one question, what a statement means for the target, and cite the 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_provider_binlog.contract.names import database_of
+from airflow_provider_binlog.contract.names import database_of, qualified_name, split_table_name, table_part
+from airflow_provider_binlog.extract.statements import qualify_name, qualify_table
 
 if TYPE_CHECKING:
     from airflow_provider_binlog.extract.events.tablemap import Column, TableMapColumn
@@ -130,6 +131,7 @@ def classify_ddl(
     *,
     sql_mode: int | None = None,
     kept: Mapping[str, Iterable[str]] | None = None,
+    case_sensitive: bool = True,
 ) -> list[DdlEffect]:
     """Return the effect of the DDL statement ``sql`` on each of the ``selected`` tables it touches.
 
@@ -146,28 +148,33 @@ def classify_ddl(
     :param kept: per selected table, the columns its target still holds although the source dropped them
         (:attr:`DdlEffect.dropped` of earlier statements, since the table's last snapshot): an ``ADD COLUMN`` of
         one of these names is re-snapshotted.
+    :param case_sensitive: whether the source compares database and table names case-sensitively
+        (``lower_case_table_names=0``, :attr:`~airflow_provider_binlog.source.server.ServerState.case_sensitive_names`):
+        then ``DROP TABLE shop.ORDERS`` does not touch ``shop.orders``. Column names always compare
+        case-insensitively (MySQL manual, "Identifier Case Sensitivity").
     :returns: one effect per selected table the statement touches (``ignore`` ones included), sorted by
         table; empty when it touches none. A statement that cannot be parsed touches every selected table
         whose name appears in its text, with action ``resnapshot``.
     """
-    by_lower = {name.lower(): name for name in selected}
-    in_target = {name.lower() for name in captured}
-    held = {table.lower(): {c.lower() for c in columns} for table, columns in (kept or {}).items()}
-    found = _effects(sql, default_schema or "", strict=is_strict(sql_mode), kept=held)
+    fold = _name_fold(case_sensitive)
+    by_folded = {fold(name): name for name in selected}
+    in_target = {fold(name) for name in captured}
+    held = {fold(table): {c.lower() for c in columns} for table, columns in (kept or {}).items()}
+    found = _effects(sql, default_schema or "", strict=is_strict(sql_mode), kept=held, fold=fold)
     if found is None:
-        return _unparsed(sql, by_lower)
+        return _unparsed(sql, selected)
     effects: dict[str, DdlEffect] = {}
     ranks: dict[str, int] = {}
     retyped: dict[str, list[str]] = {}
     dropped: dict[str, list[str]] = {}
     for name, action, reason in found:
-        lower = name.lower()
-        if lower.endswith(".*"):  # every table of a database
-            tables = [t for n, t in by_lower.items() if database_of(n) == lower[:-2]]
+        db, table_name = split_table_name(name)
+        if table_name == EVERY_TABLE:  # DROP DATABASE
+            tables = [t for n, t in by_folded.items() if fold(database_of(t)) == fold(db)]
         else:
-            tables = [by_lower[lower]] if lower in by_lower else []
+            tables = [by_folded[fold(name)]] if fold(name) in by_folded else []
         for table in tables:
-            if reason == NEW_TABLE and table.lower() in in_target:
+            if reason == NEW_TABLE and fold(table) in in_target:
                 action, reason = "resnapshot", "CREATE TABLE of a name the target holds rows of"
             if action == "retyped":
                 retyped.setdefault(table, []).append(reason)  # its reason is the column
@@ -234,13 +241,28 @@ def _retyped(table: str, columns: list[str]) -> DdlEffect:
     )
 
 
+EVERY_TABLE = "\0"
+"""The table part that stands for every table of a database in :func:`_effects` (``DROP DATABASE``): NUL, which no
+table name holds (MySQL manual, "Schema Object Names"), so a table named ``*`` is only itself."""
+
+
+def _name_fold(case_sensitive: bool) -> Callable[[str], str]:
+    """Return how table names compare on the source: as written, or in lower case (``lower_case_table_names``)."""
+    return (lambda name: name) if case_sensitive else str.lower
+
+
 def _effects(
-    sql: str, schema: str, *, strict: bool = True, kept: Mapping[str, set[str]] | None = None
+    sql: str,
+    schema: str,
+    *,
+    strict: bool = True,
+    kept: Mapping[str, set[str]] | None = None,
+    fold: Callable[[str], str] = str.lower,
 ) -> _Found | None:
     """Return ``[(db.table, action, reason)]`` for every table the statement names, None when unparsed.
 
-    ``kept``: per table (``db.table`` in lower case), the names (lower case) of the dropped columns its target
-    still holds (see :func:`classify_ddl`).
+    ``kept``: per table (``db.table`` under ``fold``, :func:`_name_fold`), the names (lower case) of the dropped
+    columns its target still holds (see :func:`classify_ddl`).
     """
     import sqlglot
     from sqlglot import exp
@@ -261,10 +283,10 @@ def _effects(
         return None
     statement = statements[0]
     if isinstance(statement, exp.Alter) and str(statement.args.get("kind") or "").upper() == "TABLE":
-        return _alter(statement, schema, strict=strict, kept=kept or {})
+        return _alter(statement, schema, strict=strict, kept=kept or {}, fold=fold)
     if isinstance(statement, exp.TruncateTable):
         return [
-            (_qualify(t, schema), "truncated", "TRUNCATE TABLE removed every row: a truncate marker")
+            (qualify_table(t, schema), "truncated", "TRUNCATE TABLE removed every row: a truncate marker")
             for t in statement.expressions
         ]
     if isinstance(statement, exp.Drop):
@@ -274,7 +296,9 @@ def _effects(
     return None
 
 
-def _alter(statement: Any, schema: str, *, strict: bool, kept: Mapping[str, set[str]]) -> _Found:
+def _alter(
+    statement: Any, schema: str, *, strict: bool, kept: Mapping[str, set[str]], fold: Callable[[str], str]
+) -> _Found:
     """Return the effect of ``ALTER TABLE`` on its table (the strongest of its actions).
 
     ``strict``: whether the session's ``sql_mode`` was strict (:func:`is_strict`). ``kept``: as for
@@ -282,8 +306,8 @@ def _alter(statement: Any, schema: str, *, strict: bool, kept: Mapping[str, set[
     """
     from sqlglot import exp
 
-    table = _qualify(statement.this, schema)
-    dropped = set(kept.get(table.lower(), ()))
+    table = qualify_table(statement.this, schema)
+    dropped = set(kept.get(fold(table), ()))
     actions = list(statement.args.get("actions") or [])
     found: _Found = [(table, "ignore", "table options only")] if not actions else []
     for action in actions:
@@ -316,7 +340,7 @@ def _alter(statement: Any, schema: str, *, strict: bool, kept: Mapping[str, set[
             else:
                 found.append((table, "resnapshot", f"DROP {what or '?'}"))
         elif isinstance(action, exp.AlterRename):
-            destination = _qualify(action.this, schema)
+            destination = qualify_table(action.this, schema)
             found.append((table, "dropped", f"renamed to {destination}: emptied by a truncate marker"))
             found.append((destination, "resnapshot", f"renamed from {table}"))
         elif kind == "AddConstraint" and action.find(exp.PrimaryKey) is not None:
@@ -378,12 +402,16 @@ def _drop(statement: Any, schema: str) -> _Found:
         return []
     if what == "TABLE":
         return [
-            (_qualify(t, schema), "dropped", "DROP TABLE removed every row: a truncate marker")
+            (qualify_table(t, schema), "dropped", "DROP TABLE removed every row: a truncate marker")
             for t in statement.args["tables"]
         ]
     if what in ("DATABASE", "SCHEMA"):
         return [
-            (f"{t.name}.*", "dropped", f"DROP {what} removed every table: a truncate marker")
+            (
+                qualified_name(t.name, EVERY_TABLE),
+                "dropped",
+                f"DROP {what} removed every table: a truncate marker",
+            )
             for t in statement.args["tables"]
         ]
     return []
@@ -391,8 +419,6 @@ def _drop(statement: Any, schema: str) -> _Found:
 
 def _create(match: re.Match[str], schema: str) -> _Found:
     """Return the effect of a ``CREATE TABLE`` (see :data:`_CREATE_TABLE`): none for a temporary table."""
-    from airflow_provider_binlog.extract.statements import qualify_name
-
     replace, temporary, name = match.groups()
     if temporary:
         return []
@@ -412,8 +438,6 @@ def _rename_tables(pairs: str, schema: str) -> _Found | None:
     destination, as ``t`` in the cut-over ``t TO _t_old, _t_new TO t``, is re-snapshotted: the stronger
     action). A destination holds another table's rows: re-snapshotted.
     """
-    from airflow_provider_binlog.extract.statements import qualify_name
-
     found: _Found = []
     for pair in re.split(r",(?=(?:[^`]*`[^`]*`)*[^`]*$)", pairs):
         match = _RENAME_PAIR.match(pair)
@@ -427,21 +451,21 @@ def _rename_tables(pairs: str, schema: str) -> _Found | None:
     return found
 
 
-def _unparsed(sql: str, by_lower: dict[str, str]) -> list[DdlEffect]:
-    """Return ``resnapshot`` for every selected table whose name appears in a statement that was not parsed."""
+def _unparsed(sql: str, selected: Iterable[str]) -> list[DdlEffect]:
+    """Return ``resnapshot`` for every selected table whose name appears in a statement that was not parsed.
+
+    Names are compared in lower case whatever the server's rule: a re-snapshot too many is exact, one too few
+    is not.
+    """
     text = sql.lower()
     touched = sorted(
         table
-        for lower, table in by_lower.items()
-        if re.search(rf"(?<![\w$]){re.escape(lower.split('.', 1)[1])}(?![\w$])", text)
+        for table in set(selected)
+        if re.search(rf"(?<![\w$]){re.escape(table_part(table).lower())}(?![\w$])", text)
     )
     return [
         DdlEffect(t, "resnapshot", "the statement could not be parsed and names the table") for t in touched
     ]
-
-
-def _qualify(table: Any, schema: str) -> str:
-    return f"{table.db or schema}.{table.name}"
 
 
 _INTEGER_BITS = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "bigint": 64}

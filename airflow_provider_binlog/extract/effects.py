@@ -51,6 +51,7 @@ class StatementEffects:
     :param discard_table: drops every row of a table the reader has committed so far (in the sink and held
         back); returns False when it cannot (the rows then stay).
     :param hooks: told of each statement with an effect on a selected table before it is applied.
+    :param case_sensitive_names: whether the source compares table names case-sensitively.
     """
 
     def __init__(
@@ -64,8 +65,10 @@ class StatementEffects:
         sink: Sink,
         discard_table: Callable[[str], bool],
         hooks: ReadHooks | None = None,
+        case_sensitive_names: bool = True,
     ) -> None:
         self.tables = tables
+        self.case_sensitive_names = case_sensitive_names
         self.covers = covers
         self.window = window
         self.pipeline = pipeline
@@ -113,6 +116,7 @@ class StatementEffects:
             [t.name for t in self.tables.values() if t.captured],
             sql_mode=sql_mode,
             kept={t.name: t.kept_columns for t in self.tables.values() if t.kept_columns},
+            case_sensitive=self.case_sensitive_names,
         )
         if not effects:
             return

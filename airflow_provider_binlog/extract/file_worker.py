@@ -76,6 +76,8 @@ class FileJob:
     :param settings: pymysql keyword arguments of the source (``passwd``, timeouts); never logged.
     :param columns: the schema history at the window start (table-map columns per table).
     :param spool: the folder the worker writes its Arrow IPC files to.
+    :param case_sensitive_names: whether the source compares table names case-sensitively
+        (:attr:`~airflow_provider_binlog.source.server.ServerState.case_sensitive_names`).
     """
 
     index: int
@@ -88,6 +90,7 @@ class FileJob:
     pipeline: str
     columns: dict[str, list[Column]]
     spool: str
+    case_sensitive_names: bool = True
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,7 @@ def read_file(job: FileJob) -> FileResult:
                 covers=job.covers,
                 state=state,
                 hooks=hooks,
+                case_sensitive_names=job.case_sensitive_names,
             )
             try:
                 reader.run()

@@ -146,6 +146,8 @@ class WindowReader:
         ``MODIFY`` under a non-strict ``sql_mode`` changes. Rows the state holds go back into the tables'
         batch builders, as committed rows of their current layouts.
     :param hooks: the seams a parallel read's readers use (:mod:`~airflow_provider_binlog.extract.parallel`).
+    :param case_sensitive_names: whether the source compares table names case-sensitively (DDL names are
+        matched to the selected tables so, :func:`~airflow_provider_binlog.extract.ddl.classify_ddl`).
     """
 
     def __init__(
@@ -163,6 +165,7 @@ class WindowReader:
         discard: Callable[[str], None] | None = None,
         state: ReaderState | None = None,
         hooks: ReadHooks | None = None,
+        case_sensitive_names: bool = True,
     ) -> None:
         lean_arrow()
         self.events = iter(events)  # a read to a file's end and a read on from there take the same events
@@ -188,6 +191,7 @@ class WindowReader:
             sink=sink,
             discard_table=self._discard_table,
             hooks=hooks,
+            case_sensitive_names=case_sensitive_names,
         )
         self.txn = Transaction()
         self.layouts: dict[LayoutKey, Layout] = {}

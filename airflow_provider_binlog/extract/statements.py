@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_binlog.contract.names import qualified_name
+
 _LOAD_DATA_INTO = re.compile(
     r"^\s*LOAD\s+(?:XML|DATA)\b.*?\bINTO\s+TABLE\s+((?:`(?:[^`]|``)+`|[\w$]+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|[\w$]+))?)",
     re.IGNORECASE | re.DOTALL,
@@ -76,7 +78,7 @@ def written_tables(sql: str, default_schema: str | None) -> WrittenTables:
         target = statement.this
         table = target.this if isinstance(target, exp.Schema) else target
         if isinstance(table, exp.Table):
-            return WrittenTables((_qualify(table, schema),))
+            return WrittenTables((qualify_table(table, schema),))
     elif isinstance(statement, exp.Update):
         return WrittenTables(_updated(statement, schema))
     elif isinstance(statement, exp.Delete):
@@ -119,7 +121,7 @@ def _deleted(delete: Any, schema: str) -> tuple[str, ...]:
         if not table.db and table.name.lower() in aliases:
             written.add(aliases[table.name.lower()])
         else:
-            written.add(_qualify(table, schema))
+            written.add(qualify_table(table, schema))
     return tuple(sorted(written))
 
 
@@ -134,13 +136,14 @@ def _table_refs(statement: Any, schema: str) -> dict[str, str]:
     for table in statement.find_all(exp.Table):
         if table.find_ancestor(exp.Subquery, exp.Select) is not None:
             continue
-        name = _qualify(table, schema)
+        name = qualify_table(table, schema)
         refs[(table.alias or table.name).lower()] = name
     return refs
 
 
-def _qualify(table: Any, schema: str) -> str:
-    return f"{table.db or schema}.{table.name}"
+def qualify_table(table: Any, schema: str) -> str:
+    """Return the qualified name of a sqlglot table expression, in ``schema`` when it names no database."""
+    return qualified_name(table.db or schema, table.name)
 
 
 def qualify_name(name: str, schema: str) -> str:
@@ -148,7 +151,7 @@ def qualify_name(name: str, schema: str) -> str:
     parts = [
         p.strip().strip("`").replace("``", "`") for p in re.split(r"\.(?=(?:[^`]*`[^`]*`)*[^`]*$)", name)
     ]
-    return f"{parts[0]}.{parts[1]}" if len(parts) == 2 else f"{schema}.{parts[0]}"
+    return qualified_name(parts[0], parts[1]) if len(parts) == 2 else qualified_name(schema, parts[0])
 
 
 def _first_line(text: str) -> str:

@@ -248,6 +248,7 @@ def _read_window(
                 discard=discard,
                 state=before,
                 hooks=hooks,
+                case_sensitive_names=server.case_sensitive_names,
             )
             if hooks is None or until is None:
                 reader.run()
@@ -265,6 +266,7 @@ def _read_window(
             job = FileJob(
                 index=0, range=ranges[0], settings=hook.dump_settings(), flavor=server.flavor, tables=tables,
                 covers=dict(covers or {}), window=window.seq, pipeline=pipeline, columns=history, spool="",
+                case_sensitive_names=server.case_sensitive_names,
             )  # fmt: skip
             read = read_parallel(
                 ranges,

@@ -13,6 +13,7 @@ from airflow.sdk import ObjectStoragePath
 
 from airflow_provider_binlog.contract.columns import GTID_COLUMN, OP_COLUMN, POS_COLUMN, SEQ_COLUMN
 from airflow_provider_binlog.contract.manifest import TableEntry
+from airflow_provider_binlog.contract.names import table_folder
 from airflow_provider_binlog.extract.columns import ColumnSpec
 from airflow_provider_binlog.pipeline.staging import LOCAL_SCHEMES
 
@@ -99,7 +100,7 @@ class TableWriter:
             self.flush()
 
     def _open_part(self, schema: pa.Schema, columns: list[ColumnSpec]) -> None:
-        relative = f"{self.output.name}/part-{len(self.output.files):05d}.parquet"
+        relative = f"{table_folder(self.output.name)}/part-{len(self.output.files):05d}.parquet"
         path = self.window_dir / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         # The filesystem's own file: ObjectStoragePath.open wraps it to report hook-level lineage on every

@@ -33,7 +33,7 @@ from airflow_provider_binlog.source.config import (
 )
 from airflow_provider_binlog.source.flavor import ReplicaHost, SourceFlavor, flavor_named, flavor_of_version
 from airflow_provider_binlog.source.grants import ACCESS_DENIED_ERRORS
-from airflow_provider_binlog.source.schema import TableInfo, base_tables, table_info
+from airflow_provider_binlog.source.schema import TableInfo, base_tables, names_case_sensitive, table_info
 from airflow_provider_binlog.source.server import (
     ServerState,
     derive_server_id,
@@ -318,6 +318,7 @@ class BinlogHook(BaseHook):
         :raises BinlogConfigError: on a refused login.
         :raises SourceUnreachableError: when the server cannot be reached.
         """
+        from airflow_provider_binlog.contract.names import TablePattern
         from airflow_provider_binlog.pipeline.tables import split_selection
         from airflow_provider_binlog.source.grants import PrivilegeReport, table_levels
 
@@ -325,7 +326,7 @@ class BinlogHook(BaseHook):
         with self.cursor() as cur:
             flavor, version, grants = self.read_grants(cur)
             databases: list[str] = []
-            if any(any(c in t.partition(".")[0] for c in "*?[") for t in selection):
+            if not all(TablePattern.parse(t).db_literal for t in selection):
                 cur.execute("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA")
                 databases = [str(row[0]) for row in cur.fetchall()]
         requirements = grants.privileges.requirements(table_levels(selection, databases))
@@ -572,7 +573,7 @@ class BinlogHook(BaseHook):
         from airflow_provider_binlog.pipeline.tables import select_tables
 
         with self.cursor() as cur:
-            chosen = select_tables(selection, base_tables(cur))
+            chosen = select_tables(selection, base_tables(cur), case_sensitive=names_case_sensitive(cur))
             return {name: table_info(cur, name) for name in chosen}
 
     def foreign_keys(self, tables: Iterable[str]) -> list[ForeignKey]:

@@ -46,6 +46,7 @@ from airflow_provider_binlog.contract.manifest import (
     read_manifest,
     write_manifest,
 )
+from airflow_provider_binlog.contract.names import table_of_folder
 from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, join_uri, read_json
 from airflow_provider_binlog.jobs.actions import start_detached
@@ -115,7 +116,7 @@ class Progress:
             name = info.base_name
             if not (name.startswith("chunk-") and name.endswith(".json")):
                 continue
-            table = info.path.rsplit("/", 2)[-2]
+            table = table_of_folder(info.path.rsplit("/", 2)[-2])
             index = int(name[len("chunk-") : -len(".json")])
             if (table, index) not in self.seen:
                 done = finished(self.snapshot_uri, table, index, self.storage_options)

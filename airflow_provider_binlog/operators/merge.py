@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_binlog.contract.keys import key_spec
 from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
 from airflow_provider_binlog.operators.spark import SparkJobOperator
 from airflow_provider_binlog.pipeline.tables import is_template, parse_keys
@@ -226,8 +227,8 @@ class BinlogMergeOperator(SparkJobOperator):
         ]
         if self.target_file_bytes is not None:
             args += ["--target-file-bytes", str(self.target_file_bytes)]
-        for table, columns in sorted(self.keys.items()):
-            args += ["--key", f"{table}={','.join(columns)}"]
+        if self.keys:
+            args += ["--key", key_spec(self.keys)]
         return args
 
     def verify(self, manifest: Manifest) -> dict[str, Any]:

@@ -3,7 +3,9 @@
 One module for both questions, used by extract, snapshot and the example DAGs:
 
 * a **selection** is a list of ``db.table`` names and shell patterns (``shop.*``); an entry starting with
-  ``!`` excludes the tables it matches, after all includes (``"shop.*, !shop.tmp_*"``);
+  ``!`` excludes the tables it matches, after all includes (``"shop.*, !shop.tmp_*"``). The database and the
+  table part match separately, and a backquoted part is a name, never a pattern (```` shop.`secret[s]` ````,
+  ```` `a.b`.* ````; :class:`~airflow_provider_binlog.contract.names.TablePattern`);
 * a table's **key** is its primary key, or the columns the user names in ``keys`` for a table without
   one (:func:`resolve_key`); a table with neither is *keyless*: a run either leaves it out with a
   warning (``keyless_tables="skip"``) or fails (``"fail"``), see :func:`table_keys`.
@@ -11,13 +13,12 @@ One module for both questions, used by extract, snapshot and the example DAGs:
 
 from __future__ import annotations
 
-import fnmatch
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, cast, get_args
 
-from airflow_provider_binlog.contract.names import TableNameError, split_table_name
+from airflow_provider_binlog.contract.names import TableNameError, TablePattern, split_table_name
 from airflow_provider_binlog.exceptions import BinlogConfigError
 
 KeylessMode = Literal["skip", "fail"]
@@ -46,10 +47,13 @@ def parse_tables(tables: str | Sequence[str]) -> list[str]:
             "the table selection is empty: name at least one 'db.table' (patterns like 'db.*' work)"
         )
     for name in names:
-        if "." not in name.removeprefix(EXCLUDE).strip():
+        try:
+            TablePattern.parse(name.removeprefix(EXCLUDE))
+        except TableNameError as err:
             raise ValueError(
-                f"table selection entry {name!r} must be 'db.table', a pattern 'db.*' or '!db.table'"
-            )
+                f"table selection entry {name!r} must be 'db.table', a pattern 'db.*' or '!db.table' "
+                f"(backquote a name that holds a dot or a wildcard: `a.b`.`t*`): {err}"
+            ) from err
     if all(name.startswith(EXCLUDE) for name in names):
         raise ValueError(
             f"the table selection {', '.join(names)} only excludes tables: name the tables to take first "
@@ -70,38 +74,59 @@ def split_selection(selection: Iterable[str]) -> tuple[list[str], list[str]]:
     return includes, excludes
 
 
-def takes(selection: Iterable[str], name: str) -> bool:
-    """Return whether the selection takes the ``db.table`` ``name`` (an include matches it, no exclusion does)."""
-    includes, excludes = split_selection(selection)
-    return any(fnmatch.fnmatchcase(name, p) for p in includes) and not any(
-        fnmatch.fnmatchcase(name, p) for p in excludes
+def _patterns(entries: Iterable[str]) -> list[TablePattern]:
+    """Return the patterns of selection entries (``!`` stripped).
+
+    :raises BinlogConfigError: when an entry is not ``db.table`` or its backquotes are malformed.
+    """
+    try:
+        return [TablePattern.parse(entry) for entry in entries]
+    except TableNameError as err:
+        raise BinlogConfigError(
+            f"table selection: {err}; write entries as 'db.table' or a pattern 'db.*'"
+        ) from err
+
+
+def takes(selection: Iterable[str], name: str, *, case_sensitive: bool = True) -> bool:
+    """Return whether the selection takes the ``db.table`` ``name`` (an include matches it, no exclusion does).
+
+    :param case_sensitive: whether the source compares table names as written (``lower_case_table_names=0``).
+    """
+    includes, excludes = (_patterns(part) for part in split_selection(selection))
+    return any(p.takes(name, case_sensitive=case_sensitive) for p in includes) and not any(
+        p.takes(name, case_sensitive=case_sensitive) for p in excludes
     )
 
 
-def select_tables(selection: Iterable[str], existing: Iterable[str]) -> list[str]:
+def select_tables(
+    selection: Iterable[str], existing: Iterable[str], *, case_sensitive: bool = True
+) -> list[str]:
     """Return the ``existing`` ``db.table`` names the selection takes, in the order the includes name them.
 
-    Includes are matched first (case-sensitive shell patterns, :func:`fnmatch.fnmatchcase`); then every
-    table an exclusion matches is removed. An exclusion that matches nothing is allowed (the table may
-    have been dropped).
+    Includes are matched first (:class:`~airflow_provider_binlog.contract.names.TablePattern`: database and
+    table part separately, shell patterns unless backquoted); then every table an exclusion matches is
+    removed. An exclusion that matches nothing is allowed (the table may have been dropped).
 
+    :param case_sensitive: whether the source compares table names as written (``lower_case_table_names=0``)
+        or in lower case.
     :raises BinlogConfigError: when an entry is not ``db.table``, an include matches no existing table,
         or the exclusions remove every table.
     """
     includes, excludes = split_selection(selection)
+    exclusions = _patterns(excludes)
     known = sorted(existing)
     chosen: list[str] = []
-    for pattern in includes:
-        if "." not in pattern:
-            raise BinlogConfigError(f"table selection {pattern!r} must be 'db.table' or a pattern 'db.*'")
-        matches = [name for name in known if fnmatch.fnmatchcase(name, pattern)]
+    for pattern, include in zip(includes, _patterns(includes), strict=True):
+        matches = [name for name in known if include.takes(name, case_sensitive=case_sensitive)]
         if not matches:
             raise BinlogConfigError(
                 f"table selection {pattern!r} matches no table on the source; "
                 f"existing tables: {', '.join(known[:20]) or 'none'}"
             )
         chosen += [name for name in matches if name not in chosen]
-    kept = [name for name in chosen if not any(fnmatch.fnmatchcase(name, p) for p in excludes)]
+    kept = [
+        name for name in chosen if not any(p.takes(name, case_sensitive=case_sensitive) for p in exclusions)
+    ]
     if not kept:
         raise BinlogConfigError(
             f"the table selection takes {', '.join(chosen)} and excludes all of them "

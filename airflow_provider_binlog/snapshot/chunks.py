@@ -33,7 +33,7 @@ from airflow_provider_binlog.contract.columns import (
     WINDOW_COLUMN,
     change_schema,
 )
-from airflow_provider_binlog.contract.names import split_table_name
+from airflow_provider_binlog.contract.names import split_table_name, table_folder
 from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.contract.uris import (
     StorageOptions,
@@ -97,12 +97,12 @@ class ChunkResult:
 
 def chunk_file(table: str, index: int) -> str:
     """Return the Parquet file of a chunk, relative to the snapshot folder."""
-    return f"{table}/chunk-{index:06d}.parquet"
+    return f"{table_folder(table)}/chunk-{index:06d}.parquet"
 
 
 def stats_file(table: str, index: int) -> str:
     """Return the stats file of a chunk, relative to the snapshot folder."""
-    return f"{table}/chunk-{index:06d}.json"
+    return f"{table_folder(table)}/chunk-{index:06d}.json"
 
 
 def finished(
@@ -115,7 +115,7 @@ def finished(
 
 def refusal_file(table: str, index: int) -> str:
     """Return the file recording that a chunk's rows cannot be staged, relative to the snapshot folder."""
-    return f"{table}/refused-{index:06d}.json"
+    return f"{table_folder(table)}/refused-{index:06d}.json"
 
 
 def refusal(

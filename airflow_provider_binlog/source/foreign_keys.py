@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from airflow_provider_binlog.contract.foreign_keys import ACTING_RULES, ForeignKey
-from airflow_provider_binlog.contract.names import database_of
+from airflow_provider_binlog.contract.names import database_of, qualified_name
 from airflow_provider_binlog.source.sql import quote_table
 
 FOREIGN_KEY_COLUMNS_SQL = """SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, COLUMN_NAME,
@@ -50,7 +50,7 @@ def read_foreign_keys(cur: Any, children: Iterable[str]) -> list[ForeignKey]:
     cur.execute(FOREIGN_KEY_COLUMNS_SQL.format(schemas=", ".join(["%s"] * len(schemas))), schemas)
     grouped: dict[tuple[str, str], dict[str, Any]] = {}
     for schema, table, name, column, parent_schema, parent, referenced in cur.fetchall():
-        child = f"{schema}.{table}"
+        child = qualified_name(schema, table)
         if child not in wanted:
             continue
         entry = grouped.setdefault(
@@ -59,7 +59,7 @@ def read_foreign_keys(cur: Any, children: Iterable[str]) -> list[ForeignKey]:
                 "name": str(name),
                 "child": child,
                 "columns": [],
-                "parent": f"{parent_schema}.{parent}",
+                "parent": qualified_name(parent_schema, parent),
                 "referenced": [],
             },
         )

@@ -46,12 +46,11 @@ Over 500 lines because the ``SHOW GRANTS`` parser, the privilege models and the 
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from airflow_provider_binlog.contract.names import split_table_name
+from airflow_provider_binlog.contract.names import TablePattern
 from airflow_provider_binlog.source.findings import Finding, Outcome
 from airflow_provider_binlog.source.sql import quote_identifier, quote_string
 
@@ -378,17 +377,15 @@ def table_levels(selection: Iterable[str], databases: Iterable[str]) -> list[tup
     for entry in selection:
         if "." not in entry.strip():
             continue
-        db_part, table_part = split_table_name(entry.strip())
-        matched = [db for db in known if fnmatch.fnmatchcase(db, db_part)] if _wild(db_part) else [db_part]
+        pattern = TablePattern.parse(entry)
+        matched = (
+            [db for db in known if pattern.takes_database(db)] if not pattern.db_literal else [pattern.db]
+        )
         for database in matched:
-            level = (database, None if _wild(table_part) else table_part)
+            level = (database, pattern.table if pattern.table_literal else None)
             if level not in levels:
                 levels.append(level)
     return levels
-
-
-def _wild(pattern: str) -> bool:
-    return any(char in pattern for char in "*?[")
 
 
 @dataclass(frozen=True)

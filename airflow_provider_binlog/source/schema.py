@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_binlog.contract.names import split_table_name
+from airflow_provider_binlog.contract.names import qualified_name, split_table_name
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 """Schemas of the server itself, never captured."""
@@ -41,7 +41,16 @@ def base_tables(cur: Any) -> list[str]:
         f"WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN ({placeholders})",
         SYSTEM_SCHEMAS,
     )
-    return [f"{db}.{name}" for db, name in cur.fetchall()]
+    return [qualified_name(db, name) for db, name in cur.fetchall()]
+
+
+def names_case_sensitive(cur: Any) -> bool:
+    """Return whether the server compares database and table names as written (``lower_case_table_names=0``).
+
+    1 and 2 compare them in lower case (MySQL manual, "Identifier Case Sensitivity"; the same in MariaDB).
+    """
+    cur.execute("SELECT @@lower_case_table_names")
+    return int(cur.fetchone()[0]) == 0
 
 
 def primary_key(cur: Any, table: str) -> list[str]:

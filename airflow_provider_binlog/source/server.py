@@ -63,6 +63,7 @@ VARIABLES = (
     "log_slave_updates",
     "log_replica_updates",
     "gtid_slave_pos",
+    "lower_case_table_names",
 )
 """The server variables :func:`read_server_state` reads (``SHOW GLOBAL VARIABLES``; absent ones are left out)."""
 
@@ -97,6 +98,16 @@ class ServerState:
     def strategy(self) -> SourceFlavor:
         """Return the flavor strategy of this server."""
         return flavor_named(self.flavor)
+
+    @property
+    def case_sensitive_names(self) -> bool:
+        """Return whether the server compares database and table names case-sensitively.
+
+        ``lower_case_table_names`` 0 (the Linux default) compares them as written; 1 stores and compares them in
+        lower case, 2 stores them as written and compares them in lower case (MySQL manual, "Identifier Case
+        Sensitivity"; MariaDB the same). A server that does not report it is taken as 0.
+        """
+        return self.variables.get("lower_case_table_names", "0").strip() == "0"
 
     @property
     def oldest_file(self) -> str | None:

@@ -17,8 +17,8 @@ SELECTED = ["shop.orders", "shop.items", "shop._orders_new", "other.orders"]
 DEBEZIUM = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "debezium_ddl"
 
 
-def effects(sql: str, schema: str = "shop") -> dict[str, str]:
-    return {e.table: e.action for e in classify_ddl(sql, schema, SELECTED)}
+def effects(sql: str, schema: str = "shop", *, case_sensitive: bool = True) -> dict[str, str]:
+    return {e.table: e.action for e in classify_ddl(sql, schema, SELECTED, case_sensitive=case_sensitive)}
 
 
 @pytest.mark.parametrize(
@@ -333,10 +333,10 @@ def test_statements_that_change_no_selected_row_have_no_effect(sql: str) -> None
     assert effects(sql) == {}
 
 
-def test_names_match_case_insensitively_and_take_the_default_database() -> None:
-    assert effects("ALTER TABLE `ORDERS` ADD COLUMN c INT DEFAULT 1", schema="SHOP") == {
-        "shop.orders": "resnapshot"
-    }
+def test_names_match_as_the_server_compares_them_and_take_the_default_database() -> None:
+    altered = "ALTER TABLE `ORDERS` ADD COLUMN c INT DEFAULT 1"
+    assert effects(altered, schema="SHOP", case_sensitive=False) == {"shop.orders": "resnapshot"}
+    assert effects(altered, schema="SHOP") == {}  # lower_case_table_names=0: another table
     assert effects("ALTER TABLE orders ADD COLUMN c INT DEFAULT 1", schema="other") == {
         "other.orders": "resnapshot"
     }
@@ -369,7 +369,7 @@ def test_a_dropped_column_is_named_and_kept_by_the_target() -> None:
     ("sql", "kept"),
     [
         ("ALTER TABLE orders ADD COLUMN c INT NULL", {"shop.orders": ["c"]}),
-        ("ALTER TABLE `orders` ADD `C` VARCHAR(10)", {"SHOP.Orders": ["c"]}),  # names in any case
+        ("ALTER TABLE `orders` ADD `C` VARCHAR(10)", {"shop.orders": ["c"]}),  # column names in any case
         ("ALTER TABLE orders DROP COLUMN c, ADD COLUMN c INT", {}),  # dropped by the statement itself
         ("ALTER TABLE orders ADD COLUMN e INT, ADD COLUMN c INT", {"shop.orders": ["c", "x"]}),
     ],

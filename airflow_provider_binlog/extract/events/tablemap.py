@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from pymysqlreplication.constants import FIELD_TYPE
 
+from airflow_provider_binlog.contract.names import qualified_name
 from airflow_provider_binlog.extract.columns import VECTOR
 from airflow_provider_binlog.extract.errors import UndecodableEventError
 from airflow_provider_binlog.extract.events.wire import packed_bytes, packed_integer
@@ -189,7 +190,7 @@ class TableMap:
     @functools.cached_property
     def name(self) -> str:
         """Return ``db.table`` (built once: the window reader asks for it per rows event)."""
-        return f"{self.schema}.{self.table}"
+        return qualified_name(self.schema, self.table)
 
 
 class TableMapParser:

@@ -72,6 +72,7 @@ from airflow_provider_binlog.contract.foreign_keys import (
     ForeignKeyCycleError,
     parents_first,
 )
+from airflow_provider_binlog.contract.names import table_folder
 from airflow_provider_binlog.contract.types import recorded_arrow_type, storage_type
 from airflow_provider_binlog.contract.uris import (
     StorageOptions,
@@ -281,7 +282,7 @@ def _compute(
         result = ChildRows(table, dt, pk, window.pipeline, storage_options).replay(name, child_keys, incoming)
         changes[name] = sorted([*own, *result.changes], key=lambda c: c.order)
         if result.rows:
-            file = join_uri(folder, f"{name}.parquet")
+            file = join_uri(folder, f"{table_folder(name)}.parquet")
             schema = _file_schema(table, dt)
             write_rows(file, result.rows, schema, storage_options)
             extra[name] = (file, len(result.rows))

@@ -1,0 +1,95 @@
+"""Table names an attacker with CREATE on a captured schema can choose (issue 30, findings 1-3).
+
+The example DAG runs as the least-privileged user the connection Test recommends (REPLICATION SLAVE,
+BINLOG MONITOR, SELECT) over a database holding tables named like paths (``../../../../escaped``,
+``../<db>/orders``), a case twin (``ORDERS`` beside ``orders``, dropped mid-run), glob characters
+(``secret[s]``, excluded by ``!<db>.secret[s]``), a space and a non-ASCII name, next to a database whose
+name extends the captured one with a dot (``<db>.b``). The target must equal the source table by table,
+and nothing may be written outside the staging and target roots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Pipeline
+
+from airflow_provider_binlog.contract.names import qualified_name, quote_part
+
+pytestmark = pytest.mark.system
+
+USER, PASSWORD = "cdc_hostile", "hostile-pw"
+TABLES = ["orders", "ORDERS", "../../../../escaped", "with space", "заказы", "secret[s]"]
+
+
+@pytest.fixture
+def least_privileged(connections: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Point ``binlog_default`` at a user with only the grants the connection Test recommends."""
+    connections.execute(
+        f"CREATE USER '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}'",
+        f"GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO '{USER}'@'127.0.0.1'",
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_BINLOG_DEFAULT", f"mysql://{USER}:{PASSWORD}@127.0.0.1:{connections.port}"
+    )
+    try:
+        yield
+    finally:
+        connections.execute(f"DROP USER '{USER}'@'127.0.0.1'")
+
+
+@pytest.fixture
+def dotted_db(connections: Any, scratch_db: str) -> Iterator[str]:
+    """A database named ``<scratch db>.b``: the selection ``<scratch db>.*`` must not take its tables."""
+    name = f"{scratch_db}.b"
+    connections.execute(f"CREATE DATABASE {quote_part(name)}")
+    try:
+        yield name
+    finally:
+        connections.execute(f"DROP DATABASE IF EXISTS {quote_part(name)}")
+
+
+@pytest.mark.slow  # runs the DAG twice with Spark merges, about 60 s
+def test_hostile_names_stay_inside_their_roots_and_the_target_equals_the_source(
+    connections: Any, scratch_db: str, dotted_db: str, pipeline_dirs: dict[str, str], least_privileged: None
+) -> None:
+    db = scratch_db
+    shop = Pipeline(connections, db, pipeline_dirs)
+    shop.conf["tables"] = f"{db}.*, !{db}.secret[s]"
+    evil = f"../{db}/orders"  # its folder would be <target>/<db>/orders: the table orders' own
+    names = [*TABLES, evil]
+    for n, table in enumerate(names):
+        shop.sql(
+            f"CREATE TABLE {quote_part(table)} (id INT PRIMARY KEY, v VARCHAR(40))",
+            f"INSERT INTO {quote_part(table)} VALUES (1, '{n}-a'), (2, '{n}-b')",
+        )
+    connections.execute("CREATE TABLE c (id INT PRIMARY KEY, v VARCHAR(40))", database=dotted_db)
+    connections.execute("INSERT INTO c VALUES (1, 'other database')", database=dotted_db)
+    sandbox = Path(pipeline_dirs["target"]).parent  # tmp_path: staging and target are its folders
+
+    shop.run_window()  # the snapshot of every selected table, then the first window
+    for n, table in enumerate(names):
+        shop.sql(
+            f"UPDATE {quote_part(table)} SET v = '{n}-updated' WHERE id = 1",
+            f"INSERT INTO {quote_part(table)} VALUES (3, '{n}-c')",
+        )
+    connections.execute("INSERT INTO c VALUES (2, 'still other')", database=dotted_db)
+    shop.sql(f"DROP TABLE {db}.ORDERS")  # lower_case_table_names=0: orders is another table and stays
+    window = shop.run_window()
+
+    from airflow_provider_binlog.target import read_table
+
+    captured = [t for t in names if t not in ("ORDERS", "secret[s]")]
+    assert shop.mismatches(*(quote_part(t) for t in captured)) == []
+    orders = read_table(shop.target, qualified_name(db, "orders")).to_pylist()
+    assert sorted(r["v"] for r in orders) == ["0-b", "0-c", "0-updated"]
+    assert read_table(shop.target, qualified_name(db, "ORDERS")).num_rows == 0  # dropped: emptied
+    staged = set(shop.manifest(window)["tables"])
+    assert qualified_name(db, "secret[s]") not in staged
+    assert not any(name.startswith(quote_part(dotted_db)) for name in staged)
+    assert {p.name for p in Path(shop.target).iterdir()} == {db}  # no folder of <db>.b, nothing escaped
+    assert {p.name for p in sandbox.iterdir()} == {"staging", "target"}
+    assert not list(sandbox.parent.parent.rglob("escaped"))  # the name's ../../../../ led up to here
