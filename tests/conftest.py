@@ -107,3 +107,27 @@ def spark(spark_connect: Any) -> Iterator[Any]:
     session.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     yield session
     session.stop()
+
+
+LONGEST_MODULES = ("test_under_scheduler", "test_guarantees_large", "test_packaging", "test_ddl_sequences")
+"""Modules measured as the longest (``--durations`` of CI, a few minutes each), started first."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Order the modules longest first, so that ``-n 2 --dist loadfile`` does not end on one long module.
+
+    xdist hands out modules in collection order as workers free up: a long module collected last runs alone
+    while the other worker idles. Order: :data:`LONGEST_MODULES`, then modules with a ``slow`` test, then
+    system, integration and unit tests (many short modules fill the end). Tests keep their order within a
+    module.
+    """
+    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow") and item.module}
+    tiers = {"system": 0, "integration": 1, "unit": 2}
+
+    def weight(item: pytest.Item) -> tuple[int, int]:
+        module = item.module.__name__ if item.module else ""
+        if module in LONGEST_MODULES:
+            return (0, LONGEST_MODULES.index(module))
+        return (1 if module in slow else 2, tiers.get(item.path.parent.name, 3))
+
+    items.sort(key=weight)

@@ -15,7 +15,7 @@ statement-based DML) is decided by :class:`~airflow_provider_binlog.extract.effe
 ``_binlog_ts`` is the transaction's commit time: on MySQL 8.0.1+ the GTID event's
 ``immediate_commit_timestamp`` (microseconds), else the commit event's header timestamp (seconds).
 
-About 680 lines: the event loop, the transaction boundaries and the row path are one hot loop; its state
+About 700 lines: the event loop, the transaction boundaries and the row path are one hot loop; its state
 (:class:`~airflow_provider_binlog.extract.targets.ReaderState`), the connections, targets, transaction buffer,
 statement effects and the collector setting (:mod:`~airflow_provider_binlog.extract.heap`) are apart.
 """
@@ -39,7 +39,6 @@ from airflow_provider_binlog.contract.positions import BinlogPosition, file_inde
 from airflow_provider_binlog.exceptions import (
     ReplicationConnectionLostError,
     SourceUnreachableError,
-    TableRefusalError,
     UndecodableValueError,
     UnsupportedEventError,
 )
@@ -54,6 +53,7 @@ from airflow_provider_binlog.extract.events.stream import Event, RowsEvent
 from airflow_provider_binlog.extract.events.tablemap import TableMap
 from airflow_provider_binlog.extract.heap import frozen_heap
 from airflow_provider_binlog.extract.progress import ExtractProgress
+from airflow_provider_binlog.extract.refusals import undecodable_value, unsupported_layout
 from airflow_provider_binlog.extract.targets import (
     ExtractStats,
     ReaderState,
@@ -96,13 +96,6 @@ PROGRESS_EVERY_EVENTS = 256
 this many events, so the clock is not read per event."""
 
 _ROTATE = codes.ROTATE
-QUARANTINE_REMEDY = (
-    "With on_table_error='quarantine' (the default) only this table stops: it is quarantined, the window's "
-    "other tables are merged, and once the cause is gone (the value fixed or deleted, the column changed by "
-    "DDL, the provider upgraded) the next run re-snapshots the table and it leaves quarantine. "
-    'See docs/operating.md, "Quarantined tables", and docs/types.md, "What is refused".'
-)
-"""What a table refusal's message tells the user (:class:`~airflow_provider_binlog.exceptions.TableRefusalError`)."""
 _PASSED = frozenset({TableMap, RowsQuery})
 """Parsed event bodies the dispatch only counts (a table map is read through the rows events that name it)."""
 
@@ -310,21 +303,14 @@ class WindowReader:
         )
 
     def _undecodable(self, err: ValueConversionError, event: Event | None) -> UndecodableValueError:
-        """Return the task-failing error of a value that cannot be staged, with where it is and what to do."""
-        file = err.file or (event.file if event is not None else None)
-        pos = err.pos or (event.end_pos if event is not None else None)
-        gtid = err.gtid or self.txn.gtid
-        return UndecodableValueError(
-            f"pipeline {self.pipeline!r}, window {self.window}: cannot stage a value of column {err.column} "
-            f"from the row event ending at {file or '?'}:{pos or '?'} (GTID {gtid or 'unknown'}): "
-            f"{type(err.cause).__name__}: {err.cause}. The extractor stages every value exactly or not at all, "
-            f"and a retry reads the same bytes and fails the same way. {QUARANTINE_REMEDY}",
-            table=err.table,
-            column=err.column,
-            file=file,
-            pos=pos,
-            gtid=gtid,
-            reason=f"a value of column {err.column} cannot be staged exactly: {type(err.cause).__name__}: {err.cause}",
+        """Return the refusal of a value that cannot be staged (:func:`~.refusals.undecodable_value`)."""
+        return undecodable_value(
+            err,
+            pipeline=self.pipeline,
+            window=self.window,
+            file=event.file if event is not None else None,
+            pos=event.end_pos if event is not None else None,
+            gtid=self.txn.gtid,
         )
 
     @property
@@ -432,11 +418,7 @@ class WindowReader:
         if layout.table in self.state.stats.covered_tables:
             layout.builder.take_committed()
         elif layout.builder.committed:
-            try:
-                batch = layout.builder.take_committed()
-            except ValueConversionError as err:
-                err.table = layout.table
-                raise
+            batch = _taken(layout, layout.builder.take_committed)
             (sink or self.sink)(layout.table, batch, layout.specs, self.tables[layout.table].primary_key)
 
     def _reached_end(self) -> bool:
@@ -601,12 +583,7 @@ class WindowReader:
         (:func:`~airflow_provider_binlog.extract.window.extract_window`).
         """
         since = self.position
-        for key, layout in list(self.txn.touched.items()):
-            if layout.table == target.name:
-                layout.builder.rollback()
-                for spill_file in self.txn.spilled.pop(key, []):
-                    spill_file.close()
-                del self.txn.touched[key]
+        self.txn.drop_table(target.name)
         target.barriers.append(SchemaBarrier(since))
         target.quarantine_at = None
         self.state.stats.quarantined[target.name] = since
@@ -647,11 +624,7 @@ class WindowReader:
         for key, layout in self.txn.touched.items():
             self._flush(layout)
             if len(layout.builder):
-                try:
-                    rows = layout.builder.take_open()
-                except ValueConversionError as err:
-                    err.table = layout.table
-                    raise
+                rows = _taken(layout, layout.builder.take_open)
                 self.txn.spilled.setdefault(key, []).append(spill(rows))
         self.txn.rows_in_memory = 0
 
@@ -660,15 +633,15 @@ class WindowReader:
     ) -> None:
         decoder = layout.decoder
         if decoder is None:
-            raise TableRefusalError(
-                f"pipeline {self.pipeline!r}, window {self.window}: {event.where}: "
-                f"{unsupported_reason(layout.columns)}; the extractor's reader decodes every row with RowDecoder. "
-                f"{QUARANTINE_REMEDY}",
-                table=layout.table,
+            raise unsupported_layout(
+                layout.table,
+                unsupported_reason(layout.columns),
+                where=event.where,
+                pipeline=self.pipeline,
+                window=self.window,
                 file=file,
                 pos=end_pos,
                 gtid=self.txn.gtid,
-                reason=unsupported_reason(layout.columns),
             )
         builder, state = layout.builder, self.state
         rows = event.rows_with(decoder)
@@ -725,6 +698,15 @@ class WindowReader:
         self.txn = Transaction()
         self.state.stats.transactions += 1
         self.state.last_commit_us = commit_us
+
+
+def _taken(layout: Layout, take: Callable[[], pa.RecordBatch]) -> pa.RecordBatch:
+    """Return ``take()``'s rows of ``layout``; a value that cannot be staged is refused with the layout's table."""
+    try:
+        return take()
+    except ValueConversionError as err:
+        err.table = layout.table
+        raise
 
 
 def _utc(micros: int) -> dt.datetime:

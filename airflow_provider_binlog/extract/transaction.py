@@ -85,6 +85,15 @@ class Transaction:
         self.rows_in_memory = 0
         self.savepoints: dict[str, SavepointMarks] = {}
 
+    def drop_table(self, table: str) -> None:
+        """Forget the transaction's rows of ``table`` so far: in its layouts' builders and in spilled files."""
+        for key, layout in list(self.touched.items()):
+            if layout.table == table:
+                layout.builder.rollback()
+                for spill_file in self.spilled.pop(key, []):
+                    spill_file.close()
+                del self.touched[key]
+
     def close_spills(self) -> None:
         """Close (and so delete) every temporary file of spilled rows."""
         if not self.spilled:

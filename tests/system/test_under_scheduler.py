@@ -157,9 +157,12 @@ def running_standalone(
         mariadb.execute(f"DROP DATABASE IF EXISTS {db}")
 
 
-@pytest.fixture
-def standalone(mariadb: LocalMariaDB, tmp_path: Path) -> Iterator[tuple[Standalone, str, Path]]:
-    with running_standalone(mariadb, tmp_path) as running:
+@pytest.fixture(scope="module")
+def standalone(
+    mariadb: LocalMariaDB, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Standalone, str, Path]]:
+    """One ``airflow standalone`` for the tests of the example DAG's defaults (its start takes a minute)."""
+    with running_standalone(mariadb, tmp_path_factory.mktemp("standalone")) as running:
         yield running
 
 
@@ -189,6 +192,7 @@ def test_a_catch_up_window_of_several_files_is_read_in_parallel_inside_a_supervi
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one CPU: every window is read serially (extract.parallel.worker_count)")
     server, db, target = standalone
+    mariadb.execute(f"DELETE FROM {db}.items")  # rows of the test before on the shared server
     assert server.run_dag("binlog_cdc") == "success", server.tail()
     mariadb.execute("SET GLOBAL max_binlog_size = 16777216")  # 70 MiB of row images: 5 files or more
     try:
