@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from airflow_provider_binlog.contract import ContractError
@@ -167,9 +168,21 @@ class TablePattern:
 
 
 def _part_matches(pattern: str, literal: bool, name: str, case_sensitive: bool) -> bool:
-    if not case_sensitive:
-        pattern, name = pattern.lower(), name.lower()
+    fold = name_fold(case_sensitive)
+    pattern, name = fold(pattern), fold(name)
     return pattern == name or (not literal and fnmatch.fnmatchcase(name, pattern))
+
+
+def name_fold(case_sensitive: bool) -> Callable[[str], str]:
+    """Return how the source compares table and database names: as written, or in lower case.
+
+    :param case_sensitive: ``lower_case_table_names`` is 0 (MySQL manual, "Identifier Case Sensitivity").
+    """
+    return _as_written if case_sensitive else str.lower
+
+
+def _as_written(name: str) -> str:
+    return name
 
 
 def database_of(name: str) -> str:

@@ -46,7 +46,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_provider_binlog.contract.names import database_of, qualified_name, split_table_name, table_part
+from airflow_provider_binlog.contract.names import (
+    database_of,
+    name_fold,
+    qualified_name,
+    split_table_name,
+    table_part,
+)
 from airflow_provider_binlog.extract.statements import qualify_name, qualify_table
 
 if TYPE_CHECKING:
@@ -156,7 +162,7 @@ def classify_ddl(
         table; empty when it touches none. A statement that cannot be parsed touches every selected table
         whose name appears in its text, with action ``resnapshot``.
     """
-    fold = _name_fold(case_sensitive)
+    fold = name_fold(case_sensitive)
     by_folded = {fold(name): name for name in selected}
     in_target = {fold(name) for name in captured}
     held = {fold(table): {c.lower() for c in columns} for table, columns in (kept or {}).items()}
@@ -246,11 +252,6 @@ EVERY_TABLE = "\0"
 table name holds (MySQL manual, "Schema Object Names"), so a table named ``*`` is only itself."""
 
 
-def _name_fold(case_sensitive: bool) -> Callable[[str], str]:
-    """Return how table names compare on the source: as written, or in lower case (``lower_case_table_names``)."""
-    return (lambda name: name) if case_sensitive else str.lower
-
-
 def _effects(
     sql: str,
     schema: str,
@@ -261,7 +262,7 @@ def _effects(
 ) -> _Found | None:
     """Return ``[(db.table, action, reason)]`` for every table the statement names, None when unparsed.
 
-    ``kept``: per table (``db.table`` under ``fold``, :func:`_name_fold`), the names (lower case) of the dropped
+    ``kept``: per table (``db.table`` under ``fold``, :func:`~airflow_provider_binlog.contract.names.name_fold`), the names (lower case) of the dropped
     columns its target still holds (see :func:`classify_ddl`).
     """
     import sqlglot

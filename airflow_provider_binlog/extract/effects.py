@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_binlog.contract.columns import UTC
-from airflow_provider_binlog.contract.names import database_of
+from airflow_provider_binlog.contract.names import database_of, name_fold
 from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import UnsupportedEventError
 from airflow_provider_binlog.extract.batches import truncate_marker
@@ -319,8 +319,9 @@ class StatementEffects:
         """
         found = written_tables(text, schema)
         if found.parsed:
-            wanted = {name.lower() for name in found.tables}
-            written = sorted(t for t in self.tables if t.lower() in wanted)
+            fold = name_fold(self.case_sensitive_names)
+            wanted = {fold(name) for name in found.tables}
+            written = sorted(t for t in self.tables if fold(t) in wanted)
         else:
             written = sorted(t for t in self.tables if not schema or database_of(t) == schema)
         if not written:
