@@ -75,6 +75,7 @@ class TableRefusalError(UnsupportedEventError):
     :ivar pos: end position of the refused row event in ``file``.
     :ivar gtid: GTID of its transaction, when the source logs GTIDs.
     :ivar reason: what was refused, in a few words (the message says it all, with the remedy).
+    :ivar also: other ``db.table`` names the same event refuses (a statement-based write to several tables).
     """
 
     def __init__(
@@ -87,10 +88,11 @@ class TableRefusalError(UnsupportedEventError):
         pos: int | None = None,
         gtid: str | None = None,
         reason: str | None = None,
+        also: tuple[str, ...] = (),
     ) -> None:
         super().__init__(message)
         self.table, self.column, self.file, self.pos, self.gtid = table, column, file, pos, gtid
-        self.reason = reason
+        self.reason, self.also = reason, also
 
 
 class UndecodableValueError(TableRefusalError):

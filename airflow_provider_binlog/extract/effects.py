@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_binlog.contract.columns import UTC
 from airflow_provider_binlog.contract.names import database_of, name_fold
 from airflow_provider_binlog.contract.positions import BinlogPosition
-from airflow_provider_binlog.exceptions import UnsupportedEventError
+from airflow_provider_binlog.exceptions import TableRefusalError
 from airflow_provider_binlog.extract.batches import truncate_marker
 from airflow_provider_binlog.extract.ddl import classify_ddl, keeps_values
 from airflow_provider_binlog.extract.statements import written_tables
@@ -50,6 +50,8 @@ class StatementEffects:
     :param sink: where a truncate marker goes (the reader's sink).
     :param discard_table: drops every row of a table the reader has committed so far (in the sink and held
         back); returns False when it cannot (the rows then stay).
+    :param quarantine: stops staging a table from the open transaction on (the reader's quarantine step,
+        ``docs/adr/0033-table-quarantine.md``).
     :param hooks: told of each statement with an effect on a selected table before it is applied.
     :param case_sensitive_names: whether the source compares table names case-sensitively.
     """
@@ -64,6 +66,7 @@ class StatementEffects:
         state: ReaderState,
         sink: Sink,
         discard_table: Callable[[str], bool],
+        quarantine: Callable[[TableTarget], None],
         hooks: ReadHooks | None = None,
         case_sensitive_names: bool = True,
     ) -> None:
@@ -75,6 +78,7 @@ class StatementEffects:
         self.state = state
         self.sink = sink
         self.discard_table = discard_table
+        self.quarantine = quarantine
         self.hooks = hooks
         self.retypes: dict[str, Retype] = {}
         """Non-strict type changes waiting for their table's next table map (:meth:`decide_retype`)."""
@@ -313,10 +317,18 @@ class StatementEffects:
         tombstone, when the target never held it), so staging it would bring back a deleted row when the
         window is merged after the snapshot. Skipped statements and covered tables go to the manifest.
 
-        :raises UnsupportedEventError: when a selected table it writes is not covered (or, for a
+        A selected table it writes that is not covered is refused: a
+        :class:`~airflow_provider_binlog.exceptions.TableRefusalError` of that table, which the extract turns
+        into a quarantine of the table alone (the next read of the window stops the table at the statement's
+        transaction, here, and the table heals by a re-snapshot). A table whose changes at the statement are not
+        staged anyway (a schema change or a quarantine waits for its re-snapshot, its snapshot started later, it
+        is gone) is not written for this purpose.
+
+        :raises TableRefusalError: for the selected tables it writes that are not covered (or, for a
             statement sqlglot cannot parse, a selected table of its default database, or of any database
             when it has none): the message names the remedy.
         """
+        at = BinlogPosition(file, end_pos)
         found = written_tables(text, schema)
         if found.parsed:
             fold = name_fold(self.case_sensitive_names)
@@ -324,6 +336,7 @@ class StatementEffects:
             written = sorted(t for t in self.tables if fold(t) in wanted)
         else:
             written = sorted(t for t in self.tables if not schema or database_of(t) == schema)
+        written = [t for t in written if self._staged_at(t, at)]
         if not written:
             self.state.stats.statements_ignored += 1
             return
@@ -331,14 +344,13 @@ class StatementEffects:
             self.hooks.statement_with_effect(
                 f"a statement-based write to a selected table at {file}:{end_pos}"
             )
-        at = BinlogPosition(file, end_pos)
         uncovered = [
             t
             for t in written
             if (cover := self.covers.get(t)) is None or cover.seq <= self.window or cover.start.key <= at.key
         ]
         if uncovered:
-            raise self._statement_error(text, schema, at, written, found, gtid)
+            raise self._statement_error(text, schema, at, uncovered, found, gtid)
         covering = {t: self.covers[t].seq for t in written}
         self.state.stats.skipped_statements.append(
             {
@@ -357,10 +369,17 @@ class StatementEffects:
             self.window, self.pipeline, at, gtid, ", ".join(written), covering,
         )  # fmt: skip
 
+    def _staged_at(self, table: str, at: BinlogPosition) -> bool:
+        """Return whether ``table``'s changes at ``at`` are staged; quarantine it when a re-read stops it there."""
+        target = self.tables[table]
+        if target.quarantine_at is not None and at.key >= target.quarantine_at.key:
+            self.quarantine(target)
+        return target.stages(at.key)
+
     def _statement_error(
         self, text: str, schema: str, at: BinlogPosition, written: list[str], found: Any, gtid: str | None
-    ) -> UnsupportedEventError:
-        """Return the error of a statement-based write to selected tables that no snapshot covers."""
+    ) -> TableRefusalError:
+        """Return the refusal of a statement-based write to selected tables no snapshot covers (the first one)."""
         tables = ",".join(written)
         if found.parsed:
             what = f"it writes the selected table(s) {', '.join(written)}"
@@ -374,11 +393,18 @@ class StatementEffects:
                 f"it could not be parsed ({found.error}), so it is taken to write every selected table of the "
                 f"{scope}: {', '.join(written)}"
             )
-        return UnsupportedEventError(
+        return TableRefusalError(
             f"pipeline {self.pipeline!r}, window {self.window}: statement-based DML {text[:80]!r} at {at} "
             f"(GTID {gtid or 'unknown'}): {what}, and its rows are not in the binlog (the session ran with "
-            f"binlog_format=STATEMENT or MIXED). To go on: set binlog_format=ROW globally, then trigger "
-            f'binlog_resnapshot with {{"pipeline": "{self.pipeline}", "tables": "{tables}", "mode": "requested"}}; '
-            f"once that snapshot has started, clear the failed extract: it re-reads the same window and skips the "
-            f"statement."
+            f"binlog_format=STATEMENT or MIXED). Set binlog_format=ROW globally. With on_table_error='quarantine' "
+            f"(the default) only these tables stop, each quarantined at the statement's transaction, and the next "
+            f"run re-snapshots them. With on_table_error='fail': trigger binlog_resnapshot with "
+            f'{{"pipeline": "{self.pipeline}", "tables": "{tables}", "mode": "requested"}}; once that snapshot has '
+            f"started, clear the failed extract: it re-reads the same window and skips the statement.",
+            table=written[0],
+            also=tuple(written[1:]),
+            file=at.file,
+            pos=at.pos,
+            gtid=gtid,
+            reason=f"a statement-based write ({text[:60]!r}) whose rows are not in the binlog",
         )

@@ -183,6 +183,7 @@ class WindowReader:
             state=self.state,
             sink=sink,
             discard_table=self._discard_table,
+            quarantine=self._quarantine,
             hooks=hooks,
             case_sensitive_names=case_sensitive_names,
         )

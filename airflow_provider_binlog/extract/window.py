@@ -144,9 +144,9 @@ def extract_window(
             log.warning(
                 "window %s of %s: %s is quarantined from transaction %s on: %s. The window is read again without "
                 "its changes from that transaction on; the other tables are staged as usual.",
-                window.seq, pipeline, err.table, err.gtid or "?", err.reason or err,
+                window.seq, pipeline, ", ".join((str(err.table), *err.also)), err.gtid or "?", err.reason or err,
             )  # fmt: skip
-            refusals[str(err.table)] = err
+            refusals.update((name, err) for name in (str(err.table), *err.also) if name in tables)
     stats = read.stats
     stats.seconds = time.monotonic() - started
     for name in stats.covered_tables:  # rows staged before the statement that made the table covered

@@ -104,3 +104,34 @@ def test_fail_mode_fails_the_window(connections: LocalMariaDB, source_db: str, t
         recorder.extract({f"{source_db}.a": ["id"]}, on_table_error="fail")
     assert raised.value.table == f"{source_db}.a"
     assert not list((tmp_path / "staging" / "test" / "window=1").glob(f"{source_db}.a/*.parquet"))
+
+
+def test_a_statement_based_write_quarantines_the_tables_it_writes(
+    connections: LocalMariaDB, source_db: str, tmp_path: Path
+) -> None:
+    """Its rows are not in the binlog: each table it writes stops at its transaction, the others flow."""
+    a, b, c = f"{source_db}.a", f"{source_db}.b", f"{source_db}.c"
+    for table in (a, b, c):
+        connections.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT)")
+    recorder = Recorder(tmp_path / "staging")
+    recorder.mark()
+    connections.execute(f"INSERT INTO {a} VALUES (1, 1)", f"INSERT INTO {c} VALUES (1, 1)")
+    before = head(connections)
+    connections.execute(  # one statement writes a and b
+        "SET SESSION binlog_format = 'STATEMENT'", "UPDATE a, b SET a.v = 10, b.v = 10", database=source_db
+    )
+    connections.execute(f"INSERT INTO {a} VALUES (2, 2)", f"INSERT INTO {c} VALUES (2, 2)")
+
+    manifest, staged = recorder.extract({a: ["id"], b: ["id"], c: ["id"]}, on_table_error="quarantine")
+
+    assert ids(staged[c]) == [("c", 1), ("c", 2)]
+    assert ids(staged[a]) == [
+        ("c", 1)
+    ]  # stopped at the statement: its insert of id 2 waits for the re-snapshot
+    entries = {e["table"]: e for e in manifest["resnapshots"]}
+    assert sorted(entries) == [a, b]
+    for entry in entries.values():
+        assert entry["cause"] == "quarantine"
+        assert entry["since"]["pos"] >= before["pos"]
+        assert "statement-based DML" in entry["error"]
+    assert manifest["schema_skipped_row_events"] == {a: 1}

@@ -79,7 +79,9 @@ def test_malformed_names_are_refused(name: str) -> None:
 def test_a_folder_name_is_one_safe_segment_and_reversible(db: str, table: str) -> None:
     for part in (db, table):
         segment = path_segment(part)
-        assert "/" not in segment and "\\" not in segment and segment not in (".", "..")
+        assert "/" not in segment
+        assert "\\" not in segment
+        assert segment not in (".", "..")
         assert not segment.startswith(".")
         assert all(c.isascii() and c.isprintable() and c not in "%?#: " for c in segment)
         assert name_of_segment(segment) == part
@@ -101,7 +103,9 @@ def test_a_table_location_stays_under_its_root(root: str, db: str, table: str) -
     relative = uri.removeprefix(join_uri(root) + "/")
     assert relative != uri
     parts = relative.split("/")
-    assert len(parts) == 2 and ".." not in parts and "." not in parts
+    assert len(parts) == 2
+    assert ".." not in parts
+    assert "." not in parts
 
 
 def test_a_dotted_database_is_not_taken_by_the_pattern_of_its_prefix() -> None:
@@ -119,9 +123,8 @@ def test_glob_characters_in_names() -> None:
         "shop.secrets",
     ]
     assert select_tables(parse_tables("shop.`secret[s]`"), existing) == ["shop.secret[s]"]
-    assert TablePattern.parse("shop.`*`").takes("shop.*") and not TablePattern.parse("shop.`*`").takes(
-        "shop.x"
-    )
+    assert TablePattern.parse("shop.`*`").takes("shop.*")
+    assert not TablePattern.parse("shop.`*`").takes("shop.x")
 
 
 def test_selections_compare_names_as_the_server_does() -> None:
