@@ -207,10 +207,23 @@ def rows_to_batch(
 
 
 def default_driver(source: dict[str, Any]) -> str:
-    """Return the :class:`RowReader` driver for ``source``: pymysql with TLS settings or without mysqlclient."""
-    if source.get("ssl") or importlib.util.find_spec("MySQLdb") is None:
+    """Return the :class:`RowReader` driver for ``source``: mysqlclient for ``tls_mode`` ``disabled``, else pymysql.
+
+    Any other mode (and a source without ``tls_mode``: pymysql's default, preferred) may negotiate TLS, which
+    mysqlclient over MariaDB Connector/C does not do as the mode says (:data:`MYSQLCLIENT_TLS_MODES`).
+    pymysql is also the driver of a Python without mysqlclient.
+    """
+    if source.get("tls_mode") not in MYSQLCLIENT_TLS_MODES or importlib.util.find_spec("MySQLdb") is None:
         return "pymysql"
     return "mysqlclient"
+
+
+MYSQLCLIENT_TLS_MODES = ("disabled",)
+"""The TLS modes a chunk's rows are read in with mysqlclient. Not the others: built on MariaDB Connector/C 3.3
+(Debian 12's libmariadb), mysqlclient 2.3's ``ssl_mode="PREFERRED"`` (and ``ssl={}``) never negotiates TLS,
+and ``ssl_mode="REQUIRED"`` / ``ssl=True`` log in in plaintext to a server without TLS (measured against
+MariaDB 10.11: ``Ssl_cipher`` empty; its ``_mysql.c`` emulates ``ssl_mode`` with ``MYSQL_OPT_SSL_ENFORCE``,
+which that Connector/C does not enforce), and its ``VERIFY_CA`` checks the host name too."""
 
 
 class RowReader:
@@ -221,19 +234,19 @@ class RowReader:
     holds in memory. The driver is mysqlclient (``MySQLdb``: libmariadb/libmysqlclient parses the rows in
     C; ``benchmarks/snapshot_row_paths.py`` measures it against the alternatives) with no field converters
     and ``use_unicode=False``: every value is ``bytes`` or None, and :func:`rows_to_batch` stages them
-    column by column. A source with TLS settings (``ssl``), or a Python without mysqlclient (a Spark side
-    the provider's code was shipped to, ``jobs/shipping.py``: a C extension cannot be shipped in a zip), is
-    read with pymysql in the same raw mode instead (both drivers stage the same values:
-    ``tests/integration/test_snapshot_rows.py``), at an eighth of the speed (``docs/benchmarks.md``,
-    "Snapshot row paths"). pymysql's ``ssl`` dict (``ca``, ``cert``, ``key``, ``password``,
-    ``check_hostname``) has no exact mysqlclient equivalent, and pymysql applies ``connect_timeout`` to the whole login
-    (:class:`~airflow_provider_binlog.source.connect.LoginTimeoutConnection`).
+    column by column. A source whose TLS mode is not ``disabled`` (:data:`MYSQLCLIENT_TLS_MODES`), or a
+    Python without mysqlclient (a Spark side the provider's code was shipped to, ``jobs/shipping.py``: a C
+    extension cannot be shipped in a zip), is read with pymysql in the same raw mode instead (both drivers
+    stage the same values: ``tests/integration/test_snapshot_rows.py``), slower (``docs/benchmarks.md``,
+    "Snapshot row paths"), over a :class:`~airflow_provider_binlog.source.connect.LoginTimeoutConnection`
+    that applies the TLS mode as every other connection does and ``connect_timeout`` to the whole login.
 
-    :param source: ``pymysql.connect()`` keyword arguments (``host``, ``port``, ``user``, ``password``,
-        ``connect_timeout``, ``read_timeout``, ``write_timeout``, ``ssl``); ``charset`` and ``autocommit``
-        are set here.
+    :param source: :class:`~airflow_provider_binlog.source.connect.LoginTimeoutConnection` keyword arguments
+        (``host``, ``port``, ``user``, ``password``, ``connect_timeout``, ``read_timeout``,
+        ``write_timeout``, ``tls_mode``, ``ssl``); ``charset`` and ``autocommit`` are set here.
     :param driver: ``mysqlclient`` or ``pymysql``; None picks as described above (:func:`default_driver`).
-    :raises ValueError: for an unknown driver.
+    :raises ValueError: for an unknown driver, or mysqlclient for a TLS mode it cannot honour.
+    :raises ~airflow_provider_binlog.source.connect.TlsConnectionError: when TLS fails (pymysql).
     :raises MySQLdb.OperationalError, pymysql.err.OperationalError: when the login fails.
     """
 
@@ -243,9 +256,13 @@ class RowReader:
             import MySQLdb
             import MySQLdb.cursors
 
+            mode = source.get("tls_mode")
+            if mode not in MYSQLCLIENT_TLS_MODES:
+                raise ValueError(f"the mysqlclient driver cannot read in TLS mode {mode!r}: use pymysql")
             settings = {key: source[key] for key in _MYSQLCLIENT_SETTINGS if source.get(key) is not None}
             self.connection = MySQLdb.connect(
                 **settings,
+                ssl_mode="DISABLED",
                 charset="utf8mb4",
                 use_unicode=False,
                 autocommit=True,
