@@ -84,7 +84,9 @@ def _tls_finding(hook: BinlogHook) -> Finding:
     warnings = " ".join(extras.tls_warnings())
     if state == "plaintext":
         problem = "the session is not encrypted" + (
-            "" if mode == "disabled" else ": the server offers no TLS (start it with ssl_cert and ssl_key)"
+            ""
+            if mode == "disabled"
+            else ": the server offers no TLS (start it with --ssl-cert and --ssl-key)"
         )
         return Finding(
             "tls", value, Outcome.NOTE, problem, "set the extra tls=verify_identity and ssl_ca to require TLS"

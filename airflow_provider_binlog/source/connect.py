@@ -149,7 +149,7 @@ def _tls_problem(err: BaseException) -> str | None:
     if not isinstance(cause, ssl.SSLError) or isinstance(cause, ssl.SSLEOFError | ssl.SSLZeroReturnError):
         return None
     if isinstance(cause, ssl.SSLCertVerificationError):
-        return f"{cause.verify_message or cause.reason}: {cause}"
+        return f"certificate verify failed: {cause.verify_message or cause}"
     return str(cause)
 
 

@@ -26,7 +26,9 @@ from airflow_provider_binlog.source.connect import LoginTimeoutConnection, TlsCo
         ({"tls": "", "ssl_ca": "/ca.pem"}, "verify_identity"),  # an empty form field is unset
     ],
 )
-def test_the_mode_is_the_extra_tls_else_what_the_tls_files_imply(extras: dict[str, object], mode: str) -> None:
+def test_the_mode_is_the_extra_tls_else_what_the_tls_files_imply(
+    extras: dict[str, object], mode: str
+) -> None:
     assert parse_extras(extras).tls_mode() == mode
 
 
@@ -37,7 +39,10 @@ def test_the_mode_is_the_extra_tls_else_what_the_tls_files_imply(extras: dict[st
         ({"tls": "disabled", "ssl_cert": "/c.pem"}, "tls=disabled but TLS files are set (cert)"),
         ({"tls": "verify_ca"}, "tls=verify_ca verifies the server against a CA, but none is set: set ssl_ca"),
         ({"tls": "verify_identity", "ssl_cert": "/c.pem"}, "tls=verify_identity verifies the server"),
-        ({"tls": "required", "ssl_ca": "/ca.pem"}, "tls=required does not verify the server, but ssl_ca is set"),
+        (
+            {"tls": "required", "ssl_ca": "/ca.pem"},
+            "tls=required does not verify the server, but ssl_ca is set",
+        ),
         ({"tls": "preferred", "ssl": {"ca": "/ca.pem"}}, "set tls=verify_identity (or verify_ca)"),
         ({"ssl_key": "/k.pem"}, "ssl_key is set without ssl_cert"),
         ({"tls": "verify_ca", "ssl": {"ca": "/ca.pem", "check_hostname": True}}, "remove ssl.check_hostname"),
@@ -45,7 +50,9 @@ def test_the_mode_is_the_extra_tls_else_what_the_tls_files_imply(extras: dict[st
         ({"tls": "verify"}, "extra tls='verify' must be one of 'disabled', 'preferred', 'required'"),
     ],
 )
-def test_contradicting_tls_extras_are_refused_saying_what_to_set(extras: dict[str, object], says: str) -> None:
+def test_contradicting_tls_extras_are_refused_saying_what_to_set(
+    extras: dict[str, object], says: str
+) -> None:
     with pytest.raises(ValueError, match="^") as raised:
         parse_extras(extras)
     assert says in str(raised.value)
@@ -91,7 +98,8 @@ def test_each_mode_builds_the_context_of_its_meaning(tmp_path: Path) -> None:
         assert (context.verify_mode, context.check_hostname) == (ssl.CERT_NONE, False)
         assert tls_context(mode, {}) is context  # no files: made once per process
     verify_ca, verify_identity = tls_context("verify_ca", ca), tls_context("verify_identity", ca)
-    assert verify_ca is not None and verify_identity is not None
+    assert verify_ca is not None
+    assert verify_identity is not None
     assert (verify_ca.verify_mode, verify_ca.check_hostname) == (ssl.CERT_REQUIRED, False)
     assert (verify_identity.verify_mode, verify_identity.check_hostname) == (ssl.CERT_REQUIRED, True)
 
@@ -102,17 +110,23 @@ def test_a_missing_tls_file_is_a_tls_error_naming_the_file_and_the_machine(tmp_p
         tls_context("verify_identity", {"ca": missing})
     assert raised.value.args[0] == 2026
     assert f"TLS (mode verify_identity) failed: cannot load the TLS files (ca={missing})" in str(raised.value)
-    assert "must exist on every machine that connects (Airflow workers, and Spark executors" in str(raised.value)
+    assert "must exist on every machine that connects (Airflow workers, and Spark executors" in str(
+        raised.value
+    )
 
 
 def test_a_connection_applies_its_mode_to_pymysql() -> None:
     def connection(mode: str, **settings: object) -> LoginTimeoutConnection:
-        return LoginTimeoutConnection(host="127.0.0.1", port=1, user="u", defer_connect=True, tls_mode=mode, **settings)
+        return LoginTimeoutConnection(
+            host="127.0.0.1", port=1, user="u", defer_connect=True, tls_mode=mode, **settings
+        )
 
     assert not connection("disabled").ssl
     preferred = connection("preferred")
-    assert preferred.ssl and not preferred._ssl_required  # pymysql 1.2's PREFERRED: TLS when offered
+    assert preferred.ssl
+    assert not preferred._ssl_required
     assert preferred.ctx is tls_context("preferred", {})
     required = connection("required")
-    assert required.ssl and required._ssl_required  # 2026 from a server without TLS
+    assert required.ssl
+    assert required._ssl_required
     assert required.ctx.verify_mode == ssl.CERT_NONE
