@@ -242,26 +242,74 @@ def test_a_stream_without_tls_makes_no_handshake(
     assert tls_handshakes(tls_server) == before
 
 
-@pytest.mark.parametrize(
-    ("mode", "driver"), [("preferred", "pymysql"), ("required", "pymysql"), ("disabled", "mysqlclient")]
-)
-def test_snapshot_chunk_connections_use_the_mode_in_a_spark_executor_too(
-    mode: str, driver: str, tls_server: LocalMariaDB, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Spark executors get the settings as JSON (``SOURCE_ENV``); both chunk connections apply the mode."""
-    source = json.loads(json.dumps(connect_as(monkeypatch, tls_server, {"tls": mode}).sql_settings()))
-    with SourceConnections(source) as connections:
+def chunk_tls(source: dict[str, Any]) -> tuple[str, str, str]:
+    """Return (row driver, TLS of the row connection, TLS of the meta connection) of a chunk reader of ``source``.
+
+    A Spark executor gets the settings as JSON (``SOURCE_ENV``): they go through it here too.
+    """
+    with SourceConnections(json.loads(json.dumps(source))) as connections:
         rows = connections.rows()
-        assert rows.driver == driver
         with rows.connection.cursor() as cur:
             row_state = tls_state(cur)
         with connections.meta().cursor() as cur:
-            meta_state = tls_state(cur)
+            return rows.driver, row_state, tls_state(cur)
+
+
+@pytest.mark.parametrize(
+    ("mode", "driver"),
+    [
+        ("disabled", "mysqlclient"),
+        ("preferred", "mysqlclient"),
+        ("required", "pymysql"),
+        ("verify_ca", "pymysql"),
+    ],
+)
+def test_snapshot_chunk_connections_use_the_mode(
+    mode: str,
+    driver: str,
+    pki: Pki,
+    tls_server: LocalMariaDB,
+    mariadb: LocalMariaDB,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    extra = verified(pki, mode) if mode.startswith("verify") else {"tls": mode}
+    used, row_state, meta_state = chunk_tls(connect_as(monkeypatch, tls_server, extra).sql_settings())
+    assert used == driver
     if mode == "disabled":
         assert (row_state, meta_state) == ("plaintext", "plaintext")
     else:
         assert row_state.startswith("TLSv1."), row_state
         assert meta_state.startswith("TLSv1."), meta_state
+    if mode in ("disabled", "preferred"):  # and plaintext where the server offers no TLS
+        assert chunk_tls(connect_as(monkeypatch, mariadb, extra).sql_settings()) == (
+            driver,
+            "plaintext",
+            "plaintext",
+        )
+
+
+def test_preferred_chunk_rows_fall_back_to_plaintext_where_mysqlclient_enforces_tls(
+    mariadb: LocalMariaDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MySQL's libmysqlclient and Connector/C 3.4 refuse ssl_mode=REQUIRED with a server without TLS (2026);
+    Debian 12's Connector/C 3.3 does not, so that refusal is simulated."""
+    import MySQLdb
+
+    connect, modes = MySQLdb.connect, []
+
+    def enforcing(*args: Any, **kwargs: Any) -> Any:
+        modes.append(kwargs.get("ssl_mode"))
+        if kwargs.get("ssl_mode") == "REQUIRED":
+            raise MySQLdb.OperationalError(2026, "SSL is required, but the server does not support it")
+        return connect(*args, **kwargs)
+
+    monkeypatch.setattr(MySQLdb, "connect", enforcing)
+    assert chunk_tls(connect_as(monkeypatch, mariadb, {}).sql_settings()) == (
+        "mysqlclient",
+        "plaintext",
+        "plaintext",
+    )
+    assert modes == ["REQUIRED", "DISABLED"]
 
 
 def test_a_client_certificate_without_a_ca_warns_and_is_presented(
