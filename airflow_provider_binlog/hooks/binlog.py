@@ -661,11 +661,12 @@ class BinlogHook(BaseHook):
         privilege as :meth:`privilege_error`; ER_MASTER_FATAL_ERROR_READING_BINLOG (1236, MySQL manual,
         "Server Error Message Reference": the source cannot open the file or position, e.g. purged
         meanwhile) and :class:`~airflow_provider_binlog.source.probes.BinlogGoneError` as
-        :class:`BinlogPurgedError`; other server errors as :class:`SourceUnreachableError`.
+        :class:`BinlogPurgedError`; a failed TLS as :meth:`tls_error`; other server errors as
+        :class:`SourceUnreachableError`.
         """
         import pymysql
 
-        from airflow_provider_binlog.source.connect import FATAL_READING_BINLOG
+        from airflow_provider_binlog.source.connect import FATAL_READING_BINLOG, TlsConnectionError
         from airflow_provider_binlog.source.probes import BinlogGoneError, probe_server_id
 
         stream = self.open_stream(
@@ -677,6 +678,8 @@ class BinlogHook(BaseHook):
             yield stream
         except BinlogGoneError as err:
             raise BinlogPurgedError(str(err)) from err
+        except TlsConnectionError as err:
+            raise self.tls_error(err) from err
         except pymysql.err.OperationalError as err:
             code = err.args[0] if err.args else None
             if code in ACCESS_DENIED_ERRORS:

@@ -208,6 +208,11 @@ def test_a_wrong_ca_fails_without_retry_naming_the_certificate_problem(
     from airflow.sdk.exceptions import AirflowFailException
 
     assert isinstance(raised.value, AirflowFailException)  # Airflow fails the task without its retries
+    from pymysqlreplication.event import RotateEvent
+
+    with pytest.raises(BinlogConfigError, match=r"TLS \(mode verify_ca\) failed: certificate verify failed"):
+        with hook.probe_stream("mariadb-bin.000001", 4, [RotateEvent]) as stream:
+            stream.fetchone()
     with pytest.raises(BinlogConfigError, match=r"replication connection .*TLS \(mode verify_ca\) failed"):
         with open_dump(
             hook.dump_settings(), server_id=0, start=BinlogPosition("mariadb-bin.000001", 4), flavor="mariadb"
