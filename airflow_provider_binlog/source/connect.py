@@ -86,11 +86,16 @@ class TlsConnectionError(pymysql.err.OperationalError):
     problem (``certificate verify failed: self-signed certificate``).
 
     :ivar mode: the TLS mode of the connection.
+    :ivar problem: what failed, and the server's address when the connect failed.
     """
 
     def __init__(self, mode: str, problem: str) -> None:
         super().__init__(CR.CR_SSL_CONNECTION_ERROR, f"TLS (mode {mode}) failed: {problem}")
-        self.mode = mode
+        self.mode, self.problem = mode, problem
+
+    def __reduce__(self) -> tuple[type[TlsConnectionError], tuple[str, str]]:
+        """Pickle by the constructor's arguments (a parallel read's worker or a Spark task sends it back)."""
+        return type(self), (self.mode, self.problem)
 
 
 def tls_context(mode: str, options: dict[str, Any]) -> ssl.SSLContext | None:

@@ -130,3 +130,11 @@ def test_a_connection_applies_its_mode_to_pymysql() -> None:
     assert required.ssl
     assert required._ssl_required
     assert required.ctx.verify_mode == ssl.CERT_NONE
+
+
+def test_a_tls_error_survives_pickling_between_processes() -> None:
+    import pickle
+
+    err = TlsConnectionError("verify_ca", "certificate verify failed: self-signed certificate")
+    back = pickle.loads(pickle.dumps(err))
+    assert (type(back), back.args, back.mode) == (TlsConnectionError, err.args, "verify_ca")
