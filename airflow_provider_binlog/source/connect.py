@@ -19,6 +19,8 @@ The contract (pymysql 1.2: ``pymysql/connections.py``):
 - ``Connection._rfile``: the buffered socket file (``read``, ``read1``) that packets are read from.
 - ``Connection._next_seq_id``: the sequence id the next packet read must carry (and the next write gets).
 - ``Connection._force_close()``: closes the socket without COM_QUIT (after a broken read).
+- ``OperationalError.original_exception`` (public, undocumented): the ``OSError`` behind a failed connect,
+  an ``ssl.SSLError`` for a failed handshake (:func:`_tls_problem`; ``tests/integration/test_tls.py``).
 
 **Logins bounded by connect_timeout.** pymysql passes ``connect_timeout`` to ``socket.create_connection``
 only. Right after the TCP connection is up it calls ``sock.settimeout(self._read_timeout)``, ``None`` unless
@@ -149,7 +151,9 @@ def _tls_problem(err: BaseException) -> str | None:
     not the configuration, may have caused it.
     """
     if err.args and err.args[0] == CR.CR_SSL_CONNECTION_ERROR:
-        return f"{err.args[1]}; enable TLS on the server (ssl_cert, ssl_key) or set the extra tls=preferred"
+        return (
+            f"{err.args[1]}; start the server with --ssl-cert and --ssl-key, or set the extra tls=preferred"
+        )
     cause = getattr(err, "original_exception", None)
     if not isinstance(cause, ssl.SSLError) or isinstance(cause, ssl.SSLEOFError | ssl.SSLZeroReturnError):
         return None
