@@ -281,7 +281,7 @@ def _describe(error: Any, extras: dict[str, Any]) -> str:
         return f"extra {name}={raw} must be in {low}..{high}"
     if kind == "literal_error":
         return f"extra {name}={raw!r} must be one of {error['ctx']['expected']}"
-    if name in SSL_FIELDS or name in ("ssl", "tls") or not name:
+    if name in SSL_FIELDS or not name:
         return str(error["msg"]).removeprefix("Value error, ")
     return f"extra {name}: {error['msg']}"
 
