@@ -25,8 +25,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_binlog.exceptions import BinlogConfigError
 from airflow_provider_binlog.extract.events.feeds import Event, read_binlog_socket
-from airflow_provider_binlog.source.connect import LoginTimeoutConnection
+from airflow_provider_binlog.source.connect import LoginTimeoutConnection, TlsConnectionError
 from airflow_provider_binlog.source.gtid import GtidSet
 
 if TYPE_CHECKING:
@@ -69,8 +70,16 @@ def open_dump(
     :param blocking: wait at the end of the binlog for new events instead of ending there.
     :raises pymysql.err.OperationalError: when the login fails or times out (``connect_timeout``), for a lost
         connection (2013) while reading, and for the server's refusals (a purged file, a denied privilege).
+    :raises BinlogConfigError: when TLS fails (the settings' ``tls_mode``: a certificate the CA did not sign or
+        for another host, a server without TLS under a mode that requires it), without retry.
     """
-    connection = LoginTimeoutConnection(**settings)
+    try:
+        connection = LoginTimeoutConnection(**settings)
+    except TlsConnectionError as err:  # a certificate or a mode a retry cannot fix
+        raise BinlogConfigError(
+            f"the replication connection to {settings.get('host')}:{settings.get('port')}: {err.args[-1]}. Fix "
+            "the server's certificate or the connection's extras tls / ssl_ca (docs/connection.md, TLS)."
+        ) from err
     try:
         with connection.cursor() as cur:
             cur.execute(f"SET SESSION net_write_timeout = {REPLICATION_NET_WRITE_TIMEOUT_SECONDS}")

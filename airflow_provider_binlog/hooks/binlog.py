@@ -64,8 +64,10 @@ class BinlogHook(BaseHook):
     Connection extras (JSON; empty values count as unset): ``server_id`` (int in 1..4294967295, replica
     id of the stream; default derived from the pipeline name, see :func:`derive_server_id`), ``flavor``
     (``mysql``/``mariadb``, overrides detection), ``ssl_ca`` / ``ssl_cert`` / ``ssl_key`` (file paths) and
-    ``ssl_key_password``, or the equivalent ``ssl`` object passed to pymysql (``ca``, ``cert``, ``key``,
-    ``password``, ``check_hostname``), ``charset`` (default ``utf8mb4``), ``connect_timeout`` (seconds,
+    ``ssl_key_password``, or the equivalent ``ssl`` object passed to pymysql (``ca``, ``capath``, ``cert``,
+    ``key``, ``password``, ``cipher``, ``check_hostname``), ``tls`` (the TLS mode of every connection:
+    ``disabled``, ``preferred``, ``required``, ``verify_ca``, ``verify_identity``, see
+    :meth:`SourceExtras.tls_mode`), ``charset`` (default ``utf8mb4``), ``connect_timeout`` (seconds,
     default 10), ``read_timeout`` (seconds, default 60: SQL connections), ``heartbeat_period`` (seconds,
     default 15: binlog streams, see :meth:`stream_timeouts`).
 
@@ -108,7 +110,14 @@ class BinlogHook(BaseHook):
     def connection_settings(self) -> dict[str, Any]:
         """Return pymysql keyword arguments built from the Airflow connection (looked up once).
 
-        :raises BinlogConfigError: when the connection extras are malformed.
+        They hold ``tls_mode`` (:meth:`SourceExtras.tls_mode`) and, when TLS files are set, ``ssl`` (their
+        paths): arguments of :class:`~airflow_provider_binlog.source.connect.LoginTimeoutConnection`, which
+        every connection of the provider is (SQL, replication, parallel-read workers, snapshot chunk reads,
+        in Spark executors too). A client certificate without a CA is logged as a warning (the server is
+        not verified: :meth:`SourceExtras.tls_warnings`).
+
+        :raises BinlogConfigError: when the connection extras are malformed or the TLS extras contradict
+            each other.
         """
         if self._settings is None:
             conn = self.get_connection(self.binlog_conn_id)
@@ -124,9 +133,12 @@ class BinlogHook(BaseHook):
                 "charset": extras.charset,
                 "connect_timeout": extras.connect_timeout,
             }
+            settings["tls_mode"] = extras.tls_mode()
             ssl = extras.ssl_options()
             if ssl:
                 settings["ssl"] = ssl
+            for warning in extras.tls_warnings():
+                log.warning("connection %s: %s", self.connection_label(), warning)
             self._extras = extras
             self._settings = settings
         return dict(self._settings)
@@ -214,18 +226,21 @@ class BinlogHook(BaseHook):
         connect and every read and write of the login wait at most ``connect_timeout`` seconds, later reads
         and writes at most ``read_timeout`` seconds.
 
-        :raises BinlogConfigError: when the login is refused (wrong user/password or missing grant).
+        :raises BinlogConfigError: when the login is refused (wrong user/password or missing grant), or TLS
+            fails (:meth:`tls_error`).
         :raises SourceUnreachableError: when the server cannot be reached or does not complete the login
             within ``connect_timeout`` (retryable).
         """
         import pymysql
 
-        from airflow_provider_binlog.source.connect import LoginTimeoutConnection
+        from airflow_provider_binlog.source.connect import LoginTimeoutConnection, TlsConnectionError
 
         settings = self.sql_settings()
         where = f"{settings['host']}:{settings['port']}"
         try:
             return LoginTimeoutConnection(autocommit=True, **settings)
+        except TlsConnectionError as err:
+            raise self.tls_error(err) from err
         except pymysql.err.OperationalError as err:
             code = err.args[0] if err.args else None
             if code in ACCESS_DENIED_ERRORS:
@@ -238,6 +253,21 @@ class BinlogHook(BaseHook):
                 f"connect_timeout={settings['connect_timeout']} s: {err}. The task retries; if the server is "
                 f"up but slow to log in, raise the extra connect_timeout."
             ) from err
+
+    def tls_error(self, err: Exception) -> BinlogConfigError:
+        """Return the error for a connection whose TLS failed (a :class:`~airflow_provider_binlog.source.connect.TlsConnectionError`).
+
+        A retry cannot fix a certificate the CA did not sign, a certificate for another host or a server
+        without TLS, so the error fails the task at once; it names the mode, the problem and the connection.
+        """
+        settings = self.connection_settings()
+        return BinlogConfigError(
+            self.redacted(
+                f"connection {self.connection_label()} to {settings['host']}:{settings['port']}: {err.args[-1]}. "
+                "Fix the server's certificate or the extras tls / ssl_ca of the connection (docs/connection.md, "
+                "TLS); a retry cannot succeed before that."
+            )
+        )
 
     @contextmanager
     def cursor(self) -> Iterator[pymysql.cursors.Cursor]:
@@ -632,11 +662,12 @@ class BinlogHook(BaseHook):
         privilege as :meth:`privilege_error`; ER_MASTER_FATAL_ERROR_READING_BINLOG (1236, MySQL manual,
         "Server Error Message Reference": the source cannot open the file or position, e.g. purged
         meanwhile) and :class:`~airflow_provider_binlog.source.probes.BinlogGoneError` as
-        :class:`BinlogPurgedError`; other server errors as :class:`SourceUnreachableError`.
+        :class:`BinlogPurgedError`; a failed TLS as :meth:`tls_error`; other server errors as
+        :class:`SourceUnreachableError`.
         """
         import pymysql
 
-        from airflow_provider_binlog.source.connect import FATAL_READING_BINLOG
+        from airflow_provider_binlog.source.connect import FATAL_READING_BINLOG, TlsConnectionError
         from airflow_provider_binlog.source.probes import BinlogGoneError, probe_server_id
 
         stream = self.open_stream(
@@ -648,6 +679,8 @@ class BinlogHook(BaseHook):
             yield stream
         except BinlogGoneError as err:
             raise BinlogPurgedError(str(err)) from err
+        except TlsConnectionError as err:
+            raise self.tls_error(err) from err
         except pymysql.err.OperationalError as err:
             code = err.args[0] if err.args else None
             if code in ACCESS_DENIED_ERRORS:

@@ -54,6 +54,7 @@ def connection_report(hook: BinlogHook) -> tuple[bool, str]:
             _server_id_finding(hook, state, report.grants),
         ]
     findings += report.findings()
+    findings.append(_tls_finding(hook))
     ok = not any(f.wrong for f in findings)
     settings = hook.connection_settings()
     verdict = "usable as a CDC source" if ok else "NOT usable as a CDC source; fix the settings marked WRONG"
@@ -64,6 +65,44 @@ def connection_report(hook: BinlogHook) -> tuple[bool, str]:
     head = state.head if state else None
     footer = f"head={head.file}:{head.pos} gtid={head.gtid_set or 'none'}" if head else "head=none"
     return ok, hook.redacted(";\n".join([header, *map(str, findings), footer]))
+
+
+def _tls_finding(hook: BinlogHook) -> Finding:
+    """Return the TLS of the connection: its mode and what a session of it negotiated (version and cipher).
+
+    ``verify_ca`` / ``verify_identity`` with TLS in use are OK; a session that is encrypted without verifying
+    the server, or plaintext, is a note with the mode that would do more (a mode that cannot be met fails the
+    login, and the Test, before this).
+    """
+    from airflow_provider_binlog.source.connect import tls_state
+
+    extras = hook.extras()
+    mode = extras.tls_mode()
+    with hook.cursor() as cur:
+        state = tls_state(cur)
+    value = f"{mode} ({state})"
+    warnings = " ".join(extras.tls_warnings())
+    if state == "plaintext":
+        problem = "the session is not encrypted" + (
+            ""
+            if mode == "disabled"
+            else ": the server offers no TLS (start it with --ssl-cert and --ssl-key)"
+        )
+        return Finding(
+            "tls", value, Outcome.NOTE, problem, "set the extra tls=verify_identity and ssl_ca to require TLS"
+        )
+    if mode in ("verify_ca", "verify_identity"):
+        checked = "its CA" if mode == "verify_ca" else "its CA and host name"
+        return Finding(
+            "tls", value, Outcome.OK, f"encrypted; the server's certificate was verified ({checked})"
+        )
+    return Finding(
+        "tls",
+        value,
+        Outcome.NOTE,
+        warnings or "encrypted, but the server's certificate is not verified",
+        "set the extras ssl_ca and tls=verify_identity to verify the server",
+    )
 
 
 def _refusal_finding(err: SourcePrivilegeError, report: PrivilegeReport) -> Finding:

@@ -142,9 +142,12 @@ class SourceConnections:
     the rows. Opening them per chunk cost a login each, and pymysql builds a TLS context for every
     connection it opens without ``ssl`` settings (it tries TLS when the server offers it; py-spy: about 40 ms
     of CPU per connection, reading the system's CA certificates), which was a sixth of the read tasks' time
-    on the 1M-row benchmark. Use as a context manager; :meth:`close` closes what was opened.
+    on the 1M-row benchmark. Both connections apply the source's ``tls_mode`` (the extra ``tls``; in a
+    Spark executor too, whose machine then needs the TLS files at the same paths). Use as a context
+    manager; :meth:`close` closes what was opened.
 
-    :param source: pymysql ``connect()`` arguments (host, port, user, password, ssl ...).
+    :param source: :class:`~airflow_provider_binlog.source.connect.LoginTimeoutConnection` arguments (host,
+        port, user, password, tls_mode, ssl ...).
     """
 
     def __init__(self, source: dict[str, Any]) -> None:

@@ -207,10 +207,60 @@ def rows_to_batch(
 
 
 def default_driver(source: dict[str, Any]) -> str:
-    """Return the :class:`RowReader` driver for ``source``: pymysql with TLS settings or without mysqlclient."""
-    if source.get("ssl") or importlib.util.find_spec("MySQLdb") is None:
+    """Return the :class:`RowReader` driver for ``source``: mysqlclient where it honours the TLS mode, else pymysql.
+
+    mysqlclient reads ``disabled`` and ``preferred`` without TLS files (:data:`MYSQLCLIENT_TLS_MODES`); a
+    source without ``tls_mode`` counts as ``preferred`` (pymysql's default). pymysql reads the other modes,
+    TLS files, and in a Python without mysqlclient.
+    """
+    mode = source.get("tls_mode") or "preferred"
+    if mode not in MYSQLCLIENT_TLS_MODES or source.get("ssl") or importlib.util.find_spec("MySQLdb") is None:
         return "pymysql"
     return "mysqlclient"
+
+
+MYSQLCLIENT_TLS_MODES = ("disabled", "preferred")
+"""The TLS modes a chunk's rows are read in with mysqlclient (without TLS files), the others with pymysql.
+
+mysqlclient 2.3 emulates ``ssl_mode`` on MariaDB Connector/C with ``MYSQL_OPT_SSL_ENFORCE`` and
+``MYSQL_OPT_SSL_VERIFY_SERVER_CERT`` (its ``_mysql.c``), and Connector/C 3.3 (Debian 12's libmariadb) does not
+enforce: measured against MariaDB 10.11, ``ssl_mode="PREFERRED"`` (and ``ssl={}``) never negotiates TLS,
+``ssl_mode="REQUIRED"`` negotiates it with a server that offers it and logs in in plaintext to one that does
+not (``Ssl_cipher`` empty), and ``VERIFY_CA`` checks the host name too. So ``required`` and the verifying modes
+cannot be trusted to it, and ``preferred`` is read with ``ssl_mode="REQUIRED"`` (unverified TLS when offered)
+and, where the client library does enforce it (MySQL's libmysqlclient, Connector/C 3.4) and the server offers
+no TLS (2026), again in plaintext: what preferred means (:func:`_mysqlclient_connect`)."""
+
+
+def _mysqlclient_connect(source: dict[str, Any]) -> Any:
+    """Return a raw-mode mysqlclient connection of ``source`` in its TLS mode (``disabled`` or ``preferred``).
+
+    :raises ValueError: for another mode or TLS files (:data:`MYSQLCLIENT_TLS_MODES`).
+    :raises MySQLdb.OperationalError: when the login fails.
+    """
+    import MySQLdb
+
+    mode = source.get("tls_mode") or "preferred"
+    if mode not in MYSQLCLIENT_TLS_MODES or source.get("ssl"):
+        raise ValueError(f"the mysqlclient driver cannot read in TLS mode {mode} with TLS files: use pymysql")
+    settings = {key: source[key] for key in _MYSQLCLIENT_SETTINGS if source.get(key) is not None}
+    raw = {
+        "charset": "utf8mb4",
+        "use_unicode": False,
+        "autocommit": True,
+        "conv": _encoders("MySQLdb.converters"),
+    }
+    if mode == "preferred":
+        try:
+            return MySQLdb.connect(**settings, **raw, ssl_mode="REQUIRED")
+        except MySQLdb.OperationalError as err:
+            if not err.args or err.args[0] != _CR_SSL_CONNECTION_ERROR:
+                raise
+    return MySQLdb.connect(**settings, **raw, ssl_mode="DISABLED")
+
+
+_CR_SSL_CONNECTION_ERROR = 2026
+"""The client error of a TLS that could not be set up (MySQL manual, "Client Error Message Reference")."""
 
 
 class RowReader:
@@ -221,36 +271,28 @@ class RowReader:
     holds in memory. The driver is mysqlclient (``MySQLdb``: libmariadb/libmysqlclient parses the rows in
     C; ``benchmarks/snapshot_row_paths.py`` measures it against the alternatives) with no field converters
     and ``use_unicode=False``: every value is ``bytes`` or None, and :func:`rows_to_batch` stages them
-    column by column. A source with TLS settings (``ssl``), or a Python without mysqlclient (a Spark side
-    the provider's code was shipped to, ``jobs/shipping.py``: a C extension cannot be shipped in a zip), is
-    read with pymysql in the same raw mode instead (both drivers stage the same values:
-    ``tests/integration/test_snapshot_rows.py``), at an eighth of the speed (``docs/benchmarks.md``,
-    "Snapshot row paths"). pymysql's ``ssl`` dict (``ca``, ``cert``, ``key``, ``password``,
-    ``check_hostname``) has no exact mysqlclient equivalent, and pymysql applies ``connect_timeout`` to the whole login
-    (:class:`~airflow_provider_binlog.source.connect.LoginTimeoutConnection`).
+    column by column. A source whose TLS mode is neither ``disabled`` nor ``preferred``, or that has TLS
+    files (:data:`MYSQLCLIENT_TLS_MODES`), or a Python without mysqlclient (a Spark side the provider's code was shipped to, ``jobs/shipping.py``: a C
+    extension cannot be shipped in a zip), is read with pymysql in the same raw mode instead (both drivers
+    stage the same values: ``tests/integration/test_snapshot_rows.py``), slower (``docs/benchmarks.md``,
+    "Snapshot row paths"), over a :class:`~airflow_provider_binlog.source.connect.LoginTimeoutConnection`
+    that applies the TLS mode as every other connection does and ``connect_timeout`` to the whole login.
 
-    :param source: ``pymysql.connect()`` keyword arguments (``host``, ``port``, ``user``, ``password``,
-        ``connect_timeout``, ``read_timeout``, ``write_timeout``, ``ssl``); ``charset`` and ``autocommit``
-        are set here.
+    :param source: :class:`~airflow_provider_binlog.source.connect.LoginTimeoutConnection` keyword arguments
+        (``host``, ``port``, ``user``, ``password``, ``connect_timeout``, ``read_timeout``,
+        ``write_timeout``, ``tls_mode``, ``ssl``); ``charset`` and ``autocommit`` are set here.
     :param driver: ``mysqlclient`` or ``pymysql``; None picks as described above (:func:`default_driver`).
-    :raises ValueError: for an unknown driver.
+    :raises ValueError: for an unknown driver, or mysqlclient for a TLS mode it cannot honour.
+    :raises ~airflow_provider_binlog.source.connect.TlsConnectionError: when TLS fails (pymysql).
     :raises MySQLdb.OperationalError, pymysql.err.OperationalError: when the login fails.
     """
 
     def __init__(self, source: dict[str, Any], driver: str | None = None) -> None:
         self.driver = driver or default_driver(source)
         if self.driver == "mysqlclient":
-            import MySQLdb
             import MySQLdb.cursors
 
-            settings = {key: source[key] for key in _MYSQLCLIENT_SETTINGS if source.get(key) is not None}
-            self.connection = MySQLdb.connect(
-                **settings,
-                charset="utf8mb4",
-                use_unicode=False,
-                autocommit=True,
-                conv=_encoders("MySQLdb.converters"),
-            )
+            self.connection = _mysqlclient_connect(source)
             self._cursor_class: Any = MySQLdb.cursors.SSCursor
         elif self.driver == "pymysql":
             import pymysql.cursors

@@ -44,6 +44,19 @@ something at least once a period, so three silent periods mean the connection is
 
 SSL_FIELDS = {"ssl_ca": "ca", "ssl_cert": "cert", "ssl_key": "key", "ssl_key_password": "password"}
 """Flat extra fields and the key each one sets in the pymysql ``ssl`` dict (also accepted as extra ``ssl``)."""
+SSL_OBJECT_KEYS = ("ca", "capath", "cert", "key", "password", "cipher", "check_hostname")
+"""Keys the extra ``ssl`` object may hold (pymysql's ``ssl`` dict; ``check_hostname`` only without ``tls``)."""
+
+TlsMode = Literal["disabled", "preferred", "required", "verify_ca", "verify_identity"]
+TLS_MODES: tuple[str, ...] = ("disabled", "preferred", "required", "verify_ca", "verify_identity")
+"""The extra ``tls``: the MySQL clients' ``--ssl-mode`` values, in lower case, with their meaning (MySQL manual,
+"Command Options for Encrypted Connections"): ``disabled`` plaintext; ``preferred`` TLS when the server offers
+it, else plaintext, the server not verified; ``required`` TLS or no connection, the server not verified;
+``verify_ca`` as required, and the server's certificate must be signed by the CA (``ssl_ca``);
+``verify_identity`` as verify_ca, and the certificate must name the host connected to. MariaDB's clients
+spell the last three ``--ssl``, ``--ssl --ssl-ca``, ``--ssl-verify-server-cert``."""
+VERIFYING_TLS_MODES = ("verify_ca", "verify_identity")
+"""The modes that check the server's certificate against a CA."""
 
 _FORM_EXCLUDED = ("ssl",)
 """Extras the hook accepts that the form does not show (the ``ssl`` object of plain ``mysql`` connections)."""
@@ -98,6 +111,16 @@ class SourceExtras(BaseModel):
     ssl: dict[str, Any] | None = Field(
         None, description='The pymysql ssl object ({"ca": "/path/ca.pem", ...}); or the ssl_* extras.'
     )
+    tls: TlsMode | None = Field(
+        None,
+        title="TLS mode",
+        description=(
+            "disabled, preferred, required, verify_ca or verify_identity (the MySQL clients' --ssl-mode). "
+            "Leave empty for verify_identity when a CA file is set, required when only a client certificate "
+            "is, else preferred (TLS when the server offers it, unverified). Applies to every connection: "
+            "SQL, replication and snapshot reads. The files must exist on every machine that connects."
+        ),
+    )
     charset: str = Field("utf8mb4", title="Character set", description="Connection character set.")
     connect_timeout: int = Field(
         DEFAULT_CONNECT_TIMEOUT_SECONDS,
@@ -146,11 +169,82 @@ class SourceExtras(BaseModel):
             value = getattr(self, name)
             if value is not None and self.ssl and key in self.ssl and self.ssl[key] != value:
                 raise ValueError(f"extras {name} and ssl.{key} differ; set only one")
+        unknown = sorted(set(self.ssl or {}) - set(SSL_OBJECT_KEYS))
+        if unknown:
+            raise ValueError(
+                f"extra ssl.{unknown[0]} is not supported (ssl takes {', '.join(SSL_OBJECT_KEYS)}); set the "
+                f"extra tls to one of {', '.join(TLS_MODES)} to choose how the server is verified"
+            )
         return self
 
+    @model_validator(mode="after")
+    def _tls_consistent(self) -> SourceExtras:
+        options, mode = self.ssl_options(), self.tls_mode()
+        has_ca = bool(options.get("ca") or options.get("capath"))
+        if "key" in options and "cert" not in options:
+            raise ValueError(
+                "extra ssl_key is set without ssl_cert: set ssl_cert to the client certificate file"
+            )
+        if self.tls is not None and self.ssl and "check_hostname" in self.ssl:
+            raise ValueError(
+                "extras tls and ssl.check_hostname are both set: remove ssl.check_hostname (tls=verify_identity "
+                "checks the host name, tls=verify_ca does not)"
+            )
+        if mode == "disabled" and options:
+            raise ValueError(
+                f"extra tls=disabled but TLS files are set ({', '.join(sorted(options))}): remove them, or set "
+                "tls to preferred, required, verify_ca or verify_identity"
+            )
+        if mode in VERIFYING_TLS_MODES and not has_ca:
+            raise ValueError(
+                f"extra tls={mode} verifies the server against a CA, but none is set: set ssl_ca to the PEM file "
+                "of the CA that signed the server's certificate, or set tls=required to encrypt without verifying"
+            )
+        if mode in ("preferred", "required") and has_ca:
+            raise ValueError(
+                f"extra tls={mode} does not verify the server, but ssl_ca is set: set tls=verify_identity "
+                "(or verify_ca) to verify it, or remove ssl_ca"
+            )
+        return self
+
+    def tls_mode(self) -> TlsMode:
+        """Return the connection's TLS mode: the extra ``tls``, else the mode its TLS files imply.
+
+        Without ``tls``, a CA (``ssl_ca``, ``ssl.ca``, ``ssl.capath``) means ``verify_identity`` (what pymysql
+        did with a CA: the server's certificate checked against it, and its host name unless
+        ``ssl.check_hostname`` is false, then ``verify_ca``); a client certificate without a CA means
+        ``required`` (pymysql required TLS for any ``ssl`` option, verifying nothing); nothing means
+        ``preferred``, the MySQL clients' default and pymysql's since 1.2.
+        """
+        if self.tls is not None:
+            return self.tls
+        options = self.ssl_options()
+        if options.get("ca") or options.get("capath"):
+            return "verify_ca" if (self.ssl or {}).get("check_hostname") is False else "verify_identity"
+        return "required" if options else "preferred"
+
+    def tls_warnings(self) -> list[str]:
+        """Return what the user should know about the TLS settings that is not an error (empty: nothing).
+
+        A client certificate without a CA proves the client to the server, but the server is not verified:
+        anyone between them can pose as the server.
+        """
+        options = self.ssl_options()
+        if "cert" in options and self.tls_mode() not in VERIFYING_TLS_MODES:
+            return [
+                f"TLS mode {self.tls_mode()} with a client certificate (ssl_cert) but no CA: the server's "
+                "certificate is not verified, so a machine between the worker and the server can pose as "
+                "the server. Set ssl_ca and tls=verify_identity to verify it."
+            ]
+        return []
+
     def ssl_options(self) -> dict[str, Any]:
-        """Return the pymysql ``ssl`` dict: the ``ssl`` object plus the ``ssl_*`` fields ({} for no TLS)."""
-        merged = dict(self.ssl or {})
+        """Return the TLS files and options: the ``ssl`` object plus the ``ssl_*`` fields ({} for none).
+
+        Keys ``ca``, ``capath``, ``cert``, ``key``, ``password``, ``cipher`` (pymysql's ``ssl`` dict without
+        ``check_hostname``, which :meth:`tls_mode` decides).
+        """
+        merged = {key: value for key, value in (self.ssl or {}).items() if key != "check_hostname"}
         for name, key in SSL_FIELDS.items():
             value = getattr(self, name)
             if value is not None:

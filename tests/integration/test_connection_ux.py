@@ -164,8 +164,9 @@ def test_test_connection_lists_every_setting_with_its_verdict(connections: Local
     )
     assert lines[10:12] == ["privilege=REPLICATION SLAVE ON *.*: ok", "privilege=BINLOG MONITOR ON *.*: ok"]
     file, pos = connections.execute("SHOW MASTER STATUS")[0][:2]
-    assert lines[12].startswith(f"head={file}:{pos} gtid=")
-    assert len(lines) == 13
+    assert lines[12].startswith("tls=preferred (plaintext): note: ")
+    assert lines[13].startswith(f"head={file}:{pos} gtid=")
+    assert len(lines) == 14
     assert connections.root_password not in message
 
 
@@ -265,7 +266,8 @@ def test_the_ssl_object_still_works_and_may_not_contradict_the_fields(
 ) -> None:
     legacy = {"conn_type": "mysqlbinlog", "extra": {"ssl": {"ca": "/etc/ca.pem", "check_hostname": False}}}
     monkeypatch.setenv("AIRFLOW_CONN_BINLOG_DEFAULT", json.dumps(legacy))
-    assert BinlogHook().connection_settings()["ssl"] == {"ca": "/etc/ca.pem", "check_hostname": False}
+    settings = BinlogHook().connection_settings()
+    assert (settings["ssl"], settings["tls_mode"]) == ({"ca": "/etc/ca.pem"}, "verify_ca")
     both = {
         "conn_type": "mysqlbinlog",
         "extra": {"ssl": {"password": "old-secret-1"}, "ssl_key_password": "new-secret-2"},

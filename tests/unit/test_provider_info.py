@@ -98,6 +98,7 @@ def test_conn_fields_declare_every_extra_the_hook_reads() -> None:
             "ssl_cert",
             "ssl_key",
             "ssl_key_password",
+            "tls",
             "charset",
             "connect_timeout",
             "read_timeout",
