@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pendulum
 import pymysql
@@ -222,13 +223,18 @@ def test_a_catch_up_window_of_several_files_is_read_in_parallel_inside_a_supervi
 
 @pytest.mark.slow
 def test_cli_backfill_of_interval_windows_runs_backwards_and_tiles(
-    mariadb: LocalMariaDB, tmp_path: Path
+    mariadb: LocalMariaDB, spark_connect: Any, tmp_path: Path
 ) -> None:
+    """The merges run on the test process's Spark Connect server (the tests above cover spark-submit under the
+    scheduler): a JVM start per task would make this the longest test of the suite."""
     from conftest import STEP, sleep_until, staged_commit_times, write_in_intervals
 
     # paused while the data is written; unpaused after the backfill is created, since the scheduler runs
     # no task of a paused DAG (its own scheduled runs then take later, empty intervals)
-    with running_standalone(mariadb, tmp_path, cut_by="interval", schedule=f"PT{STEP}S") as (
+    connect = {"AIRFLOW_CONN_SPARK_DEFAULT": spark_connect.connection_json()}
+    with running_standalone(
+        mariadb, tmp_path, airflow_env=connect, cut_by="interval", schedule=f"PT{STEP}S"
+    ) as (
         server,
         db,
         target,
