@@ -440,7 +440,9 @@ class PipelineState(BaseModel):
         return self.model_copy(update={"windows": [w for w in self.windows if w.seq in keep]})
 
 
-def location_problems(state: PipelineState, *, staging: str | None, target: str | None) -> list[str]:
+def location_problems(
+    state: PipelineState, *, staging: str | None, target: str | None, bare_staging: str | None = None
+) -> list[str]:
     """Return each location ``state`` names outside the pipeline's configured roots (empty when none).
 
     A state document names locations later tasks read, write and delete (``snapshots[].staging_uri``,
@@ -450,14 +452,13 @@ def location_problems(state: PipelineState, *, staging: str | None, target: str 
     :param staging: the pipeline's staging folder ``<staging>/<pipeline>`` as the task's ObjectStoragePath
         writes it (with its connection id, ``s3://conn@bucket/...``, as windows record their manifests; snapshots
         record theirs without it), or None when the task was given no staging.
+    :param bare_staging: ``staging`` without its connection id (what snapshots record); ``staging`` when None.
     :param target: the target root the task was given, or None.
     :returns: one line per location, naming the field (``snapshots[2].staging_uri``), the location and the root.
     """
-    from airflow_provider_binlog.pipeline.storage import split_connection
-
     found: list[tuple[str, str, str]] = []
     if staging is not None:
-        bare = split_connection(staging)[0]
+        bare = bare_staging or staging
         found += [(f"snapshots[{i}].staging_uri", s.staging_uri, bare) for i, s in enumerate(state.snapshots)]
         found += [
             (f"windows[{i}].manifest_uri", w.manifest_uri, staging)

@@ -76,6 +76,13 @@ class StateRoots:
     staging: str | None = None
     target: str | None = None
 
+    @property
+    def bare_staging(self) -> str | None:
+        """Return ``staging`` without its connection id, as snapshots record their folders."""
+        from airflow_provider_binlog.pipeline.storage import split_connection
+
+        return None if self.staging is None else split_connection(self.staging)[0]
+
 
 class VariableStore(Protocol):
     """Where state documents live: Airflow Variables in production."""
@@ -179,7 +186,9 @@ class StateManager:
             f"`python -m airflow_provider_binlog.admin history --pipeline {self.pipeline}` lists the kept "
             f"ones (docs/operating.md, 'Pipeline state').",
         )
-        outside = location_problems(state, staging=self.roots.staging, target=self.roots.target)
+        outside = location_problems(
+            state, staging=self.roots.staging, target=self.roots.target, bare_staging=self.roots.bare_staging
+        )
         if outside:
             raise StateError(
                 f"the state Variable {self.key!r} of pipeline {self.pipeline!r} (revision {state.revision}) names "
