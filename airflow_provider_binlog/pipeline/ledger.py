@@ -12,7 +12,7 @@ from itertools import pairwise
 from typing import Annotated, Any, Literal, TypeVar
 
 import pendulum
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from airflow_provider_binlog.contract import ContractError
 from airflow_provider_binlog.contract.positions import BinlogPosition
@@ -25,6 +25,9 @@ SEQ_MAX = 2**53 - 1
 """Largest sequence number, revision or row count a state document may hold: exact in every JSON reader, and far
 from the int64 limit of the order key (``_binlog_window``) and of Delta app-transaction versions, which a
 sequence number near 2**63 would overflow later (a new pipeline's seqs start at the Unix time in ms, ~2**41)."""
+POS_MAX = 2**63 - 1
+"""Largest binlog position a state document may hold (the 8-byte positions of the replication protocol, signed as
+pymysql and the Delta metadata carry them)."""
 Seq = Annotated[int, Field(ge=1, le=SEQ_MAX)]
 Count = Annotated[int, Field(ge=0, le=SEQ_MAX)]
 
@@ -291,6 +294,20 @@ class PipelineState(BaseModel):
         description="per db.table, the columns its target keeps although a followed DROP COLUMN removed them from "
         "the source; a snapshot of the table clears them (see PipelineState.with_kept_columns)",
     )
+
+    @model_validator(mode="after")
+    def _positions_in_range(self) -> PipelineState:
+        """Refuse a binlog position beyond :data:`POS_MAX`, naming its field (it would overflow when read from)."""
+        named = [("checkpoint.position", self.checkpoint.position)]
+        named += [
+            (f"windows.{i}.{e}", getattr(w, e)) for i, w in enumerate(self.windows) for e in ("start", "end")
+        ]
+        named += [(f"snapshots.{i}.start", s.start) for i, s in enumerate(self.snapshots)]
+        named += [(f"resnapshots_needed.{i}.since", r.since) for i, r in enumerate(self.resnapshots_needed)]
+        beyond = [f"{field}.pos is {p.pos}" for field, p in named if p.pos > POS_MAX]
+        if beyond:
+            raise ValueError(f"binlog positions beyond {POS_MAX}: {', '.join(beyond)}")
+        return self
 
     @property
     def next_seq(self) -> int:

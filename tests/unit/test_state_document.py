@@ -102,6 +102,7 @@ def test_deep_nesting_is_refused_with_the_variable_named_not_a_recursion_error()
         (("snapshots", 0, "rows"), -1, "snapshots.0.rows"),
         (("revision",), SEQ_MAX + 1, "revision"),
         (("seq_floor",), 10**30, "seq_floor"),
+        (("windows", 0, "end", "pos"), 2**64, "windows.0.end.pos"),
     ],
 )
 def test_numbers_out_of_bounds_are_refused_naming_the_field(
