@@ -193,7 +193,11 @@ class DagRunner:
             "--kill-at",
             kill_at,
         ]
-        return subprocess.Popen(command, start_new_session=True, env={**os.environ, **self.env})
+        # The child imports the provider of this checkout (a worktree's), not the one installed in the venv.
+        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+        return subprocess.Popen(
+            command, start_new_session=True, env={**os.environ, **self.env, "PYTHONPATH": path}
+        )
 
 
 @pytest.fixture
