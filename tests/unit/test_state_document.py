@@ -129,7 +129,7 @@ def test_numbers_out_of_bounds_are_refused_naming_the_field(
         ("snapshots.staging_uri", "/data/staging/other/snapshot=9"),
         ("snapshots.staging_uri", "s3://victim/staging/shop/snapshot=9"),
         ("windows.manifest_uri", "/etc/window=1"),
-        ("target_tables", "shop/../../../victim.t"),
+        ("target_tables", "victim"),
     ],
 )
 def test_a_location_outside_the_tasks_roots_is_refused_before_it_is_used(field: str, value: str) -> None:
@@ -150,6 +150,26 @@ def test_a_location_outside_the_tasks_roots_is_refused_before_it_is_used(field: 
     assert "left untouched" in message
     assert "admin history" in message
     assert load(doc) is not None  # a reader given no roots (a sensor, the admin command) still reads it
+
+
+@pytest.mark.parametrize(
+    "table", ["shop/../../../victim.t", "../../victim.t", "shop./..", "..\\..\\x.t", "/etc.passwd"]
+)
+def test_a_target_table_name_never_reaches_outside_the_target_root(table: str) -> None:
+    """Whatever a hand edit puts in ``target_tables``: refused on load, or mapped inside the root."""
+    from airflow_provider_binlog.contract.uris import table_uri
+
+    doc = document()
+    doc["target_tables"] = ["shop.orders", table]
+    refusal = ""
+    try:
+        load(doc, StateRoots(staging="/data/staging/shop", target="/data/target"))
+    except StateError as err:
+        refusal = str(err)
+    if refusal:
+        assert "target_tables[1]" in refusal
+    else:
+        assert within_root("/data/target", table_uri("/data/target", table))
 
 
 def test_object_store_roots_compare_scheme_bucket_connection_and_prefix() -> None:
