@@ -226,9 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.staging:
         parser.error(f"{args.command} needs --staging")
     from airflow_provider_binlog.pipeline.history import StagedStateHistory
-    from airflow_provider_binlog.pipeline.staging import storage_path
+    from airflow_provider_binlog.pipeline.staging import pipeline_root
 
-    history = StagedStateHistory(storage_path(args.staging, args.staging_conn_id) / args.pipeline)
+    history = StagedStateHistory(pipeline_root(args.staging, args.pipeline, args.staging_conn_id))
     if args.command == "history":
         for revision in history.revisions():
             kept = history.read(revision)

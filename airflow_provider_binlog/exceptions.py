@@ -146,3 +146,7 @@ class QuarantinedTableWarning(UserWarning):
 
 class TablesQuarantinedError(BinlogError, AirflowFailException):
     """Tables of the pipeline are quarantined: the run's other tables were merged, these stand still."""
+
+
+class PipelineNameError(BinlogConfigError, ValueError):
+    """A pipeline name is not 1-200 letters, digits, ``_`` or ``-``; nothing was created for it."""

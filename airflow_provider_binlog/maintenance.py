@@ -162,6 +162,25 @@ def vacuum_table(
     return freed
 
 
+def foreign_owner(uri: str, pipeline: str, storage_options: dict[str, str] | None = None) -> str | None:
+    """Return the pipeline that owns the Delta table at ``uri`` when it is not ``pipeline``, else None.
+
+    Maintenance rewrites (compaction) and deletes (vacuum) files of a table, so it touches only tables its
+    pipeline owns, as a merge does (:func:`~airflow_provider_binlog.contract.delta.check_owner`: the table's
+    ``binlog.pipeline`` property, else the pipelines its commits name). None also when there is no table at
+    ``uri`` (nothing to maintain, nobody else's).
+
+    :param uri: the table's location.
+    :param pipeline: the pipeline maintaining it.
+    :param storage_options: deltalake-style options for ``uri``.
+    """
+    from airflow_provider_binlog.contract.delta import open_table, table_writers
+
+    table = open_table(uri, storage_options)
+    foreign = [] if table is None else [p for p in table_writers(table) if p != pipeline]
+    return foreign[0] if foreign else None
+
+
 def abandoned_outputs(fs: Any, staging: str, retention_hours: float) -> dict[str, list[Any]]:
     """Return the output folders under a table's staging folder whose newest file is older than the retention.
 

@@ -1,7 +1,10 @@
 """Example CDC pipeline: binlog window -> Parquet staging -> PySpark merge -> Delta Lake -> checkpoint.
 
-Settings are DAG params whose defaults come from environment variables (read when the file is
-parsed; no connection or Variable is touched at parse time):
+Settings are constants of this file, read from environment variables when the file is parsed (no connection
+or Variable is touched at parse time). None is a DAG param: a run's configuration (``dag_run.conf``) cannot
+choose the pipeline, its tables, keys, staging or target, so whoever may trigger the DAG cannot copy other
+tables or write elsewhere (``docs/adr/0034-trusted-pipeline-configuration.md``; the operators refuse such
+templates):
 
 * ``BINLOG_CDC_PIPELINE`` pipeline name (state Variable ``binlog_state__<name>``), default ``binlog_cdc``
 * ``BINLOG_CDC_TABLES`` comma-separated ``db.table`` names or patterns, default ``shop.*``; an entry
@@ -42,7 +45,7 @@ import os
 from typing import Any, Literal, cast
 
 import pendulum
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 from airflow.sdk.definitions.timetables.interval import CronDataIntervalTimetable, DeltaDataIntervalTimetable
 
 from airflow_provider_binlog.operators import (
@@ -55,14 +58,17 @@ from airflow_provider_binlog.operators import (
 from airflow_provider_binlog.sensors import BinlogPurgeRiskSensor
 from airflow_provider_binlog.sensors.purge_risk import DEFAULT_MIN_HEADROOM_SECONDS
 
+PIPELINE = os.environ.get("BINLOG_CDC_PIPELINE", "binlog_cdc")
+TABLES = os.environ.get("BINLOG_CDC_TABLES", "shop.*")
+STAGING = os.environ.get("BINLOG_CDC_STAGING", "/tmp/binlog_cdc/staging")
+TARGET = os.environ.get("BINLOG_CDC_TARGET", "/tmp/binlog_cdc/target")
+KEYS: dict[str, list[str]] = json.loads(os.environ.get("BINLOG_CDC_KEYS") or "{}")
+KEYLESS_TABLES = os.environ.get("BINLOG_CDC_KEYLESS_TABLES", "skip")
 _SCHEDULE = os.environ.get("BINLOG_CDC_SCHEDULE", "*/15 * * * *")
 # "head" or "interval"; BinlogExtractOperator refuses any other value when the DAG is parsed
 _CUT_BY = cast('Literal["head", "interval"]', os.environ.get("BINLOG_CDC_CUT_BY", "head"))
 _SNAPSHOT_CHUNK_ROWS = int(os.environ.get("BINLOG_CDC_SNAPSHOT_CHUNK_ROWS", "50000"))
 _SNAPSHOT_CONNECTIONS = int(os.environ.get("BINLOG_CDC_SNAPSHOT_CONNECTIONS", "2"))
-_KEYS = json.loads(os.environ.get("BINLOG_CDC_KEYS") or "{}")
-_KEYLESS_TABLES = os.environ.get("BINLOG_CDC_KEYLESS_TABLES", "skip")
-_RENDERED_KEYS = "{{ params['keys'] | tojson }}"  # params.keys would be the dict method
 _MIN_HEADROOM_SECONDS = float(os.environ.get("BINLOG_CDC_MIN_HEADROOM_SECONDS", DEFAULT_MIN_HEADROOM_SECONDS))
 _SNAPSHOT_RATE = os.environ.get("BINLOG_CDC_SNAPSHOT_ROWS_PER_SECOND")
 
@@ -86,23 +92,13 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     tags=["cdc", "binlog"],
-    params={
-        "pipeline": Param(os.environ.get("BINLOG_CDC_PIPELINE", "binlog_cdc"), type="string"),
-        "tables": Param(os.environ.get("BINLOG_CDC_TABLES", "shop.*"), type="string"),
-        "staging": Param(os.environ.get("BINLOG_CDC_STAGING", "/tmp/binlog_cdc/staging"), type="string"),
-        "target": Param(os.environ.get("BINLOG_CDC_TARGET", "/tmp/binlog_cdc/target"), type="string"),
-        "keys": Param(
-            _KEYS, type="object", description='{"db.table": ["col", ...]} for tables without a primary key'
-        ),
-        "keyless_tables": Param(_KEYLESS_TABLES, enum=["skip", "fail"]),
-    },
 ) as dag:
     # One measurement decides (retained, low or purged): poke mode, never waits. Only head pipelines
     # take snapshots, so only they have a snapshot's time to count.
     purge_risk = BinlogPurgeRiskSensor(
         task_id="purge_risk",
-        pipeline="{{ params.pipeline }}",
-        tables="{{ params.tables }}" if _CUT_BY == "head" else None,
+        pipeline=PIPELINE,
+        tables=TABLES if _CUT_BY == "head" else None,
         min_headroom_seconds=_MIN_HEADROOM_SECONDS,
         snapshot_rows_per_second=None if _SNAPSHOT_RATE is None else float(_SNAPSHOT_RATE),
         binlog_conn_id="binlog_default",
@@ -113,43 +109,43 @@ with DAG(
     )
     extract = BinlogExtractOperator(
         task_id="extract",
-        pipeline="{{ params.pipeline }}",
-        tables="{{ params.tables }}",
-        staging_uri="{{ params.staging }}",
-        keys=_RENDERED_KEYS,
-        keyless_tables="{{ params.keyless_tables }}",
+        pipeline=PIPELINE,
+        tables=TABLES,
+        staging_uri=STAGING,
+        keys=KEYS,
+        keyless_tables=KEYLESS_TABLES,
         binlog_conn_id="binlog_default",
         cut_by=_CUT_BY,
         retries=2,
     )
     merge = BinlogMergeOperator(
         task_id="merge",
-        pipeline="{{ params.pipeline }}",
+        pipeline=PIPELINE,
         window_uri="{{ ti.xcom_pull(task_ids='extract')['window_uri'] }}",
-        target_path="{{ params.target }}",
-        keys=_RENDERED_KEYS,
+        target_path=TARGET,
+        keys=KEYS,
         conn_id="spark_default",
         retries=2,
     )
     commit = BinlogCommitOperator(
         task_id="commit",
-        pipeline="{{ params.pipeline }}",
-        target_path="{{ params.target }}",
+        pipeline=PIPELINE,
+        target_path=TARGET,
     )
     # Fails the run, after the healthy tables were committed, while a table is quarantined (docs/operating.md).
-    quarantine = BinlogQuarantineCheckOperator(task_id="quarantine", pipeline="{{ params.pipeline }}")
+    quarantine = BinlogQuarantineCheckOperator(task_id="quarantine", pipeline=PIPELINE)
     extract >> merge >> commit >> quarantine
     if _CUT_BY != "head":
         purge_risk >> extract
     else:
         snapshot = BinlogSnapshotOperator(
             task_id="snapshot",
-            pipeline="{{ params.pipeline }}",
-            tables="{{ params.tables }}",
-            staging_uri="{{ params.staging }}",
-            target_path="{{ params.target }}",
-            keys=_RENDERED_KEYS,
-            keyless_tables="{{ params.keyless_tables }}",
+            pipeline=PIPELINE,
+            tables=TABLES,
+            staging_uri=STAGING,
+            target_path=TARGET,
+            keys=KEYS,
+            keyless_tables=KEYLESS_TABLES,
             binlog_conn_id="binlog_default",
             conn_id="spark_default",
             chunk_rows=_SNAPSHOT_CHUNK_ROWS,

@@ -1,7 +1,8 @@
 """Example clean-up DAG: daily, remove staging the pipeline no longer needs and vacuum its target tables.
 
-Settings are DAG params whose defaults come from the same environment variables as ``binlog_cdc``
-(``BINLOG_CDC_PIPELINE``, ``BINLOG_CDC_STAGING``, ``BINLOG_CDC_TARGET``), plus:
+Settings are constants of this file, read when it is parsed from the same environment variables as
+``binlog_cdc`` (``BINLOG_CDC_PIPELINE``, ``BINLOG_CDC_STAGING``, ``BINLOG_CDC_TARGET``; never from a run's
+configuration, ``docs/adr/0034-trusted-pipeline-configuration.md``), plus:
 
 * ``BINLOG_MAINTENANCE_STAGING_RETENTION_HOURS`` staged windows and snapshots stay this long after their
   last write, even when merged (default 168, a week)
@@ -18,10 +19,13 @@ from __future__ import annotations
 import os
 
 import pendulum
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 
 from airflow_provider_binlog.operators import BinlogMaintenanceOperator
 
+PIPELINE = os.environ.get("BINLOG_CDC_PIPELINE", "binlog_cdc")
+STAGING = os.environ.get("BINLOG_CDC_STAGING", "/tmp/binlog_cdc/staging")
+TARGET = os.environ.get("BINLOG_CDC_TARGET", "/tmp/binlog_cdc/target")
 _SCHEDULE = os.environ.get("BINLOG_MAINTENANCE_SCHEDULE", "30 3 * * *")
 
 # [START howto_binlog_maintenance]
@@ -33,17 +37,12 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     tags=["cdc", "binlog", "maintenance"],
-    params={
-        "pipeline": Param(os.environ.get("BINLOG_CDC_PIPELINE", "binlog_cdc"), type="string"),
-        "staging": Param(os.environ.get("BINLOG_CDC_STAGING", "/tmp/binlog_cdc/staging"), type="string"),
-        "target": Param(os.environ.get("BINLOG_CDC_TARGET", "/tmp/binlog_cdc/target"), type="string"),
-    },
 ) as dag:
     BinlogMaintenanceOperator(
         task_id="maintenance",
-        pipeline="{{ params.pipeline }}",
-        staging_uri="{{ params.staging }}",
-        target_path="{{ params.target }}",
+        pipeline=PIPELINE,
+        staging_uri=STAGING,
+        target_path=TARGET,
         staging_retention_hours=float(os.environ.get("BINLOG_MAINTENANCE_STAGING_RETENTION_HOURS", "168")),
         target_retention_hours=int(os.environ.get("BINLOG_MAINTENANCE_TARGET_RETENTION_HOURS", "168")),
     )

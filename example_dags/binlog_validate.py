@@ -1,10 +1,15 @@
 """Example validation DAG: compare a pipeline's target tables with the source, row by row.
 
-Settings are DAG params whose defaults come from the environment variables of ``binlog_cdc``
-(``BINLOG_CDC_PIPELINE``, ``BINLOG_CDC_TARGET``), plus:
+The pipeline and its target are constants of this file, from the environment variables of ``binlog_cdc``
+(``BINLOG_CDC_PIPELINE``, ``BINLOG_CDC_TARGET``), never from a run's configuration
+(``docs/adr/0034-trusted-pipeline-configuration.md``). What to compare is a DAG param a triggered run may set:
 
-* ``BINLOG_VALIDATE_TABLES`` tables or patterns to compare, default empty: every table of the pipeline
-* ``BINLOG_VALIDATE_ON_MISMATCH`` ``fail`` (default) or ``warn``
+* ``tables`` tables or patterns to compare (default ``BINLOG_VALIDATE_TABLES``, empty: every table of the
+  pipeline; a comparison only reads)
+* ``on_mismatch`` ``fail`` (default ``BINLOG_VALIDATE_ON_MISMATCH`` or ``fail``) or ``warn``
+
+and further settings are environment variables read at parse time:
+
 * ``BINLOG_VALIDATE_RECHECK_TIMEOUT_SECONDS`` how long a re-check waits for ``binlog_cdc`` to commit past
   the source rows it read (default 1800; more than ``binlog_cdc``'s schedule interval plus its run time),
   and ``BINLOG_VALIDATE_POLL_SECONDS`` (default 10)
@@ -23,6 +28,8 @@ from airflow.sdk import DAG, Param
 
 from airflow_provider_binlog.operators import BinlogValidateOperator
 
+PIPELINE = os.environ.get("BINLOG_CDC_PIPELINE", "binlog_cdc")
+TARGET = os.environ.get("BINLOG_CDC_TARGET", "/tmp/binlog_cdc/target")
 _SCHEDULE = os.environ.get("BINLOG_VALIDATE_SCHEDULE", "0 4 * * *")
 
 # [START howto_binlog_validate]
@@ -35,16 +42,14 @@ with DAG(
     max_active_runs=1,
     tags=["cdc", "binlog", "validation"],
     params={
-        "pipeline": Param(os.environ.get("BINLOG_CDC_PIPELINE", "binlog_cdc"), type="string"),
-        "target": Param(os.environ.get("BINLOG_CDC_TARGET", "/tmp/binlog_cdc/target"), type="string"),
         "tables": Param(os.environ.get("BINLOG_VALIDATE_TABLES", ""), type="string"),
         "on_mismatch": Param(os.environ.get("BINLOG_VALIDATE_ON_MISMATCH", "fail"), enum=["fail", "warn"]),
     },
 ) as dag:
     BinlogValidateOperator(
         task_id="validate",
-        pipeline="{{ params.pipeline }}",
-        target_path="{{ params.target }}",
+        pipeline=PIPELINE,
+        target_path=TARGET,
         tables="{{ params.tables }}",
         on_mismatch="{{ params.on_mismatch }}",
         recheck_timeout_seconds=float(os.environ.get("BINLOG_VALIDATE_RECHECK_TIMEOUT_SECONDS", "1800")),

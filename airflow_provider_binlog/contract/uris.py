@@ -160,3 +160,67 @@ def write_json(uri: str, document: Mapping[str, Any], storage_options: StorageOp
     """Write ``document`` to ``uri`` atomically (:func:`atomic_output`), keys sorted, indented."""
     with atomic_output(uri, storage_options) as out:
         out.write(json.dumps(document, indent=2, sort_keys=True).encode())
+
+
+# --- Locations confined to a root (state documents name staging and target locations; issue 30) ---
+
+
+def _local_path(location: str) -> str | None:
+    """Return the absolute, normalised local path of ``location`` (a path or ``file://`` URI), else None."""
+    if "://" not in location:
+        return os.path.normpath(os.path.abspath(location))
+    scheme, rest = location.split("://", 1)
+    if scheme.lower() != "file":
+        return None
+    return os.path.normpath(os.path.abspath("/" + rest.lstrip("/")))
+
+
+def _store_parts(location: str) -> tuple[str, str, list[str]] | None:
+    """Return ``(scheme, bucket, path segments)`` of an object-store URI; None when a segment is ``.`` or ``..``.
+
+    ``s3a`` counts as ``s3`` (the same store through Hadoop's connector); empty segments (``//``) are dropped.
+    """
+    scheme, rest = location.split("://", 1)
+    bucket, _, path = rest.partition("/")
+    segments = [s for s in path.split("/") if s]
+    if any(s in (".", "..") for s in segments):
+        return None
+    scheme = scheme.lower()
+    return ("s3" if scheme in _S3_SCHEMES else scheme), bucket, segments
+
+
+def within_root(root: str, uri: str) -> bool:
+    """Return whether location ``uri`` is ``root`` or lies below it.
+
+    Local paths and ``file://`` URIs are made absolute and normalised (``..`` resolved; symbolic links are not
+    followed) and must share ``root``'s leading path segments. Object-store URIs (``s3://bucket/prefix`` ...)
+    must have ``root``'s scheme and bucket (the whole authority, so ``conn@bucket`` differs from ``bucket``), no
+    ``.`` or ``..`` segment, and ``root``'s path segments as their leading ones. A local location is never
+    within an object-store root, nor the reverse.
+
+    :param root: a local path or URI: a staging or target root as an operator was given it.
+    :param uri: a location read from somewhere less trusted (a state document, a manifest).
+    """
+    local_root, local_uri = _local_path(root), _local_path(uri)
+    if local_root is not None or local_uri is not None:
+        if local_root is None or local_uri is None:
+            return False
+        return local_uri == local_root or local_uri.startswith(local_root.rstrip("/") + "/")
+    root_parts, uri_parts = _store_parts(root), _store_parts(uri)
+    if root_parts is None or uri_parts is None:
+        return False
+    (root_scheme, root_bucket, root_path), (scheme, bucket, path) = root_parts, uri_parts
+    return (scheme, bucket) == (root_scheme, root_bucket) and path[: len(root_path)] == root_path
+
+
+def require_within_root(root: str, uri: str, what: str) -> str:
+    """Return ``uri`` when it lies within ``root`` (:func:`within_root`).
+
+    :param what: what the location is, for the message (e.g. "snapshots[0].staging_uri of the state").
+    :raises ContractError: naming ``what``, the location and the root.
+    """
+    if not within_root(root, uri):
+        raise ContractError(
+            f"{what} is {uri!r}, which lies outside its root {root!r}: nothing was read or written there"
+        )
+    return uri

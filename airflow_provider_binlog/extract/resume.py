@@ -379,6 +379,7 @@ def follow_pipeline(
     run_id: str,
     on_lost: OnLostTransactions,
     logger: logging.Logger | Any = log,
+    target_path: str | None = None,
 ) -> tuple[StateManager, PipelineState | None]:
     """Return the state manager of a task that writes ``pipeline``'s state, and the state followed to ``server``.
 
@@ -387,14 +388,19 @@ def follow_pipeline(
     manifest (through ``staging_conn_id``).
 
     :param root: the pipeline's staging folder ``<staging>/<pipeline>`` (an ObjectStoragePath).
+    :param target_path: the target root of the task, if it has one: with ``root``, what every location the state
+        names must lie within (:class:`~airflow_provider_binlog.pipeline.state.StateRoots`).
     :raises StateError, LostTransactionsError, BinlogPurgedError: see :func:`follow_source`.
     """
     from airflow_provider_binlog.pipeline.history import StagedStateHistory
     from airflow_provider_binlog.pipeline.lock import SourceStateLock
     from airflow_provider_binlog.pipeline.staging import staged_tables
-    from airflow_provider_binlog.pipeline.state import StateManager
+    from airflow_provider_binlog.pipeline.state import StateManager, StateRoots
 
-    manager = StateManager(pipeline, history=StagedStateHistory(root), lock=SourceStateLock(hook))
+    roots = StateRoots(staging=str(root), target=target_path)
+    manager = StateManager(
+        pipeline, history=StagedStateHistory(root), lock=SourceStateLock(hook), roots=roots
+    )
     state = follow_source(
         manager,
         hook,

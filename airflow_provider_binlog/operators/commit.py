@@ -14,6 +14,7 @@ from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import MergeError, StateError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.lineage import StagedLineageMixin
+from airflow_provider_binlog.operators.trusted import check_trusted_arguments
 from airflow_provider_binlog.pipeline.ledger import (
     STATEMENT_CHARS,
     PipelineState,
@@ -158,6 +159,7 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
 
         kwargs["outlets"] = with_alias_outlet(kwargs.get("outlets"), asset_alias)
         super().__init__(**kwargs)
+        check_trusted_arguments(self, pipeline=pipeline, target_path=target_path)
         self.pipeline = pipeline
         self.target_path = target_path
         self.storage_options = storage_options
@@ -175,12 +177,14 @@ class BinlogCommitOperator(StagedLineageMixin, BaseOperator):
         """
         from airflow_provider_binlog.pipeline.lock import SourceStateLock
         from airflow_provider_binlog.pipeline.staging import read_manifest, storage_path
+        from airflow_provider_binlog.pipeline.state import StateRoots
         from airflow_provider_binlog.pipeline.storage import split_connection
         from airflow_provider_binlog.pipeline.windows import advance_checkpoint, mark_window
         from airflow_provider_binlog.target import check_target, mark_quarantines, target_root
 
         hook = BinlogHook(self.binlog_conn_id, pipeline=self.pipeline)
-        manager = StateManager(self.pipeline, lock=SourceStateLock(hook))
+        roots = StateRoots(target=self.target_path)
+        manager = StateManager(self.pipeline, lock=SourceStateLock(hook), roots=roots)
         state = manager.load()
         run_id = str(context["run_id"])
         window = None if state is None else state.window_of_run(run_id)

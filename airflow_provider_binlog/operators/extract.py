@@ -24,14 +24,15 @@ from airflow_provider_binlog.extract.plan import (
 )
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.lineage import StagedLineageMixin
+from airflow_provider_binlog.operators.trusted import check_trusted_arguments
 from airflow_provider_binlog.pipeline.failover import OnLostTransactions, check_on_lost_transactions
 from airflow_provider_binlog.pipeline.ledger import PipelineState, Window
 from airflow_provider_binlog.pipeline.quarantine import OnTableError, check_on_table_error
 from airflow_provider_binlog.pipeline.runs import holder_states
 from airflow_provider_binlog.pipeline.staging import (
     check_writable,
+    pipeline_root,
     schema_history,
-    storage_path,
     window_staging,
 )
 from airflow_provider_binlog.pipeline.state import StateManager
@@ -145,6 +146,7 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         if cut_by not in CUT_BY_MODES:
             raise ValueError(f"cut_by={cut_by!r} must be 'head' or 'interval'")
         self.cut_by = cut_by
+        check_trusted_arguments(self, pipeline=pipeline, tables=tables, staging_uri=staging_uri, keys=keys)
         self.pipeline = pipeline
         self.tables = tables
         self.staging_uri = staging_uri
@@ -165,7 +167,7 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         server = hook.validate_source(
             allow_minimal_row_metadata=self.allow_minimal_row_metadata, tables=selection
         )
-        root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
+        root = pipeline_root(self.staging_uri, self.pipeline, self.staging_conn_id)
         check_writable(root)
         manager, known = follow_pipeline(
             hook,

@@ -8,6 +8,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, StateError
+from airflow_provider_binlog.operators.trusted import check_trusted_arguments
 
 
 class BinlogMaintenanceOperator(BaseOperator):
@@ -26,10 +27,15 @@ class BinlogMaintenanceOperator(BaseOperator):
        folders under ``<table>/_binlog_staging/`` older than that (what failed or abandoned writes left;
        :func:`~airflow_provider_binlog.maintenance.vacuum_table`).
        Keep this above the longest read of the target and the oldest version readers time-travel to.
+       A table another pipeline owns is left alone with a warning
+       (:func:`~airflow_provider_binlog.maintenance.foreign_owner`), as a merge refuses it.
+
+    The state's locations are checked against ``staging_uri`` and ``target_path`` before any is used
+    (:class:`~airflow_provider_binlog.pipeline.state.StateRoots`).
 
     Returns (XCom) ``{"pipeline", "report_only", "staging": {"folders", "files", "bytes", "kept"},
     "target": {"tables": {table: {"files", "bytes"}}, "files", "bytes", "compacted": {table: {"files_removed",
-    "files_added", "bytes", "conflict"}}}}``.
+    "files_added", "bytes", "conflict"}}, "not_owned": {table: owner}}}``.
 
     :param pipeline: pipeline name (templated).
     :param staging_uri: staging root (templated), as given to the extract task.
@@ -71,6 +77,7 @@ class BinlogMaintenanceOperator(BaseOperator):
         ):
             if value < 0:
                 raise ValueError(f"{name}={value!r} must be 0 or more")
+        check_trusted_arguments(self, pipeline=pipeline, staging_uri=staging_uri, target_path=target_path)
         self.pipeline = pipeline
         self.staging_uri = staging_uri
         self.target_path = target_path
@@ -96,16 +103,20 @@ class BinlogMaintenanceOperator(BaseOperator):
             checkpoint_table,
             clean_staging,
             compact_table,
+            foreign_owner,
             vacuum_table,
         )
-        from airflow_provider_binlog.pipeline.staging import storage_path
-        from airflow_provider_binlog.pipeline.state import StateManager
+        from airflow_provider_binlog.pipeline.staging import pipeline_root
+        from airflow_provider_binlog.pipeline.state import StateManager, StateRoots
         from airflow_provider_binlog.pipeline.storage import storage_options_for
         from airflow_provider_binlog.target import table_uri, target_root
 
         options = storage_options_for(self.staging_conn_id, self.storage_options)
 
-        state = StateManager(self.pipeline).load()
+        root = pipeline_root(self.staging_uri, self.pipeline, self.staging_conn_id)
+        state = StateManager(
+            self.pipeline, roots=StateRoots(staging=str(root), target=self.target_path)
+        ).load()
         if state is None:
             raise StateError(f"pipeline {self.pipeline!r} has no state: nothing to clean up")
         if state.target is not None and state.target != target_root(self.target_path):
@@ -114,7 +125,6 @@ class BinlogMaintenanceOperator(BaseOperator):
                 f"the maintenance task the pipeline's target root"
             )
         now = dt.datetime.now(UTC)
-        root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
         staging, kept = clean_staging(
             root,
             state,
@@ -124,14 +134,25 @@ class BinlogMaintenanceOperator(BaseOperator):
         )
         tables: dict[str, Freed] = {}
         compacted: dict[str, Compacted] = {}
+        not_owned: dict[str, str] = {}
         for table in state.target_tables:
+            uri = table_uri(self.target_path, table)
+            owner = foreign_owner(uri, self.pipeline, options)
+            if owner is not None:
+                not_owned[table] = owner
+                self.log.warning(
+                    "%s (%s) belongs to pipeline %r, not %r: left alone, neither compacted nor vacuumed. Its owner's "
+                    "maintenance task keeps it; if %r should own it, hand it over (docs/operating.md, 'Two "
+                    "pipelines, one target table')",
+                    table, uri, owner, self.pipeline, self.pipeline,
+                )  # fmt: skip
+                continue
             if self.compact:
-                uri = table_uri(self.target_path, table)
                 compacted[table] = compact_table(uri, dry_run=self.report_only, storage_options=options)
                 if not self.report_only:
                     checkpoint_table(uri, storage_options=options)
             tables[table] = vacuum_table(
-                table_uri(self.target_path, table),
+                uri,
                 retention_hours=self.target_retention_hours,
                 dry_run=self.report_only,
                 storage_options=options,
@@ -154,5 +175,6 @@ class BinlogMaintenanceOperator(BaseOperator):
                 "files": target_files,
                 "bytes": target_bytes,
                 "compacted": {t: c.as_dict() for t, c in sorted(compacted.items())},
+                "not_owned": not_owned,
             },
         }

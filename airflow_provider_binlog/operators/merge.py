@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_binlog.contract.keys import key_spec
 from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
 from airflow_provider_binlog.operators.spark import SparkJobOperator
+from airflow_provider_binlog.operators.trusted import check_trusted_arguments
 from airflow_provider_binlog.pipeline.tables import is_template, parse_keys
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ class BinlogMergeOperator(SparkJobOperator):
             name=name or f"binlog-merge-{pipeline}",
             **kwargs,
         )
+        check_trusted_arguments(self, pipeline=pipeline, target_path=target_path, keys=keys)
         self.pipeline = pipeline
         self.window_uri = window_uri
         self.target_path = target_path
@@ -117,7 +119,7 @@ class BinlogMergeOperator(SparkJobOperator):
         :raises MergeError: if the Spark job fails or the target does not hold the window afterwards.
         """
         from airflow_provider_binlog.contract.refusals import refused_tables
-        from airflow_provider_binlog.pipeline.state import StateManager
+        from airflow_provider_binlog.pipeline.state import StateManager, StateRoots
         from airflow_provider_binlog.pipeline.storage import split_connection, storage_options_for
         from airflow_provider_binlog.target import check_target, window_merged
 
@@ -144,7 +146,7 @@ class BinlogMergeOperator(SparkJobOperator):
             return self.verify(manifest)
         check_target(
             self.pipeline,
-            StateManager(self.pipeline).load(),
+            StateManager(self.pipeline, roots=StateRoots(target=self.target_path)).load(),
             self.target_path,
             pending,
             storage_options=self.storage_options,

@@ -8,6 +8,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from airflow_provider_binlog.exceptions import TablesQuarantinedError
+from airflow_provider_binlog.operators.trusted import check_trusted_arguments
 from airflow_provider_binlog.pipeline.quarantine import quarantine_report, quarantined
 from airflow_provider_binlog.pipeline.state import StateManager
 
@@ -30,6 +31,7 @@ class BinlogQuarantineCheckOperator(BaseOperator):
 
     def __init__(self, *, pipeline: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        check_trusted_arguments(self, pipeline=pipeline)
         self.pipeline = pipeline
 
     def execute(self, context: Any) -> dict[str, Any]:

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_binlog.assets import TARGET_TABLES_ALIAS
 from airflow_provider_binlog.contract.manifest import Manifest, TableEntry, read_manifest
-from airflow_provider_binlog.exceptions import MergeError, StagingError
+from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.lineage import StagedLineageMixin
 from airflow_provider_binlog.operators.spark import SparkJobOperator
+from airflow_provider_binlog.operators.trusted import check_trusted_arguments
 from airflow_provider_binlog.pipeline.failover import OnLostTransactions, check_on_lost_transactions
 from airflow_provider_binlog.pipeline.ledger import PipelineState, Snapshot
 from airflow_provider_binlog.pipeline.quarantine import (
@@ -32,6 +33,7 @@ from airflow_provider_binlog.pipeline.tables import (
     parse_tables,
     skipped_warning,
     table_keys,
+    takes,
 )
 from airflow_provider_binlog.snapshot.ledger import (
     SnapshotMode,
@@ -64,7 +66,11 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
 
     :param pipeline: pipeline name (templated).
     :param tables: ``db.table`` names or patterns (templated; list or comma-separated); ``!db.table``
-        excludes the tables it matches.
+        excludes the tables it matches. Set by the DAG's author (``docs/adr/0034-trusted-pipeline-configuration.md``)
+        unless ``selection`` is given.
+    :param selection: the pipeline's table selection, set by the DAG's author (templated from Variables at most):
+        when given, ``tables`` may come from the run's params (a re-snapshot's tables, chosen when it is
+        triggered) and each table it names must be one ``selection`` takes, else nothing is read.
     :param staging_uri: staging root (templated); the snapshot goes to ``<staging>/<pipeline>/snapshot=<seq>``.
     :param target_path: target root of the Delta tables (templated).
     :param mode: ``missing`` (default: the tables no snapshot of the pipeline has read, so all of them
@@ -113,6 +119,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         "mode",
         "keys",
         "keyless_tables",
+        "selection",
     )
     ui_color = "#eaf6ea"
 
@@ -126,6 +133,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         mode: SnapshotMode | str = "missing",
         keys: dict[str, list[str]] | str | None = None,
         keyless_tables: KeylessMode | str = "skip",
+        selection: str | Sequence[str] | None = None,
         chunk_rows: int = CHUNK_ROWS,
         max_connections: int = 4,
         target_file_bytes: int | None = None,
@@ -156,6 +164,11 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             name=f"binlog-snapshot-{pipeline}",
             **kwargs,
         )
+        chosen = {"tables": tables} if selection is None else {"selection": selection}
+        check_trusted_arguments(
+            self, pipeline=pipeline, staging_uri=staging_uri, target_path=target_path, keys=keys, **chosen
+        )
+        self.selection = selection
         self.pipeline = pipeline
         self.tables = tables
         self.staging_uri = staging_uri
@@ -180,7 +193,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         """
         from airflow_provider_binlog.contract.uris import join_uri, read_json
         from airflow_provider_binlog.extract.resume import follow_pipeline
-        from airflow_provider_binlog.pipeline.staging import check_writable, storage_path
+        from airflow_provider_binlog.pipeline.staging import check_writable, pipeline_root
         from airflow_provider_binlog.pipeline.storage import split_connection, storage_options_for
         from airflow_provider_binlog.snapshot.chunks import SOURCE_ENV
         from airflow_provider_binlog.snapshot.plan import PLAN_NAME
@@ -197,10 +210,11 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         )
         described = hook.describe_tables(selection)
         resolved = self._keys(hook, described, keyless_tables)
+        self._check_selected(resolved.keys)
         # The start is read after the tables were described: a table that got its key before that is
         # captured from a position after the change, so windows never stage its keyless past.
         server = self._with_head_now(hook, server)
-        root = storage_path(self.staging_uri, self.staging_conn_id) / self.pipeline
+        root = pipeline_root(self.staging_uri, self.pipeline, self.staging_conn_id)
         check_writable(root)
         manager, state = follow_pipeline(
             hook,
@@ -211,6 +225,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             run_id=str(context["run_id"]),
             on_lost=self.on_lost_transactions,
             logger=self.log,
+            target_path=self.target_path,
         )
         new_to_target = sorted(t for t in resolved.keys if state is None or t not in state.target_tables)
         check_target(
@@ -359,6 +374,22 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
             else:
                 self.log.warning(skipped_warning(name, reason))
         return resolved
+
+    def _check_selected(self, tables: Iterable[str]) -> None:
+        """Refuse tables ``selection`` does not take (when it was given), before anything is read or written.
+
+        :raises BinlogConfigError: naming the tables and the selection.
+        """
+        if self.selection is None:
+            return
+        allowed = parse_tables(self.selection)
+        outside = sorted(name for name in tables if not takes(allowed, name))
+        if outside:
+            raise BinlogConfigError(
+                f"pipeline {self.pipeline!r} does not select {', '.join(outside)} (its selection: "
+                f"{', '.join(allowed)}): a re-snapshot reads only tables of the pipeline. Nothing was read. Name "
+                f"tables its selection takes, or add them to the selection in the DAG file."
+            )
 
     @staticmethod
     def _with_head_now(hook: BinlogHook, server: Any) -> Any:

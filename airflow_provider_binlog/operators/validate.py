@@ -11,6 +11,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, StateError, ValidationMismatchError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
+from airflow_provider_binlog.operators.trusted import check_trusted_arguments
 from airflow_provider_binlog.pipeline.tables import is_template
 
 ON_MISMATCH = ("fail", "warn")
@@ -119,6 +120,7 @@ class BinlogValidateOperator(BaseOperator):
             raise ValueError(
                 "recheck_timeout_seconds must be 0 or more, poll_seconds more than 0 and max_rechecks at least 1"
             )
+        check_trusted_arguments(self, pipeline=pipeline, target_path=target_path)
         self.pipeline = pipeline
         self.target_path = target_path
         self.tables = tables
@@ -137,14 +139,14 @@ class BinlogValidateOperator(BaseOperator):
         :raises ValidationMismatchError: on a confirmed mismatch with ``on_mismatch="fail"``.
         """
         from airflow_provider_binlog.pipeline.quarantine import quarantine_record, quarantined
-        from airflow_provider_binlog.pipeline.state import StateManager
+        from airflow_provider_binlog.pipeline.state import StateManager, StateRoots
         from airflow_provider_binlog.target import target_root
 
         if self.on_mismatch not in ON_MISMATCH:
             raise BinlogConfigError(
                 f"on_mismatch={self.on_mismatch!r} must be one of {', '.join(ON_MISMATCH)}"
             )
-        manager = StateManager(self.pipeline)
+        manager = StateManager(self.pipeline, roots=StateRoots(target=self.target_path))
         state = manager.load()
         if state is None:
             raise StateError(f"pipeline {self.pipeline!r} has no state: nothing to validate")

@@ -9,16 +9,27 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from itertools import pairwise
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import pendulum
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from airflow_provider_binlog.contract import ContractError
 from airflow_provider_binlog.contract.positions import BinlogPosition
+from airflow_provider_binlog.contract.uris import table_uri, within_root
 from airflow_provider_binlog.exceptions import StateError
 
 MERGED_WINDOWS_KEPT = 200
 """How many merged windows the ledger keeps (unmerged windows are always kept)."""
+SEQ_MAX = 2**53 - 1
+"""Largest sequence number, revision or row count a state document may hold: exact in every JSON reader, and far
+from the int64 limit of the order key (``_binlog_window``) and of Delta app-transaction versions, which a
+sequence number near 2**63 would overflow later (a new pipeline's seqs start at the Unix time in ms, ~2**41)."""
+POS_MAX = 2**63 - 1
+"""Largest binlog position a state document may hold (the 8-byte positions of the replication protocol, signed as
+pymysql and the Delta metadata carry them)."""
+Seq = Annotated[int, Field(ge=1, le=SEQ_MAX)]
+Count = Annotated[int, Field(ge=0, le=SEQ_MAX)]
 
 WindowStatus = Literal["cut", "extracted", "merged"]
 SnapshotStatus = Literal["running", "merged"]
@@ -86,7 +97,7 @@ class Window(Held):
     :param last_commit_ts: commit time of the window's last transaction (from its manifest).
     """
 
-    seq: int = Field(ge=1)
+    seq: Seq
     start: BinlogPosition
     end: BinlogPosition
     data_interval_start: str | None = None
@@ -94,7 +105,7 @@ class Window(Held):
     status: WindowStatus = "cut"
     cut_at: str
     manifest_uri: str | None = None
-    rows: int | None = None
+    rows: Count | None = None
     cut_by: Literal["head", "interval"] = "head"
     last_commit_ts: str | None = None
 
@@ -134,13 +145,13 @@ class Snapshot(Held):
         ``lost_transactions`` (a failover lost transactions the target may hold, see :class:`SourceSwitch`).
     """
 
-    seq: int = Field(ge=1)
+    seq: Seq
     tables: list[str]
     start: BinlogPosition
     status: SnapshotStatus = "running"
     started_at: str
     staging_uri: str
-    rows: int | None = None
+    rows: Count | None = None
     reason: SnapshotReason = "initial"
     finished_at: str | None = None
 
@@ -185,13 +196,13 @@ class ResnapshotNeeded(BaseModel):
     gtid: str | None = None
     reason: str
     statement: str
-    window: int = Field(ge=1)
+    window: Seq
     detected_at: str
     cause: ResnapshotCause = "schema_change"
     column: str | None = None
     at: BinlogPosition | None = None
     error: str | None = None
-    attempts: int = Field(default=0, ge=0)
+    attempts: Count = 0
     retry_due: bool = True
     attempted_version: str | None = None
     probe: dict[str, Any] | None = None
@@ -223,7 +234,7 @@ class SourceSwitch(BaseModel):
     checkpoint: BinlogPosition
     lost: str = ""
     resnapshot: list[str] = Field(default_factory=list)
-    dropped_windows: list[int] = Field(default_factory=list)
+    dropped_windows: list[Seq] = Field(default_factory=list)
     run_id: str | None = None
     switched_at: str
 
@@ -238,7 +249,9 @@ class Checkpoint(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     position: BinlogPosition
-    window: int = Field(ge=0, description="seq of the last merged window (the seq base: none merged yet)")
+    window: int = Field(
+        ge=0, le=SEQ_MAX, description="seq of the last merged window (the seq base: none merged yet)"
+    )
     commit_ts: str | None = None
     updated_at: str
 
@@ -252,7 +265,7 @@ class PipelineState(BaseModel):
     pipeline: str
     source_identity: str
     flavor: Literal["mysql", "mariadb"]
-    revision: int = Field(ge=0)
+    revision: Count
     writer: str = ""
     checkpoint: Checkpoint
     windows: list[Window] = Field(default_factory=list)
@@ -266,6 +279,7 @@ class PipelineState(BaseModel):
     seq_floor: int = Field(
         default=0,
         ge=0,
+        le=SEQ_MAX,
         description="highest sequence number used by any earlier revision (set when one is restored)",
     )
     resnapshots_needed: list[ResnapshotNeeded] = Field(
@@ -280,6 +294,20 @@ class PipelineState(BaseModel):
         description="per db.table, the columns its target keeps although a followed DROP COLUMN removed them from "
         "the source; a snapshot of the table clears them (see PipelineState.with_kept_columns)",
     )
+
+    @model_validator(mode="after")
+    def _positions_in_range(self) -> PipelineState:
+        """Refuse a binlog position beyond :data:`POS_MAX`, naming its field (it would overflow when read from)."""
+        named = [("checkpoint.position", self.checkpoint.position)]
+        named += [
+            (f"windows.{i}.{e}", getattr(w, e)) for i, w in enumerate(self.windows) for e in ("start", "end")
+        ]
+        named += [(f"snapshots.{i}.start", s.start) for i, s in enumerate(self.snapshots)]
+        named += [(f"resnapshots_needed.{i}.since", r.since) for i, r in enumerate(self.resnapshots_needed)]
+        beyond = [f"{field}.pos is {p.pos}" for field, p in named if p.pos > POS_MAX]
+        if beyond:
+            raise ValueError(f"binlog positions beyond {POS_MAX}: {', '.join(beyond)}")
+        return self
 
     @property
     def next_seq(self) -> int:
@@ -427,6 +455,48 @@ class PipelineState(BaseModel):
         merged = [w for w in self.windows if w.status == "merged"][-MERGED_WINDOWS_KEPT:]
         keep = {w.seq for w in merged} | {w.seq for w in self.windows if w.status != "merged"}
         return self.model_copy(update={"windows": [w for w in self.windows if w.seq in keep]})
+
+
+def location_problems(
+    state: PipelineState, *, staging: str | None, target: str | None, bare_staging: str | None = None
+) -> list[str]:
+    """Return each location ``state`` names outside the pipeline's configured roots (empty when none).
+
+    A state document names locations later tasks read, write and delete (``snapshots[].staging_uri``,
+    ``windows[].manifest_uri``, the target tables of ``target_tables``); a hand-edited one could name any. Each
+    must lie within its root (:func:`~airflow_provider_binlog.contract.uris.within_root`).
+
+    :param staging: the pipeline's staging folder ``<staging>/<pipeline>`` as the task's ObjectStoragePath
+        writes it (with its connection id, ``s3://conn@bucket/...``, as windows record their manifests; snapshots
+        record theirs without it), or None when the task was given no staging.
+    :param bare_staging: ``staging`` without its connection id (what snapshots record); ``staging`` when None.
+    :param target: the target root the task was given, or None.
+    :returns: one line per location, naming the field (``snapshots[2].staging_uri``), the location and the root.
+    """
+    found: list[tuple[str, str, str]] = []
+    if staging is not None:
+        bare = bare_staging or staging
+        found += [(f"snapshots[{i}].staging_uri", s.staging_uri, bare) for i, s in enumerate(state.snapshots)]
+        found += [
+            (f"windows[{i}].manifest_uri", w.manifest_uri, staging)
+            for i, w in enumerate(state.windows)
+            if w.manifest_uri is not None
+        ]
+    problems = [
+        f"{field} is {uri!r}, outside {root!r}" for field, uri, root in found if not within_root(root, uri)
+    ]
+    if target is not None:
+        for i, table in enumerate(state.target_tables):
+            try:
+                uri = table_uri(target, table)
+            except ContractError as err:
+                problems.append(f"target_tables[{i}] is {table!r}: {err}")
+                continue
+            if not within_root(target, uri):
+                problems.append(
+                    f"target_tables[{i}] is {table!r}, whose table {uri!r} lies outside {target!r}"
+                )
+    return problems
 
 
 def covers(snapshot: Snapshot, needed: ResnapshotNeeded) -> bool:

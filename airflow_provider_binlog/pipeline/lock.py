@@ -9,12 +9,18 @@ manual, "Locking Functions"; MariaDB KB, "GET_LOCK"). A killed worker therefore 
 held: the server ends its session when the socket closes. A worker host that vanishes without closing
 its socket (power loss, a network partition) leaves the session idle, and the lock connection's session
 ``wait_timeout`` (:data:`STATE_LOCK_LEASE_SECONDS`) ends it.
+
+No privilege guards a lock name either, so any account on the source that knows the name can take the lock
+and stall every state write of the pipeline. The name therefore carries a secret part
+(``docs/adr/0035-state-lock-name-with-a-secret.md``): an HMAC of the pipeline name keyed by the connection's
+extra ``state_lock_secret``, else by its password: what only Airflow and the pipeline's own account know.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -42,20 +48,59 @@ holder whose host vanished. A holder idle that long finds its lock lost before i
 LOCK_NAME_MAX_LENGTH = 64
 """MySQL 5.7+ refuses longer lock names (ER_USER_LOCK_WRONG_NAME, MySQL manual, "Locking Functions")."""
 _PREFIX = "airflow_provider_binlog.state."
-"""Kept from when the state lived in ``airflow_provider_binlog.state``: workers of two provider versions must
-compete for the same lock, so the name is a fixed value, not this module's path."""
+"""Kept from when the state lived in ``airflow_provider_binlog.state``, so an operator looking at the source's
+sessions still recognises the lock; the name is a fixed value, not this module's path."""
+_SECRET_PREFIX = "airflow_provider_binlog.lock."
+"""Prefix of the names with a secret part (:func:`lock_name`): never one of the names :func:`legacy_lock_name` gave."""
+LOCK_SECRET_EXTRA = "state_lock_secret"
+"""The connection extra keying the lock name (:func:`lock_name`); the connection's password when it is unset."""
 
 
-def lock_name(pipeline: str) -> str:
-    """Return the name of ``pipeline``'s state lock: readable, or hashed when the name would be too long."""
+def lock_name(pipeline: str, secret: str) -> str:
+    """Return the name of ``pipeline``'s state lock: a prefix and an HMAC-SHA256 of the name keyed by ``secret``.
+
+    A source account that does not know ``secret`` cannot tell the name, so cannot take the lock ahead of the
+    pipeline (ADR 0035). 34 hex digits (136 bits) of the HMAC fill the 64 characters the server allows.
+
+    :param pipeline: the pipeline's name.
+    :param secret: the connection's ``state_lock_secret`` extra, else its password ("" when it has neither: the
+        name is then computable by anyone; the lock warns).
+    """
+    digest = hmac.new(secret.encode(), pipeline.encode(), hashlib.sha256).hexdigest()
+    return _SECRET_PREFIX + digest[: LOCK_NAME_MAX_LENGTH - len(_SECRET_PREFIX)]
+
+
+def legacy_lock_name(pipeline: str) -> str:
+    """Return the name provider versions before ADR 0035 used: the pipeline's name, readable (hashed when long).
+
+    Anyone can compute it; it is kept for the upgrade check and docs only (``docs/operating.md``, 'State lock').
+    """
     name = _PREFIX + pipeline
     if len(name) <= LOCK_NAME_MAX_LENGTH:
         return name
     return _PREFIX + hashlib.sha256(pipeline.encode()).hexdigest()[: LOCK_NAME_MAX_LENGTH - len(_PREFIX)]
 
 
+def lock_secret(hook: BinlogHook) -> str:
+    """Return the secret keying the lock name of ``hook``'s pipeline (:func:`lock_name`).
+
+    The connection's ``state_lock_secret`` extra, else its password, else "" (logged as a warning: the lock name
+    can then be computed by anyone).
+    """
+    extra = hook.get_connection(hook.binlog_conn_id).extra_dejson.get(LOCK_SECRET_EXTRA)
+    secret = str(extra) if extra else str(hook.sql_settings().get("password") or "")
+    if not secret:
+        log.warning(
+            "connection %r has no password and no %r extra: the state lock name of pipeline %r can be computed by "
+            "any account on the source, which could hold it and stall the pipeline's state writes. Set the extra "
+            "%r to a random value (docs/operating.md, 'State lock')",
+            hook.binlog_conn_id, LOCK_SECRET_EXTRA, hook.pipeline, LOCK_SECRET_EXTRA,
+        )  # fmt: skip
+    return secret
+
+
 class SourceStateLock:
-    """``GET_LOCK`` on the source of ``hook``, named after ``hook.pipeline`` (see :func:`lock_name`).
+    """``GET_LOCK`` on the source of ``hook``, named after ``hook.pipeline`` and a secret (see :func:`lock_name`).
 
     :param hook: the pipeline's hook (its connection and pipeline name).
     :param wait_seconds: how long :meth:`held` waits for another holder; capped one second below the
@@ -64,8 +109,15 @@ class SourceStateLock:
 
     def __init__(self, hook: BinlogHook, *, wait_seconds: int = STATE_LOCK_WAIT_SECONDS) -> None:
         self.hook = hook
-        self.name = lock_name(hook.pipeline)
         self.wait_seconds = wait_seconds
+        self._name: str | None = None
+
+    @property
+    def name(self) -> str:
+        """Return the lock's name (:func:`lock_name`), looking the connection up on first use, not at creation."""
+        if self._name is None:
+            self._name = lock_name(self.hook.pipeline, lock_secret(self.hook))
+        return self._name
 
     @contextmanager
     def held(self) -> Iterator[Callable[[], None]]:
@@ -100,7 +152,7 @@ class SourceStateLock:
 
     def _lost(self, detail: str) -> StateConflictError:
         return StateConflictError(
-            f"pipeline {self.hook.pipeline!r} lost its state lock {self.name!r} on the source before writing the "
+            f"pipeline {self.hook.pipeline!r} lost its state lock on the source before writing the "
             f"state ({detail}); nothing was written. A state update (StateManager.transact) reads the state again and "
             f"retries; a single write fails."
         )
@@ -114,7 +166,7 @@ class SourceStateLock:
             )
             where = f" ({rows[0][0]}@{rows[0][1]})" if rows else ""
         return StateLockTimeoutError(
-            f"pipeline {self.hook.pipeline!r}: the state lock {self.name!r} on the source (connection "
+            f"pipeline {self.hook.pipeline!r}: the state lock on the source (connection "
             f"{self.hook.binlog_conn_id!r}) was held by session {holder}{where} for {wait} s. Another task of "
             f"the pipeline is updating its state; the task retries. If it persists, look for that session "
             f"on the source (SHOW PROCESSLIST); a session idle for {STATE_LOCK_LEASE_SECONDS} s ends by itself."
@@ -136,7 +188,7 @@ class SourceStateLock:
         except pymysql.err.OperationalError as err:
             if err.args and err.args[0] in LOST_CONNECTION_ERRORS:
                 raise SourceUnreachableError(
-                    f"lost the connection holding the state lock {self.name!r} of pipeline "
+                    f"lost the connection holding the state lock of pipeline "
                     f"{self.hook.pipeline!r} (connection {self.hook.binlog_conn_id!r}): {err}. The task retries."
                 ) from err
             raise

@@ -111,9 +111,23 @@ def storage_path(uri: str, conn_id: str | None = None) -> ObjectStoragePath:
     return ObjectStoragePath(uri, conn_id=conn_id) if conn_id else ObjectStoragePath(uri)
 
 
+def pipeline_root(staging_uri: str, pipeline: str, conn_id: str | None = None) -> ObjectStoragePath:
+    """Return the staging folder of ``pipeline``, ``<staging>/<pipeline>``, after checking the pipeline's name.
+
+    Every task finds its pipeline's folder here, so a name such as ``../../x`` is refused before any folder is
+    created (:func:`~airflow_provider_binlog.pipeline.state.check_pipeline_name`).
+
+    :raises PipelineNameError: for an invalid pipeline name.
+    :raises BinlogConfigError: when the URI's scheme needs a package or provider this worker lacks.
+    """
+    from airflow_provider_binlog.pipeline.state import check_pipeline_name
+
+    return storage_path(staging_uri, conn_id) / check_pipeline_name(pipeline)
+
+
 def window_path(staging_uri: str, pipeline: str, seq: int, conn_id: str | None = None) -> ObjectStoragePath:
-    """Return the folder of window ``seq`` of ``pipeline``."""
-    return storage_path(staging_uri, conn_id) / pipeline / f"window={seq}"
+    """Return the folder of window ``seq`` of ``pipeline`` (its name checked, see :func:`pipeline_root`)."""
+    return pipeline_root(staging_uri, pipeline, conn_id) / f"window={seq}"
 
 
 def check_writable(root: ObjectStoragePath) -> None:

@@ -17,23 +17,71 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from airflow_provider_binlog.contract.positions import BinlogPosition
-from airflow_provider_binlog.exceptions import StateConflictError, StateError
-from airflow_provider_binlog.pipeline.ledger import Checkpoint, PipelineState, now_iso
+from airflow_provider_binlog.exceptions import PipelineNameError, StateConflictError, StateError
+from airflow_provider_binlog.pipeline.ledger import Checkpoint, PipelineState, location_problems, now_iso
 
 CONFLICT_ATTEMPTS = 5
 """How often a read-modify-write of the state is tried when another writer wins the race."""
 VARIABLE_DESCRIPTION = "airflow-provider-binlog pipeline state (do not edit by hand)"
 """The description every writer gives the state Variable (shown in the Airflow UI)."""
+PIPELINE_NAME_MAX_LENGTH = 200
+"""Longest pipeline name: it names a folder, a Variable key (``binlog_state__`` + name, 250 characters at most
+in Airflow's ``variable`` table) and a Spark application."""
+STATE_MAX_DEPTH = 16
+"""Deepest nesting of objects and lists a state document may have (a valid one has 6 levels at most): a
+deeper one is refused before it is validated, instead of exhausting Python's recursion limit."""
+
+
+def check_pipeline_name(pipeline: str) -> str:
+    """Return ``pipeline`` when it is a valid pipeline name: 1 to 200 letters, digits, ``_`` or ``-``.
+
+    The name becomes a folder under the staging root (``<staging>/<pipeline>``), a Variable key and part of a
+    lock name, so every task checks it before it creates anything (``..`` or ``/`` would leave the staging root).
+
+    :raises PipelineNameError: naming the pipeline and the allowed characters (a ``ValueError`` too).
+    """
+    if (
+        not isinstance(pipeline, str)
+        or not 0 < len(pipeline) <= PIPELINE_NAME_MAX_LENGTH
+        or not all(c.isalnum() or c in "_-" for c in pipeline)
+    ):
+        raise PipelineNameError(
+            f"pipeline name {pipeline!r} must be non-empty letters, digits, '_' or '-' (at most "
+            f"{PIPELINE_NAME_MAX_LENGTH} characters): it names the pipeline's staging folder and state Variable. Nothing was "
+            f"created. Fix the pipeline argument of the task."
+        )
+    return pipeline
 
 
 def variable_key(pipeline: str) -> str:
     """Return the Airflow Variable key holding the state of ``pipeline``."""
     return f"binlog_state__{pipeline}"
+
+
+@dataclass(frozen=True)
+class StateRoots:
+    """The locations a task was configured with, which every location a state document names must lie within.
+
+    :param staging: the pipeline's staging folder ``<staging>/<pipeline>`` as its ObjectStoragePath prints it
+        (``str(root)``, with a connection id if any), or None when the task has none.
+    :param target: the target root the task was given, or None.
+    """
+
+    staging: str | None = None
+    target: str | None = None
+
+    @property
+    def bare_staging(self) -> str | None:
+        """Return ``staging`` without its connection id, as snapshots record their folders."""
+        from airflow_provider_binlog.pipeline.storage import split_connection
+
+        return None if self.staging is None else split_connection(self.staging)[0]
 
 
 class VariableStore(Protocol):
@@ -88,6 +136,9 @@ class StateManager:
     :param history: where each written revision is also copied (the pipeline's staging), if anywhere.
     :param lock: the pipeline's state lock (:class:`~airflow_provider_binlog.pipeline.lock.SourceStateLock`
         in production); a manager without one can only read.
+    :param roots: the staging and target roots of the task: a document naming a location outside them is
+        refused on load (:func:`~airflow_provider_binlog.pipeline.ledger.location_problems`).
+    :raises PipelineNameError: for an invalid pipeline name (:func:`check_pipeline_name`).
     """
 
     def __init__(
@@ -97,10 +148,10 @@ class StateManager:
         history: StateHistory | None = None,
         *,
         lock: StateLock | None = None,
+        roots: StateRoots | None = None,
     ) -> None:
-        if not pipeline or not all(c.isalnum() or c in "_-" for c in pipeline):
-            raise ValueError(f"pipeline name {pipeline!r} must be non-empty letters, digits, '_' or '-'")
-        self.pipeline = pipeline
+        self.pipeline = check_pipeline_name(pipeline)
+        self.roots = roots or StateRoots()
         self.key = variable_key(pipeline)
         self.store = store or AirflowVariableStore()
         self.history = history
@@ -110,18 +161,21 @@ class StateManager:
         """Return the stored state, or None when the pipeline has none yet.
 
         :raises StateError: when the Variable holds anything but a valid state document of this
-            pipeline; the message names the Variable and says it was left untouched.
+            pipeline (not JSON, nested deeper than :data:`STATE_MAX_DEPTH`, a field of the wrong type or out
+            of bounds, a location outside the task's roots); the message names the Variable, the fields and
+            how to repair it, and says it was left untouched.
         """
         text = self.store.get(self.key)
         if text is None:
             return None
         try:
-            state = PipelineState.model_validate(json.loads(text))
-        except (json.JSONDecodeError, ValidationError, ValueError) as err:
+            document = json.loads(text)
+            _check_depth(document)
+            state = PipelineState.model_validate(document)
+        except (ValidationError, ValueError, RecursionError) as err:
             raise StateError(
-                f"the state Variable {self.key!r} is corrupt or was edited by hand; it was left untouched. "
-                f"Restore it from a backup or delete it to start the pipeline again from the current head "
-                f"(the target then misses changes in between; a snapshot is needed). Details: {err}"
+                f"the state Variable {self.key!r} of pipeline {self.pipeline!r} is corrupt or was edited by hand; it "
+                f"was left untouched: {_describe(err)}. {self._repair_advice()}"
             ) from err
         if state.pipeline != self.pipeline:
             raise StateError(f"the state Variable {self.key!r} belongs to pipeline {state.pipeline!r}")
@@ -132,7 +186,23 @@ class StateManager:
             f"`python -m airflow_provider_binlog.admin history --pipeline {self.pipeline}` lists the kept "
             f"ones (docs/operating.md, 'Pipeline state').",
         )
+        outside = location_problems(
+            state, staging=self.roots.staging, target=self.roots.target, bare_staging=self.roots.bare_staging
+        )
+        if outside:
+            raise StateError(
+                f"the state Variable {self.key!r} of pipeline {self.pipeline!r} (revision {state.revision}) names "
+                f"locations outside the roots this task was given; it was left untouched and nothing was read, "
+                f"written or deleted there: {'; '.join(outside)}. {self._repair_advice()}"
+            )
         return state
+
+    def _repair_advice(self) -> str:
+        return (
+            f"Restore a kept revision (`python -m airflow_provider_binlog.admin history --pipeline {self.pipeline}` "
+            f"lists them; docs/operating.md, 'Pipeline state'), or delete the Variable to start the pipeline again "
+            f"from the current head (the target then misses the changes in between: re-snapshot its tables)."
+        )
 
     def _check_consistent(self, state: PipelineState, what: str, advice: str = "") -> None:
         """Raise :class:`StateError` naming every inconsistency of ``state`` (see ``inconsistencies``).
@@ -283,3 +353,38 @@ class StateManager:
             f"the same pipeline active? Keep max_active_runs=1 and give each pipeline its own name; then "
             f"clear this run to retry it."
         )
+
+
+def _check_depth(document: Any) -> None:
+    """Raise ValueError when ``document`` nests objects and lists deeper than :data:`STATE_MAX_DEPTH`."""
+    level: list[Any] = [document]
+    for _ in range(STATE_MAX_DEPTH + 1):
+        level = [
+            child
+            for value in level
+            if isinstance(value, dict | list)
+            for child in (value.values() if isinstance(value, dict) else value)
+        ]
+        if not level:
+            return
+    raise ValueError(f"the document nests objects or lists deeper than {STATE_MAX_DEPTH} levels")
+
+
+def _describe(err: Exception) -> str:
+    """Return what is wrong with a state document: each invalid field by its path, or the parse error."""
+    if isinstance(err, RecursionError):
+        return "the document nests objects or lists too deeply to be read"
+    if isinstance(err, ValidationError):
+        fields = [_field_error(e) for e in err.errors(include_url=False)[:10]]
+        more = f" and {err.error_count() - 10} more" if err.error_count() > 10 else ""
+        return f"invalid field{'s' if len(fields) > 1 else ''} {'; '.join(fields)}{more}"
+    return str(err)
+
+
+def _field_error(error: Any) -> str:
+    """Return ``<field path>: <message> (found <value>)`` for one pydantic error."""
+    path = ".".join(str(part) for part in error["loc"]) or "the document"
+    if error["type"] == "missing":
+        return f"{path}: {error['msg']}"
+    found = repr(error.get("input"))
+    return f"{path}: {error['msg']} (found {found if len(found) <= 60 else found[:57] + '...'})"

@@ -21,7 +21,7 @@ from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import StateConflictError, StateLockTimeoutError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.pipeline.ledger import PipelineState
-from airflow_provider_binlog.pipeline.lock import SourceStateLock, lock_name
+from airflow_provider_binlog.pipeline.lock import SourceStateLock, legacy_lock_name, lock_name
 from airflow_provider_binlog.pipeline.state import StateManager
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
@@ -149,7 +149,8 @@ def test_the_lock_of_a_sigkilled_holder_is_free_at_once(connections: LocalMariaD
         waiting = SourceStateLock(BinlogHook(pipeline=PIPELINE), wait_seconds=1)
         with pytest.raises(StateLockTimeoutError) as caught, waiting.held():
             pass
-        assert f"the state lock {lock_name(PIPELINE)!r} on the source" in str(caught.value)
+        assert f"pipeline {PIPELINE!r}: the state lock on the source" in str(caught.value)
+        assert waiting.name not in str(caught.value)  # logs do not tell the name
         assert "root@" in str(caught.value)  # the holder's session, as SHOW PROCESSLIST shows it
         os.kill(holder.pid, signal.SIGKILL)  # type: ignore[arg-type]
         holder.join()
@@ -174,7 +175,8 @@ def test_a_lock_lost_before_the_write_writes_nothing_and_is_tried_again(
         assert state is not None
         calls.append(state.revision)
         if len(calls) == 1:
-            (holder,) = connections.execute(f"SELECT IS_USED_LOCK('{lock_name(PIPELINE)}')")[0]
+            name = SourceStateLock(BinlogHook(pipeline=PIPELINE)).name
+            (holder,) = connections.execute(f"SELECT IS_USED_LOCK('{name}')")[0]
             connections.execute(f"KILL {holder}")
         return state.model_copy(update={"seq_floor": state.seq_floor + 1})
 
@@ -188,7 +190,13 @@ def test_a_lock_lost_before_the_write_writes_nothing_and_is_tried_again(
 
 
 def test_lock_names_fit_the_64_characters_the_server_allows() -> None:
-    assert lock_name("shop") == "airflow_provider_binlog.state.shop"
-    long_names = {lock_name("p" * 40), lock_name("p" * 41)}
-    assert len(long_names) == 2
-    assert all(len(name) == 64 and name.startswith("airflow_provider_binlog.state.") for name in long_names)
+    names = {
+        lock_name("shop", "s"),
+        lock_name("p" * 200, "s"),
+        lock_name("shop", "t"),
+        legacy_lock_name("p" * 41),
+    }
+    assert len(names) == 4
+    assert all(len(name) <= 64 for name in names)
+    assert lock_name("shop", "s").startswith("airflow_provider_binlog.lock.")
+    assert legacy_lock_name("shop") == "airflow_provider_binlog.state.shop"

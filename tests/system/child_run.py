@@ -154,7 +154,7 @@ def main() -> None:
     run = dag.test(
         logical_date=pendulum.parse(args.logical_date),
         run_after=pendulum.parse(args.run_after),
-        run_conf=conf,
+        run_conf={k: v for k, v in conf.items() if k in dag.params},
     )
     raise SystemExit(0 if run.state == "success" else 1)
 

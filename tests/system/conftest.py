@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import itertools
 import json
+import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +19,100 @@ REPO = Path(__file__).resolve().parents[2]
 _LOGICAL_DATES = itertools.count(1)
 
 
-def load_module(path: Path) -> Any:
-    """Import a DAG file as the test's own module object (dag.test keeps its callbacks)."""
+TASK_SETTINGS = {
+    "pipeline": "pipeline",
+    "tables": "tables",
+    "selection": "selection",
+    "staging": "staging_uri",
+    "target": "target_path",
+    "keys": "keys",
+    "keyless_tables": "keyless_tables",
+}
+"""The operator argument of each pipeline setting (conf key) of the example DAGs."""
+SETTINGS_ENV = {
+    "pipeline": "BINLOG_CDC_PIPELINE",
+    "tables": "BINLOG_CDC_TABLES",
+    "selection": "BINLOG_CDC_TABLES",
+    "staging": "BINLOG_CDC_STAGING",
+    "target": "BINLOG_CDC_TARGET",
+    "keys": "BINLOG_CDC_KEYS",
+    "keyless_tables": "BINLOG_CDC_KEYLESS_TABLES",
+}
+"""The pipeline settings the example DAGs take from the environment when their file is parsed, never from a
+run's configuration (ADR 0034), by the conf key the tests give them under."""
+
+
+@contextlib.contextmanager
+def environment(env: Mapping[str, str]) -> Iterator[None]:
+    """Set ``env`` in ``os.environ`` for the block, restoring what was there after."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def load_module(path: Path, env: Mapping[str, str] | None = None) -> Any:
+    """Import a DAG file as the test's own module object (dag.test keeps its callbacks).
+
+    :param env: environment variables set while the file is parsed (the example DAGs' settings).
+    """
     spec = importlib.util.spec_from_file_location(f"dag_file_{path.stem}", path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    with environment(env or {}):
+        spec.loader.exec_module(module)
     return module
 
 
-def load_example_dag() -> Any:
-    return load_module(REPO / "example_dags" / "binlog_cdc.py").dag
+def load_example_dag(env: Mapping[str, str] | None = None) -> Any:
+    return load_module(REPO / "example_dags" / "binlog_cdc.py", env).dag
+
+
+def settings_env(dag: Any, conf: Mapping[str, Any]) -> dict[str, str]:
+    """Return the environment that gives ``dag``'s file the settings of ``conf`` its DAG has no param for.
+
+    A re-snapshot's ``tables`` are a param; its pipeline's selection (``selection``, else every table of the
+    databases the tables name, ``db.*``) comes from the environment like the pipeline's other settings.
+    """
+    env = {
+        SETTINGS_ENV[key]: value if isinstance(value, str) else json.dumps(value)
+        for key, value in conf.items()
+        if key in SETTINGS_ENV and key not in dag.params and key != "selection"
+    }
+    if "tables" in dag.params and "tables" in conf:
+        env[SETTINGS_ENV["selection"]] = _selection(conf)
+    return env
+
+
+def _selection(conf: Mapping[str, Any]) -> str:
+    """Return ``conf``'s ``selection``, else every table of the databases its ``tables`` name (``db.*``)."""
+    databases = sorted(
+        {t.strip().lstrip("!").split(".")[0] for t in str(conf["tables"]).split(",") if t.strip()}
+    )
+    return str(conf.get("selection") or ",".join(f"{db}.*" for db in databases))
+
+
+def apply_settings(dag: Any, conf: Mapping[str, Any]) -> None:
+    """Give ``dag``'s tasks the settings of ``conf`` its DAG has no param for, as if its file named them.
+
+    What :func:`settings_env` does for a fresh parse, in place: the tests' changes to the DAG object (callbacks,
+    task attributes) stay. An argument a task was built without (None, e.g. an interval pipeline's purge-risk
+    ``tables``) stays None.
+    """
+    settings = {k: v for k, v in conf.items() if k in TASK_SETTINGS and k not in dag.params}
+    if "tables" in dag.params and "tables" in conf:
+        settings["selection"] = _selection(conf)
+    for key, value in settings.items():
+        for task in dag.tasks:
+            if getattr(task, TASK_SETTINGS[key], None) is not None:
+                setattr(task, TASK_SETTINGS[key], value)
 
 
 def stored_state(pipeline: str) -> dict[str, Any] | None:
@@ -55,11 +139,19 @@ def xcom(run: Any, task_id: str) -> Any:
 
 
 class DagRunner:
-    """Run a DAG with dag.test(), each run at a new logical date."""
+    """Run a DAG with dag.test(), each run at a new logical date.
+
+    ``conf`` holds the run's params and the pipeline's settings (:data:`TASK_SETTINGS`) alike: the settings the
+    DAG has no param for are given to its tasks before each run (:func:`apply_settings`; a child process parses
+    the file with them in its environment, :func:`settings_env`), as the example DAGs take them from the
+    environment, never from a run's configuration (ADR 0034); the rest is the run's configuration.
+    """
 
     def __init__(self, dag: Any, conf: dict[str, Any]) -> None:
         self.dag = dag
         self.conf = conf
+        self.env = settings_env(dag, conf)
+        self.run_conf = {k: v for k, v in conf.items() if k in dag.params}
 
     @staticmethod
     def next_dates() -> tuple[pendulum.DateTime, pendulum.DateTime]:
@@ -70,7 +162,8 @@ class DagRunner:
     def run(self, dates: tuple[pendulum.DateTime, pendulum.DateTime] | None = None) -> Any:
         """Run a new DAG run, or with ``dates`` clear and re-run the run of those dates (same run id)."""
         logical, run_after = dates or self.next_dates()
-        return self.dag.test(logical_date=logical, run_after=run_after, run_conf=self.conf)
+        apply_settings(self.dag, self.conf)
+        return self.dag.test(logical_date=logical, run_after=run_after, run_conf=self.run_conf)
 
     def run_in_child(self, dates: tuple[pendulum.DateTime, pendulum.DateTime], kill_at: str) -> int:
         """Run the run of ``dates`` in a child process (own session) that SIGKILLs itself at ``kill_at``.
@@ -100,7 +193,11 @@ class DagRunner:
             "--kill-at",
             kill_at,
         ]
-        return subprocess.Popen(command, start_new_session=True)
+        # The child imports the provider of this checkout (a worktree's), not the one installed in the venv.
+        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+        return subprocess.Popen(
+            command, start_new_session=True, env={**os.environ, **self.env, "PYTHONPATH": path}
+        )
 
 
 @pytest.fixture

@@ -29,9 +29,11 @@ def status_kib(field: str) -> int:
 
 
 def main(conf_json: str, logical_date: str, run_after: str, report_path: str) -> None:
-    from conftest import load_example_dag
+    from conftest import apply_settings, load_example_dag
 
+    conf = json.loads(conf_json)
     dag = load_example_dag()
+    apply_settings(dag, conf)
     extract = dag.get_task("extract")
     report: dict[str, Any] = {}
 
@@ -50,7 +52,7 @@ def main(conf_json: str, logical_date: str, run_after: str, report_path: str) ->
     run = dag.test(
         logical_date=pendulum.parse(logical_date),
         run_after=pendulum.parse(run_after),
-        run_conf=json.loads(conf_json),
+        run_conf={k: v for k, v in conf.items() if k in dag.params},
     )
     report["state"] = str(run.state)
     report["run_id"] = run.run_id

@@ -85,9 +85,11 @@ class Standalone:
         assert result.returncode == 0, result.stderr[-2000:]
         return result.stdout
 
-    def run_dag(self, dag_id: str, timeout_seconds: float = 300) -> str:
+    def run_dag(self, dag_id: str, timeout_seconds: float = 300, conf: dict[str, Any] | None = None) -> str:
         run_id = f"system_{uuid.uuid4().hex[:8]}"
-        self.cli("dags", "trigger", dag_id, "--run-id", run_id)
+        self.cli(
+            "dags", "trigger", dag_id, "--run-id", run_id, *(("--conf", json.dumps(conf)) if conf else ())
+        )
 
         def finished() -> str | None:
             rows = self.query("SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", dag_id, run_id)
@@ -172,6 +174,18 @@ def test_example_dag_under_a_real_scheduler(
 ) -> None:
     server, db, target = standalone
     assert server.run_dag("binlog_cdc") == "success", server.tail()
+    # A run triggered with a configuration naming another pipeline, tables, staging and target (ADR 0034).
+    elsewhere = target.parent / "elsewhere"
+    conf = {
+        "pipeline": "evil",
+        "tables": "mysql.*",
+        "staging": str(elsewhere / "s"),
+        "target": str(elsewhere / "t"),
+    }
+    assert server.run_dag("binlog_cdc", conf=conf) == "success", server.tail()
+    assert not elsewhere.exists()
+    variables = [row[0] for row in server.query('SELECT "key" FROM variable')]
+    assert variables == [f"binlog_state__p_{db}"]  # the example's own pipeline only
     mariadb.execute(
         f"INSERT INTO {db}.items VALUES (1, '{{\"a\": 1}}', 1.5), (2, NULL, -2.25), (3, '[]', 0)",
         f"UPDATE {db}.items SET d = 9.125 WHERE id = 1",

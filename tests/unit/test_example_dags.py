@@ -42,7 +42,8 @@ def test_example_dags_parse_without_errors_or_io(no_io_at_parse_time: None) -> N
         "quarantine",
     ]
     guard = dag.get_task("purge_risk")
-    assert (guard.mode, guard.deferrable, guard.tables) == ("poke", False, "{{ params.tables }}")
+    assert (guard.mode, guard.deferrable, guard.tables) == ("poke", False, "shop.*")
+    assert dict(dag.params) == {}  # nothing of the pipeline comes from a run's configuration (ADR 0034)
     assert [t.task_id for t in bag.dags["binlog_maintenance"].tasks] == ["maintenance"]
     assert [t.task_id for t in bag.dags["binlog_validate"].tasks] == ["validate"]
     resnapshot = bag.dags["binlog_resnapshot"]
@@ -76,22 +77,34 @@ def test_example_dag_settings_default_from_the_environment(monkeypatch: pytest.M
     monkeypatch.setenv("BINLOG_CDC_KEYLESS_TABLES", "fail")
     bag = DagBag(dag_folder=str(EXAMPLES))
     dag = bag.dags["binlog_cdc"]
-    names = ("pipeline", "tables", "staging", "target", "keys", "keyless_tables")
-    params = {name: dag.params[name] for name in names}
-    assert params == {
-        "pipeline": "orders_cdc",
-        "tables": "shop.orders,shop.customers",
-        "staging": "s3://bucket/staging",
-        "target": "/lake/target",
-        "keys": {"shop.log": ["at", "seq"]},
-        "keyless_tables": "fail",
-    }
-    assert bag.dags["binlog_resnapshot"].params["keys"] == {"shop.log": ["at", "seq"]}
+    extract, snapshot, merge = (dag.get_task(t) for t in ("extract", "snapshot", "merge"))
+    assert (extract.pipeline, extract.tables, extract.staging_uri, extract.keyless_tables) == (
+        "orders_cdc",
+        "shop.orders,shop.customers",
+        "s3://bucket/staging",
+        "fail",
+    )
+    assert (snapshot.target_path, merge.target_path, dag.get_task("commit").target_path) == (
+        "/lake/target",
+    ) * 3
     # the keys are named once, and every task that needs a key gets them
-    for task_id in ("snapshot", "extract", "merge"):
-        task = dag.get_task(task_id)
-        assert "keys" in task.template_fields
-        assert task.keys == "{{ params['keys'] | tojson }}"
+    for task in (snapshot, extract, merge):
+        assert task.keys == {"shop.log": ["at", "seq"]}
+    resnapshot = bag.dags["binlog_resnapshot"].get_task("snapshot")
+    assert (resnapshot.pipeline, resnapshot.selection, resnapshot.keys) == (
+        "orders_cdc",
+        "shop.orders,shop.customers",
+        {"shop.log": ["at", "seq"]},
+    )
+    assert (
+        resnapshot.tables == "{{ params.tables }}"
+    )  # what to read again is chosen per run, within the selection
+    maintenance = bag.dags["binlog_maintenance"].get_task("maintenance")
+    assert (maintenance.pipeline, maintenance.staging_uri, maintenance.target_path) == (
+        "orders_cdc",
+        "s3://bucket/staging",
+        "/lake/target",
+    )
 
 
 def test_monitor_dag_has_both_sensors_per_pipeline(

@@ -1,7 +1,12 @@
-"""DAGs of the checkpoint-safety system tests (parsed from the test session's dags folder)."""
+"""DAGs of the checkpoint-safety system tests (parsed from the test session's dags folder).
+
+The pipeline's settings come from the environment, as in the example DAGs (ADR 0034); the tests' DagRunner sets
+them on the tasks before each run.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -19,19 +24,21 @@ def _on_merge_retry(context: Any) -> None:
         callback(context)
 
 
+_PIPELINE = os.environ.get("BINLOG_CDC_PIPELINE", "checkpoint")
+_TARGET = os.environ.get("BINLOG_CDC_TARGET", "/tmp/checkpoint/target")
+
+
 def _extract() -> BinlogExtractOperator:
     return BinlogExtractOperator(
         task_id="extract",
-        pipeline="{{ params.pipeline }}",
-        tables="{{ params.tables }}",
-        staging_uri="{{ params.staging }}",
+        pipeline=_PIPELINE,
+        tables=os.environ.get("BINLOG_CDC_TABLES", "db.*"),
+        staging_uri=os.environ.get("BINLOG_CDC_STAGING", "/tmp/checkpoint/staging"),
     )
 
 
 def _commit() -> BinlogCommitOperator:
-    return BinlogCommitOperator(
-        task_id="commit", pipeline="{{ params.pipeline }}", target_path="{{ params.target }}"
-    )
+    return BinlogCommitOperator(task_id="commit", pipeline=_PIPELINE, target_path=_TARGET)
 
 
 _ARGS: dict[str, Any] = {
@@ -39,19 +46,17 @@ _ARGS: dict[str, Any] = {
     "start_date": pendulum.datetime(2026, 1, 1, tz="UTC"),
     "max_active_runs": 1,
 }
-_PARAMS = {"pipeline": "", "tables": "", "staging": "", "target": ""}
-
-with DAG("checkpoint_without_merge", params=_PARAMS, **_ARGS) as without_merge:
+with DAG("checkpoint_without_merge", **_ARGS) as without_merge:
     _extract() >> _commit()
 
-with DAG("checkpoint_flaky_merge", params=_PARAMS, **_ARGS) as flaky_merge:
+with DAG("checkpoint_flaky_merge", **_ARGS) as flaky_merge:
     (
         _extract()
         >> BinlogMergeOperator(
             task_id="merge",
-            pipeline="{{ params.pipeline }}",
+            pipeline=_PIPELINE,
             window_uri="{{ ti.xcom_pull(task_ids='extract')['window_uri'] }}",
-            target_path="{{ params.target }}",
+            target_path=_TARGET,
             conn_id="spark_flaky",
             retries=1,
             retry_delay=pendulum.duration(seconds=0),
