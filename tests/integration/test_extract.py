@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_binlog.contract.names import table_folder
 from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import BinlogPurgedError, StagingError, UnsupportedEventError
 from airflow_provider_binlog.extract import progress
@@ -36,7 +37,8 @@ class Recorder:
     def mark(self) -> None:
         self.start = self.hook.server_state().head
 
-    def extract(self, tables: dict[str, list[str]], seq: int = 1) -> dict[str, Any]:
+    def extract(self, tables: dict[str, list[str]], seq: int = 1, **options: Any) -> dict[str, Any]:
+        """Return the manifest of a window from the mark to the head (``options``: of ``extract_window``)."""
         state = self.hook.server_state()
         assert self.start is not None
         assert state.head is not None
@@ -48,10 +50,11 @@ class Recorder:
             tables={name: TableTarget(name, key) for name, key in tables.items()},
             window_dir=window_path(str(self.staging), "test", seq),
             server=state,
+            **options,
         ).to_json()
 
     def rows(self, table: str, seq: int = 1) -> list[dict[str, Any]]:
-        folder = self.staging / "test" / f"window={seq}" / table
+        folder = self.staging / "test" / f"window={seq}" / table_folder(table)
         return pq.read_table(folder).to_pylist() if folder.exists() else []
 
 
@@ -264,12 +267,14 @@ def test_ddl_is_recorded_and_layout_change_starts_a_new_file(
     assert any("ADD COLUMN note" in d["query"] for d in manifest["ddl"])
 
 
-def test_statement_based_dml_is_refused(recorder: Recorder, mariadb: LocalMariaDB, source_db: str) -> None:
+def test_statement_based_dml_fails_the_window_under_on_table_error_fail(
+    recorder: Recorder, mariadb: LocalMariaDB, source_db: str
+) -> None:
     mariadb.execute(f"CREATE TABLE `{source_db}`.t (id INT PRIMARY KEY)")
     recorder.mark()
     mariadb.execute("SET SESSION binlog_format = 'STATEMENT'", f"INSERT INTO `{source_db}`.t VALUES (1)")
     with pytest.raises(UnsupportedEventError, match="statement-based DML .* its rows are not in the binlog"):
-        recorder.extract({f"{source_db}.t": ["id"]})
+        recorder.extract({f"{source_db}.t": ["id"]}, on_table_error="fail")
 
 
 def test_purged_window_start_asks_for_a_snapshot(

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pymysql
 import pytest
 
+from airflow_provider_binlog.contract.names import table_folder
 from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.extract.reader import TableTarget
 from airflow_provider_binlog.extract.window import extract_window
@@ -62,7 +63,8 @@ class Recorder:
             **options,
         )
         window = self.staging / "test" / "window=1"
-        staged = {name: pq.read_table(window / name) for name in tables if (window / name).exists()}
+        folders = {name: window / table_folder(name) for name in tables}
+        staged = {name: pq.read_table(folder) for name, folder in folders.items() if folder.exists()}
         return manifest.to_json(), staged
 
 

@@ -15,6 +15,8 @@ from typing import Any
 import pendulum
 import pytest
 
+from airflow_provider_binlog.contract.names import qualified_name, table_folder
+
 REPO = Path(__file__).resolve().parents[2]
 _LOGICAL_DATES = itertools.count(1)
 
@@ -380,7 +382,7 @@ class Pipeline:
         """Return the table's staged change records of the window (chosen columns), in window order."""
         import pyarrow.parquet as pq
 
-        folder = self.window_dir(window) / f"{self.db}.{table}"
+        folder = self.window_dir(window) / table_folder(qualified_name(self.db, table))
         if not folder.exists():
             return []
         return sorted(pq.read_table(folder, columns=columns).to_pylist(), key=lambda r: r["_binlog_seq"])

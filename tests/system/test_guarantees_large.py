@@ -33,6 +33,7 @@ import pytest
 from conftest import DagRunner, stored_state
 from conftest import Pipeline as BasePipeline
 
+from airflow_provider_binlog.contract.names import qualified_name, table_folder
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
 pytestmark = [pytest.mark.system, pytest.mark.slow]
@@ -94,7 +95,7 @@ class Pipeline(BasePipeline):
 
     def staged(self, window: dict[str, Any], table: str, columns: list[str] | None = None) -> pa.Table:
         """Return the table's staged change records of the window (chosen columns), in window order."""
-        folder = self.window_dir(window) / f"{self.db}.{table}"
+        folder = self.window_dir(window) / table_folder(qualified_name(self.db, table))
         if not folder.exists():
             return pa.table({"_binlog_seq": pa.array([], pa.int64())})
         return pq.read_table(folder, columns=columns).sort_by("_binlog_seq")
