@@ -347,7 +347,7 @@ def dump_events(
     :raises CorruptBinlogError: for a packet too short for an event, or whose header's sizes disagree with it.
     :raises ChecksumMismatchError: when a FORMAT_DESCRIPTION or ROTATE event's checksum is wrong.
     """
-    current = file
+    current, after = file, 0  # ``after``: the end of the last event of the file, for error messages
     unpack, special = HEADER.unpack_from, _DUMP_SPECIAL
     for batch in packet_batches(channel, max_payload=max_event_size + 1):
         for data in batch:
@@ -357,14 +357,15 @@ def dump_events(
                         return
                     continue  # not an event (what the library's stream skips too)
                 raise CorruptBinlogError(
-                    f"the dump of {current} sent a packet of {len(data)} bytes: too short for an event"
+                    f"the dump of {current} sent after position {after} a packet of {len(data)} bytes: too short for "
+                    f"an event; the stream is corrupt"
                 )
             event = data[1:]
             timestamp, kind, server_id, size, end, flags = unpack(event)
             if size != len(event) or end < size and end:
                 raise CorruptBinlogError(
-                    f"the dump of {current} sent a {len(event)}-byte event whose header says {size} bytes ending "
-                    f"at {end}: the stream is corrupt"
+                    f"the dump of {current} sent after position {after} a {len(event)}-byte event whose header says "
+                    f"{size} bytes ending at {end}: the stream is corrupt"
                 )
             if kind in special:
                 if kind == codes.FORMAT_DESCRIPTION:
@@ -375,10 +376,10 @@ def dump_events(
                         verify(event, current, at)
                     next_file = _rotation(event, checksum, current, at)[0]
                     if flags & LOG_EVENT_ARTIFICIAL or end == 0:
-                        current = next_file
+                        current, after = next_file, 0
                         continue
                     yield Event(kind, timestamp, server_id, end, flags, current, at, False, event)
-                    current = next_file
+                    current, after = next_file, 0
                     continue
                 else:  # a heartbeat
                     continue
@@ -386,6 +387,7 @@ def dump_events(
                 if kind == codes.FORMAT_DESCRIPTION:
                     yield Event(kind, timestamp, server_id, end, flags, current, 4, False, event)
                 continue
+            after = end
             yield Event(kind, timestamp, server_id, end, flags, current, end - size, False, event)
 
 
