@@ -118,8 +118,9 @@ def read_binlog_file(
     ``sql/log.cc``: ``LOG_EVENT_BINLOG_IN_USE_F``, set when the file is opened, cleared when it is closed). A
     file that ends after another event is the server's active file (its in-use flag is set, or the caller names
     it ``active_file``) or a file cut short, which is an error: cut exactly at an event boundary it would
-    otherwise read as complete. The FORMAT_DESCRIPTION, ROTATE and STOP events this function reads are
-    verified (:mod:`.integrity`) before it reads them; :class:`~.stream.EventReader` verifies every event.
+    otherwise read as complete. The events this function reads itself, the FORMAT_DESCRIPTION at 4 and the
+    ROTATE or STOP that ends a file, are verified (:mod:`.integrity`) before it reads them;
+    :class:`~.stream.EventReader` verifies every event.
 
     :param start: an event boundary (4 = the first event, the FORMAT_DESCRIPTION).
     :param active_file: the name of the server's active binlog file when the caller knows it (the last file
@@ -130,7 +131,8 @@ def read_binlog_file(
         FORMAT_DESCRIPTION, holds an event size out of bounds, ends inside an event (a truncated file, or one
         the server is writing: read it up to a position the server reported instead), ends early as above, or
         a ROTATE names a file name no server writes or a file already read.
-    :raises ChecksumMismatchError: when a FORMAT_DESCRIPTION, ROTATE or STOP event's checksum is wrong.
+    :raises ChecksumMismatchError: when the FORMAT_DESCRIPTION's checksum, or that of the ROTATE or STOP
+        ending the file, is wrong.
     :raises ValueError: for a ``start`` before 4.
     """
     if start < 4:
@@ -154,9 +156,7 @@ def read_binlog_file(
 
 
 _FILE_ENDS = frozenset({codes.ROTATE, codes.STOP})
-"""The events a finished binlog file ends with."""
-_FEED_READS = frozenset({codes.FORMAT_DESCRIPTION, *_FILE_ENDS})
-"""The events the file feed reads itself (checksum algorithm, next file, end of file): verified first."""
+"""The events a finished binlog file ends with: the file feed verifies the last one, then reads it."""
 
 
 def _events_of(
@@ -182,28 +182,20 @@ def _events_of(
         buffer = b""  # the bytes read but not yet yielded, starting at ``offset``
         offset = start
         event: Event | None = None
-        rotate: tuple[str, int] | None = None
         need = _READ_CHUNK
-        checked, unpack_size = _FEED_READS, _SIZE.unpack_from
+        unpack_size = _SIZE.unpack_from
         while chunk := handle.read(need):
             buffer += chunk
             pos = 0
             need = _READ_CHUNK
             while len(buffer) - pos >= 19:
                 size = unpack_size(buffer, pos + 9)[0]
-                if not 19 <= size <= max_event_size:
+                if size < 19 or size > max_event_size:
                     check_size(size, name, offset, max_event_size)
                 if len(buffer) - pos < size:
                     need = max(need, size - len(buffer) + pos)  # a large event is read in one more call
                     break
                 event = raw_event(name, offset, buffer[pos : pos + size])
-                if event.type_code in checked:
-                    if event.type_code == codes.FORMAT_DESCRIPTION:  # a relay log holds its source's too
-                        checksum = format_checksum(event.data, name, offset)
-                    elif checksum:
-                        verify(event.data, name, offset)
-                    if event.type_code == codes.ROTATE:
-                        rotate = _rotation(event.data, checksum, name, offset)
                 yield event
                 pos += size
                 offset += size
@@ -214,11 +206,18 @@ def _events_of(
                 f"(copy it again from the server), or the server is writing it (read it up to a position the "
                 f"server reported)"
             )
-    if event is None:  # nothing from ``start`` on: a read that starts at the file's end
-        return None
-    if event.type_code == codes.ROTATE:
-        return rotate
-    if event.type_code != codes.STOP and not active:
+        if event is None:  # nothing from ``start`` on: a read that starts at the file's end
+            return None
+        if event.type_code in _FILE_ENDS:
+            # Only the last event tells how the file ends: read again (the consumer replaced its ``data``),
+            # verified with the checksum of the file's FORMAT_DESCRIPTION (a relay log's own ROTATE follows
+            # its source's FORMAT_DESCRIPTIONs, which the file's first one heads), then read.
+            handle.seek(event.start)
+            data = handle.read(offset - event.start)
+            if checksum:
+                verify(data, name, event.start)
+            return _rotation(data, checksum, name, event.start) if data[4] == codes.ROTATE else None
+    if not active:
         raise CorruptBinlogError(
             f"{name} ends at offset {offset} after a {event.name} event, without the ROTATE or STOP event a "
             f"finished binlog file ends with, and its FORMAT_DESCRIPTION says the server no longer writes it "
