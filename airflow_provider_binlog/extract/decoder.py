@@ -44,7 +44,13 @@ if TYPE_CHECKING:
 
 
 def unsupported_reason(columns: Sequence[TableMapColumn]) -> str | None:
-    """Return why :class:`RowDecoder` cannot decode this layout, or None when it can."""
+    """Return why :class:`RowDecoder` cannot decode this layout, or None when it can.
+
+    A layout no server writes (no columns, a fractional-second precision over 6, a DECIMAL over the servers'
+    limits) is refused too: only crafted or corrupt table-map bytes hold one.
+    """
+    if not columns:
+        return "has no columns: no server writes such a table map; the binlog bytes are corrupt"
     for column in columns:
         reason = _column_problem(column)
         if reason:
@@ -69,9 +75,20 @@ def _column_problem(column: TableMapColumn) -> str | None:
         return "SET members unknown (binlog_row_metadata is not FULL)"
     if code in (FIELD_TYPE.ENUM, FIELD_TYPE.SET) and getattr(column, "size", 0) not in range(1, 9):
         return f"unexpected storage size {getattr(column, 'size', None)}"
-    if code == FIELD_TYPE.NEWDECIMAL and not 0 <= column.decimals <= column.precision:
+    if code == FIELD_TYPE.NEWDECIMAL and not 0 <= column.decimals <= min(column.precision, _MAX_SCALE):
         return f"unexpected DECIMAL({column.precision},{column.decimals})"
+    if code == FIELD_TYPE.NEWDECIMAL and column.precision > _MAX_PRECISION:
+        return f"unexpected DECIMAL({column.precision},{column.decimals})"
+    if code in _FRACTIONAL and not 0 <= (getattr(column, "fsp", 0) or 0) <= 6:
+        return f"unexpected fractional seconds precision {column.fsp}"
     return None
+
+
+_MAX_PRECISION, _MAX_SCALE = 65, 38
+"""DECIMAL(M,D) limits: M <= 65 on both servers, D <= 30 on MySQL and 38 on MariaDB (MySQL manual, "Fixed-Point
+Types"; MariaDB KB, "DECIMAL")."""
+_FRACTIONAL = frozenset({FIELD_TYPE.TIME2, FIELD_TYPE.DATETIME2, FIELD_TYPE.TIMESTAMP2})
+"""Types with a fractional-second precision, at most 6 (MySQL manual, "Fractional Seconds in Time Values")."""
 
 
 LAYOUT_ATTRIBUTES = (

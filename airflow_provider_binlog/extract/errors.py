@@ -25,5 +25,14 @@ class UndecodableEventError(EventReaderError):
     """
 
 
-class ChecksumMismatchError(UndecodableEventError):
+class CorruptBinlogError(UndecodableEventError):
+    """The bytes are not a well-formed binlog: a size out of bounds, an event cut short, a file that ends early.
+
+    Unlike its base class's other cases (a server setting the reader refuses), no setting produced these: the
+    file or the transfer is damaged, or was crafted. The message names the file and offset and what to do
+    (copy the file again from the server; read the server's active file up to a position it reported).
+    """
+
+
+class ChecksumMismatchError(CorruptBinlogError):
     """An event's CRC32 does not match its bytes (a corrupt file or a broken transfer)."""

@@ -18,21 +18,29 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from airflow_provider_binlog.extract.errors import UndecodableEventError
+from airflow_provider_binlog.extract.errors import CorruptBinlogError
 from airflow_provider_binlog.extract.events import codes
+from airflow_provider_binlog.extract.events.integrity import (
+    BINLOG_IN_USE,
+    MAX_EVENT_SIZE,
+    check_size,
+    format_checksum,
+    verify,
+)
+from airflow_provider_binlog.extract.events.integrity import where as _where
 from airflow_provider_binlog.extract.events.parsers import HEADER
 from airflow_provider_binlog.source.connect import PacketChannel
 
 MAGIC = b"\xfebin"
 """The first 4 bytes of every binlog file."""
 _SIZE = struct.Struct("<I")
-_DUMP_SPECIAL = frozenset({codes.ROTATE, codes.HEARTBEAT, codes.HEARTBEAT_V2})
-"""Events the dump sends that name the file (ROTATE) or are not in it (heartbeats)."""
+_DUMP_SPECIAL = frozenset({codes.FORMAT_DESCRIPTION, codes.ROTATE, codes.HEARTBEAT, codes.HEARTBEAT_V2})
+"""Events the dump feed reads (the checksum algorithm, the file's name) or drops (heartbeats: not in a file)."""
 _READ_CHUNK = 1 << 20
 COM_BINLOG_DUMP = 0x12
 BINLOG_DUMP_NON_BLOCK = 0x01
@@ -89,7 +97,12 @@ def raw_event(file: str, start: int, data: bytes) -> Event:
 
 
 def read_binlog_file(
-    path: str | os.PathLike[str], start: int = 4, *, follow_rotations: bool = True
+    path: str | os.PathLike[str],
+    start: int = 4,
+    *,
+    follow_rotations: bool = True,
+    active_file: str | None = None,
+    max_event_size: int = MAX_EVENT_SIZE,
 ) -> Iterator[Event]:
     """Yield the events of the binlog file ``path`` from offset ``start``, then of the files it rotates to.
 
@@ -100,68 +113,159 @@ def read_binlog_file(
     From a ``start`` after 4, the file's FORMAT_DESCRIPTION (at 4) is yielded first, as the dump thread
     sends it over the socket: the events after it cannot be decoded without it.
 
+    A finished binlog file ends with a ROTATE (the server moved on to the next file) or a STOP (it shut down)
+    and the server has cleared the in-use flag of its FORMAT_DESCRIPTION (MySQL ``sql/binlog.cc``, MariaDB
+    ``sql/log.cc``: ``LOG_EVENT_BINLOG_IN_USE_F``, set when the file is opened, cleared when it is closed). A
+    file that ends after another event is the server's active file (its in-use flag is set, or the caller names
+    it ``active_file``) or a file cut short, which is an error: cut exactly at an event boundary it would
+    otherwise read as complete. The events this function reads itself, the FORMAT_DESCRIPTION at 4 and the
+    ROTATE or STOP that ends a file, are verified (:mod:`.integrity`) before it reads them;
+    :class:`~.stream.EventReader` verifies every event.
+
     :param start: an event boundary (4 = the first event, the FORMAT_DESCRIPTION).
-    :raises UndecodableEventError: when the file does not start with the binlog magic bytes, or ends
-        inside an event (a truncated file, or one the server is writing: read it up to a position the
-        server reported instead).
+    :param active_file: the name of the server's active binlog file when the caller knows it (the last file
+        ``SHOW BINARY LOGS`` lists), or of a file the server stopped writing in a crash (it starts the next
+        file without a ROTATE; MySQL's crash recovery also clears the in-use flag): it may end after any event.
+    :param max_event_size: the largest event accepted, in bytes (:data:`.integrity.MAX_EVENT_SIZE`).
+    :raises CorruptBinlogError: when the file does not start with the binlog magic bytes and a verified
+        FORMAT_DESCRIPTION, holds an event size out of bounds, ends inside an event (a truncated file, or one
+        the server is writing: read it up to a position the server reported instead), ends early as above, or
+        a ROTATE names a file name no server writes or a file already read.
+    :raises ChecksumMismatchError: when the FORMAT_DESCRIPTION's checksum, or that of the ROTATE or STOP
+        ending the file, is wrong.
+    :raises ValueError: for a ``start`` before 4.
     """
+    if start < 4:
+        raise ValueError(f"a binlog file's events start at offset 4, not {start}")
     current = Path(path)
+    read = {current.name}
     while True:
-        rotate: tuple[str, int] | None = None
-        checksum = 0
-        for event in _events_of(current, start):
-            kind = (
-                event.type_code
-            )  # read before the yield: the consumer replaces ``data`` with the parsed body
-            if kind == codes.FORMAT_DESCRIPTION:
-                checksum = 4 if event.data[-5] else 0
-            rotate = _rotation(event.data, checksum) if kind == codes.ROTATE else None
-            yield event
+        rotate = yield from _events_of(current, start, current.name == active_file, max_event_size)
         if not follow_rotations or rotate is None:
             return
         following = current.with_name(rotate[0])
         if following == current or not following.exists():
             return
+        if following.name in read:
+            raise CorruptBinlogError(
+                f"the ROTATE at the end of {current} names {following.name}, which this read has already read: "
+                f"a server never rotates back; the file is corrupt"
+            )
+        read.add(following.name)
         current, start = following, rotate[1]
 
 
-def _rotation(data: bytes, checksum: int) -> tuple[str, int]:
-    """Return ``(next file, position)`` of a ROTATE event's bytes (``checksum``: its checksum's size)."""
-    return data[27 : len(data) - checksum].decode("utf-8"), struct.unpack_from("<Q", data, 19)[0]
+_FILE_ENDS = frozenset({codes.ROTATE, codes.STOP})
+"""The events a finished binlog file ends with: the file feed verifies the last one, then reads it."""
 
 
-def _events_of(path: Path, start: int) -> Iterator[Event]:
+def _events_of(
+    path: Path, start: int, active: bool, max_event_size: int
+) -> Generator[Event, None, tuple[str, int] | None]:
+    """Yield the events of one file from ``start``; return the ROTATE's ``(file, position)`` that ends it, if one.
+
+    :param active: the caller says the file may end after any event (see :func:`read_binlog_file`).
+    :raises: as :func:`read_binlog_file`.
+    """
     name = path.name
     with open(path, "rb") as handle:
         if handle.read(4) != MAGIC:
-            raise UndecodableEventError(f"{path} is not a binlog file (it does not start with fe 62 69 6e)")
+            raise CorruptBinlogError(f"{path} is not a binlog file (it does not start with fe 62 69 6e)")
+        fde = _read_event(handle, name, 4, max_event_size)
+        if fde is None or fde[4] != codes.FORMAT_DESCRIPTION:
+            raise CorruptBinlogError(f"{path} has no FORMAT_DESCRIPTION event at offset 4")
+        checksum = format_checksum(fde, name, 4)
+        active = active or bool(fde[17] & BINLOG_IN_USE)
         if start > 4:
-            header = handle.read(19)
-            if len(header) < 19 or header[4] != codes.FORMAT_DESCRIPTION:
-                raise UndecodableEventError(f"{path} has no FORMAT_DESCRIPTION event at offset 4")
-            yield raw_event(name, 4, header + handle.read(_SIZE.unpack_from(header, 9)[0] - 19))
+            yield raw_event(name, 4, fde)
         handle.seek(start)
         buffer = b""  # the bytes read but not yet yielded, starting at ``offset``
         offset = start
-        while chunk := handle.read(_READ_CHUNK):
+        event: Event | None = None
+        need = _READ_CHUNK
+        unpack_size = _SIZE.unpack_from
+        while chunk := handle.read(need):
             buffer += chunk
             pos = 0
+            need = _READ_CHUNK
             while len(buffer) - pos >= 19:
-                size = _SIZE.unpack_from(buffer, pos + 9)[0]
-                if size < 19:
-                    raise UndecodableEventError(
-                        f"{name}:{offset} holds an event of {size} bytes: not a binlog event"
-                    )
+                size = unpack_size(buffer, pos + 9)[0]
+                if size < 19 or size > max_event_size:
+                    check_size(size, name, offset, max_event_size)
                 if len(buffer) - pos < size:
+                    need = max(need, size - len(buffer) + pos)  # a large event is read in one more call
                     break
-                yield raw_event(name, offset, buffer[pos : pos + size])
+                event = raw_event(name, offset, buffer[pos : pos + size])
+                yield event
                 pos += size
                 offset += size
             buffer = buffer[pos:]
         if buffer:
-            raise UndecodableEventError(
-                f"{name} ends inside an event at offset {offset} ({len(buffer)} bytes left)"
+            raise CorruptBinlogError(
+                f"{name} ends inside an event at offset {offset} ({len(buffer)} bytes left): the file is cut short "
+                f"(copy it again from the server), or the server is writing it (read it up to a position the "
+                f"server reported)"
             )
+        if event is None:  # nothing from ``start`` on: a read that starts at the file's end
+            return None
+        if event.type_code in _FILE_ENDS:
+            # Only the last event tells how the file ends: read again (the consumer replaced its ``data``),
+            # verified with the checksum of the file's FORMAT_DESCRIPTION (a relay log's own ROTATE follows
+            # its source's FORMAT_DESCRIPTIONs, which the file's first one heads), then read.
+            handle.seek(event.start)
+            data = handle.read(offset - event.start)
+            if checksum:
+                verify(data, name, event.start)
+            return _rotation(data, checksum, name, event.start) if data[4] == codes.ROTATE else None
+    if not active:
+        raise CorruptBinlogError(
+            f"{name} ends at offset {offset} after a {event.name} event, without the ROTATE or STOP event a "
+            f"finished binlog file ends with, and its FORMAT_DESCRIPTION says the server no longer writes it "
+            f"(the in-use flag is cleared): the file is cut short; copy it again from the server. If the server "
+            f"stopped writing it in a crash, pass active_file={name!r} to read it as it is"
+        )
+    return None
+
+
+def _read_event(handle: BinaryIO, name: str, offset: int, max_event_size: int) -> bytes | None:
+    """Return the event at the handle's position (``offset`` in the file ``name``); None at the file's end.
+
+    :raises CorruptBinlogError: for a size out of bounds, or a file that ends inside the event.
+    """
+    header = handle.read(19)
+    if not header:
+        return None
+    if len(header) == 19:
+        size = _SIZE.unpack_from(header, 9)[0]
+        check_size(size, name, offset, max_event_size)
+        data = header + handle.read(size - 19)
+        if len(data) == size:
+            return data
+    raise CorruptBinlogError(f"{name} ends inside the event at offset {offset}: the file is cut short")
+
+
+def _rotation(data: bytes, checksum: int, file: str, start: int) -> tuple[str, int]:
+    """Return ``(next file, position)`` of a verified ROTATE event's bytes (``checksum``: its checksum's size).
+
+    :raises CorruptBinlogError: when the body is too short, the name is not UTF-8 or not a plain file name
+        (empty, ``.``, ``..``, a path separator or a NUL), or the position is before 4.
+    """
+    at = _where(codes.ROTATE, file, start)
+    if len(data) < 27 + checksum:
+        raise CorruptBinlogError(f"{at}: {len(data)} bytes, too short for a ROTATE event")
+    try:
+        name = data[27 : len(data) - checksum].decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise CorruptBinlogError(
+            f"{at}: the next file's name is not UTF-8 ({err}); the bytes are corrupt"
+        ) from err
+    position = struct.unpack_from("<Q", data, 19)[0]
+    if name in ("", ".", "..") or any(c in name for c in "/\\\0") or position < 4:
+        raise CorruptBinlogError(
+            f"{at}: names the next file {name!r} at position {position}, which no server writes; the bytes are "
+            f"corrupt"
+        )
+    return name, position
 
 
 def read_binlog_socket(
@@ -226,37 +330,63 @@ def read_binlog_socket(
     yield from dump_events(channel, file=file, checksum=checksum)
 
 
-def dump_events(channel: PacketChannel, *, file: str, checksum: int) -> Iterator[Event]:
+def dump_events(
+    channel: PacketChannel, *, file: str, checksum: int, max_event_size: int = MAX_EVENT_SIZE
+) -> Iterator[Event]:
     """Yield the events of a COM_BINLOG_DUMP already sent on ``channel``.
+
+    Each packet must hold one whole event (its header's size is the packet's); the FORMAT_DESCRIPTION and
+    ROTATE events this function reads (checksum algorithm, file names) are verified first (:mod:`.integrity`).
 
     :param file: the file the dump starts in (the artificial ROTATE names it again).
     :param checksum: 4 when the events carry a CRC32 (``@master_binlog_checksum`` was set and the source's
-        ``binlog_checksum`` is CRC32), else 0: the ROTATE events' file names end before it.
+        ``binlog_checksum`` is CRC32), else 0: the ROTATE events' file names end before it. Each
+        FORMAT_DESCRIPTION the dump sends sets it for the events after it, as the dump thread does.
+    :param max_event_size: the largest event accepted, in bytes (:data:`.integrity.MAX_EVENT_SIZE`).
+    :raises CorruptBinlogError: for a packet too short for an event, or whose header's sizes disagree with it.
+    :raises ChecksumMismatchError: when a FORMAT_DESCRIPTION or ROTATE event's checksum is wrong.
     """
-    current = file
+    current, after = file, 0  # ``after``: the end of the last event of the file, for error messages
     unpack, special = HEADER.unpack_from, _DUMP_SPECIAL
-    for batch in packet_batches(channel):
+    for batch in packet_batches(channel, max_payload=max_event_size + 1):
         for data in batch:
-            if data[0]:
-                if data[0] == 0xFE and len(data) < 9:  # EOF: the end of a non-blocking dump
-                    return
-                continue
+            if len(data) < 20 or data[0]:
+                if data and data[0]:
+                    if data[0] == 0xFE and len(data) < 9:  # EOF: the end of a non-blocking dump
+                        return
+                    continue  # not an event (what the library's stream skips too)
+                raise CorruptBinlogError(
+                    f"the dump of {current} sent after position {after} a packet of {len(data)} bytes: too short for "
+                    f"an event; the stream is corrupt"
+                )
             event = data[1:]
             timestamp, kind, server_id, size, end, flags = unpack(event)
+            if size != len(event) or end < size and end:
+                raise CorruptBinlogError(
+                    f"the dump of {current} sent after position {after} a {len(event)}-byte event whose header says "
+                    f"{size} bytes ending at {end}: the stream is corrupt"
+                )
             if kind in special:
-                if kind != codes.ROTATE:  # a heartbeat
+                if kind == codes.FORMAT_DESCRIPTION:
+                    checksum = format_checksum(event, current, end - size if end else 4)
+                elif kind == codes.ROTATE:
+                    at = end - size if end else 0
+                    if checksum:
+                        verify(event, current, at)
+                    next_file = _rotation(event, checksum, current, at)[0]
+                    if flags & LOG_EVENT_ARTIFICIAL or end == 0:
+                        current, after = next_file, 0
+                        continue
+                    yield Event(kind, timestamp, server_id, end, flags, current, at, False, event)
+                    current, after = next_file, 0
                     continue
-                next_file = _rotation(event, checksum)[0]
-                if flags & LOG_EVENT_ARTIFICIAL or end == 0:
-                    current = next_file
+                else:  # a heartbeat
                     continue
-                yield Event(kind, timestamp, server_id, end, flags, current, end - size, False, event)
-                current = next_file
-                continue
             if end == 0:  # the FORMAT_DESCRIPTION re-sent for a start after 4 (or another made-up event)
                 if kind == codes.FORMAT_DESCRIPTION:
                     yield Event(kind, timestamp, server_id, end, flags, current, 4, False, event)
                 continue
+            after = end
             yield Event(kind, timestamp, server_id, end, flags, current, end - size, False, event)
 
 
@@ -264,7 +394,7 @@ _MAX_PACKET = 0xFFFFFF
 """A packet payload this long continues in the next packet (MySQL internals, "Sending More Than 16 MB")."""
 
 
-def packet_batches(channel: PacketChannel) -> Iterator[list[bytes]]:
+def packet_batches(channel: PacketChannel, *, max_payload: int = MAX_EVENT_SIZE + 1) -> Iterator[list[bytes]]:
     """Yield the payloads of the packets that follow on ``channel``, a list of them at a time.
 
     The first packet is read by pymysql (which sets the socket's read timeout); the rest are framed here
@@ -282,7 +412,11 @@ def packet_batches(channel: PacketChannel) -> Iterator[list[bytes]]:
     (``OperationalError`` 2013 for MariaDB's shutdown packet, sequence id 0), an error packet the server's
     error.
 
+    :param max_payload: the longest payload accepted (one event and its ``00`` byte): a payload over 16 MiB is
+        put together from packets, and no longer one than this.
     :raises pymysql.err.MySQLError: as above.
+    :raises CorruptBinlogError: when a payload is longer than ``max_payload`` (raised before it is put
+        together).
     """
     import pymysql
     from pymysql.constants import CR
@@ -292,6 +426,7 @@ def packet_batches(channel: PacketChannel) -> Iterator[list[bytes]]:
     buffer, pos = b"", 0
     expected = channel.sequence_id
     parts: list[bytes] = []  # the payload so far of a packet that continues in the next
+    parts_size = 0
     unpack_header = _SIZE.unpack_from
 
     while True:
@@ -315,10 +450,15 @@ def packet_batches(channel: PacketChannel) -> Iterator[list[bytes]]:
             need = 4 - size + pos
             if length == _MAX_PACKET:
                 parts.append(payload)
+                parts_size += length
+                if parts_size > max_payload:
+                    _too_long(channel, parts_size, max_payload)
                 continue
             if parts:
-                payload, parts = b"".join([*parts, payload]), []
-            if payload[0] == 0xFF:
+                if parts_size + length > max_payload:
+                    _too_long(channel, parts_size + length, max_payload)
+                payload, parts, parts_size = b"".join([*parts, payload]), [], 0
+            if payload and payload[0] == 0xFF:
                 error = payload
                 break
             batch.append(payload)
@@ -337,6 +477,18 @@ def packet_batches(channel: PacketChannel) -> Iterator[list[bytes]]:
                 f"Packet sequence number wrong - got {wrong_number} expected {expected}"
             )
         buffer, pos = buffer[pos:] + _receive(channel, rfile, need), 0
+
+
+def _too_long(channel: PacketChannel, size: int, max_payload: int) -> None:
+    """Close ``channel`` and raise: the server sends a payload of at least ``size`` bytes, over ``max_payload``.
+
+    :raises CorruptBinlogError: always.
+    """
+    channel.force_close()
+    raise CorruptBinlogError(
+        f"the server sent a packet of at least {size} bytes, more than the {max_payload} the reader accepts "
+        f"(max_event_size): the stream is corrupt, or raise max_event_size if the server wrote such an event"
+    )
 
 
 _CHUNK = 1 << 16

@@ -26,8 +26,6 @@ from airflow_provider_binlog.extract.events.wire import (
 HEADER = struct.Struct("<IBIIIH")
 """The v4 common header: timestamp (s), type code, server id, event size, end position, flags."""
 HEADER_SIZE = HEADER.size
-BINLOG_IN_USE = 0x1
-"""FORMAT_DESCRIPTION flag set while the server writes the file; its checksum is computed without it."""
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,21 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_binlog.extract.decoder import RowDecoder, layout_key, unsupported_reason
-from airflow_provider_binlog.extract.errors import ChecksumMismatchError, UndecodableEventError
+from airflow_provider_binlog.extract.errors import (
+    CorruptBinlogError,
+    EventReaderError,
+    UndecodableEventError,
+)
 from airflow_provider_binlog.extract.events import codes, parsers
 from airflow_provider_binlog.extract.events.feeds import Event
-from airflow_provider_binlog.extract.events.parsers import (
-    BINLOG_IN_USE,
-    HEADER,
-    HEADER_SIZE,
-    FormatDescription,
+from airflow_provider_binlog.extract.events.integrity import (
+    CRC32_RESIDUE,
+    MAX_EVENT_SIZE,
+    format_checksum,
+    verify,
 )
+from airflow_provider_binlog.extract.events.integrity import where as _where
+from airflow_provider_binlog.extract.events.parsers import HEADER, HEADER_SIZE, FormatDescription
 from airflow_provider_binlog.extract.events.tablemap import TableMap, TableMapParser
 from airflow_provider_binlog.extract.events.wire import packed_integer
 
@@ -39,9 +45,11 @@ _ROWS_LONG = struct.Struct("<IHHH")
 """A rows event's post-header: table id (4 bytes, or 6), flags, then (v2) the extra data's length."""
 Origin = tuple[int, str, int, bool]
 """Where a rows event is, for error messages: ``(type code, file, start, in a TRANSACTION_PAYLOAD)``."""
-CRC32_RESIDUE = 0x2144DF1C
-"""The CRC-32 of any bytes followed by their own CRC-32 (little-endian): an event whose checksum is right
-has this CRC-32 over all its bytes, so checking it needs no slice of the event without its checksum."""
+MALFORMED = (IndexError, KeyError, struct.error, ValueError, ArithmeticError, RecursionError)
+"""What parsing bytes that do not hold what their type says raises (``UnicodeDecodeError`` is a ``ValueError``,
+``OverflowError`` an ``ArithmeticError``): turned into :class:`UndecodableEventError` naming the event."""
+_INFLATE_STEP = 16 << 20
+"""Bytes inflated at a time past the first step: a payload's allocation follows what it really inflates to."""
 
 
 class RowsEvent:
@@ -88,11 +96,16 @@ class RowsEvent:
         """Return ``(column count, columns-present bitmap, after image's bitmap or None, images' start)``."""
         if self._head is None:
             body, pos = self._body, self._head_at
-            count = body[pos]
-            if count < 251:  # a one-byte length-encoded integer, as in any table of fewer than 251 columns
-                pos += 1
-            else:
-                count, pos = packed_integer(body, pos)
+            try:
+                count = body[pos]
+                if (
+                    count < 251
+                ):  # a one-byte length-encoded integer, as in any table of fewer than 251 columns
+                    pos += 1
+                else:
+                    count, pos = packed_integer(body, pos)
+            except (*MALFORMED, EventReaderError) as err:
+                raise _unparsable(err, _where(*self._origin)) from err
             size = (count + 7) // 8
             present, pos = body[pos : pos + size], pos + size
             present_after = None
@@ -124,7 +137,7 @@ class RowsEvent:
     @property
     def where(self) -> str:
         """Return the event and its table, for error messages."""
-        return f"{_describe(*self._origin)} on {self.table_map.name}"
+        return f"{_where(*self._origin)} on {self.table_map.name}"
 
     @property
     def schema(self) -> str:
@@ -214,13 +227,21 @@ class EventReader:
     also what tells where an event's body ends, so it is never skipped).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_event_size: int = MAX_EVENT_SIZE) -> None:
+        """Start with no FORMAT_DESCRIPTION and no table maps.
+
+        :param max_event_size: the largest inflated TRANSACTION_PAYLOAD accepted, in bytes
+            (:data:`.integrity.MAX_EVENT_SIZE`; the feeds bound the events themselves).
+        """
         self.format: FormatDescription | None = None
         self.table_maps: dict[int, TableMap] = {}
+        self.max_event_size = max_event_size
         self._parser: TableMapParser | None = None
         self._decoders: dict[tuple[Any, ...], RowDecoder] = {}
         self._rows_shapes: dict[int, tuple[int, int, bool]] = {}
         """Per rows event type: post-header length, table id width, v2 (from the FORMAT_DESCRIPTION)."""
+        self._checksum = 0
+        """The size of the checksum of the events after the FORMAT_DESCRIPTION read (0 before one)."""
 
     @property
     def flavor(self) -> str:
@@ -230,28 +251,33 @@ class EventReader:
     def events(self, raw_events: Iterable[Event]) -> Iterator[Event]:
         """Decode the events a feed yields (:mod:`.feeds`), then the inner events of each TRANSACTION_PAYLOAD.
 
-        Each event is yielded as it came, its ``data`` replaced by the parsed body.
+        Each event is yielded as it came, its ``data`` replaced by the parsed body. Each is verified before
+        it is parsed: its CRC32 when the last FORMAT_DESCRIPTION says the server writes them, and a
+        FORMAT_DESCRIPTION always (:func:`.integrity.format_checksum`: the checksum algorithm is taken only
+        from a verified event).
 
         :raises ChecksumMismatchError: when an event's CRC32 is wrong.
+        :raises CorruptBinlogError: for a FORMAT_DESCRIPTION whose checksum algorithm is neither OFF nor
+            CRC32, and a TRANSACTION_PAYLOAD whose inner events do not fit it or that inflates to more than
+            its header says or than ``max_event_size``.
         :raises UndecodableEventError: for events that cannot be skipped and are not read (:data:`.codes.REFUSED`),
             rows events of an unknown table id, and malformed events.
         """
-        checksum = 0
         crc32, body_of, rows_of = zlib.crc32, self._body, self._rows
         rows_kinds, table_maps = codes.ROWS_KINDS, self.table_maps
         table_map_of = self._parser.parse if self.format is not None and self._parser is not None else None
+        checksum = self._checksum
         for event in raw_events:
             data, type_code = event.data, event.type_code
             if type_code == _FORMAT_DESCRIPTION:
                 self._format_description(data, event)
-                checksum = 4 if self.format and self.format.checksum else 0
+                checksum = self._checksum
                 table_map_of = self._parser.parse if self._parser is not None else None
                 event.data = self.format
                 yield event
                 continue
             if checksum and crc32(data) != CRC32_RESIDUE:
-                where = _describe(type_code, event.file, event.start, False)
-                raise ChecksumMismatchError(f"{where}: CRC32 checksum mismatch; the binlog bytes are corrupt")
+                verify(data, event.file, event.start)  # raises, with the message
             body = data[HEADER_SIZE : len(data) - checksum]
             # Table maps and rows events (4 in 5 OLTP events) skip _body's checks and its type tests: once a
             # FORMAT_DESCRIPTION was read, neither type is refused.
@@ -267,38 +293,53 @@ class EventReader:
                         event.data = rows_of(
                             type_code, kind, body, (type_code, event.file, event.start, False)
                         )
-                except (IndexError, struct.error, ValueError) as err:
-                    where = _describe(type_code, event.file, event.start, False)
-                    raise UndecodableEventError(f"{where}: the event cannot be parsed ({err})") from err
+                except (*MALFORMED, EventReaderError) as err:
+                    raise _unparsable(err, _where(type_code, event.file, event.start, False)) from err
             yield event
             if type_code == codes.TRANSACTION_PAYLOAD:
                 yield from self._payload_events(event.data, event)
 
     def _format_description(self, data: bytes, event: Event) -> None:
-        """Read a FORMAT_DESCRIPTION's bytes ``data`` (of ``event``): checksum algorithm, post-header lengths."""
-        description = parsers.parse_format_description(data[HEADER_SIZE:])
-        if description.checksum:
-            stored = struct.unpack_from("<I", data, len(data) - 4)[0]
-            computed = zlib.crc32(data[:-4])
-            if computed != stored and event.flags & BINLOG_IN_USE:  # written before the in-use flag was set
-                cleared = bytearray(data[:-4])
-                cleared[17] &= ~BINLOG_IN_USE & 0xFF
-                computed = zlib.crc32(cleared)
-            if computed != stored:
-                where = _describe(codes.FORMAT_DESCRIPTION, event.file, event.start, False)
-                raise ChecksumMismatchError(f"{where}: CRC32 checksum mismatch; the binlog bytes are corrupt")
+        """Read a FORMAT_DESCRIPTION's bytes ``data`` (of ``event``), once verified: checksum, post-header lengths.
+
+        :raises ChecksumMismatchError, CorruptBinlogError: as :func:`.integrity.format_checksum`.
+        :raises UndecodableEventError: for a binlog version other than 4.
+        """
+        checksum = format_checksum(data, event.file, event.start)
+        where = _where(codes.FORMAT_DESCRIPTION, event.file, event.start, False)
+        try:
+            description = parsers.parse_format_description(data[HEADER_SIZE:])
+        except (*MALFORMED, EventReaderError) as err:
+            raise _unparsable(err, where) from err
         self.format = description
+        self._checksum = checksum
         self._rows_shapes = {}
         table_id_size = 4 if description.post_header_length(codes.TABLE_MAP) == 6 else 6
         if self._parser is None or self._parser.flavor != description.flavor:
             self._parser = TableMapParser(description.flavor, table_id_size)
 
     def _payload_events(self, payload: parsers.TransactionPayload, outer: Event) -> Iterator[Event]:
-        """Yield the events inside a TRANSACTION_PAYLOAD: inflated, then back to back, without checksums."""
-        inner = _inflate(payload, outer)
-        pos = 0
-        while pos < len(inner):
+        """Yield the events inside a TRANSACTION_PAYLOAD: inflated, then back to back, without checksums.
+
+        :raises CorruptBinlogError: when an inner event's header is cut short or its size is less than the
+            header or more than the bytes left, or the payload holds another TRANSACTION_PAYLOAD (MySQL
+            ``Transaction_payload_event``: a payload holds one transaction's events, never a payload).
+        """
+        inner = _inflate(payload, outer, self.max_event_size)
+        pos, end = 0, len(inner)
+        while pos < end:
+            if end - pos < HEADER_SIZE:
+                raise CorruptBinlogError(
+                    f"{_where(codes.TRANSACTION_PAYLOAD, outer.file, outer.start, False)}: its events end with "
+                    f"{end - pos} bytes at offset {pos} of {end} inflated bytes, too few for an event header; the "
+                    f"binlog bytes are corrupt"
+                )
             timestamp, type_code, server_id, size, _, flags = HEADER.unpack_from(inner, pos)
+            if not HEADER_SIZE <= size <= end - pos or type_code == codes.TRANSACTION_PAYLOAD:
+                raise CorruptBinlogError(
+                    f"{_where(type_code, outer.file, outer.start, True)}: an inner event of {size} bytes at "
+                    f"offset {pos} of {end} inflated bytes does not fit the payload; the binlog bytes are corrupt"
+                )
             parsed = self._body(type_code, inner[pos + HEADER_SIZE : pos + size], server_id, outer, True)
             yield Event(
                 type_code, timestamp, server_id, outer.end_pos, flags, outer.file, outer.start, True, parsed
@@ -311,7 +352,7 @@ class EventReader:
         :param at: the event, or the TRANSACTION_PAYLOAD holding it (``in_payload``): where errors say it is.
         """
         if self.format is None or type_code in codes.REFUSED:
-            where = _describe(type_code, at.file, at.start, in_payload)
+            where = _where(type_code, at.file, at.start, in_payload)
             if self.format is None:
                 raise UndecodableEventError(
                     f"{where}: no FORMAT_DESCRIPTION event before it; read from the file's start"
@@ -322,9 +363,8 @@ class EventReader:
             if kind is not None:
                 return self._rows(type_code, kind, body, (type_code, at.file, at.start, in_payload))
             return self._parse(type_code, body, server_id)
-        except (IndexError, struct.error, ValueError) as err:
-            where = _describe(type_code, at.file, at.start, in_payload)
-            raise UndecodableEventError(f"{where}: the event cannot be parsed ({err})") from err
+        except (*MALFORMED, EventReaderError) as err:
+            raise _unparsable(err, _where(type_code, at.file, at.start, in_payload)) from err
 
     def _parse(self, type_code: int, body: bytes, server_id: int) -> Any:
         assert self.format is not None
@@ -383,7 +423,7 @@ class EventReader:
         table_map = self.table_maps.get(table_id)
         if table_map is None:
             raise UndecodableEventError(
-                f"{_describe(*origin)}: its table id {table_id} has no TABLE_MAP event before it; read from a "
+                f"{_where(*origin)}: its table id {table_id} has no TABLE_MAP event before it; read from a "
                 f"transaction start"
             )
         partial = type_code == codes.PARTIAL_UPDATE_ROWS
@@ -407,30 +447,69 @@ class EventReader:
         return decoder
 
 
-def _describe(type_code: int, file: str, start: int, in_payload: bool) -> str:
-    """Return ``TYPE at file:offset`` (``in the payload at`` for events inside a TRANSACTION_PAYLOAD)."""
-    name = codes.NAMES.get(type_code, f"event type {type_code}")
-    return f"{name} {'in the payload ' if in_payload else ''}at {file}:{start}"
+def _unparsable(err: BaseException, where: str) -> UndecodableEventError:
+    """Return the error to raise for ``err``, raised while parsing the event ``where`` names.
+
+    A reader error keeps its class and gains ``where`` when its message lacks it; anything else (what
+    :data:`MALFORMED` lists) becomes an :class:`UndecodableEventError`.
+    """
+    if isinstance(err, UndecodableEventError):
+        return err if where in str(err) else type(err)(f"{where}: {err}")
+    return UndecodableEventError(
+        f"{where}: the event cannot be parsed ({type(err).__name__}: {err}); the binlog bytes are corrupt, or "
+        f"the server wrote a layout this reader does not know"
+    )
 
 
-def _inflate(payload: parsers.TransactionPayload, raw: Event) -> bytes:
+def _inflate(payload: parsers.TransactionPayload, raw: Event, max_size: int) -> bytes:
     """Return the payload's events, decompressed with ``zstandard`` when compressed.
 
-    :raises UndecodableEventError: when the payload does not inflate to the size its header states.
-    """
-    if payload.compression == "none":
-        return payload.payload
-    import zstandard
+    The payload's header states its inflated size (MySQL ``Transaction_payload_event``,
+    ``UNCOMPRESSED_SIZE``): no more than that, nor than ``max_size``, is ever inflated or allocated; at most
+    :data:`_INFLATE_STEP` bytes are allocated ahead of what the data really inflates to.
 
-    try:
-        inner = zstandard.ZstdDecompressor().decompressobj().decompress(payload.payload)
-    except zstandard.ZstdError as err:
-        raise UndecodableEventError(
-            f"TRANSACTION_PAYLOAD at {raw.file}:{raw.start} does not inflate: {err}"
-        ) from err
-    if payload.uncompressed_size and len(inner) != payload.uncompressed_size:
-        raise UndecodableEventError(
-            f"TRANSACTION_PAYLOAD at {raw.file}:{raw.start} inflates to {len(inner)} bytes, its header says "
-            f"{payload.uncompressed_size}"
+    :raises CorruptBinlogError: when the header states more than ``max_size`` bytes, the payload does not
+        inflate, or inflates to another size than its header states (or, without one, to more than
+        ``max_size``).
+    """
+    at = _where(codes.TRANSACTION_PAYLOAD, raw.file, raw.start, False)
+    stated = payload.uncompressed_size
+    if stated > max_size:
+        raise CorruptBinlogError(
+            f"{at}: its header says it inflates to {stated} bytes, more than the {max_size} the reader accepts "
+            f"(max_event_size): the bytes are corrupt, or raise max_event_size if the server wrote it"
+        )
+    limit = stated or max_size
+    if payload.compression == "none":
+        inner = payload.payload
+    else:
+        inner = _zstd_inflate(payload.payload, limit, at)
+    if len(inner) > limit or stated and len(inner) != stated:
+        said = f"its header says {stated}" if stated else f"the reader accepts {max_size} (max_event_size)"
+        raise CorruptBinlogError(
+            f"{at}: inflates to {'more than ' if len(inner) > limit else ''}{len(inner)} bytes, {said}; the "
+            f"binlog bytes are corrupt"
         )
     return inner
+
+
+def _zstd_inflate(data: bytes, limit: int, at: str) -> bytes:
+    """Return the zstd frames ``data`` inflated, up to ``limit`` + 1 bytes (one more tells it inflates to more).
+
+    :raises CorruptBinlogError: when the bytes are not zstd frames.
+    """
+    import zstandard
+
+    chunks: list[bytes] = []
+    wanted = limit + 1
+    try:
+        reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
+        while wanted > 0:
+            chunk = reader.read(min(wanted, _INFLATE_STEP))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            wanted -= len(chunk)
+    except zstandard.ZstdError as err:
+        raise CorruptBinlogError(f"{at}: does not inflate ({err}); the binlog bytes are corrupt") from err
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
