@@ -27,7 +27,7 @@ docs: setup
 	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
 test: lint docs
-	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadfile --durations=25 tests
+	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder --durations=40 tests
 
 unit: setup
 	$(PY) -m pytest -p no:cacheprovider tests/unit

@@ -116,8 +116,9 @@ LONGEST_MODULES = ("test_under_scheduler", "test_guarantees_large", "test_packag
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Order the modules longest first, so that ``-n 2 --dist loadfile`` does not end on one long module.
 
-    xdist hands out modules in collection order as workers free up: a long module collected last runs alone
-    while the other worker idles. Order: :data:`LONGEST_MODULES`, then modules with a ``slow`` test, then
+    With ``--no-loadscope-reorder`` (the Makefile's) xdist hands out modules in collection order as workers free
+    up (by default it orders them by their number of tests, which puts one-test modules of minutes last): a long
+    module handed out last runs alone while the other worker idles. Order: :data:`LONGEST_MODULES`, then modules with a ``slow`` test, then
     system, integration and unit tests (many short modules fill the end). Tests keep their order within a
     module.
     """
