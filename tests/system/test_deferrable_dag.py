@@ -119,4 +119,19 @@ def test_deferred_merge_and_snapshot_under_a_real_scheduler_and_triggerer(
     text = "\n".join(logs.values())
     assert "Deferring while Spark Connect runs reading" in text, sorted(logs)
     assert "Deferring while Spark Connect runs window" in text, sorted(logs)
-    assert text.count("finished; finishing the task") == text.count("Deferring while Spark Connect runs")
+    assert "finished; finishing the task" in text, sorted(logs)  # the triggerer resumed a task
+    for task, attempts in _attempts_by_task(logs).items():
+        deferred = sum(log.count("Deferring while Spark Connect runs") for log in attempts)
+        resumed = sum(log.count("finished; finishing the task") for log in attempts)
+        # Each deferral was resumed, or (the Airflow race of ADR 0024) the resumed attempt was marked
+        # up_for_retry and a later attempt of the task found its work done.
+        assert resumed == deferred or len(attempts) > 1, (task, deferred, resumed, sorted(logs))
+
+
+def _attempts_by_task(logs: dict[str, str]) -> dict[str, list[str]]:
+    """Group task logs (``.../run_id=R/task_id=T/attempt=N.log``) by run and task, attempts in order."""
+    grouped: dict[str, list[tuple[int, str]]] = {}
+    for path, text in logs.items():
+        task, attempt = path.rsplit("/attempt=", 1)
+        grouped.setdefault(task, []).append((int(attempt.split(".")[0]), text))
+    return {task: [text for _, text in sorted(attempts)] for task, attempts in grouped.items()}
