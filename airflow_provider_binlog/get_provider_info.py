@@ -146,6 +146,17 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "30",
                         "default": "10",
                     },
+                    "parallel_read_min_bytes": {
+                        "description": (
+                            "Binlog bytes a window must span (besides two binlog files) before the extract reads "
+                            "its files in parallel worker processes (max_extract_workers); smaller windows are "
+                            "read serially, where starting the workers would cost more than they save."
+                        ),
+                        "version_added": None,
+                        "type": "integer",
+                        "example": "16777216",
+                        "default": "67108864",
+                    },
                     "ship_provider": {
                         "description": (
                             "Ship the provider's code to Spark with each merge and snapshot task (a zip added to "

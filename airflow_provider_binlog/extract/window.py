@@ -58,7 +58,7 @@ def extract_window(
     foreign_keys: Sequence[ForeignKey] = (),
     schemas: Mapping[str, list[Mapping[str, Any]]] | None = None,
     max_workers: int | None = 1,
-    parallel_min_bytes: int = PARALLEL_MIN_BYTES,
+    parallel_min_bytes: int | None = None,
     on_table_error: OnTableError = "quarantine",
 ) -> Manifest:
     """Stream ``window`` into ``window_dir`` and return the manifest written last.
@@ -97,7 +97,8 @@ def extract_window(
         (:mod:`~airflow_provider_binlog.extract.parallel`): None for up to ``os.cpu_count()``, 1 (the default
         here) reads serially. Used only for a window of two files or more and ``parallel_min_bytes`` binlog
         bytes or more; the staged rows, order keys and manifest are a serial read's.
-    :param parallel_min_bytes: binlog bytes below which the window is read serially whatever ``max_workers``.
+    :param parallel_min_bytes: binlog bytes below which the window is read serially whatever ``max_workers``;
+        None for :data:`~airflow_provider_binlog.extract.parallel.PARALLEL_MIN_BYTES`.
     :param on_table_error: what a :class:`~airflow_provider_binlog.exceptions.TableRefusalError` (a value or row
         layout of one table that cannot be staged exactly) does: ``quarantine`` reads the window again (serially)
         with that table stopped at the start of the refused transaction, as often as refusals come (each table
@@ -122,7 +123,7 @@ def extract_window(
         ranges,
         binlog_bytes_between(server.binlog_files, start, end),
         max_workers=max_workers,
-        min_bytes=parallel_min_bytes,
+        min_bytes=PARALLEL_MIN_BYTES if parallel_min_bytes is None else parallel_min_bytes,
     )
     history = {t: [record_column(c) for c in cols] for t, cols in (schemas or {}).items()}
     progress = ExtractProgress(window=window.seq, start=start, end=end, binlog_files=server.binlog_files)

@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import pendulum
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, conf
 
 from airflow_provider_binlog.exceptions import BinlogConfigError, IntervalOpenError
 from airflow_provider_binlog.extract.plan import (
@@ -95,11 +95,14 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         :mod:`~airflow_provider_binlog.extract.parallel`); None (the default) allows one per CPU of the machine
         running the task, 1 reads every window serially. Used only for a catch-up window: one that
         spans two binlog files or more and at least
-        :data:`~airflow_provider_binlog.extract.parallel.PARALLEL_MIN_BYTES` (64 MiB) of binlog; a window in one
-        file (the steady state) is always read serially. It stages the same rows, order keys and manifest as a
+        ``parallel_read_min_bytes`` of binlog; a window in one file (the steady state) is always read serially. It stages the same rows, order keys and manifest as a
         serial read. Each worker opens one more connection to the source (a non-blocking binlog dump under
         server_id 0, which no replica uses) and takes up to one core and the serial read's memory bound; set 1
         where tasks share a machine's cores or the source limits connections. See docs/operating.md.
+    :param parallel_read_min_bytes: binlog bytes a window must span (besides two files) before it is read in
+        parallel; the default is ``[binlog] parallel_read_min_bytes``, else
+        :data:`~airflow_provider_binlog.extract.parallel.PARALLEL_MIN_BYTES` (64 MiB): below it the workers'
+        start costs more than they save.
     :param on_lost_transactions: when the connection reaches another server than the pipeline's state was
         written for (a failover, a switchover), the run follows it by GTID (``docs/failover.md``); if that server
         lacks transactions the target may hold (an asynchronous replica promoted after a crash),
@@ -128,6 +131,7 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         allow_minimal_row_metadata: bool = False,
         cut_by: CutBy = "head",
         max_extract_workers: int | None = None,
+        parallel_read_min_bytes: int | None = None,
         on_lost_transactions: OnLostTransactions = "resnapshot",
         on_table_error: OnTableError = "quarantine",
         **kwargs: Any,
@@ -140,6 +144,13 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
                 f"max_extract_workers={max_extract_workers!r} must be None or at least 1 (1: serial)"
             )
         self.max_extract_workers = max_extract_workers
+        if parallel_read_min_bytes is None:
+            parallel_read_min_bytes = conf.getint("binlog", "parallel_read_min_bytes", fallback=None)
+        if parallel_read_min_bytes is not None and parallel_read_min_bytes < 0:
+            raise ValueError(
+                f"parallel_read_min_bytes={parallel_read_min_bytes!r} must be at least 0 (bytes)"
+            )
+        self.parallel_read_min_bytes = parallel_read_min_bytes
         if not is_template(keyless_tables):
             check_keyless_mode(keyless_tables)
         self.keyless_tables = keyless_tables
@@ -211,6 +222,7 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
                 foreign_keys=cascading_keys(hook, server, targets, self.log),
                 schemas=schema_history(current, window, root),
                 max_workers=self.max_extract_workers,
+                parallel_min_bytes=self.parallel_read_min_bytes,
                 on_table_error=self.on_table_error,
             )
         uri = str(window_dir)

@@ -160,12 +160,18 @@ def running_standalone(
         mariadb.execute(f"DROP DATABASE IF EXISTS {db}")
 
 
+CATCH_UP_ROWS = 150
+"""Rows of 96 kB each that the catch-up test inserts: 14 MiB of row images, 20 MiB with its updates and deletes."""
+
+
 @pytest.fixture(scope="module")
 def standalone(
     mariadb: LocalMariaDB, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Standalone, str, Path]]:
     """One ``airflow standalone`` for the tests of the example DAG's defaults (its start takes a minute)."""
-    with running_standalone(mariadb, tmp_path_factory.mktemp("standalone")) as running:
+    # A catch-up window of 4 MiB is read in parallel: the catch-up test writes 20 MiB, not the default's 64 MiB.
+    parallel = {"AIRFLOW__BINLOG__PARALLEL_READ_MIN_BYTES": str(4 << 20)}
+    with running_standalone(mariadb, tmp_path_factory.mktemp("standalone"), airflow_env=parallel) as running:
         yield running
 
 
@@ -209,15 +215,15 @@ def test_a_catch_up_window_of_several_files_is_read_in_parallel_inside_a_supervi
     server, db, target = standalone
     mariadb.execute(f"DELETE FROM {db}.items")  # rows of the test before on the shared server
     assert server.run_dag("binlog_cdc") == "success", server.tail()
-    mariadb.execute("SET GLOBAL max_binlog_size = 16777216")  # 70 MiB of row images: 5 files or more
+    mariadb.execute(f"SET GLOBAL max_binlog_size = {4 << 20}")  # 20 MiB of row images: 5 files or more
     try:
         with pymysql.connect(**mariadb.connection_kwargs(autocommit=True)) as conn, conn.cursor() as cur:
-            for first in range(0, 700, 50):
+            for first in range(0, CATCH_UP_ROWS, 25):
                 cur.executemany(
                     f"INSERT INTO {db}.items VALUES (%s, %s, %s)",
                     [
                         (i, json.dumps({"id": i, "text": f"{i:06d}" * 16_000}), f"{i}.125")
-                        for i in range(first, first + 50)
+                        for i in range(first, first + 25)
                     ],
                 )
             cur.execute(f"UPDATE {db}.items SET d = -d WHERE id % 7 = 0")
@@ -228,7 +234,7 @@ def test_a_catch_up_window_of_several_files_is_read_in_parallel_inside_a_supervi
     with pymysql.connect(**mariadb.connection_kwargs()) as conn:
         result = compare_table(conn, str(target), f"{db}.items")
     assert result.matched, str(result)
-    assert result.source_rows == 700 - len(range(0, 700, 11))
+    assert result.source_rows == CATCH_UP_ROWS - len(range(0, CATCH_UP_ROWS, 11))
     logs = "".join(p.read_text(errors="replace") for p in server.home.glob("logs/**/task_id=extract/*.log"))
     assert "the task process and 1 worker process(es) read them" in logs
     assert "read by the task process" in logs

@@ -10,7 +10,7 @@ import pytest
 from airflow_provider_binlog.contract.positions import BinlogPosition as P
 from airflow_provider_binlog.extract import parallel
 from airflow_provider_binlog.extract.file_worker import FileRange
-from airflow_provider_binlog.extract.parallel import file_ranges, held_after, worker_count
+from airflow_provider_binlog.extract.parallel import PARALLEL_MIN_BYTES, file_ranges, held_after, worker_count
 from airflow_provider_binlog.extract.reader import BATCH_ROWS
 
 FILES = [("bin.000007", 900), ("bin.000008", 1000), ("bin.000009", 1000), ("bin.000010", 500)]
@@ -77,6 +77,22 @@ def test_the_operator_refuses_fewer_than_one_worker() -> None:
     assert BinlogExtractOperator(**common, max_extract_workers=1).max_extract_workers == 1  # off
     with pytest.raises(ValueError, match="max_extract_workers"):
         BinlogExtractOperator(**common, max_extract_workers=0)
+
+
+def test_the_parallel_read_threshold_comes_from_the_argument_else_the_binlog_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from airflow_provider_binlog.operators import BinlogExtractOperator
+
+    common = {"task_id": "extract", "pipeline": "p", "tables": "db.t", "staging_uri": "/tmp/s"}
+    monkeypatch.delenv("AIRFLOW__BINLOG__PARALLEL_READ_MIN_BYTES", raising=False)
+    # The provider's configuration default, or None (the extract's PARALLEL_MIN_BYTES) where it is not loaded.
+    assert BinlogExtractOperator(**common).parallel_read_min_bytes in (None, PARALLEL_MIN_BYTES)
+    monkeypatch.setenv("AIRFLOW__BINLOG__PARALLEL_READ_MIN_BYTES", str(8 << 20))
+    assert BinlogExtractOperator(**common).parallel_read_min_bytes == 8 << 20
+    assert BinlogExtractOperator(**common, parallel_read_min_bytes=0).parallel_read_min_bytes == 0
+    with pytest.raises(ValueError, match="parallel_read_min_bytes"):
+        BinlogExtractOperator(**common, parallel_read_min_bytes=-1)
 
 
 def test_a_shifted_seq_column_adds_the_offset_also_to_a_slice_and_imports_no_pandas() -> None:
