@@ -26,6 +26,7 @@ from airflow_provider_binlog.contract import ContractError, uris
 from airflow_provider_binlog.contract import delta as contract_delta
 from airflow_provider_binlog.contract.columns import DELETED_COLUMN, METADATA_COLUMN_NAMES
 from airflow_provider_binlog.contract.names import split_table_name
+from airflow_provider_binlog.contract.remedies import resnapshot_remedy
 from airflow_provider_binlog.contract.types import recorded_arrow_type
 from airflow_provider_binlog.exceptions import (
     BinlogConfigError,
@@ -112,8 +113,7 @@ def check_target(
                 f"pipeline {state.pipeline!r} has merged changes of {table} into {table_uri(target_path, table)}, "
                 f"but there is no Delta table there any more (deleted or moved). Nothing was written: a window "
                 f"alone would create it anew with only its own rows. To load it again deliberately, re-snapshot it: "
-                f'trigger binlog_resnapshot with {{"pipeline": "{state.pipeline}", "tables": "{table}", '
-                f'"mode": "requested"}}.'
+                f"{resnapshot_remedy(state.pipeline, table)}."
             )
 
 

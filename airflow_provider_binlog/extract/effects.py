@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_binlog.contract.columns import UTC
 from airflow_provider_binlog.contract.names import database_of, name_fold
 from airflow_provider_binlog.contract.positions import BinlogPosition
+from airflow_provider_binlog.contract.remedies import resnapshot_remedy
 from airflow_provider_binlog.exceptions import TableRefusalError
 from airflow_provider_binlog.extract.batches import truncate_marker
 from airflow_provider_binlog.extract.ddl import classify_ddl, keeps_values
@@ -398,8 +399,8 @@ class StatementEffects:
             f"(GTID {gtid or 'unknown'}): {what}, and its rows are not in the binlog (the session ran with "
             f"binlog_format=STATEMENT or MIXED). Set binlog_format=ROW globally. With on_table_error='quarantine' "
             f"(the default) only these tables stop, each quarantined at the statement's transaction, and the next "
-            f"run re-snapshots them. With on_table_error='fail': trigger binlog_resnapshot with "
-            f'{{"pipeline": "{self.pipeline}", "tables": "{tables}", "mode": "requested"}}; once that snapshot has '
+            f"run re-snapshots them. With on_table_error='fail': {resnapshot_remedy(self.pipeline, tables)}; "
+            "once that snapshot has "
             f"started, clear the failed extract: it re-reads the same window and skips the statement.",
             table=written[0],
             also=tuple(written[1:]),

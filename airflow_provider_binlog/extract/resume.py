@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pymysql
 
 from airflow_provider_binlog.contract.positions import BinlogPosition
+from airflow_provider_binlog.contract.remedies import resnapshot_remedy
 from airflow_provider_binlog.exceptions import (
     BinlogPurgedError,
     LostTransactionsError,
@@ -438,8 +439,8 @@ def must_follow(state: PipelineState, server: ServerState, at_checkpoint: str | 
         f"the binlog of {server.server_identity} was reset under pipeline {state.pipeline!r}: its checkpoint "
         f"{checkpoint} is no longer a transaction boundary there, and the server's GTID state ({head.gtid_set}) "
         f"no longer holds the checkpoint's (RESET MASTER reset it too, so new transactions reuse old GTIDs). "
-        f"Nothing was read. Re-snapshot every table of the pipeline: trigger binlog_resnapshot with "
-        f'{{"pipeline": "{state.pipeline}", "tables": "<its tables>", "mode": "purged"}} (docs/failover.md).'
+        f"Nothing was read. Re-snapshot every table of the pipeline: "
+        f"{resnapshot_remedy(state.pipeline, '<its tables>', 'purged')} (docs/failover.md)."
     )
 
 
@@ -516,7 +517,6 @@ def check_lost(state: PipelineState, plan: SwitchPlan, on_lost: OnLostTransactio
         f"pipeline {state.pipeline!r}: the new source lacks the transactions {plan.lost}, which the target may hold "
         f"(checkpoint {state.checkpoint.position}); they may have changed {tables}, and {why}. Nothing was changed. "
         f"Re-snapshot those tables: run with on_lost_transactions='resnapshot' (the default) on a head pipeline, or "
-        f'trigger binlog_resnapshot with {{"pipeline": "{state.pipeline}", "tables": "{tables}", "mode": '
-        f'"requested"}}, or load them into a new pipeline (docs/failover.md).',
+        f"{resnapshot_remedy(state.pipeline, tables)}, or load them into a new pipeline (docs/failover.md).",
         missing=plan.lost,
     )

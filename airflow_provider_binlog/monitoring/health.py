@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol
 import pendulum
 from pydantic import BaseModel
 
+from airflow_provider_binlog.contract.remedies import resnapshot_remedy
 from airflow_provider_binlog.exceptions import BinlogError
 from airflow_provider_binlog.pipeline.ledger import PipelineState
 from airflow_provider_binlog.pipeline.quarantine import quarantined, retry_due
@@ -360,8 +361,8 @@ def _next_step(
     """Return ``(the one thing to do next, whether a person must act)``, most pressing first."""
     if retention is not None and retention["purged"]:
         return (
-            f"binlogs the pipeline needs are purged: re-snapshot every table (trigger binlog_resnapshot with "
-            f'{{"pipeline": "{retention["pipeline"]}", "mode": "purged", "tables": ...}}) and raise the retention'
+            "binlogs the pipeline needs are purged: re-snapshot every table "
+            f"({resnapshot_remedy(retention['pipeline'], '<its tables>', 'purged')}) and raise the retention"
         ), True
     for item in held:
         if item.ended:  # taken over by the next run (guarantees 10 and 14), but that run failed for a reason

@@ -9,6 +9,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_binlog.contract.remedies import resnapshot_remedy
 from airflow_provider_binlog.exceptions import BinlogConfigError, StateError, ValidationMismatchError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.operators.trusted import check_trusted_arguments
@@ -191,9 +192,8 @@ class BinlogValidateOperator(BaseOperator):
                 f"{position} (confirmed after the target caught up with the source rows read): "
                 + "; ".join(results[t].summary() for t in mismatched)
                 + ". Rows changed on the source without the binlog (sql_log_bin=0, a restore) or a target "
-                "written by something else cause this. To repair, re-snapshot the tables: trigger "
-                f'binlog_resnapshot with {{"pipeline": "{self.pipeline}", "tables": "{",".join(mismatched)}", '
-                '"mode": "requested"}.'
+                "written by something else cause this. To repair, re-snapshot the tables: "
+                f"{resnapshot_remedy(self.pipeline, mismatched)}."
             )
             if self.on_mismatch == "fail":
                 raise ValidationMismatchError(message)

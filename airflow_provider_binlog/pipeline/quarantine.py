@@ -20,6 +20,7 @@ from typing import Any, Literal, get_args
 from airflow_provider_binlog import __version__
 from airflow_provider_binlog.contract.manifest import Manifest
 from airflow_provider_binlog.contract.positions import BinlogPosition
+from airflow_provider_binlog.contract.remedies import resnapshot_remedy
 from airflow_provider_binlog.exceptions import BinlogConfigError
 from airflow_provider_binlog.pipeline.ledger import PipelineState, ResnapshotNeeded, Snapshot, now_iso
 
@@ -180,8 +181,8 @@ def quarantine_report(pipeline: str, entries: Iterable[ResnapshotNeeded]) -> str
         "Its target keeps the table as it was at 'since' and says so (Delta table property binlog.quarantine, "
         "read_table warns). To heal: fix or delete the value at the source, or change the column's type or "
         "character set by DDL, or upgrade the provider; the next run then re-snapshots the table by itself and "
-        'it leaves quarantine. To retry now, trigger binlog_resnapshot with {"pipeline": "'
-        f'{pipeline}", "tables": "<db.table>", "mode": "requested"}}. See docs/operating.md, "Quarantined tables".'
+        f"it leaves quarantine. To retry now, {resnapshot_remedy(pipeline, '<db.table>')}. See docs/operating.md, "
+        '"Quarantined tables".'
     )
     return "\n".join(lines)
 

@@ -97,7 +97,10 @@ def test_the_reader_ignores_skips_or_refuses_by_written_tables_and_snapshot_cove
         in message
     )
     assert "(GTID 0-1-77): it writes the selected table(s) shop.nopk," in message
-    assert '{"pipeline": "shop_cdc", "tables": "shop.nopk", "mode": "requested"}' in message
+    assert (
+        """pipeline 'shop_cdc''s binlog_resnapshot DAG with {"tables": "shop.nopk", "mode": "requested"}"""
+        in message
+    )
 
 
 @pytest.mark.parametrize(

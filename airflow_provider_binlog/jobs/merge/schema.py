@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from airflow_provider_binlog.contract.columns import BUCKET_COLUMN, METADATA_COLUMN_NAMES
+from airflow_provider_binlog.contract.remedies import resnapshot_remedy
 from airflow_provider_binlog.contract.types import (
     MYSQL_TYPE_KEY,
     is_lossless_widening,
@@ -121,8 +122,7 @@ class UnfollowableSchemaChange(MergeJobError):
             f"pipeline {pipeline!r}: column {column!r} of {table} {detail}; the Delta table cannot follow this "
             f"change exactly, so {table} must be re-snapshotted; nothing of it was written. The other tables of the "
             f"window are merged, and the pipeline's next snapshot task re-snapshots {table} by itself (binlog_cdc's "
-            f'first task); to do it sooner, trigger binlog_resnapshot with {{"pipeline": "{pipeline}", "tables": '
-            f'"{table}", "mode": "requested"}}'
+            f"first task); to do it sooner, {resnapshot_remedy(pipeline, table)}"
         )
 
 
