@@ -88,6 +88,39 @@ def split_table_name(name: str) -> tuple[str, str]:
     return db, table
 
 
+def sql_name_parts(text: str) -> tuple[str, ...]:
+    """Read a table name as SQL writes it: ``table`` or ``db.table``, each part backquoted or bare.
+
+    Whitespace around the dot is allowed, as in SQL; a backquoted part may hold dots and doubled backquotes
+    (MariaDB manual, "Identifier Names" and "Identifier Qualifiers").
+
+    :returns: the unquoted parts: ``(table,)`` or ``(db, table)``.
+    :raises TableNameError: on an empty part, more than two parts, an unclosed backquote, or text after a
+        backquoted part.
+    """
+    parts: list[str] = []
+    i = 0
+    while True:
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if text[i : i + 1] == "`":
+            part, i = _unquote(text, i, text)
+        else:
+            end = text.find(".", i)
+            end = len(text) if end < 0 else end
+            part, i = text[i:end].strip(), end
+        if not part or len(parts) == 2:
+            raise TableNameError(f"{text!r} is not a table name as SQL writes it ([db.]table)")
+        parts.append(part)
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i == len(text):
+            return tuple(parts)
+        if text[i] != ".":
+            raise TableNameError(f"{text!r} has text after the quoted name {part!r}")
+        i += 1
+
+
 def _parts(name: str) -> tuple[tuple[str, bool], tuple[str, bool]]:
     """Return ``((db, quoted), (table, quoted))`` of a qualified name (see :func:`split_table_name`)."""
     db_quoted = name.startswith("`")

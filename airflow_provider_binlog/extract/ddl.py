@@ -256,14 +256,15 @@ def _effects(
     sql: str,
     schema: str,
     *,
-    strict: bool = True,
-    kept: Mapping[str, set[str]] | None = None,
-    fold: Callable[[str], str] = str.lower,
+    strict: bool,
+    kept: Mapping[str, set[str]] | None,
+    fold: Callable[[str], str],
 ) -> _Found | None:
     """Return ``[(db.table, action, reason)]`` for every table the statement names, None when unparsed.
 
-    ``kept``: per table (``db.table`` under ``fold``, :func:`~airflow_provider_binlog.contract.names.name_fold`), the names (lower case) of the dropped
-    columns its target still holds (see :func:`classify_ddl`).
+    ``kept``: per table (``db.table`` under ``fold``, :func:`~airflow_provider_binlog.contract.names.name_fold`:
+    case-sensitive unless the server folds names), the names (lower case) of the dropped columns its target
+    still holds (see :func:`classify_ddl`).
     """
     import sqlglot
     from sqlglot import exp

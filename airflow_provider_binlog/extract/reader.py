@@ -37,8 +37,6 @@ from airflow_provider_binlog.contract.columns import OP_DELETE, OP_INSERT, OP_UP
 from airflow_provider_binlog.contract.names import database_of
 from airflow_provider_binlog.contract.positions import BinlogPosition, file_index
 from airflow_provider_binlog.exceptions import (
-    ReplicationConnectionLostError,
-    SourceUnreachableError,
     UndecodableValueError,
     UnsupportedEventError,
 )
@@ -54,6 +52,7 @@ from airflow_provider_binlog.extract.events.tablemap import TableMap
 from airflow_provider_binlog.extract.heap import frozen_heap
 from airflow_provider_binlog.extract.progress import ExtractProgress
 from airflow_provider_binlog.extract.refusals import undecodable_value, unsupported_layout
+from airflow_provider_binlog.extract.stream_errors import connection_lost, ended_early
 from airflow_provider_binlog.extract.targets import (
     ExtractStats,
     ReaderState,
@@ -237,7 +236,15 @@ class WindowReader:
                     self._read()
                 except pymysql.err.OperationalError as err:
                     if err.args and err.args[0] in LOST_CONNECTION_ERRORS:
-                        raise self._lost(err) from err
+                        raise connection_lost(
+                            err,
+                            window=self.window,
+                            start=self.start,
+                            end=self.end,
+                            transactions=self.state.stats.transactions,
+                            position=self.position,
+                            open_gtid=(self.txn.gtid or "?") if self.txn.open else None,
+                        ) from err
                     raise
                 finally:
                     self.txn.close_spills()
@@ -292,17 +299,6 @@ class WindowReader:
         if self.state.last_commit_us is not None:
             self.state.stats.last_commit_ts = _utc(self.state.last_commit_us).isoformat()
 
-    def _lost(self, err: Exception) -> ReplicationConnectionLostError:
-        inside = f", inside transaction {self.txn.gtid or '?'}" if self.txn.open else ""
-        return ReplicationConnectionLostError(
-            f"lost the replication connection to the source while reading window {self.window} "
-            f"({self.start}, {self.end}], {self.state.stats.transactions} transaction(s) into it (last boundary "
-            f"read: {self.position}{inside}): {err}. The source restarted, killed the connection or the "
-            f"network dropped it (a stream that receives nothing, not even a heartbeat, for three heartbeat "
-            f"periods counts as lost: the connection extra heartbeat_period, default 15 s). The reader does not resume on another connection: the retry clears this "
-            f"window's staging folder and re-reads the same window from its start."
-        )
-
     def _undecodable(self, err: ValueConversionError, event: Event | None) -> UndecodableValueError:
         """Return the refusal of a value that cannot be staged (:func:`~.refusals.undecodable_value`)."""
         return undecodable_value(
@@ -352,14 +348,7 @@ class WindowReader:
                 progress.tick(event.file, event.end_pos, stats.rows)
         else:
             if not self._reached_end():
-                raise self._ended_early()
-
-    def _ended_early(self) -> SourceUnreachableError:
-        """Return the error of a binlog that ended before the window end (retryable)."""
-        return SourceUnreachableError(
-            f"the binlog ended at {self.position} before the window end {self.end}; the server may "
-            f"have been restarted or reset. Retry; if it persists, the window's binlogs are gone."
-        )
+                raise ended_early(self.position, self.end)
 
     def _dispatch(self, event: Event) -> None:
         """Act on one event: transaction bounds, rows of selected tables, statements."""

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_binlog.contract.names import qualified_name
+from airflow_provider_binlog.contract.names import qualified_name, sql_name_parts
 
 _LOAD_DATA_INTO = re.compile(
     r"^\s*LOAD\s+(?:XML|DATA)\b.*?\bINTO\s+TABLE\s+((?:`(?:[^`]|``)+`|[\w$]+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|[\w$]+))?)",
@@ -148,10 +148,8 @@ def qualify_table(table: Any, schema: str) -> str:
 
 def qualify_name(name: str, schema: str) -> str:
     """Return ``db.table`` of a table name as written in SQL (backquoted or not), ``schema`` when unqualified."""
-    parts = [
-        p.strip().strip("`").replace("``", "`") for p in re.split(r"\.(?=(?:[^`]*`[^`]*`)*[^`]*$)", name)
-    ]
-    return qualified_name(parts[0], parts[1]) if len(parts) == 2 else qualified_name(schema, parts[0])
+    parts = sql_name_parts(name)
+    return qualified_name(*parts) if len(parts) == 2 else qualified_name(schema, parts[0])
 
 
 def _first_line(text: str) -> str:

@@ -15,11 +15,13 @@ from airflow_provider_binlog.contract.names import (
     path_segment,
     qualified_name,
     split_table_name,
+    sql_name_parts,
     table_folder,
     table_path,
 )
 from airflow_provider_binlog.contract.uris import join_uri, table_uri
 from airflow_provider_binlog.extract.ddl import classify_ddl
+from airflow_provider_binlog.extract.statements import qualify_name
 from airflow_provider_binlog.pipeline.tables import parse_tables, select_tables, takes
 
 HOSTILE = [
@@ -187,3 +189,27 @@ def test_a_table_still_in_its_unescaped_folder_is_refused_with_the_move_that_fix
     with pytest.raises(BinlogConfigError, match="Move the folder .*with space to .*with~20space"):
         check_target("p", state, target, [table])
     check_target("p", state, target, ["shop.orders"])  # an ordinary name's folder never moved
+
+
+@pytest.mark.parametrize(
+    ("sql", "parts"),
+    [
+        ("orders", ("orders",)),
+        ("shop.orders", ("shop", "orders")),
+        ("`shop` . `orders`", ("shop", "orders")),
+        ("`a.b`.`c.d`", ("a.b", "c.d")),
+        ("`x``y`", ("x`y",)),
+        ("```lead`.t", ("`lead", "t")),  # a name beginning with a backquote: strip("`") lost it
+        ("`заказы`", ("заказы",)),
+    ],
+)
+def test_sql_names_are_read_by_the_one_backquote_parser(sql: str, parts: tuple[str, ...]) -> None:
+    assert sql_name_parts(sql) == parts
+    expected = qualified_name(*parts) if len(parts) == 2 else qualified_name("dflt", parts[0])
+    assert qualify_name(sql, "dflt") == expected
+
+
+@pytest.mark.parametrize("sql", ["", "a.", ".b", "a.b.c", "`a`b", "`open", "`a`.`b` x"])
+def test_malformed_sql_names_are_refused(sql: str) -> None:
+    with pytest.raises(TableNameError):
+        sql_name_parts(sql)
