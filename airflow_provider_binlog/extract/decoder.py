@@ -38,6 +38,7 @@ from pymysqlreplication.constants import FIELD_TYPE
 from airflow_provider_binlog.extract.columns import ValueConversionError, describe_column
 from airflow_provider_binlog.extract.errors import UndecodableEventError
 from airflow_provider_binlog.extract.rowcode import SUPPORTED_TYPES, TEXT_TYPES, generate, text_kind
+from airflow_provider_binlog.extract.wire import length_encoded, packed_integer
 
 if TYPE_CHECKING:
     from airflow_provider_binlog.extract.events.tablemap import TableMapColumn
@@ -144,7 +145,7 @@ class RowDecoder:
         self._present = (1 << len(self.columns)) - 1
         self.full_bitmap = self._present.to_bytes((len(self.columns) + 7) // 8, "little")
         """The columns-present bitmap of a full image (every column present)."""
-        self.rows_head = _packed_bytes(len(self.columns)) + self.full_bitmap
+        self.rows_head = length_encoded(len(self.columns)) + self.full_bitmap
         """How a WRITE/DELETE rows event of full images starts its body after the post-header: the column
         count (length-encoded), then the bitmap."""
         self.update_head = self.rows_head + self.full_bitmap
@@ -253,7 +254,7 @@ class RowDecoder:
         pos, zero, end = start, 0, len(body)
         while pos < end:
             before, pos, zero_before = self._image(body, pos)
-            options, pos = _packed_integer(body, pos)
+            options, pos = packed_integer(body, pos)
             if options & 1:
                 if int.from_bytes(body[pos : pos + width], "little"):
                     raise UndecodableEventError(
@@ -302,26 +303,3 @@ def _check_end(pos: int, end: int, event: Any) -> None:
         raise UndecodableEventError(
             f"{_where(event)}: row data ends at byte {pos} of {end}; it does not match the table map"
         )
-
-
-def _packed_bytes(value: int) -> bytes:
-    """Return ``value`` as a length-encoded integer (the inverse of :func:`_packed_integer`)."""
-    if value < 251:
-        return bytes([value])
-    if value < 1 << 16:
-        return b"\xfc" + value.to_bytes(2, "little")
-    if value < 1 << 24:
-        return b"\xfd" + value.to_bytes(3, "little")
-    return b"\xfe" + value.to_bytes(8, "little")
-
-
-def _packed_integer(body: bytes, pos: int) -> tuple[int, int]:
-    """Read a length-encoded integer (MySQL internals, "Binary Protocol: Length-Encoded Integer")."""
-    first = body[pos]
-    widths = {252: 2, 253: 3, 254: 8}
-    if first < 251:
-        return first, pos + 1
-    width = widths.get(first)
-    if width is None:
-        raise UndecodableEventError(f"invalid length-encoded integer prefix {first}")
-    return int.from_bytes(body[pos + 1 : pos + 1 + width], "little"), pos + 1 + width

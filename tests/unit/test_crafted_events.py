@@ -36,6 +36,7 @@ from airflow_provider_binlog.extract.events.feeds import (
     read_binlog_socket,
 )
 from airflow_provider_binlog.extract.events.stream import EventReader
+from airflow_provider_binlog.extract.wire import length_encoded
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
 MYSQL_80_POST_HEADERS = bytes(
@@ -126,17 +127,6 @@ STOP = (codes.STOP, b"")
 QUERY = (codes.QUERY, struct.pack("<IIBHH", 7, 0, 1, 0, 0) + b"d\x00BEGIN")
 
 
-def packed(value: int) -> bytes:
-    """Return a length-encoded integer (MySQL internals, "Protocol Basics")."""
-    if value < 251:
-        return bytes([value])
-    if value < 1 << 16:
-        return b"\xfc" + value.to_bytes(2, "little")
-    if value < 1 << 24:
-        return b"\xfd" + value.to_bytes(3, "little")
-    return b"\xfe" + value.to_bytes(8, "little")
-
-
 def payload(data: bytes, *, stated: int | None, compression: int = 0) -> tuple[int, bytes]:
     """Return a TRANSACTION_PAYLOAD event's ``(type code, body)``: its header fields, then ``data`` as is.
 
@@ -144,7 +134,12 @@ def payload(data: bytes, *, stated: int | None, compression: int = 0) -> tuple[i
     3 uncompressed size (``stated``; left out when None), each ``type, length, value`` packed; 0 ends them.
     """
     fields = [(1, len(data)), (2, compression), *([(3, stated)] if stated is not None else [])]
-    body = b"".join(bytes([kind]) + packed(len(packed(v))) + packed(v) for kind, v in fields) + b"\x00"
+    body = (
+        b"".join(
+            bytes([kind]) + length_encoded(len(length_encoded(v))) + length_encoded(v) for kind, v in fields
+        )
+        + b"\x00"
+    )
     return codes.TRANSACTION_PAYLOAD, body + data
 
 

@@ -8,8 +8,13 @@ import struct
 import pytest
 
 from airflow_provider_binlog.extract.decimals import decode_decimal
-from airflow_provider_binlog.extract.events.wire import packed_integer, varlen_signed, varlen_unsigned
 from airflow_provider_binlog.extract.json_binary import json_text
+from airflow_provider_binlog.extract.wire import (
+    length_encoded,
+    packed_integer,
+    varlen_signed,
+    varlen_unsigned,
+)
 
 
 @pytest.mark.parametrize(
@@ -35,6 +40,12 @@ def test_packed_integer_widths() -> None:
     assert packed_integer(b"\xfc\x01\x02", 0) == (0x0201, 3)
     assert packed_integer(b"\xfd\x01\x02\x03", 0) == (0x030201, 4)
     assert packed_integer(b"\xfe" + struct.pack("<Q", 2**40), 0) == (2**40, 9)
+
+
+@pytest.mark.parametrize("value", [0, 250, 251, 2**16 - 1, 2**16, 2**24 - 1, 2**24, 2**64 - 1])
+def test_length_encoded_is_the_inverse_of_packed_integer_at_each_width_boundary(value: int) -> None:
+    encoded = length_encoded(value)
+    assert packed_integer(encoded + b"tail", 0) == (value, len(encoded))
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ import struct
 from dataclasses import dataclass, field
 
 from airflow_provider_binlog.extract.errors import UndecodableEventError
-from airflow_provider_binlog.extract.events.wire import (
+from airflow_provider_binlog.extract.wire import (
     cstring,
     packed_integer,
     uuid_text,

@@ -33,7 +33,7 @@ from airflow_provider_binlog.extract.events.integrity import (
 from airflow_provider_binlog.extract.events.integrity import where as _where
 from airflow_provider_binlog.extract.events.parsers import HEADER, HEADER_SIZE, FormatDescription
 from airflow_provider_binlog.extract.events.tablemap import TableMap, TableMapParser
-from airflow_provider_binlog.extract.events.wire import packed_integer
+from airflow_provider_binlog.extract.wire import packed_integer
 
 if TYPE_CHECKING:
     from airflow_provider_binlog.extract.events.tablemap import Column

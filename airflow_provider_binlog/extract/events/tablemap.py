@@ -24,8 +24,8 @@ from pymysqlreplication.constants import FIELD_TYPE
 from airflow_provider_binlog.contract.names import qualified_name
 from airflow_provider_binlog.extract.columns import VECTOR
 from airflow_provider_binlog.extract.errors import UndecodableEventError
-from airflow_provider_binlog.extract.events.wire import packed_bytes, packed_integer
 from airflow_provider_binlog.extract.tablemaps import collation_charset, redecode_members
+from airflow_provider_binlog.extract.wire import packed_bytes, packed_integer
 
 if TYPE_CHECKING:
     from airflow_provider_binlog.extract.decoder import RowDecoder

@@ -1,4 +1,4 @@
-"""Byte-level readers shared by the binlog event parsers.
+"""Byte-level readers and writers shared by the binlog event parsers (`extract/events`) and the row decoder.
 
 Integer formats are the MySQL client/server protocol's (MySQL internals, "Protocol Basics": fixed-length
 little-endian integers, length-encoded integers and strings) and the MySQL serialization library's
@@ -27,6 +27,17 @@ def packed_integer(buf: bytes, pos: int) -> tuple[int, int]:
     if width is None:
         raise UndecodableEventError(f"invalid length-encoded integer prefix {first} at byte {pos}")
     return int.from_bytes(buf[pos + 1 : pos + 1 + width], "little"), pos + 1 + width
+
+
+def length_encoded(value: int) -> bytes:
+    """Return ``value`` (0 to 2**64 - 1) as a length-encoded integer: the inverse of :func:`packed_integer`."""
+    if value < 251:
+        return bytes([value])
+    if value < 1 << 16:
+        return b"\xfc" + value.to_bytes(2, "little")
+    if value < 1 << 24:
+        return b"\xfd" + value.to_bytes(3, "little")
+    return b"\xfe" + value.to_bytes(8, "little")
 
 
 def packed_bytes(buf: bytes, pos: int) -> tuple[bytes, int]:
