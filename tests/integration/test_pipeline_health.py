@@ -28,23 +28,11 @@ from airflow_provider_binlog.pipeline.windows import advance_checkpoint, cut_win
 from airflow_provider_binlog.sensors import BinlogPurgeRiskSensor
 from airflow_provider_binlog.snapshot.ledger import begin_snapshot, finish_snapshot
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
+from airflow_provider_binlog.testing.stores import DictStore
 
 pytestmark = pytest.mark.integration
 
 ROWS = 1000
-
-
-class DictStore:
-    """State Variables in memory (the sensors' path reads them from AIRFLOW_VAR_* instead)."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, str] = {}
-
-    def get(self, key: str) -> str | None:
-        return self.values.get(key)
-
-    def set(self, key: str, value: str) -> None:
-        self.values[key] = value
 
 
 class Runs:

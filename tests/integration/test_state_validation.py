@@ -22,21 +22,11 @@ from airflow_provider_binlog.hooks.binlog import BinlogHook
 from airflow_provider_binlog.pipeline.lock import SourceStateLock, legacy_lock_name, lock_name
 from airflow_provider_binlog.pipeline.state import StateManager
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
+from airflow_provider_binlog.testing.stores import DictStore
 
 pytestmark = pytest.mark.integration
 
 HEAD = BinlogPosition("mariadb-bin.000001", 4)
-
-
-class DictStore:
-    def __init__(self) -> None:
-        self.data: dict[str, str] = {}
-
-    def get(self, key: str) -> str | None:
-        return self.data.get(key)
-
-    def set(self, key: str, value: str) -> None:
-        self.data[key] = value
 
 
 @pytest.fixture

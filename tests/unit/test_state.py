@@ -14,21 +14,9 @@ from airflow_provider_binlog.exceptions import PipelineBusyError, StateConflictE
 from airflow_provider_binlog.pipeline.ledger import MERGED_WINDOWS_KEPT, Held, PipelineState
 from airflow_provider_binlog.pipeline.state import StateManager, variable_key
 from airflow_provider_binlog.pipeline.windows import cut_window, mark_window
+from airflow_provider_binlog.testing.stores import DictStore
 
 HEAD = BinlogPosition("mariadb-bin.000001", 800, "0-1-10")
-
-
-class DictStore:
-    """Variables in a dict: the same get/set contract as Airflow Variables."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, str] = {}
-
-    def get(self, key: str) -> str | None:
-        return self.data.get(key)
-
-    def set(self, key: str, value: str) -> None:
-        self.data[key] = value
 
 
 class ThreadLock:

@@ -19,22 +19,10 @@ from airflow_provider_binlog.contract.uris import require_within_root, within_ro
 from airflow_provider_binlog.exceptions import BinlogConfigError, PipelineNameError, StateError
 from airflow_provider_binlog.pipeline.ledger import SEQ_MAX, Snapshot, Window
 from airflow_provider_binlog.pipeline.state import StateManager, StateRoots, check_pipeline_name
+from airflow_provider_binlog.testing.stores import DictStore
 
 HEAD = BinlogPosition("mariadb-bin.000001", 800, "0-1-10")
 KEY = "binlog_state__shop"
-
-
-class DictStore:
-    """Variables in a dict: the same get/set contract as Airflow Variables."""
-
-    def __init__(self, text: str | None = None) -> None:
-        self.data: dict[str, str] = {} if text is None else {KEY: text}
-
-    def get(self, key: str) -> str | None:
-        return self.data.get(key)
-
-    def set(self, key: str, value: str) -> None:
-        self.data[key] = value
 
 
 def document(staging: str = "/data/staging/shop", target: str = "/data/target") -> dict[str, Any]:
@@ -65,7 +53,7 @@ def document(staging: str = "/data/staging/shop", target: str = "/data/target") 
 
 
 def load(doc: Any, roots: StateRoots | None = None) -> Any:
-    return StateManager("shop", DictStore(json.dumps(doc)), roots=roots).load()
+    return StateManager("shop", DictStore({KEY: json.dumps(doc)}), roots=roots).load()
 
 
 def test_the_valid_document_loads_within_its_roots() -> None:
@@ -76,7 +64,7 @@ def test_the_valid_document_loads_within_its_roots() -> None:
 def test_deep_nesting_is_refused_with_the_variable_named_not_a_recursion_error() -> None:
     deep = "[" * 100_000 + "]" * 100_000
     with pytest.raises(StateError) as caught:
-        StateManager("shop", DictStore(deep)).load()
+        StateManager("shop", DictStore({KEY: deep})).load()
     message = str(caught.value)
     assert KEY in message
     assert "too deeply" in message
