@@ -1,0 +1,255 @@
+"""Commits written by us to a Delta log: what delta-rs cannot write (deletion vectors, ADR 0037).
+
+delta-rs (deltalake 1.6) reads deletion vectors (``DeltaTable.scan``, the DataFusion reader) and keeps them
+when it overwrites a table, but its transaction API has no deletion-vector field: an ``add`` with a DV cannot be
+written, and its ``remove`` of a file that has one leaves the file in the table (a logical file is the pair of
+path and DV; measured with deltalake 1.6.6). A commit that sets or replaces a file's DV, or removes a file that
+has one, is therefore written here, under the Delta protocol's rules (PROTOCOL.md, "Delta Log Entries",
+"Creation of New Log Entries"):
+
+- version ``v`` is the file ``_delta_log/<v, 20 digits>.json``, one action per line, and it is created only if
+  absent (put-if-absent): of two writers of the same version one fails, as delta-rs's own commits do. On a local
+  filesystem the file is written under a temporary name and hard-linked to its name (``link`` fails when the
+  name exists), the rule delta-rs's local log store follows; other stores are refused
+  (:class:`~airflow_provider_binlog.contract.ContractError`) until a conditional put is wired for them;
+- the commit is accepted only on the version the caller read: a lost race raises deltalake's
+  ``CommitFailedError``, which the merge handles by planning again, as for its delta-rs commits.
+
+The current descriptors of files' DVs come from a checkpoint written by delta-rs at the version read
+(``DeltaTable.create_checkpoint``): delta-rs does the log replay, and its checkpoint keeps each ``add``'s
+``deletionVector`` (its ``get_add_actions`` leaves it out).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_binlog.contract import ContractError
+from airflow_provider_binlog.contract.deletion_vectors import DeletionVector
+from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, join_uri
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+DELETION_VECTORS = "deletionVectors"
+"""The table feature name (PROTOCOL.md, "Deletion Vectors")."""
+ENABLE_DELETION_VECTORS = "delta.enableDeletionVectors"
+"""The table property that allows writers to write DVs (PROTOCOL.md, "Deletion Vectors")."""
+_LEGACY_WRITER_FEATURES = {
+    2: ("appendOnly", "invariants"),
+    3: ("appendOnly", "invariants", "checkConstraints"),
+    4: ("appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns"),
+    5: ("appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns", "columnMapping"),
+    6: (
+        "appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns", "columnMapping",
+        "identityColumns",
+    ),
+}  # fmt: skip
+"""Features a table of a legacy writer version may use (PROTOCOL.md, "Writer Version Requirements"); an
+upgrade to writer version 7 must list them (PROTOCOL.md, "Table Features for New and Existing Tables")."""
+
+
+@dataclass(frozen=True)
+class LogFile:
+    """A logical data file of a table, as an ``add`` or ``remove`` action names it.
+
+    :param path: the path as the log stores it (relative to the table, percent-encoded).
+    :param size: bytes.
+    :param rows: the file's physical rows (``numRecords``; a file with a DV must have it).
+    :param stats: the ``stats`` JSON text of its ``add`` (None: none).
+    :param partition: partition values.
+    :param vector: its deletion vector, None when it has none.
+    """
+
+    path: str
+    size: int
+    rows: int
+    stats: str | None = None
+    partition: Mapping[str, str | None] | None = None
+    vector: DeletionVector | None = None
+
+    def add(self, now_ms: int) -> dict[str, Any]:
+        """Return the file's ``add`` action."""
+        action: dict[str, Any] = {
+            "path": self.path,
+            "partitionValues": dict(self.partition or {}),
+            "size": self.size,
+            "modificationTime": now_ms,
+            "dataChange": True,
+        }
+        if self.stats is not None:
+            action["stats"] = self.stats
+        if self.vector is not None:
+            action["deletionVector"] = self.vector.to_json()
+        return {"add": action}
+
+    def remove(self, now_ms: int) -> dict[str, Any]:
+        """Return the ``remove`` action of this logical file (its DV included: it is part of its identity)."""
+        action: dict[str, Any] = {
+            "path": self.path,
+            "deletionTimestamp": now_ms,
+            "dataChange": True,
+            "extendedFileMetadata": True,
+            "partitionValues": dict(self.partition or {}),
+            "size": self.size,
+        }
+        if self.vector is not None:
+            action["deletionVector"] = self.vector.to_json()
+        return {"remove": action}
+
+
+def supports_deletion_vectors(dt: DeltaTable) -> bool:
+    """Return whether the table's protocol has the ``deletionVectors`` feature (its files may have DVs)."""
+    return DELETION_VECTORS in (dt.protocol().reader_features or [])
+
+
+def enable_deletion_vectors(dt: DeltaTable, storage_options: StorageOptions | None = None) -> bool:
+    """Upgrade the table to the ``deletionVectors`` feature and set ``delta.enableDeletionVectors``, in one commit.
+
+    The protocol becomes reader version 3 and writer version 7, listing ``deletionVectors`` and the features
+    its former writer version allowed; the ``metaData`` action repeats the table's id, name, schema, partition
+    columns and configuration with the property added. Readers of the table must then read DVs: delta-rs's
+    ``DeltaTable.scan``, Polars, Spark with delta-spark 2.3+ do; delta-rs's ``to_pyarrow_dataset`` does not.
+
+    :returns: False when the table had the feature and the property already (nothing written).
+    :raises CommitFailedError: when another writer committed since ``dt`` was read.
+    """
+    protocol = dt.protocol()
+    metadata = dt.metadata()
+    configuration = dict(metadata.configuration)
+    if (
+        DELETION_VECTORS in (protocol.reader_features or [])
+        and configuration.get(ENABLE_DELETION_VECTORS) == "true"
+    ):
+        return False
+    writer_features = set(
+        protocol.writer_features or _LEGACY_WRITER_FEATURES.get(protocol.min_writer_version, ())
+    )
+    reader_features = set(protocol.reader_features or [])
+    if protocol.min_reader_version == 2:
+        reader_features.add("columnMapping")
+    configuration[ENABLE_DELETION_VECTORS] = "true"
+    actions = [
+        {
+            "protocol": {
+                "minReaderVersion": 3,
+                "minWriterVersion": 7,
+                "readerFeatures": sorted(reader_features | {DELETION_VECTORS}),
+                "writerFeatures": sorted(writer_features | {DELETION_VECTORS}),
+            }
+        },
+        {
+            "metaData": {
+                "id": metadata.id,
+                **({"name": metadata.name} if metadata.name else {}),
+                **({"description": metadata.description} if metadata.description else {}),
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": dt.schema().to_json(),
+                "partitionColumns": list(metadata.partition_columns),
+                "configuration": configuration,
+                "createdTime": metadata.created_time,
+            }
+        },
+    ]
+    commit(dt, actions, operation="SET TBLPROPERTIES", storage_options=storage_options)
+    return True
+
+
+def file_vectors(dt: DeltaTable, storage_options: StorageOptions | None = None) -> dict[str, DeletionVector]:
+    """Return ``{log path: DV}`` of the table's current files that have a deletion vector.
+
+    Read from the checkpoint of the version ``dt`` holds (written by delta-rs when it is missing: delta-rs does
+    the log replay, and its checkpoints keep the DV descriptors). A table without the feature has none, and
+    no checkpoint is read or written for it.
+    """
+    if not supports_deletion_vectors(dt):
+        return {}
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    version = dt.version()
+    log_dir = join_uri(dt.table_uri, "_delta_log")
+    fs, path = filesystem_for(log_dir, storage_options)
+    checkpoint = f"{path}/{version:020d}.checkpoint.parquet"
+    if fs.get_file_info(checkpoint).type == pafs.FileType.NotFound:
+        dt.create_checkpoint()
+    actions = pq.read_table(checkpoint, columns=["add"], filesystem=fs).column("add").to_pylist()
+    return {
+        action["path"]: DeletionVector.from_json(action["deletionVector"])
+        for action in actions
+        if action is not None and action.get("deletionVector") is not None
+    }
+
+
+def commit(
+    dt: DeltaTable,
+    actions: Sequence[Mapping[str, Any]],
+    *,
+    operation: str,
+    custom_metadata: Mapping[str, Any] | None = None,
+    app_transactions: Mapping[str, int] | None = None,
+    storage_options: StorageOptions | None = None,
+) -> int:
+    """Write ``actions`` as the version after the one ``dt`` holds; return that version.
+
+    A ``commitInfo`` (timestamp, ``operation``, and ``custom_metadata`` as top-level keys, as delta-rs writes
+    its commit properties) comes first, then one ``txn`` per app transaction, then ``actions``.
+
+    :raises CommitFailedError: (deltalake's) when that version exists: another writer committed first.
+    :raises ContractError: when the table is not on a local filesystem (no put-if-absent here yet).
+    """
+    from deltalake.exceptions import CommitFailedError
+
+    now_ms = int(time.time() * 1000)
+    version = dt.version() + 1
+    info = {
+        "timestamp": now_ms,
+        "operation": operation,
+        "operationParameters": {},
+        "clientVersion": "airflow-provider-binlog",
+        **dict(custom_metadata or {}),
+    }
+    lines: list[Mapping[str, Any]] = [{"commitInfo": info}]
+    lines += [
+        {"txn": {"appId": app, "version": int(app_version), "lastUpdated": now_ms}}
+        for app, app_version in (app_transactions or {}).items()
+    ]
+    lines += list(actions)
+    text = "".join(json.dumps(line, separators=(",", ":"), default=str) + "\n" for line in lines)
+    log_dir = _local_log_dir(dt.table_uri, storage_options)
+    name = os.path.join(log_dir, f"{version:020d}.json")
+    temporary = os.path.join(log_dir, f".{version:020d}.json.{uuid.uuid4().hex}.tmp")
+    with open(temporary, "w", encoding="utf-8") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+    try:
+        os.link(temporary, name)
+    except FileExistsError as err:
+        raise CommitFailedError(
+            f"version {version} of {dt.table_uri} was committed by another writer first"
+        ) from err
+    finally:
+        os.unlink(temporary)
+    return version
+
+
+def _local_log_dir(table: str, storage_options: StorageOptions | None) -> str:
+    """Return the local path of the table's ``_delta_log``.
+
+    :raises ContractError: for a table on an object store.
+    """
+    if "://" in table and not table.lower().startswith("file://"):
+        raise ContractError(
+            f"{table}: deletion vectors are written by the provider's own log commits, which need a store with "
+            "put-if-absent; only local filesystems have it here so far. Use write_mode='copy_on_write' for this "
+            "target (docs/adr/0037-deletion-vectors.md)"
+        )
+    fs, path = filesystem_for(join_uri(table, "_delta_log"), storage_options)
+    return path
