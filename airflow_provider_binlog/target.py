@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from airflow_provider_binlog.contract import ContractError, uris
 from airflow_provider_binlog.contract import delta as contract_delta
 from airflow_provider_binlog.contract.columns import DELETED_COLUMN, METADATA_COLUMN_NAMES
+from airflow_provider_binlog.contract.delta_log import file_vectors, live_rows
 from airflow_provider_binlog.contract.names import split_table_name
 from airflow_provider_binlog.contract.remedies import resnapshot_remedy
 from airflow_provider_binlog.contract.types import recorded_arrow_type
@@ -218,9 +219,18 @@ def live_file_uris(
     :param target_path: target root.
     :param table: qualified source table name ``db.table``.
     :param storage_options: deltalake storage options.
-    :raises BinlogConfigError: if the table does not exist.
+    :raises BinlogConfigError: if the table does not exist, or its files have deletion vectors (rows of them
+        are deleted: read it with :func:`read_table`, deltalake's ``DeltaTable.scan``, Polars, or Spark with
+        delta-spark; a compaction leaves none).
     """
-    return list(open_table(target_path, table, storage_options=storage_options).file_uris())
+    dt = open_table(target_path, table, storage_options=storage_options)
+    if file_vectors(dt, storage_options):
+        raise BinlogConfigError(
+            f"{table}: some data files of {dt.table_uri} have deletion vectors (merge-on-read), so plain Parquet "
+            "readers would see deleted rows; read it with target.read_table, deltalake's DeltaTable.scan, Polars "
+            "or Spark with delta-spark, or compact it first (BinlogMaintenanceOperator, compact=True)"
+        )
+    return list(dt.file_uris())
 
 
 def source_schema(
@@ -293,7 +303,7 @@ def read_table(
     dt = open_table(target_path, table, storage_options=storage_options)
     check_quarantine(dt, table, allow=allow_quarantined)
     stored = contract_delta.delta_arrow_schema(dt)
-    data = dt.to_pyarrow_table()
+    data = live_rows(dt)
     if not include_tombstones:
         data = data.filter(pc.invert(pc.fill_null(data[DELETED_COLUMN], False)))
     schema = _staged_schema(stored, with_metadata=with_metadata)

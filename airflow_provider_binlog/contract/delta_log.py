@@ -35,6 +35,7 @@ from airflow_provider_binlog.contract.deletion_vectors import DeletionVector
 from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, join_uri
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from deltalake import DeltaTable
 
 DELETION_VECTORS = "deletionVectors"
@@ -161,30 +162,73 @@ def enable_deletion_vectors(dt: DeltaTable, storage_options: StorageOptions | No
     return True
 
 
+def live_rows(dt: DeltaTable, columns: Sequence[str] | None = None) -> pa.Table:
+    """Return the rows of the table's current version (tombstones included), deletion vectors applied.
+
+    A table with the ``deletionVectors`` feature is read by delta-rs's DataFusion scan (``DeltaTable.scan``),
+    which applies them; delta-rs's pyarrow dataset refuses such tables. Strings and binaries come back as
+    Arrow's plain ``string``/``binary`` either way.
+    """
+    import pyarrow as pa
+
+    if not supports_deletion_vectors(dt):
+        return dt.to_pyarrow_table(columns=None if columns is None else list(columns))
+    data = pa.table(dt.scan(columns=None if columns is None else list(columns)))
+    return data.cast(
+        pa.schema([pa.field(f.name, _plain(f.type), f.nullable, f.metadata) for f in data.schema])
+    )
+
+
+def _plain(arrow_type: pa.DataType) -> pa.DataType:
+    import pyarrow as pa
+
+    if pa.types.is_string_view(arrow_type) or pa.types.is_large_string(arrow_type):
+        return pa.string()
+    if pa.types.is_binary_view(arrow_type) or pa.types.is_large_binary(arrow_type):
+        return pa.binary()
+    return arrow_type
+
+
 def file_vectors(dt: DeltaTable, storage_options: StorageOptions | None = None) -> dict[str, DeletionVector]:
     """Return ``{log path: DV}`` of the table's current files that have a deletion vector.
 
-    Read from the checkpoint of the version ``dt`` holds (written by delta-rs when it is missing: delta-rs does
-    the log replay, and its checkpoints keep the DV descriptors). A table without the feature has none, and
-    no checkpoint is read or written for it.
+    A table without the feature has none, and no checkpoint is read or written for it (:func:`log_files`).
     """
     if not supports_deletion_vectors(dt):
         return {}
+    return {path: f.vector for path, f in log_files(dt, storage_options).items() if f.vector is not None}
+
+
+def log_files(dt: DeltaTable, storage_options: StorageOptions | None = None) -> dict[str, LogFile]:
+    """Return ``{log path: logical file}`` of the version ``dt`` holds, with each file's stats and DV.
+
+    Read from the checkpoint of that version, written by delta-rs when it is missing: delta-rs does the log
+    replay, and its checkpoints keep the ``add`` actions whole (``get_add_actions`` leaves the DV out).
+    """
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
     version = dt.version()
-    log_dir = join_uri(dt.table_uri, "_delta_log")
-    fs, path = filesystem_for(log_dir, storage_options)
+    fs, path = filesystem_for(join_uri(dt.table_uri, "_delta_log"), storage_options)
     checkpoint = f"{path}/{version:020d}.checkpoint.parquet"
     if fs.get_file_info(checkpoint).type == pafs.FileType.NotFound:
         dt.create_checkpoint()
     actions = pq.read_table(checkpoint, columns=["add"], filesystem=fs).column("add").to_pylist()
-    return {
-        action["path"]: DeletionVector.from_json(action["deletionVector"])
-        for action in actions
-        if action is not None and action.get("deletionVector") is not None
-    }
+    files = {}
+    for action in actions:
+        if action is None:
+            continue
+        stats = action.get("stats")
+        vector = action.get("deletionVector")
+        files[action["path"]] = LogFile(
+            path=action["path"],
+            size=int(action["size"]),
+            rows=int(json.loads(stats).get("numRecords", 0)) if stats else 0,
+            stats=stats,
+            partition=dict(action.get("partitionValues") or {}),
+            vector=None if vector is None else DeletionVector.from_json(vector),
+        )
+    return files
 
 
 def commit(

@@ -30,6 +30,7 @@ from airflow_provider_binlog.contract.delta import (
     table_key,
     window_app_id,
 )
+from airflow_provider_binlog.contract.delta_log import LogFile, commit, log_files, supports_deletion_vectors
 from airflow_provider_binlog.contract.uris import join_uri
 from airflow_provider_binlog.jobs.application import MergeJobError
 
@@ -226,9 +227,9 @@ def commit_window(
     over another writer's commit (a window merge beside a snapshot of the same table, or a compaction),
     because the new files were computed without that writer's changes. The caller plans the merge again.
 
-    Two app transactions are written: ``airflow-provider-binlog:<pipeline>`` with the highest window seq
-    merged so far, and ``airflow-provider-binlog:<pipeline>:window=<seq>`` marking this window (windows
-    can be merged out of order, so the high-water mark alone cannot tell whether an older one was).
+    The window's app transactions are written (:func:`window_transactions`). A table with deletion vectors
+    gets a log commit of ours (``remove`` actions must name each file's DV, which delta-rs's cannot), except
+    for a schema-replacing overwrite, whose removes delta-rs writes whole.
 
     :param dt: the table, loaded at the version the removed files were read from.
     :param removed: the current files the window rewrites.
@@ -244,24 +245,26 @@ def commit_window(
     from deltalake.transaction import AddAction, RemoveAction
 
     now_ms = int(time.time() * 1000)
-    previous = dt.transaction_version(pipeline_app_id(pipeline))
-    high_water = seq if previous is None else max(seq, previous)
-    actions: list[AddAction | RemoveAction] = [
+    transactions = window_transactions(dt, pipeline, seq, app_transactions)
+    if schema is None and supports_deletion_vectors(dt):
+        # delta-rs's remove of a file with a DV leaves the file in the table: the commit is ours (ADR 0037)
+        current = log_files(dt)
+        actions = [current[f.path].remove(now_ms) for f in removed]
+        actions += [LogFile(f.path, f.size, f.rows, f.stats, dict(f.partition)).add(now_ms) for f in added]
+        commit(dt, actions, operation="WRITE", custom_metadata=custom_metadata, app_transactions=transactions)
+        return
+    delta_actions: list[AddAction | RemoveAction] = [
         RemoveAction(f.path, True, now_ms, f.size, dict(f.partition)) for f in removed
     ]
-    actions += [AddAction(f.path, f.size, dict(f.partition), now_ms, True, f.stats) for f in added]
+    delta_actions += [AddAction(f.path, f.size, dict(f.partition), now_ms, True, f.stats) for f in added]
     partition_by = list(dt.metadata().partition_columns)
     properties = CommitProperties(
         custom_metadata=dict(custom_metadata),
         max_commit_retries=0,
-        app_transactions=[
-            Transaction(pipeline_app_id(pipeline), high_water, now_ms),
-            Transaction(window_app_id(pipeline, seq), seq, now_ms),
-            *(Transaction(app, version, now_ms) for app, version in (app_transactions or {}).items()),
-        ],
+        app_transactions=[Transaction(app, version, now_ms) for app, version in transactions.items()],
     )
     if schema is not None:
-        adds: list[AddAction | RemoveAction] = [a for a in actions if isinstance(a, AddAction)]
+        adds: list[AddAction | RemoveAction] = [a for a in delta_actions if isinstance(a, AddAction)]
         dt.create_write_transaction(
             adds,
             mode="overwrite",
@@ -271,5 +274,23 @@ def commit_window(
         )
         return
     dt.create_write_transaction(
-        actions, mode="append", schema=dt.schema(), partition_by=partition_by, commit_properties=properties
+        delta_actions,
+        mode="append",
+        schema=dt.schema(),
+        partition_by=partition_by,
+        commit_properties=properties,
     )
+
+
+def window_transactions(
+    dt: DeltaTable, pipeline: str, seq: int, extra: Mapping[str, int] | None = None
+) -> dict[str, int]:
+    """Return the app transactions a window's commit records: the pipeline's high-water mark, the window, ``extra``.
+
+    ``airflow-provider-binlog:<pipeline>`` holds the highest window seq merged so far and
+    ``airflow-provider-binlog:<pipeline>:window=<seq>`` marks this window (windows can be merged out of order,
+    so the high-water mark alone cannot tell whether an older one was).
+    """
+    previous = dt.transaction_version(pipeline_app_id(pipeline))
+    high_water = seq if previous is None else max(seq, previous)
+    return {pipeline_app_id(pipeline): high_water, window_app_id(pipeline, seq): seq, **dict(extra or {})}

@@ -1,7 +1,7 @@
 """The merge application: merge every table of a staged window, and its command line.
 
 Run it with ``spark-submit merge/job.py --window-uri <staging>/<pipeline>/window=<seq> --target <target>
---pipeline <name> [--key db.table=col1,col2 ...] [--target-file-bytes N] [--storage-option KEY=VALUE ...]``. It
+--pipeline <name> [--key db.table=col1,col2 ...] [--target-file-bytes N] [--write-mode MODE] [--storage-option KEY=VALUE ...]``. It
 prints one JSON summary line to stdout and exits non-zero on failure
 (:func:`~airflow_provider_binlog.jobs.application.run_application`). Over Spark Connect the operator runs
 ``application(argv).job`` on its session instead. How one table is merged:
@@ -29,6 +29,7 @@ from airflow_provider_binlog.jobs.application import (
     run_application,
 )
 from airflow_provider_binlog.jobs.merge.cascades import drop_cascades
+from airflow_provider_binlog.jobs.merge.merge_on_read import WRITE_MODES, check_write_mode
 from airflow_provider_binlog.jobs.merge.plan import plan_window
 from airflow_provider_binlog.jobs.merge.schema import UnfollowableSchemaChange
 from airflow_provider_binlog.jobs.merge.table import merge_table
@@ -49,6 +50,7 @@ def merge_window(
     key_overrides: Mapping[str, Sequence[str]] | None = None,
     target_file_bytes: int | None = None,
     storage_options: StorageOptions | None = None,
+    write_mode: str = "copy_on_write",
 ) -> dict[str, Any]:
     """Merge every table of a staged window into the target; return the summary.
 
@@ -66,11 +68,14 @@ def merge_window(
         key ranges) by this merge; None for the default (``docs/adr/0020-key-range-file-layout.md``).
     :param storage_options: storage options of the staging and target stores
         (:mod:`airflow_provider_binlog.contract.uris`).
+    :param write_mode: ``copy_on_write``, ``merge_on_read`` (deletion vectors, local targets) or ``auto``
+        (:func:`~airflow_provider_binlog.jobs.merge.merge_on_read.choose_mode`, ``docs/adr/0037-deletion-vectors.md``).
     :raises MergeJobError: if the window is incomplete, belongs to another pipeline or a table cannot
         be merged.
     """
     if target_file_bytes is not None and target_file_bytes < 1:
         raise MergeJobError(f"target_file_bytes must be >= 1, got {target_file_bytes}")
+    mode = check_write_mode(write_mode)
     configure_session(spark)
     window = load_window(window_uri, storage_options)
     if window.pipeline != pipeline:
@@ -89,6 +94,7 @@ def merge_window(
                 seq=window.seq,
                 target_file_bytes=target_file_bytes,
                 storage_options=storage_options,
+                write_mode=mode,
             )
         except UnfollowableSchemaChange as err:
             if table.staged.refresh:
@@ -127,6 +133,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--target-file-bytes", type=int, default=None, help="target data file size of tables created now"
     )
+    parser.add_argument(
+        "--write-mode",
+        choices=WRITE_MODES,
+        default="copy_on_write",
+        help="copy_on_write, merge_on_read (deletion vectors) or auto",
+    )
     add_storage_option_argument(parser)
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
@@ -152,6 +164,7 @@ def application(argv: Sequence[str]) -> Application:
             key_overrides=parse_key_overrides(args.key),
             target_file_bytes=args.target_file_bytes,
             storage_options=job_storage_options(args.storage_option),
+            write_mode=args.write_mode,
         ),
     )
 

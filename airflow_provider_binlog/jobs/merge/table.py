@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from airflow_provider_binlog.contract.columns import BUCKET_COLUMN
+from airflow_provider_binlog.contract.deletion_vectors import read_vector
 from airflow_provider_binlog.contract.delta import (
     COMMIT_PIPELINE_KEY,
     COMMIT_WINDOW_KEY,
@@ -47,6 +48,7 @@ from airflow_provider_binlog.contract.delta import (
     target_file_bytes,
     window_app_id,
 )
+from airflow_provider_binlog.contract.delta_log import file_vectors
 from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, table_uri
 from airflow_provider_binlog.jobs.application import MergeJobError
 from airflow_provider_binlog.jobs.merge.delta import (
@@ -56,6 +58,7 @@ from airflow_provider_binlog.jobs.merge.delta import (
     create_table,
     current_files,
     ensure_key_range_layout,
+    window_transactions,
 )
 from airflow_provider_binlog.jobs.merge.files import FileLayout, PlacedFile, remove_files, write_sorted_files
 from airflow_provider_binlog.jobs.merge.layout import (
@@ -65,6 +68,15 @@ from airflow_provider_binlog.jobs.merge.layout import (
     rows_per_file,
     segment_column,
     write_partitions,
+)
+from airflow_provider_binlog.jobs.merge.merge_on_read import (
+    WriteMode,
+    candidate_files,
+    choose_mode,
+    commit_merge_on_read,
+    grown_vectors,
+    newly_deleted,
+    plan_merge_on_read,
 )
 from airflow_provider_binlog.jobs.merge.plan import TablePlan
 from airflow_provider_binlog.jobs.merge.schema import (
@@ -77,6 +89,7 @@ from airflow_provider_binlog.jobs.merge.transforms import (
     apply_window,
     col,
     conform_changes,
+    newest_change_per_key,
     profile_changes,
     read_data_files,
     read_staged_changes,
@@ -114,12 +127,19 @@ class TableResult:
     :param delta_version: table version after the merge (``None`` if there is no table).
     :param widened: columns whose type the merge changed by rewriting the table first (:func:`retype_table`):
         widened, or replaced by a snapshot.
+    :param write_mode: ``copy_on_write`` (the files the window's keys can be in were rewritten) or
+        ``merge_on_read`` (their replaced rows were marked in deletion vectors), "" when nothing was merged.
+    :param rows_deleted: rows of existing files the commit marked deleted in deletion vectors.
+    :param files_with_new_vectors: existing files whose deletion vector the commit replaced.
     """
 
     rows_in_window: int = 0
     rows_written: int = 0
     files_removed: int = 0
     files_added: int = 0
+    write_mode: str = ""
+    rows_deleted: int = 0
+    files_with_new_vectors: int = 0
     skipped: bool = False
     delta_version: int | None = None
     widened: list[str] = field(default_factory=list)
@@ -167,6 +187,7 @@ def merge_table(
     seq: int,
     target_file_bytes: int | None = None,
     storage_options: StorageOptions | None = None,
+    write_mode: WriteMode = "copy_on_write",
 ) -> TableResult:
     """Merge one table of a window into its Delta table (one atomic commit), as the window's plan says.
 
@@ -184,6 +205,8 @@ def merge_table(
     :param target_file_bytes: target data file size in bytes of a table created (or moved from hash buckets
         to key ranges) now; None for the default; an existing key-range table keeps its own.
     :param storage_options: storage options of the staging and target stores.
+    :param write_mode: ``copy_on_write``, ``merge_on_read`` or ``auto``
+        (:func:`~airflow_provider_binlog.jobs.merge.merge_on_read.choose_mode`).
     :raises UnfollowableSchemaChange: if the table cannot follow a type change of the window.
     :raises MergeJobError: if the window cannot be merged into the table.
     :raises TableOwnerError: if another pipeline owns the table.
@@ -264,6 +287,7 @@ def merge_table(
         replaced=replaced,
         storage_options=storage_options,
         truncation=truncation,
+        write_mode=write_mode,
     )
     result.widened = widened
     log.info(
@@ -317,7 +341,7 @@ def retype_table(
     removed = current_files(dt, key_names)
     placed: list[PlacedFile] = []
     if removed:
-        rows = read_data_files(spark, uri, removed, old_data).select(
+        rows = read_data_files(spark, uri, removed, old_data, deleted=_deleted_rows(dt, removed)).select(
             *[col(f.name).cast(spark_type(f.type)).alias(f.name) for f in new_data]
         )
         placed = _write_plan(
@@ -465,6 +489,7 @@ def _rewrite_files(
     replaced: pa.Schema | None = None,
     storage_options: StorageOptions | None = None,
     truncation: Truncation | None = None,
+    write_mode: WriteMode = "copy_on_write",
 ) -> TableResult:
     """Compute and commit the new content of the files the window's keys can be in.
 
@@ -474,6 +499,7 @@ def _rewrite_files(
     :param truncation: the truncate markers of the table and window
         (:func:`~airflow_provider_binlog.jobs.merge.truncate.table_truncation`): one above the table's floor
         rewrites every file.
+    :param write_mode: how a window that is not a whole-table operation is merged (:func:`choose_mode`).
     """
     truncation = truncation or Truncation()
     current_schema = delta_arrow_schema(dt)
@@ -493,15 +519,44 @@ def _rewrite_files(
     try:
         rows_in_window = profile_changes(changes, key_names, staged.name)
         pruning = not whole and files and all(f.ranged for f in files)
+        keys_seen = (
+            _change_keys(changes, key_names[0])
+            if not whole and files and (pruning or write_mode != "copy_on_write")
+            else []
+        )
+        candidates = candidate_files(files, keys_seen)
+        mode = choose_mode(
+            write_mode, uri=uri, whole=whole, rows_in_window=rows_in_window, candidates=candidates
+        )
+        if mode == "merge_on_read":
+            result = _merge_on_read(
+                spark,
+                dt,
+                uri,
+                changes,
+                candidates,
+                data_schema,
+                key_names,
+                files=files,
+                pipeline=pipeline,
+                seq=seq,
+                rows_in_window=rows_in_window,
+                truncation=truncation,
+                storage_options=storage_options,
+            )
+            changes.unpersist()
+            return result
         plan = plan_rewrite(
             files,
-            _change_keys(changes, key_names[0]) if pruning else [],
+            keys_seen if pruning else [],
             target_file_bytes=target_file_bytes(dt),
             whole=whole,
         )
         current = None
         if plan.removed:
-            current = read_data_files(spark, uri, plan.removed, stored)
+            current = read_data_files(
+                spark, uri, plan.removed, stored, deleted=_deleted_rows(dt, plan.removed)
+            )
             if replaced is not None:
                 current = conform_changes(current, data_schema)
             current = tombstone_truncated(current, truncation, current.columns)
@@ -534,6 +589,7 @@ def _rewrite_files(
         rows_written=sum(p.rows for p in placed),
         files_removed=len(plan.removed),
         files_added=len(placed),
+        write_mode="copy_on_write",
     )
     log.info(
         "%s: window %d rewrites %d of %d files (%s)",
@@ -559,6 +615,86 @@ def _rewrite_files(
     return result
 
 
+def _deleted_rows(dt: DeltaTable, files: Sequence[DataFile]) -> dict[str, list[int]]:
+    """Return ``{log path: row positions}`` of the deletion vectors of ``files`` (none for a table without DVs)."""
+    vectors = file_vectors(dt)
+    return {f.path: list(read_vector(dt.table_uri, vectors[f.path])) for f in files if f.path in vectors}
+
+
+def _merge_on_read(
+    spark: SparkSession,
+    dt: DeltaTable,
+    uri: str,
+    changes: DataFrame,
+    candidates: Sequence[DataFile],
+    data_schema: pa.Schema,
+    keys: Sequence[str],
+    *,
+    files: Sequence[DataFile],
+    pipeline: str,
+    seq: int,
+    rows_in_window: int,
+    truncation: Truncation,
+    storage_options: StorageOptions | None,
+) -> TableResult:
+    """Merge the window on read (:mod:`~airflow_provider_binlog.jobs.merge.merge_on_read`) and commit it.
+
+    :param candidates: the current files the window's keys can be in.
+    :param files: every current file (their bytes per row size the new files).
+    """
+    planned = plan_merge_on_read(
+        spark, uri, newest_change_per_key(changes, keys), candidates, data_schema, keys
+    )
+    winners = planned.winners.persist()
+    try:
+        placed = _write_plan(
+            winners,
+            dt,
+            uri,
+            data_schema,
+            keys,
+            RewritePlan(),
+            files=files,
+            seq=seq,
+            count=rows_in_window,
+            storage_options=storage_options,
+        )
+    finally:
+        _unpersist_after_failure(winners)
+    try:
+        grown = grown_vectors(dt, planned.deleted, storage_options)
+    except BaseException:
+        remove_files(filesystem_for(uri, storage_options)[0], [p.location for p in placed])
+        raise
+    result = TableResult(
+        rows_in_window=rows_in_window,
+        rows_written=sum(p.rows for p in placed),
+        files_added=len(placed),
+        write_mode="merge_on_read",
+        rows_deleted=newly_deleted(grown),
+        files_with_new_vectors=len(grown),
+    )
+    log.info(
+        "%s: window %d merged on read: %d new rows in %d files, %d rows of %d of %d files marked deleted",
+        dt.table_uri, seq, result.rows_written, len(placed), result.rows_deleted, len(planned.deleted), len(files),
+    )  # fmt: skip
+    try:
+        commit_merge_on_read(
+            dt,
+            grown,
+            placed,
+            app_transactions=window_transactions(dt, pipeline, seq, truncation.app_transactions(pipeline)),
+            custom_metadata=commit_info(pipeline, seq, result),
+            storage_options=storage_options,
+        )
+    except BaseException:
+        remove_files(filesystem_for(uri, storage_options)[0], [p.location for p in placed])
+        raise
+    dt.update_incremental()
+    result.delta_version = dt.version()
+    return result
+
+
 def commit_info(pipeline: str, seq: int, result: TableResult) -> dict[str, Any]:
     """Return the commit info a window's commit of one table records: its pipeline, window and counts."""
     return {
@@ -568,4 +704,6 @@ def commit_info(pipeline: str, seq: int, result: TableResult) -> dict[str, Any]:
         "binlog.rows_written": result.rows_written,
         "binlog.files_removed": result.files_removed,
         "binlog.files_added": result.files_added,
+        "binlog.write_mode": result.write_mode,
+        "binlog.rows_deleted": result.rows_deleted,
     }

@@ -7,7 +7,8 @@ current rows of the files the window rewrites, newest change per key (:func:`app
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from airflow_provider_binlog.jobs.merge.delta import DataFile
 
 _SOURCE_RANK = "__binlog_source_rank"
+_FILE_NAME = "__binlog_file_name"
+_ROW_INDEX = "__binlog_row_index"
 _IN_SNAPSHOT = "__binlog_in_snapshot"
 _ROW_NUMBER = "__binlog_row_number"
 
@@ -140,6 +143,13 @@ def latest_change_per_key(rows: DataFrame, keys: Sequence[str]) -> DataFrame:
     return ranked.where(col(_ROW_NUMBER) == 1).drop(_ROW_NUMBER, _SOURCE_RANK)
 
 
+def newest_change_per_key(changes: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """Keep, for each key, the window's newest change (:func:`latest_change_per_key` over the window alone)."""
+    from pyspark.sql import functions as F
+
+    return latest_change_per_key(changes.withColumn(_SOURCE_RANK, F.lit(1)), keys)
+
+
 def apply_window(
     current: DataFrame | None,
     changes: DataFrame,
@@ -221,17 +231,33 @@ def profile_changes(changes: DataFrame, keys: Sequence[str], table: str) -> int:
 
 
 def read_data_files(
-    spark: SparkSession, uri: str, files: Sequence[DataFile], data_schema: pa.Schema
+    spark: SparkSession,
+    uri: str,
+    files: Sequence[DataFile],
+    data_schema: pa.Schema,
+    deleted: Mapping[str, Sequence[int]] | None = None,
 ) -> DataFrame:
-    """Read data files of a table with its schema (without the partition column).
+    """Read the live rows of data files of a table with its schema (without the partition column).
 
     :param spark: the session.
     :param uri: table location.
     :param files: files from :func:`~airflow_provider_binlog.jobs.merge.delta.current_files`.
     :param data_schema: the schema the files were written with (storage types, no partition column).
+    :param deleted: ``{log path: row positions}`` of the files' deletion vectors: those rows are left out
+        (matched by file name and ``_metadata.row_index``, the position Parquet stores the row at).
     """
-    return (
-        spark.read.schema(spark_schema(data_schema))
-        .parquet(*[data_file_uri(uri, f.path) for f in files])
-        .select(*[col(f.name) for f in data_schema])
-    )
+    from pyspark.sql import functions as F
+
+    rows = spark.read.schema(spark_schema(data_schema)).parquet(*[data_file_uri(uri, f.path) for f in files])
+    wanted = {f.path for f in files}
+    dead = {path: positions for path, positions in (deleted or {}).items() if path in wanted and positions}
+    if dead:
+        names = [os.path.basename(path) for path, positions in dead.items() for _ in positions]
+        positions = [p for path in dead for p in dead[path]]
+        gone = spark.createDataFrame(
+            pa.table({_FILE_NAME: pa.array(names, pa.string()), _ROW_INDEX: pa.array(positions, pa.int64())})
+        )
+        rows = rows.withColumns(
+            {_FILE_NAME: F.col("_metadata.file_name"), _ROW_INDEX: F.col("_metadata.row_index")}
+        ).join(gone, on=[_FILE_NAME, _ROW_INDEX], how="left_anti")
+    return rows.select(*[col(f.name) for f in data_schema])

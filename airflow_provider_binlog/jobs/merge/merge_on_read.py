@@ -1,0 +1,267 @@
+"""Merge-on-read: a window marks the rows it replaces in deletion vectors and writes only its new rows.
+
+Copy-on-write (:mod:`~airflow_provider_binlog.jobs.merge.layout`) rewrites every file a window's keys can be in;
+a window of random updates touches every file of a big table and rewrites all of it. Merge-on-read writes the
+window's winning rows (the newest change per key, deletes as tombstones) into new files and adds, to each
+existing file holding a row they replace, a deletion vector (DV) of those rows' positions
+(``docs/adr/0037-deletion-vectors.md``). No existing data file is rewritten; the commit replaces each touched
+file's logical entry (path, old DV) by (path, new DV) and adds the new files, with the window's app
+transactions, in one log commit of our own (:mod:`~airflow_provider_binlog.contract.delta_log`).
+
+The rule that keeps it exact: a row is marked deleted only when a strictly newer version of its key is written
+in the same commit (a window's change beats the target's newest version of the key, the target winning ties as
+in copy-on-write). So every deleted row is older than its key's live row, and the newest version of a key over
+all physical rows, deleted or not, is the live one: the planning read needs no DVs applied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import pyarrow as pa
+
+from airflow_provider_binlog.contract.columns import SEQ_COLUMN, WINDOW_COLUMN
+from airflow_provider_binlog.contract.deletion_vectors import read_vector, write_vectors
+from airflow_provider_binlog.contract.delta_log import LogFile, commit, enable_deletion_vectors, log_files
+from airflow_provider_binlog.contract.uris import StorageOptions
+from airflow_provider_binlog.jobs.application import MergeJobError
+from airflow_provider_binlog.jobs.merge.delta import DataFile, data_file_uri
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+    from pyroaring import BitMap64
+    from pyspark.sql import DataFrame, SparkSession
+
+    from airflow_provider_binlog.jobs.merge.files import PlacedFile
+
+log = logging.getLogger(__name__)
+
+WriteMode = Literal["copy_on_write", "merge_on_read", "auto"]
+WRITE_MODES: tuple[str, ...] = ("copy_on_write", "merge_on_read", "auto")
+AUTO_MAX_CHANGED_FRACTION = 0.25
+"""``auto`` merges a window on read when its changes number at most this fraction of the rows of the files
+its keys can be in; above it, rewriting those files costs about what the DVs save and keeps reads fast."""
+
+_T_ORDER = "__binlog_target_order"
+_T_NEWEST = "__binlog_target_newest"
+_W_ORDER = "__binlog_window_order"
+_FILE = "__binlog_file_name"
+_ROW = "__binlog_row_index"
+_ROWS = "__binlog_rows"
+
+
+def check_write_mode(mode: str) -> WriteMode:
+    """Return ``mode`` if it is a write mode.
+
+    :raises MergeJobError: if it is not.
+    """
+    if mode not in WRITE_MODES:
+        raise MergeJobError(f"write_mode={mode!r} must be one of {', '.join(WRITE_MODES)}")
+    return mode  # type: ignore[return-value]
+
+
+def local_table(uri: str) -> bool:
+    """Return whether the table is on a local filesystem, where our log commits have put-if-absent."""
+    return "://" not in uri or uri.lower().startswith("file://")
+
+
+def choose_mode(
+    mode: WriteMode, *, uri: str, whole: bool, rows_in_window: int, candidates: Sequence[DataFile]
+) -> Literal["copy_on_write", "merge_on_read"]:
+    """Return how one window is merged into one table.
+
+    Whole-table operations (a snapshot, a truncate marker, a replaced schema) rewrite every file whatever the
+    mode. ``auto`` merges on read a window whose changes are at most :data:`AUTO_MAX_CHANGED_FRACTION` of the
+    rows of the files they can be in (all of them when the window only adds keys above the table's), on a local
+    target.
+
+    :param candidates: the current files the window's keys can be in.
+    :raises MergeJobError: for ``merge_on_read`` on a target that is not local (no put-if-absent for our log
+        commits there yet).
+    """
+    if whole or mode == "copy_on_write":
+        return "copy_on_write"
+    if not local_table(uri):
+        if mode == "merge_on_read":
+            raise MergeJobError(
+                f"{uri}: write_mode='merge_on_read' needs a local target so far (the deletion vectors' log commits "
+                "need put-if-absent, docs/adr/0037-deletion-vectors.md); use 'auto' or 'copy_on_write'"
+            )
+        return "copy_on_write"
+    if mode == "merge_on_read":
+        return "merge_on_read"
+    candidate_rows = sum(f.rows for f in candidates)
+    return (
+        "merge_on_read"
+        if rows_in_window <= AUTO_MAX_CHANGED_FRACTION * candidate_rows or not candidate_rows
+        else "copy_on_write"
+    )
+
+
+def candidate_files(files: Sequence[DataFile], keys: Sequence[Any]) -> list[DataFile]:
+    """Return the files whose key range holds one of ``keys`` (sorted ascending); every file without a range.
+
+    Unlike copy-on-write's plan no file is chosen to grow into a gap: merge-on-read writes new keys to new files.
+    """
+    import bisect
+
+    chosen = []
+    for f in files:
+        if not f.ranged:
+            chosen.append(f)
+            continue
+        at = bisect.bisect_left(keys, f.low)
+        if at < len(keys) and keys[at] <= f.high:
+            chosen.append(f)
+    return chosen
+
+
+@dataclasses.dataclass(frozen=True)
+class MergeOnRead:
+    """What a merge-on-read computed for one window of one table, before its commit.
+
+    :param winners: the window's rows that beat the target's newest version of their key (written as new files).
+    :param deleted: ``{log path: row positions}`` of target rows the winners replace.
+    """
+
+    winners: DataFrame
+    deleted: Mapping[str, Sequence[int]]
+
+
+def plan_merge_on_read(
+    spark: SparkSession,
+    uri: str,
+    latest: DataFrame,
+    candidates: Sequence[DataFile],
+    data_schema: pa.Schema,
+    keys: Sequence[str],
+) -> MergeOnRead:
+    """Find the window's winning rows and the positions of the target rows they replace.
+
+    :param latest: the window's newest change per key (conformed to the table's storage types).
+    :param candidates: the current files the window's keys can be in (:func:`candidate_files`).
+    :param data_schema: the table's schema without the partition column.
+    :param keys: key column names.
+    :raises MergeJobError: when two candidate files share a file name (positions are matched by it).
+    """
+    from pyspark.sql import functions as F
+
+    from airflow_provider_binlog.jobs.merge.transforms import col, spark_schema
+
+    order = F.struct(col(WINDOW_COLUMN), col(SEQ_COLUMN))
+    latest = latest.withColumn(_W_ORDER, order)
+    if not candidates:
+        return MergeOnRead(latest.drop(_W_ORDER), {})
+    by_name = _by_file_name(candidates)
+    wanted = pa.schema([data_schema.field(name) for name in [*keys, WINDOW_COLUMN, SEQ_COLUMN]])
+    target = (
+        spark.read.schema(spark_schema(wanted))
+        .parquet(*[data_file_uri(uri, f.path) for f in candidates])
+        .select(
+            *[col(k) for k in keys],
+            order.alias(_T_ORDER),
+            F.col("_metadata.file_name").alias(_FILE),
+            F.col("_metadata.row_index").alias(_ROW),
+        )
+    )
+    newest = target.groupBy(*[col(k) for k in keys]).agg(F.max(col(_T_ORDER)).alias(_T_NEWEST))
+    joined = latest.join(newest, on=list(keys), how="left")
+    winners = joined.where(col(_T_NEWEST).isNull() | (col(_W_ORDER) > col(_T_NEWEST))).drop(
+        _W_ORDER, _T_NEWEST
+    )
+    replaced = target.join(winners.select(*[col(k) for k in keys]), on=list(keys), how="left_semi")
+    per_file = replaced.groupBy(_FILE).agg(F.sort_array(F.collect_list(col(_ROW))).alias(_ROWS)).toArrow()
+    deleted = {
+        by_name[name].path: rows
+        for name, rows in zip(
+            per_file.column(_FILE).to_pylist(), per_file.column(_ROWS).to_pylist(), strict=True
+        )
+    }
+    return MergeOnRead(winners, deleted)
+
+
+def _by_file_name(files: Sequence[DataFile]) -> dict[str, DataFile]:
+    by_name: dict[str, DataFile] = {}
+    for f in files:
+        name = os.path.basename(f.path)
+        if name in by_name:
+            raise MergeJobError(
+                f"two data files of the table are named {name!r}: {by_name[name].path}, {f.path}"
+            )
+        by_name[name] = f
+    return by_name
+
+
+def grown_vectors(
+    dt: DeltaTable, deleted: Mapping[str, Sequence[int]], storage_options: StorageOptions | None = None
+) -> list[tuple[LogFile, BitMap64]]:
+    """Return each touched file with its new deletion vector: its old one plus the ``deleted`` positions.
+
+    Positions already deleted (an old version of a key that a window matched again) are counted once.
+
+    :param deleted: ``{log path: row positions}`` to delete, from :func:`plan_merge_on_read`.
+    :raises MergeJobError: when a position is not a row of its file.
+    """
+    from pyroaring import BitMap64
+
+    current = log_files(dt, storage_options) if deleted else {}
+    grown = []
+    for path in sorted(deleted):
+        file = current[path]
+        positions = BitMap64(deleted[path])
+        if file.vector is not None:
+            positions |= read_vector(dt.table_uri, file.vector, storage_options)
+        if positions.max() >= file.rows:
+            raise MergeJobError(
+                f"{dt.table_uri}: row {positions.max()} of {path} is to be deleted, but the file has {file.rows} rows"
+            )
+        grown.append((file, positions))
+    return grown
+
+
+def newly_deleted(grown: Sequence[tuple[LogFile, BitMap64]]) -> int:
+    """Return how many rows the grown vectors delete that the files' old vectors did not."""
+    return sum(len(positions) - (file.vector.cardinality if file.vector else 0) for file, positions in grown)
+
+
+def commit_merge_on_read(
+    dt: DeltaTable,
+    grown: Sequence[tuple[LogFile, BitMap64]],
+    placed: Sequence[PlacedFile],
+    *,
+    app_transactions: Mapping[str, int],
+    custom_metadata: Mapping[str, Any],
+    storage_options: StorageOptions | None = None,
+) -> int:
+    """Commit a merge-on-read: each touched file gets its grown deletion vector; the new files are added.
+
+    The table gets the ``deletionVectors`` feature first when it lacks it (a commit of its own, which changes
+    no row). One new DV file holds the new vectors of all touched files; a DV file left by a commit that lost
+    its race is referred to by no version, and the maintenance vacuum removes it.
+
+    :param grown: the touched files and their new vectors (:func:`grown_vectors`).
+    :param placed: the new files, written and moved into the table.
+    :returns: the version committed.
+    :raises CommitFailedError: when another writer committed since ``dt`` was read.
+    """
+    if enable_deletion_vectors(dt, storage_options):
+        dt.update_incremental()
+    now_ms = int(time.time() * 1000)
+    descriptors = write_vectors(dt.table_uri, [v for _, v in grown], storage_options) if grown else []
+    actions: list[Mapping[str, Any]] = []
+    for (file, _), vector in zip(grown, descriptors, strict=True):
+        actions += [file.remove(now_ms), dataclasses.replace(file, vector=vector).add(now_ms)]
+    actions += [LogFile(p.path, p.size, p.rows, p.stats, dict(p.partition)).add(now_ms) for p in placed]
+    return commit(
+        dt,
+        actions,
+        operation="MERGE",
+        custom_metadata=custom_metadata,
+        app_transactions=app_transactions,
+        storage_options=storage_options,
+    )

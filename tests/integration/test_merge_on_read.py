@@ -1,0 +1,222 @@
+"""Merge-on-read against real Spark (the shared Spark Connect server) and real Delta tables.
+
+Each test stages windows in the contract format (``test_merge.stage_window``), merges them with
+``write_mode="merge_on_read"`` and checks the target against a model of the source, row by row, through every
+reader available here: the provider's ``read_table``, delta-rs's DataFusion scan and Polars. What merge-on-read
+promises besides the rows: no data file a window finds is rewritten by it, each replaced row is marked in a
+deletion vector of its file, and a copy-on-write merge after it (a truncate, a CoW window) never brings a
+deleted row back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pytest
+
+pytest.importorskip("pyspark")
+deltalake = pytest.importorskip("deltalake")
+
+from test_merge import PIPELINE, order, orders, stage_window  # noqa: E402
+
+from airflow_provider_binlog.contract.columns import OP_TRUNCATE  # noqa: E402
+from airflow_provider_binlog.contract.delta_log import file_vectors, live_rows  # noqa: E402
+from airflow_provider_binlog.contract.manifest import read_manifest, write_manifest  # noqa: E402
+from airflow_provider_binlog.exceptions import BinlogConfigError  # noqa: E402
+from airflow_provider_binlog.jobs.merge.job import merge_window  # noqa: E402
+from airflow_provider_binlog.target import live_file_uris, read_table, table_uri  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+Model = dict[int, tuple[str, Decimal]]
+
+
+@pytest.fixture
+def staging(tmp_path: Path) -> Path:
+    return tmp_path / "staging"
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> str:
+    return str(tmp_path / "target")
+
+
+class Flow:
+    """Windows of one table, staged and merged in turn, and the source as a model of what the target must hold."""
+
+    def __init__(self, spark: Any, staging: Path, target: str, mode: str = "merge_on_read") -> None:
+        self.spark, self.staging, self.target, self.mode = spark, staging, target, mode
+        self.seq = 0
+        self.model: Model = {}
+
+    def window(self, changes: list[tuple[str, dict[str, Any]]], *, mode: str | None = None) -> dict[str, Any]:
+        """Stage and merge one window; apply it to the model; return the table's merge summary."""
+        self.seq += 1
+        uri = stage_window(self.staging, self.seq, orders(changes))
+        if truncates := sum(op == OP_TRUNCATE for op, _ in changes):  # the manifest counts the marker too
+            manifest = read_manifest(uri)
+            entry = manifest.tables["shop.orders"]
+            entry = dataclasses.replace(entry, ops={**entry.ops, OP_TRUNCATE: truncates})
+            write_manifest(uri, dataclasses.replace(manifest, tables={"shop.orders": entry}))
+        summary = merge_window(self.spark, uri, self.target, pipeline=PIPELINE, write_mode=mode or self.mode)
+        for op, row in changes:
+            if op == OP_TRUNCATE:
+                self.model.clear()
+            elif op == "d":
+                self.model.pop(row["id"], None)
+            else:
+                self.model[row["id"]] = (row["status"], row["amount"])
+        return summary["tables"]["shop.orders"]
+
+    @property
+    def uri(self) -> str:
+        return table_uri(self.target, "shop.orders")
+
+    def data_files(self) -> set[str]:
+        return set(pa.table(deltalake.DeltaTable(self.uri).get_add_actions()).column("path").to_pylist())
+
+    def check(self) -> None:
+        """The target equals the model through each reader; every key has one live row."""
+        expected = sorted((k, s, a) for k, (s, a) in self.model.items())
+        got = sorted(
+            (r["id"], r["status"], r["amount"]) for r in read_table(self.target, "shop.orders").to_pylist()
+        )
+        assert got == expected
+        dt = deltalake.DeltaTable(self.uri)
+        everything = live_rows(dt)  # tombstones included: one physical live row per key ever seen
+        ids = everything.column("id").to_pylist()
+        assert len(ids) == len(set(ids))
+        polars_live = pl.read_delta(self.uri).filter(~pl.col("_binlog_deleted"))
+        assert sorted(polars_live["id"].to_list()) == [k for k, _, _ in expected]
+
+
+def _ops(rng: random.Random, model: Model, base: int, count: int) -> list[tuple[str, dict[str, Any]]]:
+    """Return ``count`` random changes: updates and deletes of existing keys, inserts of new and deleted keys."""
+    changes: list[tuple[str, dict[str, Any]]] = []
+    live = set(model)
+    for n in range(count):
+        kind = rng.random()
+        if live and kind < 0.6:
+            key = rng.choice(sorted(live))
+            changes.append(("u", order(key, f"u{base + n}", f"{rng.randint(1, 999)}.50")))
+        elif live and kind < 0.8:
+            key = rng.choice(sorted(live))
+            live.discard(key)
+            changes.append(("d", order(key, "gone", "0.00")))
+        else:
+            key = rng.randint(0, 400)  # new keys and keys deleted before
+            if key in live:
+                continue
+            live.add(key)
+            changes.append(("c", order(key, f"c{base + n}", "1.00")))
+    return changes
+
+
+def test_random_updates_deletes_and_reinserts_are_marked_in_deletion_vectors_not_rewritten(
+    spark: Any, staging: Path, target: str
+) -> None:
+    flow = Flow(spark, staging, target)
+    first = flow.window([("c", order(i, "new", f"{i}.00")) for i in range(0, 300)], mode="copy_on_write")
+    assert first["write_mode"] == "copy_on_write"
+    base_files = flow.data_files()
+    rng = random.Random(31)
+    deleted_total = 0
+    for n in range(4):
+        result = flow.window(_ops(rng, flow.model, base=n * 100, count=60))
+        assert result["write_mode"] == "merge_on_read"
+        assert result["files_removed"] == 0
+        deleted_total += result["rows_deleted"]
+        flow.check()
+        assert base_files <= flow.data_files()  # no file the windows found was rewritten
+    dt = deltalake.DeltaTable(flow.uri)
+    vectors = file_vectors(dt)
+    assert vectors
+    assert sum(v.cardinality for v in vectors.values()) == deleted_total
+    with pytest.raises(BinlogConfigError, match="deletion vectors"):
+        live_file_uris(target, "shop.orders")
+
+
+def test_a_key_moved_and_a_window_merged_again_stay_exact(spark: Any, staging: Path, target: str) -> None:
+    flow = Flow(spark, staging, target)
+    flow.window([("c", order(i, "new", "1.00")) for i in range(20)], mode="copy_on_write")
+    moved = [("d", order(3, "new", "1.00")), ("c", order(1003, "moved", "1.00"))]  # a primary key update
+    result = flow.window([*moved, ("u", order(4, "x", "2.00")), ("u", order(4, "y", "3.00"))])
+    assert result["rows_deleted"] == 2  # the old row of key 3 and of key 4 (its newest change wins)
+    flow.check()
+    version = deltalake.DeltaTable(flow.uri).version()
+    again = merge_window(
+        spark, str(staging / PIPELINE / "window=2"), target, pipeline=PIPELINE, write_mode="merge_on_read"
+    )
+    assert again["tables"]["shop.orders"]["skipped"]
+    assert deltalake.DeltaTable(flow.uri).version() == version
+    flow.check()
+
+
+def test_windows_merged_out_of_order_on_read_give_the_copy_on_write_target(
+    spark: Any, tmp_path: Path
+) -> None:
+    rng = random.Random(7)
+    seed: Model = {}
+    windows = [[("c", order(i, "new", "1.00")) for i in range(50)]]
+    for n in range(3):
+        ops = _ops(rng, seed, base=n * 10, count=30)
+        for op, row in ops:
+            if op == "d":
+                seed.pop(row["id"], None)
+            else:
+                seed[row["id"]] = (row["status"], row["amount"])
+        windows.append(ops)
+    targets = {}
+    for mode, order_of_merges in (("copy_on_write", [1, 2, 3, 4]), ("merge_on_read", [1, 4, 2, 3])):
+        staging, target = tmp_path / mode / "staging", str(tmp_path / mode / "target")
+        uris = [stage_window(staging, seq, orders(changes)) for seq, changes in enumerate(windows, start=1)]
+        for seq in order_of_merges:
+            merge_window(
+                spark,
+                uris[seq - 1],
+                target,
+                pipeline=PIPELINE,
+                write_mode=mode if seq > 1 else "copy_on_write",
+            )
+        every = read_table(target, "shop.orders", include_tombstones=True, with_metadata=True).to_pylist()
+        targets[mode] = sorted(every, key=lambda row: row["id"])
+    assert targets["merge_on_read"] == targets["copy_on_write"]
+
+
+def _merged_on_read(flow: Flow) -> None:
+    """A table of 40 rows, then a window merged on read that updates every third row and deletes one."""
+    flow.window([("c", order(i, "new", "1.00")) for i in range(40)], mode="copy_on_write")
+    flow.window([("u", order(i, "mor", "2.00")) for i in range(0, 40, 3)] + [("d", order(10, "", "0.00"))])
+    assert file_vectors(deltalake.DeltaTable(flow.uri))
+
+
+def test_a_copy_on_write_window_after_merge_on_read_never_brings_a_deleted_row_back(
+    spark: Any, staging: Path, target: str
+) -> None:
+    flow = Flow(spark, staging, target)
+    _merged_on_read(flow)
+    result = flow.window(
+        [("u", order(5, "cow", "5.00")), ("u", order(6, "cow", "6.00"))], mode="copy_on_write"
+    )
+    # both files can hold keys 5 and 6: the first load's and the merge-on-read window's (overlapping ranges)
+    assert (result["write_mode"], result["files_removed"]) == ("copy_on_write", 2)
+    flow.check()
+    assert file_vectors(deltalake.DeltaTable(flow.uri)) == {}  # the rewritten file took its DV with it
+
+
+def test_a_truncate_after_merge_on_read_empties_the_table_whatever_the_mode(
+    spark: Any, staging: Path, target: str
+) -> None:
+    flow = Flow(spark, staging, target)
+    _merged_on_read(flow)
+    marker = {"id": None, "status": None, "amount": None}
+    result = flow.window([(OP_TRUNCATE, marker), ("c", order(7, "after", "7.00"))])
+    assert result["write_mode"] == "copy_on_write"  # a whole-table operation
+    flow.check()
+    assert file_vectors(deltalake.DeltaTable(flow.uri)) == {}
