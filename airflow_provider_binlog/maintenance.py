@@ -28,7 +28,10 @@ from airflow_provider_binlog.contract.columns import UTC
 from airflow_provider_binlog.contract.delta import STAGING_DIR
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from airflow.sdk import ObjectStoragePath
+    from deltalake import DeltaTable
 
     from airflow_provider_binlog.pipeline.ledger import PipelineState
 
@@ -125,6 +128,8 @@ def vacuum_table(
     whose newest file is older than the retention (a Spark write that failed, or a detached one whose
     resumed job planned other files because another writer committed first, ADR 0024). A merge writes,
     moves and commits its files within one task, so the retention protects the files of a running one.
+    Deletion vector files (merge-on-read, ADR 0037) that the current version refers to are kept, which
+    delta-rs's full vacuum does not do; on a table with them the files are deleted here, not by delta-rs.
     The sizes are read before the files go (delta-rs reports only their paths). The table's own
     ``delta.deletedFileRetentionDuration`` is not enforced: ``retention_hours`` is the protection.
 
@@ -136,12 +141,18 @@ def vacuum_table(
     """
     from deltalake import DeltaTable
 
+    from airflow_provider_binlog.contract.delta_log import file_vectors, supports_deletion_vectors
     from airflow_provider_binlog.contract.uris import filesystem_for, join_uri
 
     table = DeltaTable(uri, storage_options=storage_options)
     doomed = table.vacuum(
         retention_hours=retention_hours, dry_run=True, enforce_retention_duration=False, full=True
     )
+    # delta-rs's full vacuum counts deletion vector files as unreferenced (deltalake 1.6.6): keep the current
+    # version's, and delete the rest here rather than through delta-rs (ADR 0037)
+    referenced = {v.relative_path() for v in file_vectors(table, storage_options).values()}
+    with_vectors = supports_deletion_vectors(table)
+    doomed = [path for path in dict.fromkeys(doomed) if path not in referenced]  # a path may come twice
     fs, _ = filesystem_for(uri, storage_options)
     infos = fs.get_file_info([filesystem_for(join_uri(uri, path), storage_options)[1] for path in doomed])
     outputs = abandoned_outputs(
@@ -153,7 +164,10 @@ def vacuum_table(
     if freed.files:
         freed.folders.append(uri)
     if not dry_run:
-        if doomed:
+        if doomed and with_vectors:
+            for path in doomed:
+                fs.delete_file(filesystem_for(join_uri(uri, path), storage_options)[1])
+        elif doomed:
             table.vacuum(
                 retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False, full=True
             )
@@ -297,12 +311,15 @@ def compact_table(
         table_key,
         target_file_bytes,
     )
+    from airflow_provider_binlog.contract.delta_log import supports_deletion_vectors
     from airflow_provider_binlog.contract.uris import filesystem_for, join_uri
 
     table = DeltaTable(uri, storage_options=storage_options)
     keys = table_key(table)
     if table.metadata().configuration.get(LAYOUT_PROPERTY) != KEY_RANGE_LAYOUT or not keys:
         return Compacted()
+    if supports_deletion_vectors(table):
+        return compact_with_vectors(table, keys, dry_run=dry_run, storage_options=storage_options)
     files = _key_ranged_files(table, keys[0])
     if files is None:
         return Compacted()
@@ -350,6 +367,102 @@ def compact_table(
     except BaseException:
         _delete_written(fs, written)
         raise
+    return result
+
+
+COMPACT_DELETED_FRACTION = 0.1
+"""A table with deletion vectors is compacted when they delete at least this fraction of its physical rows."""
+COMPACT_MAX_FILES_PER_TARGET = 2.0
+"""... or when it has more than this many files per target-size file its live rows would fill (plus one)."""
+
+
+def compact_with_vectors(
+    table: DeltaTable,
+    keys: Sequence[str],
+    *,
+    dry_run: bool = False,
+    deleted_fraction: float = COMPACT_DELETED_FRACTION,
+    files_per_target: float = COMPACT_MAX_FILES_PER_TARGET,
+    storage_options: dict[str, str] | None = None,
+) -> Compacted:
+    """Rewrite a table with deletion vectors (merge-on-read, ADR 0037) into key-ranged files without any.
+
+    Merge-on-read leaves rows deleted in place and adds files whose key ranges overlap the others', so reads
+    slow down as windows go by. When the DVs delete at least ``deleted_fraction`` of the physical rows, or the
+    table has more than ``files_per_target`` files per target-size file of its live rows (plus one), its live rows
+    (tombstones included, DVs applied by delta-rs's scan) are sorted by key and written into files of the target
+    size with disjoint ranges, and one commit of ours removes every file (with its DV) and adds the new ones
+    (``dataChange`` false), accepted only on the version read: a merge committing meanwhile makes this run a
+    no-op (``conflict``), a merge losing to it plans again. The rows are read into the worker's memory whole.
+
+    :param keys: the table's key columns.
+    :param deleted_fraction: the share of physical rows deleted that makes a compaction worth it.
+    :param files_per_target: the files per target-size file of live rows that make a compaction worth it.
+    """
+    import uuid
+
+    import pyarrow.parquet as pq
+    from deltalake.exceptions import CommitFailedError
+
+    from airflow_provider_binlog.contract.delta import delta_arrow_schema, file_stats, target_file_bytes
+    from airflow_provider_binlog.contract.delta_log import LogFile, commit, live_rows, log_files
+    from airflow_provider_binlog.contract.uris import filesystem_for, join_uri
+
+    uri = table.table_uri
+    current = log_files(table, storage_options)
+    physical = sum(f.rows for f in current.values())
+    deleted = sum(f.vector.cardinality for f in current.values() if f.vector is not None)
+    size = sum(f.size for f in current.values())
+    wanted_files = 1 + (size * (physical - deleted) / physical) / target_file_bytes(table) if physical else 1
+    if not current or (
+        deleted < deleted_fraction * physical and len(current) <= files_per_target * wanted_files
+    ):
+        return Compacted()
+    result = Compacted(files_removed=len(current), bytes=size)
+    if dry_run:
+        result.files_added = max(1, round(wanted_files - 1))
+        return result
+    schema = _without_columns(delta_arrow_schema(table), set(table.metadata().partition_columns))
+    rows = _conformed(live_rows(table), schema).sort_by([(k, "ascending") for k in keys])
+    per_file = max(1, int(target_file_bytes(table) * physical / size)) if size else rows.num_rows
+    fs, _ = filesystem_for(uri, storage_options)
+    partition = next(iter(current.values())).partition or {}
+    folder = "".join(f"{k}={v}/" for k, v in partition.items())
+    now_ms = int(time.time() * 1000)
+    written: list[str] = []
+    added = []
+    try:
+        for start in range(0, max(rows.num_rows, 1), per_file):
+            relative = f"{folder}compacted-{uuid.uuid4().hex}.parquet"
+            location = filesystem_for(join_uri(uri, relative), storage_options)[1]
+            written.append(location)
+            pq.write_table(rows.slice(start, per_file), location, filesystem=fs)
+            metadata = pq.read_metadata(location, filesystem=fs)
+            added.append(
+                LogFile(
+                    relative,
+                    fs.get_file_info(location).size or 0,
+                    metadata.num_rows,
+                    file_stats(metadata, schema, keys),
+                    partition,
+                )
+            )
+        actions = [{"remove": {**f.remove(now_ms)["remove"], "dataChange": False}} for f in current.values()]
+        actions += [{"add": {**f.add(now_ms)["add"], "dataChange": False}} for f in added]
+        commit(
+            table,
+            actions,
+            operation="OPTIMIZE",
+            custom_metadata={"binlog.compacted": len(current)},
+            storage_options=storage_options,
+        )
+    except CommitFailedError:
+        _delete_written(fs, written)
+        return Compacted(conflict=True)
+    except BaseException:
+        _delete_written(fs, written)
+        raise
+    result.files_added = len(added)
     return result
 
 

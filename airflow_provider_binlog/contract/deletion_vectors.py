@@ -136,6 +136,21 @@ class DeletionVector:
         base = f"{self.storage_type}{self.path_or_inline_dv}"
         return base if self.offset is None else f"{base}@{self.offset}"
 
+    def relative_path(self) -> str | None:
+        """Return the DV file's path relative to its table (``[<prefix>/]deletion_vector_<uuid>.bin``).
+
+        None for a DV inline or at an absolute path (``p``).
+
+        :raises DeletionVectorError: for an unknown storage type.
+        """
+        if self.storage_type in ("i", "p"):
+            return None
+        if self.storage_type != "u":
+            raise DeletionVectorError(f"deletion vector storage type {self.storage_type!r} is not u, p or i")
+        prefix, encoded = self.path_or_inline_dv[:-_UUID_CHARS], self.path_or_inline_dv[-_UUID_CHARS:]
+        name = f"{DV_FILE_PREFIX}{uuid.UUID(bytes=z85_decode(encoded))}.bin"
+        return f"{prefix}/{name}" if prefix else name
+
     def file_uri(self, table: str) -> str:
         """Return the location of the DV file of a table at ``table``.
 
@@ -143,11 +158,10 @@ class DeletionVector:
         """
         if self.storage_type == "p":
             return self.path_or_inline_dv
-        if self.storage_type != "u":
+        relative = self.relative_path()
+        if relative is None:
             raise DeletionVectorError(f"a deletion vector of storage type {self.storage_type!r} has no file")
-        prefix, encoded = self.path_or_inline_dv[:-_UUID_CHARS], self.path_or_inline_dv[-_UUID_CHARS:]
-        name = f"{DV_FILE_PREFIX}{uuid.UUID(bytes=z85_decode(encoded))}.bin"
-        return join_uri(table, prefix, name) if prefix else join_uri(table, name)
+        return join_uri(table, relative)
 
     def to_json(self) -> dict[str, Any]:
         """Return the descriptor as the log writes it (``offset`` left out when None)."""

@@ -36,6 +36,7 @@ from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.dataset as ds
     from deltalake import DeltaTable
 
 DELETION_VECTORS = "deletionVectors"
@@ -177,6 +178,20 @@ def live_rows(dt: DeltaTable, columns: Sequence[str] | None = None) -> pa.Table:
     return data.cast(
         pa.schema([pa.field(f.name, _plain(f.type), f.nullable, f.metadata) for f in data.schema])
     )
+
+
+def live_dataset(dt: DeltaTable) -> ds.Dataset:
+    """Return the table's current version as a pyarrow dataset, deletion vectors applied.
+
+    A table without DVs is delta-rs's dataset (files read lazily, filters pushed down); a table with DVs is
+    read whole into memory by :func:`live_rows` first, as delta-rs's dataset cannot apply them: callers that
+    filter a large table with DVs should compact it (or read it with ``DeltaTable.scan(predicate=...)``).
+    """
+    import pyarrow.dataset as ds
+
+    if not supports_deletion_vectors(dt):
+        return dt.to_pyarrow_dataset()
+    return ds.dataset(live_rows(dt))
 
 
 def _plain(arrow_type: pa.DataType) -> pa.DataType:

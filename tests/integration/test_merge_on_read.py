@@ -30,6 +30,7 @@ from airflow_provider_binlog.contract.delta_log import file_vectors, live_rows  
 from airflow_provider_binlog.contract.manifest import read_manifest, write_manifest  # noqa: E402
 from airflow_provider_binlog.exceptions import BinlogConfigError  # noqa: E402
 from airflow_provider_binlog.jobs.merge.job import merge_window  # noqa: E402
+from airflow_provider_binlog.maintenance import compact_table, compact_with_vectors, vacuum_table  # noqa: E402
 from airflow_provider_binlog.target import live_file_uris, read_table, table_uri  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -220,3 +221,33 @@ def test_a_truncate_after_merge_on_read_empties_the_table_whatever_the_mode(
     assert result["write_mode"] == "copy_on_write"  # a whole-table operation
     flow.check()
     assert file_vectors(deltalake.DeltaTable(flow.uri)) == {}
+
+
+def test_compaction_leaves_key_ranged_files_without_vectors_and_vacuum_keeps_the_vectors_in_use(
+    spark: Any, staging: Path, target: str
+) -> None:
+    flow = Flow(spark, staging, target)
+    _merged_on_read(flow)
+    flow.window([("u", order(i, "again", "3.00")) for i in range(1, 40, 4)])
+    dv_files = sorted(Path(flow.uri).glob("deletion_vector_*.bin"))
+    assert len(dv_files) == 2  # one per merge-on-read window; the second replaced the first's vector
+    in_use = {v.relative_path() for v in file_vectors(deltalake.DeltaTable(flow.uri)).values()}
+    assert len(in_use) == 1
+
+    freed = vacuum_table(flow.uri, retention_hours=0)
+    assert sorted(p.name for p in Path(flow.uri).glob("deletion_vector_*.bin")) == sorted(in_use)
+    assert freed.files == 1  # the superseded vector's file; no data file is unreferenced
+    flow.check()
+
+    assert compact_with_vectors(deltalake.DeltaTable(flow.uri), ["id"], dry_run=True).files_removed == 3
+    compacted = compact_table(flow.uri)
+    assert (compacted.files_removed, compacted.files_added, compacted.conflict) == (3, 1, False)
+    dt = deltalake.DeltaTable(flow.uri)
+    assert file_vectors(dt) == {}
+    flow.check()
+    ranges = pa.table(dt.get_add_actions(flatten=True)).select(["min.id", "max.id"]).to_pylist()
+    assert ranges == [{"min.id": 0, "max.id": 39}]
+    assert compact_table(flow.uri).files_removed == 0  # nothing more to do
+    vacuum_table(flow.uri, retention_hours=0)
+    assert list(Path(flow.uri).glob("deletion_vector_*.bin")) == []
+    flow.check()

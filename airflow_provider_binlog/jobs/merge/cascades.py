@@ -64,6 +64,7 @@ from airflow_provider_binlog.contract.columns import (
     order_key,
 )
 from airflow_provider_binlog.contract.delta import already_merged, delta_arrow_schema, open_table
+from airflow_provider_binlog.contract.delta_log import live_dataset
 from airflow_provider_binlog.contract.foreign_keys import (
     ACTING_RULES,
     CASCADE,
@@ -385,7 +386,7 @@ class ChildRows:
         self.pk = list(pk)
         self.sources: list[tuple[Any, pa.Schema | None]] = []
         if dt is not None:
-            self.sources.append((dt.to_pyarrow_dataset(), None))
+            self.sources.append((live_dataset(dt), None))
         if table.staged.files:
             self.sources.append(_staged_dataset(table, storage_options))
         self.versions: dict[tuple[Any, ...], list[Row]] = {}
