@@ -6,7 +6,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_binlog.contract import ContractError
 from airflow_provider_binlog.contract.keys import key_spec
+from airflow_provider_binlog.contract.write_modes import check_write_mode
 from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
 from airflow_provider_binlog.operators.spark import SparkJobOperator
 from airflow_provider_binlog.operators.trusted import check_trusted_arguments
@@ -41,6 +43,12 @@ class BinlogMergeOperator(SparkJobOperator):
         its JSON text (templated).
     :param target_file_bytes: target data file size in bytes of tables created by this merge (default 128 MiB;
         existing tables keep theirs; ``docs/adr/0020-key-range-file-layout.md``).
+    :param write_mode: how windows are merged into tables: ``copy_on_write`` (the default: the files a window's
+        keys can be in are rewritten), ``merge_on_read`` (the window's rows go to new files and the rows they
+        replace are marked in deletion vectors; local targets; readers must apply deletion vectors:
+        ``target.read_table``, deltalake's ``DeltaTable.scan``, Polars, Spark with delta-spark) or ``auto``
+        (merge-on-read for a window changing at most a quarter of the rows of the files its keys can be in).
+        Whole-table operations (snapshots, truncates) always rewrite. See ``docs/adr/0037-deletion-vectors.md``.
     :param conn_id: Spark connection id.
     :param conf: extra Spark configuration; it overrides the settings the job needs only if you say so.
     :param storage_options: storage options (credentials, endpoint) of the staging and target object stores,
@@ -78,6 +86,7 @@ class BinlogMergeOperator(SparkJobOperator):
         target_path: str,
         keys: Mapping[str, Sequence[str]] | str | None = None,
         target_file_bytes: int | None = None,
+        write_mode: str = "copy_on_write",
         conn_id: str = "spark_default",
         conf: dict[str, Any] | None = None,
         name: str | None = None,
@@ -91,6 +100,10 @@ class BinlogMergeOperator(SparkJobOperator):
         if not pipeline or not isinstance(pipeline, str):
             raise ValueError(f"pipeline must be a non-empty string, got {pipeline!r}")
         self.keys: Any = keys if is_template(keys) else parse_keys(keys)
+        try:
+            self.write_mode = check_write_mode(write_mode)
+        except ContractError as err:
+            raise ValueError(str(err)) from err
         super().__init__(
             application=str(MERGE_APPLICATION),
             conf=dict(conf or {}),
@@ -229,6 +242,8 @@ class BinlogMergeOperator(SparkJobOperator):
         ]
         if self.target_file_bytes is not None:
             args += ["--target-file-bytes", str(self.target_file_bytes)]
+        if self.write_mode != "copy_on_write":
+            args += ["--write-mode", self.write_mode]
         if self.keys:
             args += ["--key", key_spec(self.keys)]
         return args

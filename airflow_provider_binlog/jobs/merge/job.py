@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_binlog.contract.keys import parse_key_overrides
 from airflow_provider_binlog.contract.refusals import record_refusal
 from airflow_provider_binlog.contract.uris import StorageOptions
+from airflow_provider_binlog.contract.write_modes import WRITE_MODES, check_write_mode
 from airflow_provider_binlog.jobs.application import (
     Application,
     MergeJobError,
@@ -29,7 +30,6 @@ from airflow_provider_binlog.jobs.application import (
     run_application,
 )
 from airflow_provider_binlog.jobs.merge.cascades import drop_cascades
-from airflow_provider_binlog.jobs.merge.merge_on_read import WRITE_MODES, check_write_mode
 from airflow_provider_binlog.jobs.merge.plan import plan_window
 from airflow_provider_binlog.jobs.merge.schema import UnfollowableSchemaChange
 from airflow_provider_binlog.jobs.merge.table import merge_table

@@ -29,6 +29,7 @@ from airflow_provider_binlog.contract.columns import SEQ_COLUMN, WINDOW_COLUMN
 from airflow_provider_binlog.contract.deletion_vectors import read_vector, write_vectors
 from airflow_provider_binlog.contract.delta_log import LogFile, commit, enable_deletion_vectors, log_files
 from airflow_provider_binlog.contract.uris import StorageOptions
+from airflow_provider_binlog.contract.write_modes import WriteMode
 from airflow_provider_binlog.jobs.application import MergeJobError
 from airflow_provider_binlog.jobs.merge.delta import DataFile, data_file_uri
 
@@ -41,8 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-WriteMode = Literal["copy_on_write", "merge_on_read", "auto"]
-WRITE_MODES: tuple[str, ...] = ("copy_on_write", "merge_on_read", "auto")
 AUTO_MAX_CHANGED_FRACTION = 0.25
 """``auto`` merges a window on read when its changes number at most this fraction of the rows of the files
 its keys can be in; above it, rewriting those files costs about what the DVs save and keeps reads fast."""
@@ -53,16 +52,6 @@ _W_ORDER = "__binlog_window_order"
 _FILE = "__binlog_file_name"
 _ROW = "__binlog_row_index"
 _ROWS = "__binlog_rows"
-
-
-def check_write_mode(mode: str) -> WriteMode:
-    """Return ``mode`` if it is a write mode.
-
-    :raises MergeJobError: if it is not.
-    """
-    if mode not in WRITE_MODES:
-        raise MergeJobError(f"write_mode={mode!r} must be one of {', '.join(WRITE_MODES)}")
-    return mode  # type: ignore[return-value]
 
 
 def local_table(uri: str) -> bool:

@@ -50,6 +50,7 @@ from airflow_provider_binlog.contract.delta import (
 )
 from airflow_provider_binlog.contract.delta_log import file_vectors
 from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, table_uri
+from airflow_provider_binlog.contract.write_modes import WriteMode
 from airflow_provider_binlog.jobs.application import MergeJobError
 from airflow_provider_binlog.jobs.merge.delta import (
     DataFile,
@@ -70,7 +71,6 @@ from airflow_provider_binlog.jobs.merge.layout import (
     write_partitions,
 )
 from airflow_provider_binlog.jobs.merge.merge_on_read import (
-    WriteMode,
     candidate_files,
     choose_mode,
     commit_merge_on_read,
