@@ -15,6 +15,12 @@ The rows are checked after each merge (count of live rows, the updated values). 
 the end. Compare the ratio within one run (the machine is shared and noisy).
 
     .venv/bin/python benchmarks/merge_scaling.py [--sizes 1000000 10000000] [--target-file-mb 128] [--write-docs]
+    .venv/bin/python benchmarks/merge_scaling.py --merge-on-read --sizes 10000000 50000000 [--write-docs]
+
+``--merge-on-read`` merges windows with ``write_mode="merge_on_read"`` (ADR 0037) instead: 10,000 uniformly
+random updates, 5,000 random updates + 5,000 deletes, and the append-heavy window above, each with its bytes
+written against the staged window's bytes and the deletion vector files it added; then full-scan read times
+(``read_table``) after 0, 3 and 10 windows and after a compaction.
 """
 
 from __future__ import annotations
@@ -177,9 +183,10 @@ def check(target: str, rows: int, updated: dict[int, str]) -> None:
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
+    from airflow_provider_binlog.contract.delta_log import live_rows
     from airflow_provider_binlog.contract.uris import table_uri
 
-    data = DeltaTable(table_uri(target, TABLE)).to_pyarrow_table(columns=["id", "c", "_binlog_deleted"])
+    data = live_rows(DeltaTable(table_uri(target, TABLE)), columns=["id", "c", "_binlog_deleted"])
     data = data.filter(pc.invert(data["_binlog_deleted"]))
     if data.num_rows != rows:
         raise SystemExit(f"the table holds {data.num_rows} live rows, not {rows}")
@@ -228,6 +235,130 @@ def measure(
     return result
 
 
+def last_commit_bytes(target: str) -> dict[str, int]:
+    """Return what the table's newest commit added: data files, their bytes, DV files and their bytes."""
+    from deltalake import DeltaTable
+
+    from airflow_provider_binlog.contract.deletion_vectors import DeletionVector
+    from airflow_provider_binlog.contract.uris import table_uri
+
+    uri = table_uri(target, TABLE)
+    log = Path(uri) / "_delta_log" / f"{DeltaTable(uri).version():020d}.json"
+    actions = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+    removed = {a["remove"]["path"] for a in actions if "remove" in a}
+    added = [a["add"] for a in actions if "add" in a and a["add"]["path"] not in removed]
+    vectors = {
+        DeletionVector.from_json(a["add"]["deletionVector"]).file_uri(uri)
+        for a in actions
+        if "add" in a and a["add"].get("deletionVector")
+    }
+    return {
+        "files_added": len(added),
+        "bytes_added": sum(a["size"] for a in added),
+        "dv_files": len(vectors),
+        "dv_bytes": sum(os.path.getsize(v) for v in vectors),
+    }
+
+
+def timed_merge(spark: Any, window: str, target: str, mode: str) -> dict[str, Any]:
+    """Merge one window in ``mode``; return its summary with wall seconds, bytes written and staged bytes."""
+    from airflow_provider_binlog.jobs.merge.job import merge_window
+
+    started = time.monotonic()
+    summary = merge_window(spark, window, target, pipeline=PIPELINE, write_mode=mode)["tables"][TABLE]
+    seconds = time.monotonic() - started
+    staged = sum(p.stat().st_size for p in Path(window).rglob("*.parquet"))
+    return {**summary, "seconds": seconds, "staged_bytes": staged, **last_commit_bytes(target)}
+
+
+def full_scan_seconds(target: str) -> float:
+    """Return the seconds ``read_table`` takes to read the whole table (live rows, DVs applied)."""
+    from airflow_provider_binlog.target import read_table
+
+    started = time.monotonic()
+    read_table(target, TABLE)
+    return time.monotonic() - started
+
+
+def measure_merge_on_read(spark: Any, workdir: Path, rows: int, target_file_bytes: int) -> dict[str, Any]:
+    """Merge on read into a table of ``rows`` rows: random updates, updates + deletes, the append-heavy window.
+
+    Then the read cost after those windows and after 7 more random-update windows (10 in all), a compaction,
+    and the read cost after it. The rows are checked after each window (live count, updated values).
+    """
+    staging, target = workdir / f"staging-mor-{rows}", str(workdir / f"target-mor-{rows}")
+    build_table(spark, staging, target, rows, target_file_bytes)
+    rng = random.Random(rows + 1)
+    seq, live = 1, rows
+    results: dict[str, Any] = {"rows": rows, "read_seconds": {"0": full_scan_seconds(target)}}
+
+    def window(name: str, changes: list[tuple[str, dict[str, Any]]], expect_live: int) -> None:
+        nonlocal seq
+        seq += 1
+        results[name] = timed_merge(spark, stage(staging, seq, changes), target, "merge_on_read")
+        check(target, expect_live, {r["id"]: r["c"] for op, r in changes if op != "d"})
+
+    keys = rng.sample(range(1, rows + 1), CHANGES)
+    window("random_updates", [("u", row(i, "r1")) for i in keys], live)
+    keys = rng.sample(range(1, rows + 1), CHANGES)
+    mixed = [("u", row(i, "r2")) for i in keys[: CHANGES // 2]] + [
+        ("d", row(i)) for i in keys[CHANGES // 2 :]
+    ]
+    live -= CHANGES // 2
+    window("updates_and_deletes", mixed, live)
+    inserts = [("c", row(i, "a")) for i in range(rows + 1, rows + 1 + CHANGES * 8 // 10)]
+    recent = rng.sample(range(rows - rows // 100 + 1, rows + 1), CHANGES * 2 // 10)
+    recent = [i for i in recent if i not in set(keys[CHANGES // 2 :])]
+    live += len(inserts)
+    window("append_heavy", inserts + [("u", row(i, "a")) for i in recent], live)
+    results["read_seconds"]["3"] = full_scan_seconds(target)
+    gone = set(keys[CHANGES // 2 :])  # an update of a deleted key would bring it back
+    for _ in range(7):
+        more = [i for i in rng.sample(range(1, rows + 1), CHANGES) if i not in gone]
+        window("more", [("u", row(i, f"m{seq}")) for i in more], live)
+    results["read_seconds"]["10"] = full_scan_seconds(target)
+    from airflow_provider_binlog.contract.uris import table_uri
+    from airflow_provider_binlog.maintenance import compact_table
+
+    started = time.monotonic()
+    compacted = compact_table(table_uri(target, TABLE))
+    results["compaction"] = {"seconds": time.monotonic() - started, **compacted.as_dict()}
+    results["read_seconds"]["compacted"] = full_scan_seconds(target)
+    check(target, live, {})
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    return results
+
+
+def render_merge_on_read(results: list[dict[str, Any]], target_file_mb: int) -> str:
+    lines = [
+        f"local[2] Spark, one run on {os.cpu_count()} cores ({time.strftime('%Y-%m-%d')}); target file size "
+        f"{target_file_mb} MiB; write_mode='merge_on_read'; windows of {CHANGES:,} changes",
+        "",
+        "| table rows | window | merge s | rows written | bytes written | staged bytes | files added | DV files "
+        "(bytes) | rows marked deleted |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        for name in ("random_updates", "updates_and_deletes", "append_heavy"):
+            w = r[name]
+            lines.append(
+                f"| {r['rows']:,} | {name.replace('_', ' ')} | {w['seconds']:.1f} | {w['rows_written']:,} | "
+                f"{w['bytes_added']:,} | {w['staged_bytes']:,} | {w['files_added']} | {w['dv_files']} "
+                f"({w['dv_bytes']:,}) | {w['rows_deleted']:,} |"
+            )
+    lines += ["", "| table rows | full read s: 0 windows | 3 windows | 10 windows | compacted | compaction s |",
+              "|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for r in results:
+        s = r["read_seconds"]
+        lines.append(
+            f"| {r['rows']:,} | {s['0']:.1f} | {s['3']:.1f} | {s['10']:.1f} | {s['compacted']:.1f} | "
+            f"{r['compaction']['seconds']:.1f} ({r['compaction']['files_removed']} files into "
+            f"{r['compaction']['files_added']}) |"
+        )
+    return "\n".join(lines)
+
+
 def render(results: list[dict[str, Any]], target_file_mb: int) -> str:
     small, large = results[0], results[-1]
     lines = [
@@ -260,9 +391,12 @@ def render(results: list[dict[str, Any]], target_file_mb: int) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", type=int, nargs=2, default=[1_000_000, 10_000_000], help="table rows")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000], help="table rows")
     parser.add_argument("--target-file-mb", type=int, default=128, help="target data file size (MiB)")
     parser.add_argument("--write-docs", action="store_true", help="put the results into docs/benchmarks.md")
+    parser.add_argument(
+        "--merge-on-read", action="store_true", help="measure write_mode='merge_on_read' at each size instead"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -280,18 +414,26 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="binlog-bench-merge-"))
     try:
         target_bytes = args.target_file_mb * 1024 * 1024
-        results = [
-            measure(spark, workdir, rows, target_bytes, random_updates=n == len(args.sizes) - 1)
-            for n, rows in enumerate(args.sizes)
-        ]
+        if args.merge_on_read:
+            results = [measure_merge_on_read(spark, workdir, rows, target_bytes) for rows in args.sizes]
+        else:
+            results = [
+                measure(spark, workdir, rows, target_bytes, random_updates=n == len(args.sizes) - 1)
+                for n, rows in enumerate(args.sizes)
+            ]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         spark.stop()
     print(json.dumps(results, indent=2, default=str))
-    table = render(results, args.target_file_mb)
+    if args.merge_on_read:
+        table = render_merge_on_read(results, args.target_file_mb)
+        block = ("merge_on_read", "Merge-on-read (deletion vectors, ADR 0037)")
+    else:
+        table = render(results, args.target_file_mb)
+        block = ("merge_scaling", "Merge scaling (key-range layout)")
     print(table)
     if args.write_docs:
-        write_block("merge_scaling", "Merge scaling (key-range layout)", table)
+        write_block(*block, table)
     return 0
 
 

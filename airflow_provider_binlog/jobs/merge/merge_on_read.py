@@ -114,7 +114,8 @@ def candidate_files(files: Sequence[DataFile], keys: Sequence[Any]) -> list[Data
 class MergeOnRead:
     """What a merge-on-read computed for one window of one table, before its commit.
 
-    :param winners: the window's rows that beat the target's newest version of their key (written as new files).
+    :param winners: the window's rows that beat the target's newest version of their key (written as new files;
+        persisted: the caller unpersists it once they are written).
     :param deleted: ``{log path: row positions}`` of target rows the winners replace.
     """
 
@@ -158,13 +159,21 @@ def plan_merge_on_read(
             F.col("_metadata.row_index").alias(_ROW),
         )
     )
-    newest = target.groupBy(*[col(k) for k in keys]).agg(F.max(col(_T_ORDER)).alias(_T_NEWEST))
+    # The window's keys are few next to the table's rows: a broadcast semi-join keeps the target rows of those
+    # keys while the files are scanned, so no shuffle moves the table (only its key and order columns are read).
+    matched = target.join(F.broadcast(latest.select(*[col(k) for k in keys])), on=list(keys), how="left_semi")
+    matched = matched.persist()
+    newest = matched.groupBy(*[col(k) for k in keys]).agg(F.max(col(_T_ORDER)).alias(_T_NEWEST))
     joined = latest.join(newest, on=list(keys), how="left")
     winners = joined.where(col(_T_NEWEST).isNull() | (col(_W_ORDER) > col(_T_NEWEST))).drop(
         _W_ORDER, _T_NEWEST
     )
-    replaced = target.join(winners.select(*[col(k) for k in keys]), on=list(keys), how="left_semi")
-    per_file = replaced.groupBy(_FILE).agg(F.sort_array(F.collect_list(col(_ROW))).alias(_ROWS)).toArrow()
+    winners = winners.persist()  # filled by the job below, before the target rows it was computed from go
+    replaced = matched.join(winners.select(*[col(k) for k in keys]), on=list(keys), how="left_semi")
+    try:
+        per_file = replaced.groupBy(_FILE).agg(F.sort_array(F.collect_list(col(_ROW))).alias(_ROWS)).toArrow()
+    finally:
+        matched.unpersist()
     deleted = {
         by_name[name].path: rows
         for name, rows in zip(
