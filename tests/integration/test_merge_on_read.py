@@ -23,11 +23,11 @@ import pytest
 pytest.importorskip("pyspark")
 deltalake = pytest.importorskip("deltalake")
 
-from test_merge import PIPELINE, order, orders, stage_window  # noqa: E402
+from test_merge import ORDER_TYPES, ORDERS, PIPELINE, StagedTableSpec, order, orders, stage_window  # noqa: E402
 
 from airflow_provider_binlog.contract.columns import OP_TRUNCATE  # noqa: E402
 from airflow_provider_binlog.contract.delta_log import file_vectors, live_rows  # noqa: E402
-from airflow_provider_binlog.contract.manifest import read_manifest, write_manifest  # noqa: E402
+from airflow_provider_binlog.contract.manifest import SNAPSHOT_KIND, read_manifest, write_manifest  # noqa: E402
 from airflow_provider_binlog.exceptions import BinlogConfigError  # noqa: E402
 from airflow_provider_binlog.jobs.merge.job import merge_window  # noqa: E402
 from airflow_provider_binlog.maintenance import compact_table, compact_with_vectors, vacuum_table  # noqa: E402
@@ -251,3 +251,40 @@ def test_compaction_leaves_key_ranged_files_without_vectors_and_vacuum_keeps_the
     vacuum_table(flow.uri, retention_hours=0)
     assert list(Path(flow.uri).glob("deletion_vector_*.bin")) == []
     flow.check()
+
+
+def test_a_resnapshot_of_a_table_merged_on_read_replaces_its_rows_and_its_vectors(
+    spark: Any, staging: Path, target: str
+) -> None:
+    flow = Flow(spark, staging, target)
+    _merged_on_read(flow)  # windows 1 and 2
+    snapshot = orders([("r", order(i, "snap", "9.00")) for i in range(0, 40, 2)])  # the odd keys were deleted
+    merge_window(spark, stage_window(staging, 3, snapshot, kind=SNAPSHOT_KIND), target, pipeline=PIPELINE,
+                 write_mode="merge_on_read")  # fmt: skip
+    flow.seq, flow.model = 3, {i: ("snap", Decimal("9.00")) for i in range(0, 40, 2)}
+    flow.check()
+    assert file_vectors(deltalake.DeltaTable(flow.uri)) == {}
+    flow.window([("u", order(4, "after", "4.00"))])
+    assert file_vectors(deltalake.DeltaTable(flow.uri))
+    flow.check()
+
+
+def test_a_column_added_after_deletion_vectors_exist_is_merged_on_read(
+    spark: Any, staging: Path, target: str
+) -> None:
+    flow = Flow(spark, staging, target)
+    _merged_on_read(flow)
+    wider = ORDERS.append(pa.field("note", pa.string()))
+    changes = [
+        ("u", {**order(8, "noted", "8.00"), "note": "gift"}),
+        ("c", {**order(77, "new", "7.00"), "note": None}),
+    ]
+    uri = stage_window(staging, 3, {"shop.orders": StagedTableSpec(wider, changes, mysql_types=ORDER_TYPES)})
+    result = merge_window(spark, uri, target, pipeline=PIPELINE, write_mode="merge_on_read")["tables"][
+        "shop.orders"
+    ]
+    assert (result["write_mode"], result["rows_deleted"]) == ("merge_on_read", 1)
+    flow.model[8], flow.model[77] = ("noted", Decimal("8.00")), ("new", Decimal("7.00"))
+    flow.check()
+    notes = {r["id"]: r["note"] for r in read_table(target, "shop.orders").to_pylist()}
+    assert (notes[8], notes[77], notes[9]) == ("gift", None, None)
