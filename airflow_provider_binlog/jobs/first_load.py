@@ -41,7 +41,7 @@ from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for
 from airflow_provider_binlog.jobs.merge.delta import commit_window, create_table
 from airflow_provider_binlog.jobs.merge.files import PlacedFile, remove_files, validate_data_file
 from airflow_provider_binlog.jobs.merge.layout import rows_per_file
-from airflow_provider_binlog.jobs.merge.table import TableResult, commit_info
+from airflow_provider_binlog.jobs.merge.result import TableResult, commit_info
 from airflow_provider_binlog.jobs.merge.window import (
     StagedTable,
     read_staged_schema,

@@ -6,7 +6,10 @@
 - :mod:`.schema`: schema evolution of an existing table (planning, refusal of what it cannot follow);
 - :mod:`.transforms`: the Spark transformations (pure functions of DataFrames);
 - :mod:`.delta`: creating a target table, its layout, the window's commit;
-- :mod:`.files`: new bucket files (validated footers, placement, cleanup);
+- :mod:`.files`: new data files (written sorted by key, validated footers, placement, cleanup);
+- :mod:`.merge_on_read`: a window written as new rows plus deletion vectors of the rows they replace
+  (``docs/adr/0037-deletion-vectors.md``);
+- :mod:`.result`: what merging one table did (the summary entry and its commit info);
 - :mod:`.cascades`: foreign-key actions the source did not log;
 - :mod:`.truncate`: truncate markers (a table emptied at a statement's place in the order);
 - :mod:`.table`: merging one table as the plan says (orchestration of the above);

@@ -21,14 +21,19 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from airflow_provider_binlog.contract.delta import STAGING_DIR, file_stats
+from airflow_provider_binlog.contract.columns import BUCKET_COLUMN
+from airflow_provider_binlog.contract.delta import STAGING_DIR, file_stats, target_file_bytes
 from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, join_uri
 from airflow_provider_binlog.jobs.actions import output_name, save_output
 from airflow_provider_binlog.jobs.application import MergeJobError
 from airflow_provider_binlog.jobs.connect_operations import OperationDetached
 
 if TYPE_CHECKING:
+    from deltalake import DeltaTable
     from pyspark.sql import DataFrame
+
+    from airflow_provider_binlog.jobs.merge.delta import DataFile
+    from airflow_provider_binlog.jobs.merge.layout import RewritePlan
 
 log = logging.getLogger(__name__)
 
@@ -257,3 +262,61 @@ def _delete_dir_if_empty(fs: pafs.FileSystem, path: str) -> None:
     with contextlib.suppress(OSError):
         if not fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)):
             fs.delete_dir(path)
+
+
+def file_layout(dt: DeltaTable, keys: Sequence[str], files: Sequence[DataFile]) -> FileLayout:
+    """Return how new files of a table are written: sorted by key, split at its target size.
+
+    A table created with hash buckets keeps its ``_binlog_bucket`` partition column (Delta cannot drop one):
+    its new files all go to partition ``0``.
+
+    :param dt: the table.
+    :param keys: key columns (the table's spelling).
+    :param files: the table's current files (their bytes per row size the new ones).
+    """
+    from airflow_provider_binlog.jobs.merge.layout import rows_per_file
+
+    partitioned = BUCKET_COLUMN in dt.metadata().partition_columns
+    return FileLayout(
+        keys=list(keys),
+        stats_columns=list(keys),
+        partition={BUCKET_COLUMN: "0"} if partitioned else {},
+        rows_per_file=rows_per_file(files, target_file_bytes(dt)),
+    )
+
+
+def write_plan(
+    rows: DataFrame,
+    dt: DeltaTable,
+    uri: str,
+    data_schema: pa.Schema,
+    keys: Sequence[str],
+    plan: RewritePlan,
+    *,
+    files: Sequence[DataFile],
+    seq: int,
+    count: int,
+    storage_options: StorageOptions | None,
+) -> list[PlacedFile]:
+    """Write a rewrite's ``count`` rows into new files cut by the plan's segments; return them, uncommitted.
+
+    ``files`` are the table's current files (their bytes per row size the new ones).
+    """
+    from airflow_provider_binlog.jobs.merge.layout import SEGMENT_COLUMN, segment_column, write_partitions
+
+    layout = file_layout(dt, keys, files)
+    return write_sorted_files(
+        rows.withColumn(SEGMENT_COLUMN, segment_column(keys[0], plan)),
+        uri,
+        data_schema,
+        seq=seq,
+        layout=layout,
+        partitions=write_partitions(count, layout.rows_per_file),
+        storage_options=storage_options,
+        # field metadata left out: delta-rs gives its keys in no fixed order
+        output_key=(
+            dt.version(),
+            [f.path for f in plan.removed],
+            [(f.name, str(f.type)) for f in data_schema],
+        ),
+    )

@@ -27,11 +27,21 @@ import pyarrow as pa
 
 from airflow_provider_binlog.contract.columns import SEQ_COLUMN, WINDOW_COLUMN
 from airflow_provider_binlog.contract.deletion_vectors import read_vector, write_vectors
-from airflow_provider_binlog.contract.delta_log import LogFile, commit, enable_deletion_vectors, log_files
-from airflow_provider_binlog.contract.uris import StorageOptions
+from airflow_provider_binlog.contract.delta_log import (
+    LogFile,
+    commit,
+    enable_deletion_vectors,
+    file_vectors,
+    log_files,
+)
+from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for
 from airflow_provider_binlog.contract.write_modes import WriteMode
 from airflow_provider_binlog.jobs.application import MergeJobError
-from airflow_provider_binlog.jobs.merge.delta import DataFile, data_file_uri
+from airflow_provider_binlog.jobs.merge.delta import DataFile, data_file_uri, window_transactions
+from airflow_provider_binlog.jobs.merge.files import remove_files, write_plan
+from airflow_provider_binlog.jobs.merge.layout import RewritePlan
+from airflow_provider_binlog.jobs.merge.result import TableResult, commit_info
+from airflow_provider_binlog.jobs.merge.transforms import newest_change_per_key, unpersist_after_failure
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -39,6 +49,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from airflow_provider_binlog.jobs.merge.files import PlacedFile
+    from airflow_provider_binlog.jobs.merge.truncate import Truncation
 
 log = logging.getLogger(__name__)
 
@@ -263,3 +274,85 @@ def commit_merge_on_read(
         app_transactions=app_transactions,
         storage_options=storage_options,
     )
+
+
+def deleted_rows(dt: DeltaTable, files: Sequence[DataFile]) -> dict[str, list[int]]:
+    """Return ``{log path: row positions}`` of the deletion vectors of ``files`` (none for a table without DVs)."""
+    vectors = file_vectors(dt)
+    return {f.path: list(read_vector(dt.table_uri, vectors[f.path])) for f in files if f.path in vectors}
+
+
+def merge_on_read(
+    spark: SparkSession,
+    dt: DeltaTable,
+    uri: str,
+    changes: DataFrame,
+    candidates: Sequence[DataFile],
+    data_schema: pa.Schema,
+    keys: Sequence[str],
+    *,
+    files: Sequence[DataFile],
+    pipeline: str,
+    seq: int,
+    rows_in_window: int,
+    truncation: Truncation,
+    storage_options: StorageOptions | None,
+) -> TableResult:
+    """Merge the window on read (:mod:`~airflow_provider_binlog.jobs.merge.merge_on_read`) and commit it.
+
+    :param candidates: the current files the window's keys can be in.
+    :param files: every current file (their bytes per row size the new files).
+    """
+    planned = plan_merge_on_read(
+        spark, uri, newest_change_per_key(changes, keys), candidates, data_schema, keys
+    )
+    winners = planned.winners
+    try:
+        placed = write_plan(
+            winners,
+            dt,
+            uri,
+            data_schema,
+            keys,
+            RewritePlan(),
+            files=files,
+            seq=seq,
+            count=rows_in_window,
+            storage_options=storage_options,
+        )
+    except BaseException:
+        unpersist_after_failure(winners)
+        raise
+    winners.unpersist()
+    try:
+        grown = grown_vectors(dt, planned.deleted, storage_options)
+    except BaseException:
+        remove_files(filesystem_for(uri, storage_options)[0], [p.location for p in placed])
+        raise
+    result = TableResult(
+        rows_in_window=rows_in_window,
+        rows_written=sum(p.rows for p in placed),
+        files_added=len(placed),
+        write_mode="merge_on_read",
+        rows_deleted=newly_deleted(grown),
+        files_with_new_vectors=len(grown),
+    )
+    log.info(
+        "%s: window %d merged on read: %d new rows in %d files, %d rows of %d of %d files marked deleted",
+        dt.table_uri, seq, result.rows_written, len(placed), result.rows_deleted, len(planned.deleted), len(files),
+    )  # fmt: skip
+    try:
+        commit_merge_on_read(
+            dt,
+            grown,
+            placed,
+            app_transactions=window_transactions(dt, pipeline, seq, truncation.app_transactions(pipeline)),
+            custom_metadata=commit_info(pipeline, seq, result),
+            storage_options=storage_options,
+        )
+    except BaseException:
+        remove_files(filesystem_for(uri, storage_options)[0], [p.location for p in placed])
+        raise
+    dt.update_incremental()
+    result.delta_version = dt.version()
+    return result

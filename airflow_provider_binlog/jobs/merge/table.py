@@ -18,9 +18,9 @@ and ``docs/adr/0020-key-range-file-layout.md``):
    add-new in one Delta commit that also records the window as app transactions, so readers never see half
    a window and a re-run is a no-op.
 
-About 550 lines because the window merge, the whole-table rewrites (retype, truncate, snapshot, the
+About 500 lines because the window merge, the whole-table rewrites (retype, truncate, snapshot, the
 bucket-table migration) and the conflict re-planning share one commit path; the file layout planning is
-in :mod:`~airflow_provider_binlog.jobs.merge.layout`.
+in :mod:`~airflow_provider_binlog.jobs.merge.layout`, merge-on-read in :mod:`~airflow_provider_binlog.jobs.merge.merge_on_read`.
 """
 
 from __future__ import annotations
@@ -30,13 +30,11 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from airflow_provider_binlog.contract.columns import BUCKET_COLUMN
-from airflow_provider_binlog.contract.deletion_vectors import read_vector
 from airflow_provider_binlog.contract.delta import (
     COMMIT_PIPELINE_KEY,
     COMMIT_WINDOW_KEY,
@@ -48,37 +46,29 @@ from airflow_provider_binlog.contract.delta import (
     target_file_bytes,
     window_app_id,
 )
-from airflow_provider_binlog.contract.delta_log import file_vectors
 from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, table_uri
 from airflow_provider_binlog.contract.write_modes import WriteMode
 from airflow_provider_binlog.jobs.application import MergeJobError
 from airflow_provider_binlog.jobs.merge.delta import (
-    DataFile,
     check_table_key,
     commit_window,
     create_table,
     current_files,
     ensure_key_range_layout,
-    window_transactions,
 )
-from airflow_provider_binlog.jobs.merge.files import FileLayout, PlacedFile, remove_files, write_sorted_files
+from airflow_provider_binlog.jobs.merge.files import PlacedFile, remove_files, write_plan
 from airflow_provider_binlog.jobs.merge.layout import (
-    SEGMENT_COLUMN,
     RewritePlan,
     plan_rewrite,
-    rows_per_file,
-    segment_column,
-    write_partitions,
 )
 from airflow_provider_binlog.jobs.merge.merge_on_read import (
     candidate_files,
     choose_mode,
-    commit_merge_on_read,
-    grown_vectors,
-    newly_deleted,
-    plan_merge_on_read,
+    deleted_rows,
+    merge_on_read,
 )
 from airflow_provider_binlog.jobs.merge.plan import TablePlan
+from airflow_provider_binlog.jobs.merge.result import TableResult, commit_info
 from airflow_provider_binlog.jobs.merge.schema import (
     SchemaChange,
     apply_schema_change,
@@ -89,11 +79,11 @@ from airflow_provider_binlog.jobs.merge.transforms import (
     apply_window,
     col,
     conform_changes,
-    newest_change_per_key,
     profile_changes,
     read_data_files,
     read_staged_changes,
     spark_type,
+    unpersist_after_failure,
 )
 from airflow_provider_binlog.jobs.merge.truncate import (
     Truncation,
@@ -113,36 +103,6 @@ log = logging.getLogger(__name__)
 
 COMMIT_ATTEMPTS = 5
 """A table's merge is planned again this many times when another writer commits to it in between."""
-
-
-@dataclass
-class TableResult:
-    """What merging one table did (one entry of the JSON summary).
-
-    :param rows_in_window: change rows of the table in the window.
-    :param rows_written: rows in the new files (live rows and tombstones).
-    :param files_removed: data files the commit removed (the files the window rewrote).
-    :param files_added: data files the commit added.
-    :param skipped: whether the table was skipped (already merged, or no changes).
-    :param delta_version: table version after the merge (``None`` if there is no table).
-    :param widened: columns whose type the merge changed by rewriting the table first (:func:`retype_table`):
-        widened, or replaced by a snapshot.
-    :param write_mode: ``copy_on_write`` (the files the window's keys can be in were rewritten) or
-        ``merge_on_read`` (their replaced rows were marked in deletion vectors), "" when nothing was merged.
-    :param rows_deleted: rows of existing files the commit marked deleted in deletion vectors.
-    :param files_with_new_vectors: existing files whose deletion vector the commit replaced.
-    """
-
-    rows_in_window: int = 0
-    rows_written: int = 0
-    files_removed: int = 0
-    files_added: int = 0
-    write_mode: str = ""
-    rows_deleted: int = 0
-    files_with_new_vectors: int = 0
-    skipped: bool = False
-    delta_version: int | None = None
-    widened: list[str] = field(default_factory=list)
 
 
 def _replanned_on_conflict(merge: Callable[..., TableResult]) -> Callable[..., TableResult]:
@@ -341,10 +301,10 @@ def retype_table(
     removed = current_files(dt, key_names)
     placed: list[PlacedFile] = []
     if removed:
-        rows = read_data_files(spark, uri, removed, old_data, deleted=_deleted_rows(dt, removed)).select(
+        rows = read_data_files(spark, uri, removed, old_data, deleted=deleted_rows(dt, removed)).select(
             *[col(f.name).cast(spark_type(f.type)).alias(f.name) for f in new_data]
         )
-        placed = _write_plan(
+        placed = write_plan(
             rows, dt, uri, new_data, key_names, RewritePlan(removed, whole=True), files=removed, seq=seq,
             count=sum(f.rows for f in removed), storage_options=storage_options,
         )  # fmt: skip
@@ -404,76 +364,10 @@ def _key_names(data_schema: pa.Schema, keys: Sequence[str]) -> list[str]:
     return [by_lower[k.lower()] for k in keys]
 
 
-def file_layout(dt: DeltaTable, keys: Sequence[str], files: Sequence[DataFile]) -> FileLayout:
-    """Return how new files of a table are written: sorted by key, split at its target size.
-
-    A table created with hash buckets keeps its ``_binlog_bucket`` partition column (Delta cannot drop one):
-    its new files all go to partition ``0``.
-
-    :param dt: the table.
-    :param keys: key columns (the table's spelling).
-    :param files: the table's current files (their bytes per row size the new ones).
-    """
-    partitioned = BUCKET_COLUMN in dt.metadata().partition_columns
-    return FileLayout(
-        keys=list(keys),
-        stats_columns=list(keys),
-        partition={BUCKET_COLUMN: "0"} if partitioned else {},
-        rows_per_file=rows_per_file(files, target_file_bytes(dt)),
-    )
-
-
-def _write_plan(
-    rows: DataFrame,
-    dt: DeltaTable,
-    uri: str,
-    data_schema: pa.Schema,
-    keys: Sequence[str],
-    plan: RewritePlan,
-    *,
-    files: Sequence[DataFile],
-    seq: int,
-    count: int,
-    storage_options: StorageOptions | None,
-) -> list[PlacedFile]:
-    """Write a rewrite's ``count`` rows into new files cut by the plan's segments; return them, uncommitted.
-
-    ``files`` are the table's current files (their bytes per row size the new ones).
-    """
-    layout = file_layout(dt, keys, files)
-    return write_sorted_files(
-        rows.withColumn(SEGMENT_COLUMN, segment_column(keys[0], plan)),
-        uri,
-        data_schema,
-        seq=seq,
-        layout=layout,
-        partitions=write_partitions(count, layout.rows_per_file),
-        storage_options=storage_options,
-        # field metadata left out: delta-rs gives its keys in no fixed order
-        output_key=(
-            dt.version(),
-            [f.path for f in plan.removed],
-            [(f.name, str(f.type)) for f in data_schema],
-        ),
-    )
-
-
 def _change_keys(changes: DataFrame, key: str) -> list[Any]:
     """Return the distinct values of a window's first key column, ascending (one Spark job, to the driver)."""
     values = changes.select(col(key)).distinct().toArrow().column(0).to_pylist()
     return sorted(values)
-
-
-def _unpersist_after_failure(frame: DataFrame) -> None:
-    """Unpersist ``frame`` after a failed rewrite, logging instead of raising a failure of its own.
-
-    The rewrite's error is the one to report: when the Spark Connect server died, the unpersist fails too,
-    and raising that would hide where the merge stopped.
-    """
-    try:
-        frame.unpersist()
-    except Exception as err:  # noqa: BLE001  (any error of the release; the rewrite's error follows)
-        log.warning("could not unpersist the window's changes after the failed rewrite: %s", err)
 
 
 def _rewrite_files(
@@ -529,7 +423,7 @@ def _rewrite_files(
             write_mode, uri=uri, whole=whole, rows_in_window=rows_in_window, candidates=candidates
         )
         if mode == "merge_on_read":
-            result = _merge_on_read(
+            result = merge_on_read(
                 spark,
                 dt,
                 uri,
@@ -555,7 +449,7 @@ def _rewrite_files(
         current = None
         if plan.removed:
             current = read_data_files(
-                spark, uri, plan.removed, stored, deleted=_deleted_rows(dt, plan.removed)
+                spark, uri, plan.removed, stored, deleted=deleted_rows(dt, plan.removed)
             )
             if replaced is not None:
                 current = conform_changes(current, data_schema)
@@ -568,7 +462,7 @@ def _rewrite_files(
             int(spark.conf.get("spark.sql.shuffle.partitions") or 1),
             refresh_seq=seq if staged.refresh else None,
         )
-        placed = _write_plan(
+        placed = write_plan(
             merged,
             dt,
             uri,
@@ -581,7 +475,7 @@ def _rewrite_files(
             storage_options=storage_options,
         )
     except BaseException:
-        _unpersist_after_failure(changes)
+        unpersist_after_failure(changes)
         raise
     changes.unpersist()
     result = TableResult(
@@ -613,97 +507,3 @@ def _rewrite_files(
     dt.update_incremental()
     result.delta_version = dt.version()
     return result
-
-
-def _deleted_rows(dt: DeltaTable, files: Sequence[DataFile]) -> dict[str, list[int]]:
-    """Return ``{log path: row positions}`` of the deletion vectors of ``files`` (none for a table without DVs)."""
-    vectors = file_vectors(dt)
-    return {f.path: list(read_vector(dt.table_uri, vectors[f.path])) for f in files if f.path in vectors}
-
-
-def _merge_on_read(
-    spark: SparkSession,
-    dt: DeltaTable,
-    uri: str,
-    changes: DataFrame,
-    candidates: Sequence[DataFile],
-    data_schema: pa.Schema,
-    keys: Sequence[str],
-    *,
-    files: Sequence[DataFile],
-    pipeline: str,
-    seq: int,
-    rows_in_window: int,
-    truncation: Truncation,
-    storage_options: StorageOptions | None,
-) -> TableResult:
-    """Merge the window on read (:mod:`~airflow_provider_binlog.jobs.merge.merge_on_read`) and commit it.
-
-    :param candidates: the current files the window's keys can be in.
-    :param files: every current file (their bytes per row size the new files).
-    """
-    planned = plan_merge_on_read(
-        spark, uri, newest_change_per_key(changes, keys), candidates, data_schema, keys
-    )
-    winners = planned.winners.persist()
-    try:
-        placed = _write_plan(
-            winners,
-            dt,
-            uri,
-            data_schema,
-            keys,
-            RewritePlan(),
-            files=files,
-            seq=seq,
-            count=rows_in_window,
-            storage_options=storage_options,
-        )
-    finally:
-        _unpersist_after_failure(winners)
-    try:
-        grown = grown_vectors(dt, planned.deleted, storage_options)
-    except BaseException:
-        remove_files(filesystem_for(uri, storage_options)[0], [p.location for p in placed])
-        raise
-    result = TableResult(
-        rows_in_window=rows_in_window,
-        rows_written=sum(p.rows for p in placed),
-        files_added=len(placed),
-        write_mode="merge_on_read",
-        rows_deleted=newly_deleted(grown),
-        files_with_new_vectors=len(grown),
-    )
-    log.info(
-        "%s: window %d merged on read: %d new rows in %d files, %d rows of %d of %d files marked deleted",
-        dt.table_uri, seq, result.rows_written, len(placed), result.rows_deleted, len(planned.deleted), len(files),
-    )  # fmt: skip
-    try:
-        commit_merge_on_read(
-            dt,
-            grown,
-            placed,
-            app_transactions=window_transactions(dt, pipeline, seq, truncation.app_transactions(pipeline)),
-            custom_metadata=commit_info(pipeline, seq, result),
-            storage_options=storage_options,
-        )
-    except BaseException:
-        remove_files(filesystem_for(uri, storage_options)[0], [p.location for p in placed])
-        raise
-    dt.update_incremental()
-    result.delta_version = dt.version()
-    return result
-
-
-def commit_info(pipeline: str, seq: int, result: TableResult) -> dict[str, Any]:
-    """Return the commit info a window's commit of one table records: its pipeline, window and counts."""
-    return {
-        COMMIT_PIPELINE_KEY: pipeline,
-        COMMIT_WINDOW_KEY: seq,
-        "binlog.rows_in_window": result.rows_in_window,
-        "binlog.rows_written": result.rows_written,
-        "binlog.files_removed": result.files_removed,
-        "binlog.files_added": result.files_added,
-        "binlog.write_mode": result.write_mode,
-        "binlog.rows_deleted": result.rows_deleted,
-    }

@@ -7,6 +7,7 @@ current rows of the files the window rewrites, newest change per key (:func:`app
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
     from airflow_provider_binlog.jobs.merge.delta import DataFile
+
+log = logging.getLogger(__name__)
 
 _SOURCE_RANK = "__binlog_source_rank"
 _FILE_NAME = "__binlog_file_name"
@@ -261,3 +264,15 @@ def read_data_files(
             {_FILE_NAME: F.col("_metadata.file_name"), _ROW_INDEX: F.col("_metadata.row_index")}
         ).join(gone, on=[_FILE_NAME, _ROW_INDEX], how="left_anti")
     return rows.select(*[col(f.name) for f in data_schema])
+
+
+def unpersist_after_failure(frame: DataFrame) -> None:
+    """Unpersist ``frame`` after a failed rewrite, logging instead of raising a failure of its own.
+
+    The rewrite's error is the one to report: when the Spark Connect server died, the unpersist fails too,
+    and raising that would hide where the merge stopped.
+    """
+    try:
+        frame.unpersist()
+    except Exception as err:  # noqa: BLE001  (any error of the release; the rewrite's error follows)
+        log.warning("could not unpersist a persisted frame of the merge after its failure: %s", err)
