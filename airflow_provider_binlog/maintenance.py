@@ -18,6 +18,7 @@ removed, and time travel to versions within the retention, keep working.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import re
 import time
@@ -28,7 +29,7 @@ from airflow_provider_binlog.contract.columns import UTC
 from airflow_provider_binlog.contract.delta import STAGING_DIR
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from airflow.sdk import ObjectStoragePath
     from deltalake import DeltaTable
@@ -300,7 +301,6 @@ def compact_table(
     import pyarrow as pa
     import pyarrow.parquet as pq
     from deltalake import CommitProperties, DeltaTable
-    from deltalake.exceptions import CommitFailedError
     from deltalake.transaction import AddAction, RemoveAction
 
     from airflow_provider_binlog.contract.delta import (
@@ -336,8 +336,7 @@ def compact_table(
     fs, _ = filesystem_for(uri, storage_options)
     now_ms = int(time.time() * 1000)
     actions: list[AddAction | RemoveAction] = []
-    written: list[str] = []
-    try:
+    with _written_files(fs) as written:
         for run in runs:
             folder = "".join(f"{k}={v}/" for k, v in run[0].partition.items())
             relative = f"{folder}compacted-{uuid.uuid4().hex}.parquet"
@@ -346,7 +345,7 @@ def compact_table(
                 _conformed(pq.read_table(_location(uri, f.path, storage_options), filesystem=fs), schema)
                 for f in run
             ]
-            written.append(location)
+            written.paths.append(location)
             pq.write_table(pa.concat_tables(parts), location, filesystem=fs)
             stats = file_stats(pq.read_metadata(location, filesystem=fs), schema, keys)
             size = fs.get_file_info(location).size or 0
@@ -361,13 +360,7 @@ def compact_table(
                 custom_metadata={"binlog.compacted": result.files_removed}, max_commit_retries=0
             ),
         )
-    except CommitFailedError:
-        _delete_written(fs, written)
-        return Compacted(conflict=True)
-    except BaseException:
-        _delete_written(fs, written)
-        raise
-    return result
+    return Compacted(conflict=True) if written.conflict else result
 
 
 COMPACT_DELETED_FRACTION = 0.1
@@ -402,7 +395,6 @@ def compact_with_vectors(
     import uuid
 
     import pyarrow.parquet as pq
-    from deltalake.exceptions import CommitFailedError
 
     from airflow_provider_binlog.contract.delta import delta_arrow_schema, file_stats, target_file_bytes
     from airflow_provider_binlog.contract.delta_log import LogFile, commit, live_rows, log_files
@@ -429,13 +421,12 @@ def compact_with_vectors(
     partition = next(iter(current.values())).partition or {}
     folder = "".join(f"{k}={v}/" for k, v in partition.items())
     now_ms = int(time.time() * 1000)
-    written: list[str] = []
     added = []
-    try:
+    with _written_files(fs) as written:
         for start in range(0, max(rows.num_rows, 1), per_file):
             relative = f"{folder}compacted-{uuid.uuid4().hex}.parquet"
             location = filesystem_for(join_uri(uri, relative), storage_options)[1]
-            written.append(location)
+            written.paths.append(location)
             pq.write_table(rows.slice(start, per_file), location, filesystem=fs)
             metadata = pq.read_metadata(location, filesystem=fs)
             added.append(
@@ -456,12 +447,8 @@ def compact_with_vectors(
             custom_metadata={"binlog.compacted": len(current)},
             storage_options=storage_options,
         )
-    except CommitFailedError:
-        _delete_written(fs, written)
+    if written.conflict:
         return Compacted(conflict=True)
-    except BaseException:
-        _delete_written(fs, written)
-        raise
     result.files_added = len(added)
     return result
 
@@ -525,6 +512,30 @@ def _location(uri: str, path: str, storage_options: dict[str, str] | None) -> st
     from airflow_provider_binlog.contract.uris import filesystem_for, join_uri
 
     return filesystem_for(join_uri(uri, unquote(path)), storage_options)[1]
+
+
+@dataclass
+class _Written:
+    """The files a compaction wrote, and whether its commit lost to another writer."""
+
+    paths: list[str] = field(default_factory=list)
+    conflict: bool = False
+
+
+@contextlib.contextmanager
+def _written_files(fs: Any) -> Iterator[_Written]:
+    """Delete the files written in the block when it fails; a lost commit race sets ``conflict`` instead of raising."""
+    from deltalake.exceptions import CommitFailedError
+
+    written = _Written()
+    try:
+        yield written
+    except CommitFailedError:
+        _delete_written(fs, written.paths)
+        written.conflict = True
+    except BaseException:
+        _delete_written(fs, written.paths)
+        raise
 
 
 def _delete_written(fs: Any, paths: list[str]) -> None:

@@ -61,16 +61,6 @@ T0 = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def staging(tmp_path: Path) -> Path:
-    return tmp_path / "staging"
-
-
-@pytest.fixture
-def target(tmp_path: Path) -> str:
-    return str(tmp_path / "target")
-
-
 @dataclass
 class StagedTableSpec:
     """Source schema, key and changes ``(op, row)`` of one table in a window."""

@@ -50,16 +50,6 @@ SMALL = 6000
 """Target file size of the tests' tables (bytes): a few dozen rows per file."""
 
 
-@pytest.fixture
-def staging(tmp_path: Path) -> Path:
-    return tmp_path / "staging"
-
-
-@pytest.fixture
-def target(tmp_path: Path) -> str:
-    return str(tmp_path / "target")
-
-
 def merge(spark: Any, window: str, target: str, **kwargs: Any) -> dict[str, Any]:
     return merge_window(spark, window, target, pipeline=PIPELINE, **kwargs)
 

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import signal
+import subprocess
+import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -36,16 +39,6 @@ from airflow_provider_binlog.target import live_file_uris, read_table, table_uri
 pytestmark = pytest.mark.integration
 
 Model = dict[int, tuple[str, Decimal]]
-
-
-@pytest.fixture
-def staging(tmp_path: Path) -> Path:
-    return tmp_path / "staging"
-
-
-@pytest.fixture
-def target(tmp_path: Path) -> str:
-    return str(tmp_path / "target")
 
 
 class Flow:
@@ -288,3 +281,51 @@ def test_a_column_added_after_deletion_vectors_exist_is_merged_on_read(
     flow.check()
     notes = {r["id"]: r["note"] for r in read_table(target, "shop.orders").to_pylist()}
     assert (notes[8], notes[77], notes[9]) == ("gift", None, None)
+
+
+KILLED_AT_COMMIT = """
+import os, signal, sys
+from pyspark.sql import SparkSession
+from airflow_provider_binlog.jobs.merge import merge_on_read
+from airflow_provider_binlog.jobs.merge.job import merge_window
+
+def killed(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)  # after the new files and the DV file are written, before the commit
+
+merge_on_read.commit = killed
+spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+spark.conf.set("spark.sql.session.timeZone", "UTC")
+spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+merge_window(spark, sys.argv[2], sys.argv[3], pipeline=sys.argv[4], write_mode="merge_on_read")
+"""
+
+
+def test_a_merge_killed_between_its_vectors_and_its_commit_leaves_no_trace_readers_see_and_merges_once_on_retry(
+    spark: Any, spark_connect: Any, staging: Path, target: str
+) -> None:
+    flow = Flow(spark, staging, target)
+    _merged_on_read(flow)
+    before = sorted(flow.model.items())
+    changes = [("u", order(i, "retried", "4.00")) for i in range(0, 40, 5)]
+    window = stage_window(staging, 3, orders(changes))
+    version = deltalake.DeltaTable(flow.uri).version()
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AT_COMMIT, spark_connect.url, window, target, PIPELINE],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert deltalake.DeltaTable(flow.uri).version() == version  # nothing committed
+    assert len(list(Path(flow.uri).glob("deletion_vector_*.bin"))) == 2  # the killed merge's is unreferenced
+    flow.check()  # readers see the table as before the window
+    assert sorted(flow.model.items()) == before
+
+    retried = merge_window(spark, window, target, pipeline=PIPELINE, write_mode="merge_on_read")  # the retry
+    assert retried["tables"]["shop.orders"]["rows_deleted"] == len(changes)
+    flow.model.update({row["id"]: (row["status"], row["amount"]) for _, row in changes})
+    flow.check()
+    orphans = vacuum_table(flow.uri, retention_hours=0)
+    assert orphans.files >= 2  # the killed merge's new data file and its DV file (and superseded vectors)
+    assert len(list(Path(flow.uri).glob("deletion_vector_*.bin"))) == 1
+    flow.check()
