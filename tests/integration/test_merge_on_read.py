@@ -28,10 +28,12 @@ deltalake = pytest.importorskip("deltalake")
 
 from test_merge import ORDER_TYPES, ORDERS, PIPELINE, StagedTableSpec, order, orders, stage_window  # noqa: E402
 
+from airflow_provider_binlog.contract import delta_log  # noqa: E402
 from airflow_provider_binlog.contract.columns import OP_TRUNCATE  # noqa: E402
 from airflow_provider_binlog.contract.delta_log import file_vectors, live_rows  # noqa: E402
 from airflow_provider_binlog.contract.manifest import SNAPSHOT_KIND, read_manifest, write_manifest  # noqa: E402
 from airflow_provider_binlog.exceptions import BinlogConfigError  # noqa: E402
+from airflow_provider_binlog.jobs.merge import merge_on_read as merge_on_read_module  # noqa: E402
 from airflow_provider_binlog.jobs.merge.job import merge_window  # noqa: E402
 from airflow_provider_binlog.maintenance import compact_table, compact_with_vectors, vacuum_table  # noqa: E402
 from airflow_provider_binlog.target import live_file_uris, read_table, table_uri  # noqa: E402
@@ -328,4 +330,46 @@ def test_a_merge_killed_between_its_vectors_and_its_commit_leaves_no_trace_reade
     orphans = vacuum_table(flow.uri, retention_hours=0)
     assert orphans.files >= 2  # the killed merge's new data file and its DV file (and superseded vectors)
     assert len(list(Path(flow.uri).glob("deletion_vector_*.bin"))) == 1
+    flow.check()
+
+
+def test_a_compaction_committing_during_a_merge_makes_the_merge_plan_again(
+    spark: Any, staging: Path, target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flow = Flow(spark, staging, target)
+    _merged_on_read(flow)
+    compactions: list[Any] = []
+    commit_of_merge = merge_on_read_module.commit
+
+    def compaction_first(*args: Any, **kwargs: Any) -> int:
+        if not compactions:  # another writer commits between the merge's read and its commit
+            compactions.append(compact_table(flow.uri))
+        return commit_of_merge(*args, **kwargs)
+
+    monkeypatch.setattr(merge_on_read_module, "commit", compaction_first)
+    result = flow.window([("u", order(i, "after", "5.00")) for i in range(1, 40, 7)])
+    assert compactions[0].files_removed == 2
+    assert not compactions[0].conflict
+    assert result["write_mode"] == "merge_on_read"  # planned again on the compacted files
+    flow.check()
+
+
+def test_a_merge_committing_during_a_compaction_makes_the_compaction_a_no_op(
+    spark: Any, staging: Path, target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flow = Flow(spark, staging, target)
+    _merged_on_read(flow)
+    real_commit = delta_log.commit
+
+    def merge_first(dt: Any, actions: Any, *, operation: str, **kwargs: Any) -> int:
+        if operation == "OPTIMIZE":
+            flow.window([("d", order(2, "", "0.00")), ("c", order(99, "late", "9.00"))])
+        return real_commit(dt, actions, operation=operation, **kwargs)
+
+    monkeypatch.setattr(delta_log, "commit", merge_first)
+    assert compact_table(flow.uri).conflict
+    flow.check()
+    monkeypatch.setattr(delta_log, "commit", real_commit)
+    assert not compact_table(flow.uri).conflict  # the next maintenance run compacts
+    assert file_vectors(deltalake.DeltaTable(flow.uri)) == {}
     flow.check()
