@@ -29,6 +29,7 @@ TASK_SETTINGS = {
     "target": "target_path",
     "keys": "keys",
     "keyless_tables": "keyless_tables",
+    "write_mode": "write_mode",
 }
 """The operator argument of each pipeline setting (conf key) of the example DAGs."""
 SETTINGS_ENV = {
@@ -39,6 +40,7 @@ SETTINGS_ENV = {
     "target": "BINLOG_CDC_TARGET",
     "keys": "BINLOG_CDC_KEYS",
     "keyless_tables": "BINLOG_CDC_KEYLESS_TABLES",
+    "write_mode": "BINLOG_CDC_WRITE_MODE",
 }
 """The pipeline settings the example DAGs take from the environment when their file is parsed, never from a
 run's configuration (ADR 0034), by the conf key the tests give them under."""

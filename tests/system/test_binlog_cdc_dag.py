@@ -6,9 +6,12 @@ from typing import Any
 import pymysql
 import pytest
 from conftest import REPO, DagRunner, Pipeline, load_example_dag, load_module, stored_state, xcom
+from deltalake import DeltaTable
 from sqlalchemy import select
 
 from airflow_provider_binlog.assets import table_asset_uri
+from airflow_provider_binlog.contract.delta_log import file_vectors
+from airflow_provider_binlog.contract.uris import table_uri
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 from airflow_provider_binlog.testing.workload import SHOP_TABLES, ShopWorkload, create_shop_schema
 from airflow_provider_binlog.verify import compare_table
@@ -28,11 +31,13 @@ def shop(connections: LocalMariaDB, airflow_db: object) -> str:
     return name
 
 
+@pytest.mark.parametrize("write_mode", ["copy_on_write", "merge_on_read"])
 def test_example_dag_keeps_the_target_equal_to_the_source(
-    connections: LocalMariaDB, shop: str, pipeline_dirs: dict[str, str]
+    connections: LocalMariaDB, shop: str, pipeline_dirs: dict[str, str], write_mode: str
 ) -> None:
     pipeline = f"p_{shop}"
-    runner = DagRunner(load_example_dag(), {"pipeline": pipeline, "tables": f"{shop}.*", **pipeline_dirs})
+    settings = {"pipeline": pipeline, "tables": f"{shop}.*", "write_mode": write_mode, **pipeline_dirs}
+    runner = DagRunner(load_example_dag(), settings)
     assert runner.run().state == "success"  # a new pipeline starts at the head: empty first window
     workload = ShopWorkload(
         connect=lambda: pymysql.connect(**connections.connection_kwargs(autocommit=False)), db=shop, seed=11
@@ -57,6 +62,10 @@ def test_example_dag_keeps_the_target_equal_to_the_source(
     windows = state["windows"]
     assert all(a["end"] == b["start"] for a, b in zip(windows, windows[1:], strict=False))
     assert state["checkpoint"]["position"] == windows[-1]["end"]
+    vectors = [
+        file_vectors(DeltaTable(table_uri(pipeline_dirs["target"], f"{shop}.{t}"))) for t in SHOP_TABLES
+    ]
+    assert any(vectors) == (write_mode == "merge_on_read")  # updates and deletes of existing rows
 
 
 def asset_events(uri: str) -> list[dict[str, Any]]:
