@@ -27,7 +27,9 @@ from airflow_provider_binlog.contract.delta_log import (
 
 def _table(path: Path, rows: int = 10) -> DeltaTable:
     data = pa.table({"id": pa.array(range(rows), pa.int64()), "v": [f"r{i}" for i in range(rows)]})
-    DeltaTable.create(str(path), data.schema, configuration={"binlog.owner": "p"}, raise_if_key_not_exists=False)
+    DeltaTable.create(
+        str(path), data.schema, configuration={"binlog.owner": "p"}, raise_if_key_not_exists=False
+    )
     write_deltalake(str(path), data, mode="append")
     return DeltaTable(str(path))
 
