@@ -373,3 +373,19 @@ def test_a_merge_committing_during_a_compaction_makes_the_compaction_a_no_op(
     assert not compact_table(flow.uri).conflict  # the next maintenance run compacts
     assert file_vectors(deltalake.DeltaTable(flow.uri)) == {}
     flow.check()
+
+
+def test_a_window_of_new_keys_only_adds_files_and_leaves_the_protocol_as_it_was(
+    spark: Any, staging: Path, target: str
+) -> None:
+    flow = Flow(spark, staging, target)
+    flow.window([("c", order(i, "new", "1.00")) for i in range(10)], mode="copy_on_write")
+    files = flow.data_files()
+    result = flow.window([("c", order(i, "later", "2.00")) for i in range(10, 20)], mode="auto")
+    assert (result["write_mode"], result["rows_deleted"], result["rows_written"]) == ("merge_on_read", 0, 10)
+    assert files < flow.data_files()  # the first file is not rewritten
+    assert not delta_log.supports_deletion_vectors(
+        deltalake.DeltaTable(flow.uri)
+    )  # plain readers still read it
+    assert len(live_file_uris(target, "shop.orders")) == 2
+    flow.check()

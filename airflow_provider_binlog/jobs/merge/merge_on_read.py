@@ -249,8 +249,8 @@ def commit_merge_on_read(
 ) -> int:
     """Commit a merge-on-read: each touched file gets its grown deletion vector; the new files are added.
 
-    The table gets the ``deletionVectors`` feature first when it lacks it (a commit of its own, which changes
-    no row). One new DV file holds the new vectors of all touched files; a DV file left by a commit that lost
+    The table gets the ``deletionVectors`` feature first when it lacks it and a file gets a DV (a commit of its
+    own, which changes no row): a window that only adds keys leaves the protocol as it is. One new DV file holds the new vectors of all touched files; a DV file left by a commit that lost
     its race is referred to by no version, and the maintenance vacuum removes it.
 
     :param grown: the touched files and their new vectors (:func:`grown_vectors`).
@@ -258,7 +258,7 @@ def commit_merge_on_read(
     :returns: the version committed.
     :raises CommitFailedError: when another writer committed since ``dt`` was read.
     """
-    if enable_deletion_vectors(dt, storage_options):
+    if grown and enable_deletion_vectors(dt, storage_options):  # a window of new keys only needs no DV
         dt.update_incremental()
     now_ms = int(time.time() * 1000)
     descriptors = write_vectors(dt.table_uri, [v for _, v in grown], storage_options) if grown else []
