@@ -134,6 +134,29 @@ def test_deferred_merge_commits_what_a_merge_in_the_worker_commits(connect_conn,
     ]
 
 
+def test_a_deferred_merge_on_read_commits_what_a_copy_on_write_merge_in_the_worker_commits(
+    connect_conn, tmp_path
+):
+    from airflow_provider_binlog.contract.delta_log import file_vectors
+
+    windows = two_windows(tmp_path / "staging")
+    deferred_target, worker_target = str(tmp_path / "deferred"), str(tmp_path / "worker")
+    events = []
+    for window in windows:
+        events += run_deferring(
+            merge_operator(window, deferred_target, deferrable=True, write_mode="merge_on_read")
+        )[1]
+        run_deferring(merge_operator(window, worker_target, deferrable=False))
+    assert [e["status"] for e in events] == [
+        "success"
+    ] * 3  # the second window's new rows were a detached write
+    assert file_vectors(
+        deltalake.DeltaTable(table_uri(deferred_target, "shop.orders"))
+    )  # its DV was committed
+    for table, key in (("shop.orders", "id"), ("shop.access_log", "msg")):
+        assert rows(read_table(deferred_target, table), key) == rows(read_table(worker_target, table), key)
+
+
 def test_a_write_that_ends_while_the_worker_watches_is_taken_without_deferring(connect_conn, tmp_path, capfd):
     windows = two_windows(tmp_path / "staging")
     watched, deferred = str(tmp_path / "watched"), str(tmp_path / "deferred")
