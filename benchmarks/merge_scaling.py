@@ -360,6 +360,47 @@ def measure_merge_on_read(
     return results
 
 
+def measure_break_even(
+    spark: Any, workdir: Path, rows: int, target_file_bytes: int, fractions: list[float]
+) -> list[dict[str, Any]]:
+    """Merge one window of random updates of ``fraction`` of a table's rows in each write mode; return the times.
+
+    The table is built once and copied for each merge, so both modes merge the same window into the same files.
+    """
+    staging, built = workdir / "staging-even", str(workdir / "target-even")
+    build_table(spark, staging, built, rows, target_file_bytes)
+    rng = random.Random(rows + 2)
+    results = []
+    for n, fraction in enumerate(fractions, start=2):
+        keys = rng.sample(range(1, rows + 1), int(rows * fraction))
+        window = stage(staging, n, [("u", row(i, f"e{n}")) for i in keys])
+        result: dict[str, Any] = {"fraction": fraction, "updates": len(keys)}
+        for mode in ("copy_on_write", "merge_on_read"):
+            target = str(workdir / f"target-even-{mode}")
+            shutil.copytree(built, target)
+            result[mode] = timed_merge(spark, window, target, mode)
+            check(target, rows, {i: row(i, f"e{n}")["c"] for i in keys[:200]})
+            shutil.rmtree(target)
+        results.append(result)
+    shutil.rmtree(built, ignore_errors=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    return results
+
+
+def render_break_even(rows: int, results: list[dict[str, Any]]) -> str:
+    lines = [
+        f"local[2] Spark, one run on {os.cpu_count()} cores ({time.strftime('%Y-%m-%d')}); one window of uniformly "
+        f"random updates of a {rows:,}-row table, merged into copies of the same table in each mode",
+        "",
+        "| updated share of the rows | updates | copy-on-write s | merge-on-read s | MOR / COW |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        cow, mor = r["copy_on_write"]["seconds"], r["merge_on_read"]["seconds"]
+        lines.append(f"| {r['fraction']:.1%} | {r['updates']:,} | {cow:.1f} | {mor:.1f} | {mor / cow:.2f} |")
+    return "\n".join(lines)
+
+
 def render_merge_on_read(results: list[dict[str, Any]], target_file_mb: int) -> str:
     lines = [
         f"local[2] Spark, one run on {os.cpu_count()} cores ({time.strftime('%Y-%m-%d')}); target file size "
@@ -442,6 +483,13 @@ def main() -> int:
         "--merge-on-read", action="store_true", help="measure write_mode='merge_on_read' at each size instead"
     )
     parser.add_argument(
+        "--break-even",
+        type=float,
+        nargs="+",
+        metavar="SHARE",
+        help="measure both write modes for windows updating these shares of the first size's rows",
+    )
+    parser.add_argument(
         "--read-rows-limit", type=int, default=20_000_000, help="merge-on-read: measure reads up to this size"
     )
     args = parser.parse_args()
@@ -461,7 +509,9 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="binlog-bench-merge-"))
     try:
         target_bytes = args.target_file_mb * 1024 * 1024
-        if args.merge_on_read:
+        if args.break_even:
+            results = measure_break_even(spark, workdir, args.sizes[0], target_bytes, args.break_even)
+        elif args.merge_on_read:
             results = [
                 measure_merge_on_read(
                     spark, workdir, rows, target_bytes, read_rows_limit=args.read_rows_limit
@@ -477,7 +527,10 @@ def main() -> int:
         shutil.rmtree(workdir, ignore_errors=True)
         spark.stop()
     print(json.dumps(results, indent=2, default=str))
-    if args.merge_on_read:
+    if args.break_even:
+        table = render_break_even(args.sizes[0], results)
+        block = ("merge_break_even", "Copy-on-write against merge-on-read (break-even)")
+    elif args.merge_on_read:
         table = render_merge_on_read(results, args.target_file_mb)
         block = ("merge_on_read", "Merge-on-read (deletion vectors, ADR 0037)")
     else:
