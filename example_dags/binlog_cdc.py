@@ -21,7 +21,7 @@ templates):
   ``interval`` (each run takes the transactions committed in its data interval; runs and backfills such
   as ``airflow backfill create --dag-id binlog_cdc --from-date ... --to-date ...`` may go in any order)
 * ``BINLOG_CDC_WRITE_MODE`` how windows are merged: ``copy_on_write`` (default), ``merge_on_read``
-  (new rows plus deletion vectors, local targets; ``docs/adr/0037-deletion-vectors.md``) or ``auto``
+  (new rows plus deletion vectors, local and S3 targets; ``docs/adr/0037-deletion-vectors.md``) or ``auto``
 * ``BINLOG_CDC_SNAPSHOT_CHUNK_ROWS`` rows per snapshot chunk (default 50000) and
   ``BINLOG_CDC_SNAPSHOT_CONNECTIONS`` most source connections reading chunks at once (default 2)
 * ``BINLOG_CDC_MIN_HEADROOM_SECONDS`` least binlog retention headroom the first task, ``purge_risk``,

@@ -10,8 +10,9 @@ has one, is therefore written here, under the Delta protocol's rules (PROTOCOL.m
 - version ``v`` is the file ``_delta_log/<v, 20 digits>.json``, one action per line, and it is created only if
   absent (put-if-absent): of two writers of the same version one fails, as delta-rs's own commits do. On a local
   filesystem the file is written under a temporary name and hard-linked to its name (``link`` fails when the
-  name exists), the rule delta-rs's local log store follows; other stores are refused
-  (:class:`~airflow_provider_binlog.contract.ContractError`) until a conditional put is wired for them;
+  name exists), the rule delta-rs's local log store follows; on S3 it is put with ``If-None-Match: *``
+  (``s3fs``); other stores are refused (:class:`~airflow_provider_binlog.contract.ContractError`) until a
+  conditional put is wired for them;
 - the commit is accepted only on the version the caller read: a lost race raises deltalake's
   ``CommitFailedError``, which the merge handles by planning again, as for its delta-rs commits.
 
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_binlog.contract import ContractError
 from airflow_provider_binlog.contract.deletion_vectors import DeletionVector
-from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, join_uri
+from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, join_uri, s3fs_filesystem
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -261,7 +262,7 @@ def commit(
     its commit properties) comes first, then one ``txn`` per app transaction, then ``actions``.
 
     :raises CommitFailedError: (deltalake's) when that version exists: another writer committed first.
-    :raises ContractError: when the table is not on a local filesystem (no put-if-absent here yet).
+    :raises ContractError: when the table's store has no put-if-absent here (:func:`has_put_if_absent`).
     """
     from deltalake.exceptions import CommitFailedError
 
@@ -281,34 +282,48 @@ def commit(
     ]
     lines += list(actions)
     text = "".join(json.dumps(line, separators=(",", ":"), default=str) + "\n" for line in lines)
-    log_dir = _local_log_dir(dt.table_uri, storage_options)
-    name = os.path.join(log_dir, f"{version:020d}.json")
-    temporary = os.path.join(log_dir, f".{version:020d}.json.{uuid.uuid4().hex}.tmp")
+    try:
+        _put_if_absent(join_uri(dt.table_uri, "_delta_log", f"{version:020d}.json"), text, storage_options)
+    except FileExistsError as err:
+        raise CommitFailedError(
+            f"version {version} of {dt.table_uri} was committed by another writer first"
+        ) from err
+    return version
+
+
+def has_put_if_absent(uri: str) -> bool:
+    """Return whether our log commits can be written to the table at ``uri``: local paths and S3.
+
+    Local files are hard-linked (``link`` fails on an existing name); S3 objects are put with
+    ``If-None-Match: *`` (AWS S3 since 2024-08, MinIO, moto). Other stores are not wired yet.
+    """
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else "file"
+    return scheme in ("file", "s3", "s3a")
+
+
+def _put_if_absent(uri: str, text: str, storage_options: StorageOptions | None) -> None:
+    """Create the file at ``uri`` holding ``text`` unless it exists.
+
+    :raises FileExistsError: when it exists.
+    :raises ContractError: for a store without put-if-absent here (:func:`has_put_if_absent`).
+    """
+    if not has_put_if_absent(uri):
+        raise ContractError(
+            f"{uri}: deletion vectors are written by the provider's own log commits, which need a store with "
+            "put-if-absent; local filesystems and S3 have it here so far. Use write_mode='copy_on_write' for this "
+            "target (docs/adr/0037-deletion-vectors.md)"
+        )
+    if "://" in uri and not uri.lower().startswith("file://"):
+        s3 = s3fs_filesystem(storage_options or {})
+        s3.pipe_file(uri.split("://", 1)[1], text.encode(), mode="create")  # If-None-Match: *
+        return
+    path = filesystem_for(uri, storage_options)[1]
+    temporary = f"{os.path.dirname(path)}/.{os.path.basename(path)}.{uuid.uuid4().hex}.tmp"
     with open(temporary, "w", encoding="utf-8") as out:
         out.write(text)
         out.flush()
         os.fsync(out.fileno())
     try:
-        os.link(temporary, name)
-    except FileExistsError as err:
-        raise CommitFailedError(
-            f"version {version} of {dt.table_uri} was committed by another writer first"
-        ) from err
+        os.link(temporary, path)  # fails when the name exists: put-if-absent
     finally:
         os.unlink(temporary)
-    return version
-
-
-def _local_log_dir(table: str, storage_options: StorageOptions | None) -> str:
-    """Return the local path of the table's ``_delta_log``.
-
-    :raises ContractError: for a table on an object store.
-    """
-    if "://" in table and not table.lower().startswith("file://"):
-        raise ContractError(
-            f"{table}: deletion vectors are written by the provider's own log commits, which need a store with "
-            "put-if-absent; only local filesystems have it here so far. Use write_mode='copy_on_write' for this "
-            "target (docs/adr/0037-deletion-vectors.md)"
-        )
-    fs, path = filesystem_for(join_uri(table, "_delta_log"), storage_options)
-    return path

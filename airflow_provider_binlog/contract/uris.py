@@ -108,6 +108,39 @@ def s3_filesystem(options: StorageOptions) -> pafs.S3FileSystem:
     )
 
 
+def s3fs_filesystem(options: StorageOptions) -> Any:
+    """Return an ``s3fs`` filesystem configured from deltalake-style storage options (as :func:`s3_filesystem`).
+
+    Used where pyarrow's S3 filesystem cannot do what is needed: an exclusive create (``PutObject`` with
+    ``If-None-Match: *``, ``pipe_file(mode="create")``), the put-if-absent of a Delta log commit.
+
+    :raises ContractError: when ``s3fs`` is not installed (the provider's ``s3`` extra).
+    """
+    try:
+        import s3fs
+    except ImportError as err:
+        raise ContractError(
+            "writing a Delta log commit to S3 needs s3fs: install airflow-provider-binlog[s3]"
+        ) from err
+    endpoint = _option(options, "AWS_ENDPOINT_URL", "AWS_ENDPOINT", "endpoint_url", "endpoint")
+    if endpoint is not None and "://" not in endpoint:
+        plain = (_option(options, "AWS_ALLOW_HTTP", "allow_http") or "").lower() in _TRUE
+        endpoint = f"{'http' if plain else 'https'}://{endpoint}"
+    client: dict[str, str] = {}
+    if endpoint is not None:
+        client["endpoint_url"] = endpoint
+    region = _option(options, "AWS_REGION", "AWS_DEFAULT_REGION", "region")
+    if region is not None:
+        client["region_name"] = region
+    return s3fs.S3FileSystem(
+        key=_option(options, "AWS_ACCESS_KEY_ID", "access_key_id"),
+        secret=_option(options, "AWS_SECRET_ACCESS_KEY", "secret_access_key"),
+        token=_option(options, "AWS_SESSION_TOKEN", "session_token"),
+        client_kwargs=client,
+        skip_instance_cache=True,
+    )
+
+
 def filesystem_for(uri: str, storage_options: StorageOptions | None = None) -> tuple[pafs.FileSystem, str]:
     """Return the pyarrow filesystem and path for a local path or URI.
 

@@ -45,7 +45,7 @@ class BinlogMergeOperator(SparkJobOperator):
         existing tables keep theirs; ``docs/adr/0020-key-range-file-layout.md``).
     :param write_mode: how windows are merged into tables: ``copy_on_write`` (the default: the files a window's
         keys can be in are rewritten), ``merge_on_read`` (the window's rows go to new files and the rows they
-        replace are marked in deletion vectors; local targets; readers must apply deletion vectors:
+        replace are marked in deletion vectors; local and S3 targets; readers must apply deletion vectors:
         ``target.read_table``, deltalake's ``DeltaTable.scan``, Polars, Spark with delta-spark) or ``auto``
         (merge-on-read for a window changing at most a quarter of the rows of the files its keys can be in).
         Whole-table operations (snapshots, truncates) always rewrite. See ``docs/adr/0037-deletion-vectors.md``.

@@ -313,3 +313,40 @@ def test_explicit_options_override_the_connection_and_other_connection_types_are
     monkeypatch.setenv("AIRFLOW_CONN_BINLOG_GCS", '{"conn_type": "google_cloud_platform"}')
     with pytest.raises(BinlogConfigError, match="derived from 'aws' connections only"):
         storage_options_for("binlog_gcs")
+
+
+def test_deletion_vectors_are_committed_on_s3_put_if_absent_and_read_back_with_the_options(
+    s3_options: dict[str, str], no_ambient_aws: None
+) -> None:
+    """Merge-on-read's driver steps on S3: the protocol upgrade, a DV file and a commit of ours (If-None-Match)."""
+    from deltalake.exceptions import CommitFailedError
+
+    from airflow_provider_binlog.contract.delta_log import commit, file_vectors, live_rows
+    from airflow_provider_binlog.jobs.merge.merge_on_read import commit_merge_on_read, grown_vectors
+    from airflow_provider_binlog.maintenance import vacuum_table
+
+    uri = table_uri(f"s3://{BUCKET}/mor", "shop.orders")
+    deltalake.write_deltalake(
+        uri, pa.table({"id": pa.array(range(10), pa.int64())}), storage_options=s3_options
+    )
+    stale = open_table(uri, s3_options)
+    dt_ = open_table(uri, s3_options)
+    assert stale is not None
+    assert dt_ is not None
+    (path,) = pa.table(dt_.get_add_actions()).column("path").to_pylist()
+    grown = grown_vectors(dt_, {path: [1, 5]}, s3_options)
+    commit_merge_on_read(
+        dt_, grown, [], app_transactions={"app": 2}, custom_metadata={}, storage_options=s3_options
+    )
+
+    table = open_table(uri, s3_options)
+    assert table is not None
+    assert sorted(live_rows(table).column("id").to_pylist()) == [0, 2, 3, 4, 6, 7, 8, 9]
+    assert table.transaction_version("app") == 2
+    assert [v.cardinality for v in file_vectors(table, s3_options).values()] == [2]
+    with pytest.raises(CommitFailedError, match="committed by another writer first"):
+        commit(stale, [], operation="WRITE", storage_options=s3_options)  # its next version is taken
+    vacuum_table(uri, retention_hours=0, storage_options=s3_options)  # keeps the DV file in use
+    reopened = open_table(uri, s3_options)
+    assert reopened is not None
+    assert sorted(live_rows(reopened).column("id").to_pylist()) == [0, 2, 3, 4, 6, 7, 8, 9]

@@ -112,7 +112,7 @@ def test_a_commit_on_a_version_another_writer_took_fails_and_leaves_that_version
 
 def test_a_table_on_an_object_store_is_refused_with_the_remedy() -> None:
     class Remote:
-        table_uri = "s3://bucket/t"
+        table_uri = "gs://bucket/t"
 
         def version(self) -> int:
             return 3

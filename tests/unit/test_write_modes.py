@@ -37,7 +37,8 @@ def test_candidates_are_the_files_whose_range_holds_a_key_and_every_file_without
         ("copy_on_write", "/t", False, 1, "copy_on_write"),
         ("auto", "/t", False, int(AUTO_MAX_CHANGED_FRACTION * 2020), "merge_on_read"),
         ("auto", "/t", False, int(AUTO_MAX_CHANGED_FRACTION * 2020) + 1, "copy_on_write"),
-        ("auto", "s3://b/t", False, 1, "copy_on_write"),  # no put-if-absent for our log commits there yet
+        ("auto", "s3://b/t", False, 1, "merge_on_read"),  # If-None-Match: * on S3
+        ("auto", "gs://b/t", False, 1, "copy_on_write"),  # no put-if-absent for our log commits there yet
     ],
 )
 def test_the_mode_of_a_window(mode: str, uri: str, whole: bool, rows: int, expected: str) -> None:
@@ -50,8 +51,8 @@ def test_auto_merges_on_read_a_window_that_only_adds_keys() -> None:
 
 
 def test_merge_on_read_on_an_object_store_and_an_unknown_mode_are_refused() -> None:
-    with pytest.raises(MergeJobError, match="needs a local target"):
-        choose_mode("merge_on_read", uri="s3://b/t", whole=False, rows_in_window=1, candidates=FILES)
+    with pytest.raises(MergeJobError, match="needs a local or S3 target"):
+        choose_mode("merge_on_read", uri="abfss://c@a/t", whole=False, rows_in_window=1, candidates=FILES)
     with pytest.raises(ContractError, match="must be one of copy_on_write, merge_on_read, auto"):
         check_write_mode("mor")
 

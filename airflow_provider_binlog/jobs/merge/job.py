@@ -68,7 +68,7 @@ def merge_window(
         key ranges) by this merge; None for the default (``docs/adr/0020-key-range-file-layout.md``).
     :param storage_options: storage options of the staging and target stores
         (:mod:`airflow_provider_binlog.contract.uris`).
-    :param write_mode: ``copy_on_write``, ``merge_on_read`` (deletion vectors, local targets) or ``auto``
+    :param write_mode: ``copy_on_write``, ``merge_on_read`` (deletion vectors; local and S3 targets) or ``auto``
         (:func:`~airflow_provider_binlog.jobs.merge.merge_on_read.choose_mode`, ``docs/adr/0037-deletion-vectors.md``).
     :raises MergeJobError: if the window is incomplete, belongs to another pipeline or a table cannot
         be merged.

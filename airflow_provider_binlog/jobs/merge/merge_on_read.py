@@ -32,6 +32,7 @@ from airflow_provider_binlog.contract.delta_log import (
     commit,
     enable_deletion_vectors,
     file_vectors,
+    has_put_if_absent,
     log_files,
 )
 from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for
@@ -67,11 +68,6 @@ _ROW = "__binlog_row_index"
 _ROWS = "__binlog_rows"
 
 
-def local_table(uri: str) -> bool:
-    """Return whether the table is on a local filesystem, where our log commits have put-if-absent."""
-    return "://" not in uri or uri.lower().startswith("file://")
-
-
 def choose_mode(
     mode: WriteMode, *, uri: str, whole: bool, rows_in_window: int, candidates: Sequence[DataFile]
 ) -> Literal["copy_on_write", "merge_on_read"]:
@@ -79,20 +75,19 @@ def choose_mode(
 
     Whole-table operations (a snapshot, a truncate marker, a replaced schema) rewrite every file whatever the
     mode. ``auto`` merges on read a window whose changes are at most :data:`AUTO_MAX_CHANGED_FRACTION` of the
-    rows of the files they can be in (all of them when the window only adds keys above the table's), on a local
-    target.
+    rows of the files they can be in (all of them when the window only adds keys above the table's), on a target
+    with put-if-absent (:func:`~airflow_provider_binlog.contract.delta_log.has_put_if_absent`).
 
     :param candidates: the current files the window's keys can be in.
-    :raises MergeJobError: for ``merge_on_read`` on a target that is not local (no put-if-absent for our log
-        commits there yet).
+    :raises MergeJobError: for ``merge_on_read`` on a target without put-if-absent for our log commits.
     """
     if whole or mode == "copy_on_write":
         return "copy_on_write"
-    if not local_table(uri):
+    if not has_put_if_absent(uri):
         if mode == "merge_on_read":
             raise MergeJobError(
-                f"{uri}: write_mode='merge_on_read' needs a local target so far (the deletion vectors' log commits "
-                "need put-if-absent, docs/adr/0037-deletion-vectors.md); use 'auto' or 'copy_on_write'"
+                f"{uri}: write_mode='merge_on_read' needs a local or S3 target so far (the deletion vectors' log "
+                "commits need put-if-absent, docs/adr/0037-deletion-vectors.md); use 'auto' or 'copy_on_write'"
             )
         return "copy_on_write"
     if mode == "merge_on_read":
