@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_binlog.contract import ContractError
 from airflow_provider_binlog.contract.deletion_vectors import DeletionVector
-from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, join_uri, s3fs_filesystem
+from airflow_provider_binlog.contract.uris import S3Settings, StorageOptions, filesystem_for, join_uri
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -314,7 +314,7 @@ def _put_if_absent(uri: str, text: str, storage_options: StorageOptions | None) 
             "target (docs/adr/0037-deletion-vectors.md)"
         )
     if "://" in uri and not uri.lower().startswith("file://"):
-        s3 = s3fs_filesystem(storage_options or {})
+        s3 = _s3fs_filesystem(storage_options or {})
         s3.pipe_file(uri.split("://", 1)[1], text.encode(), mode="create")  # If-None-Match: *
         return
     path = filesystem_for(uri, storage_options)[1]
@@ -327,3 +327,28 @@ def _put_if_absent(uri: str, text: str, storage_options: StorageOptions | None) 
         os.link(temporary, path)  # fails when the name exists: put-if-absent
     finally:
         os.unlink(temporary)
+
+
+def _s3fs_filesystem(options: StorageOptions) -> Any:
+    """Return an ``s3fs`` filesystem for deltalake-style storage options (:class:`~.uris.S3Settings`).
+
+    pyarrow's S3 filesystem has no exclusive create; s3fs's ``pipe_file(mode="create")`` puts with
+    ``If-None-Match: *`` and raises ``FileExistsError`` when the object exists.
+
+    :raises ContractError: when ``s3fs`` is not installed (the provider's ``s3`` extra).
+    """
+    try:
+        import s3fs
+    except ImportError as err:
+        raise ContractError(
+            "writing a Delta log commit to S3 needs s3fs: install airflow-provider-binlog[s3]"
+        ) from err
+    settings = S3Settings.from_options(options)
+    client = {"endpoint_url": settings.endpoint_url, "region_name": settings.region}
+    return s3fs.S3FileSystem(
+        key=settings.key,
+        secret=settings.secret,
+        token=settings.token,
+        client_kwargs={k: v for k, v in client.items() if v is not None},
+        skip_instance_cache=True,
+    )

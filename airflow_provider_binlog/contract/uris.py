@@ -16,6 +16,7 @@ import json
 import os
 import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow.fs as pafs
@@ -83,61 +84,64 @@ def _option(options: StorageOptions, *names: str) -> str | None:
     return None
 
 
-def s3_filesystem(options: StorageOptions) -> pafs.S3FileSystem:
-    """Return a pyarrow S3 filesystem configured from deltalake-style storage options.
+@dataclass(frozen=True)
+class S3Settings:
+    """What deltalake-style storage options say about an S3 endpoint, for clients other than deltalake.
 
-    ``AWS_ENDPOINT_URL`` (or ``AWS_ENDPOINT``) becomes the endpoint override, its ``http://`` scheme (or
-    ``AWS_ALLOW_HTTP=true``) plain HTTP; keys and region as named. Options pyarrow has no use for
-    (deltalake's locking or conditional-put settings) are ignored here.
+    :param key: access key id (``AWS_ACCESS_KEY_ID``).
+    :param secret: secret access key (``AWS_SECRET_ACCESS_KEY``).
+    :param token: session token (``AWS_SESSION_TOKEN``).
+    :param region: region (``AWS_REGION``, ``AWS_DEFAULT_REGION``).
+    :param endpoint: endpoint host and port without scheme (``AWS_ENDPOINT_URL``, ``AWS_ENDPOINT``), None for AWS.
+    :param scheme: ``https``, or ``http`` when the endpoint URL says so or ``AWS_ALLOW_HTTP`` is true.
+    """
+
+    key: str | None
+    secret: str | None
+    token: str | None
+    region: str | None
+    endpoint: str | None
+    scheme: str
+
+    @classmethod
+    def from_options(cls, options: StorageOptions) -> S3Settings:
+        """Read the settings from storage options (keys compared case-insensitively, first non-empty wins)."""
+        endpoint = _option(options, "AWS_ENDPOINT_URL", "AWS_ENDPOINT", "endpoint_url", "endpoint")
+        scheme = "https"
+        if endpoint is not None and "://" in endpoint:
+            scheme, endpoint = endpoint.split("://", 1)
+        elif (_option(options, "AWS_ALLOW_HTTP", "allow_http") or "").lower() in _TRUE:
+            scheme = "http"
+        return cls(
+            key=_option(options, "AWS_ACCESS_KEY_ID", "access_key_id"),
+            secret=_option(options, "AWS_SECRET_ACCESS_KEY", "secret_access_key"),
+            token=_option(options, "AWS_SESSION_TOKEN", "session_token"),
+            region=_option(options, "AWS_REGION", "AWS_DEFAULT_REGION", "region"),
+            endpoint=endpoint,
+            scheme=scheme,
+        )
+
+    @property
+    def endpoint_url(self) -> str | None:
+        """Return ``<scheme>://<endpoint>``, None for AWS's own endpoints."""
+        return None if self.endpoint is None else f"{self.scheme}://{self.endpoint}"
+
+
+def s3_filesystem(options: StorageOptions) -> pafs.S3FileSystem:
+    """Return a pyarrow S3 filesystem configured from deltalake-style storage options (:class:`S3Settings`).
+
+    Options pyarrow has no use for (deltalake's locking or conditional-put settings) are ignored here.
 
     :param options: storage options.
     """
-    endpoint = _option(options, "AWS_ENDPOINT_URL", "AWS_ENDPOINT", "endpoint_url", "endpoint")
-    scheme = "https"
-    if endpoint is not None and "://" in endpoint:
-        scheme, endpoint = endpoint.split("://", 1)
-    elif (_option(options, "AWS_ALLOW_HTTP", "allow_http") or "").lower() in _TRUE:
-        scheme = "http"
+    settings = S3Settings.from_options(options)
     return pafs.S3FileSystem(
-        access_key=_option(options, "AWS_ACCESS_KEY_ID", "access_key_id"),
-        secret_key=_option(options, "AWS_SECRET_ACCESS_KEY", "secret_access_key"),
-        session_token=_option(options, "AWS_SESSION_TOKEN", "session_token"),
-        region=_option(options, "AWS_REGION", "AWS_DEFAULT_REGION", "region"),
-        endpoint_override=endpoint,
-        scheme=scheme,
-    )
-
-
-def s3fs_filesystem(options: StorageOptions) -> Any:
-    """Return an ``s3fs`` filesystem configured from deltalake-style storage options (as :func:`s3_filesystem`).
-
-    Used where pyarrow's S3 filesystem cannot do what is needed: an exclusive create (``PutObject`` with
-    ``If-None-Match: *``, ``pipe_file(mode="create")``), the put-if-absent of a Delta log commit.
-
-    :raises ContractError: when ``s3fs`` is not installed (the provider's ``s3`` extra).
-    """
-    try:
-        import s3fs
-    except ImportError as err:
-        raise ContractError(
-            "writing a Delta log commit to S3 needs s3fs: install airflow-provider-binlog[s3]"
-        ) from err
-    endpoint = _option(options, "AWS_ENDPOINT_URL", "AWS_ENDPOINT", "endpoint_url", "endpoint")
-    if endpoint is not None and "://" not in endpoint:
-        plain = (_option(options, "AWS_ALLOW_HTTP", "allow_http") or "").lower() in _TRUE
-        endpoint = f"{'http' if plain else 'https'}://{endpoint}"
-    client: dict[str, str] = {}
-    if endpoint is not None:
-        client["endpoint_url"] = endpoint
-    region = _option(options, "AWS_REGION", "AWS_DEFAULT_REGION", "region")
-    if region is not None:
-        client["region_name"] = region
-    return s3fs.S3FileSystem(
-        key=_option(options, "AWS_ACCESS_KEY_ID", "access_key_id"),
-        secret=_option(options, "AWS_SECRET_ACCESS_KEY", "secret_access_key"),
-        token=_option(options, "AWS_SESSION_TOKEN", "session_token"),
-        client_kwargs=client,
-        skip_instance_cache=True,
+        access_key=settings.key,
+        secret_key=settings.secret,
+        session_token=settings.token,
+        region=settings.region,
+        endpoint_override=settings.endpoint,
+        scheme=settings.scheme,
     )
 
 
