@@ -322,7 +322,12 @@ def test_deletion_vectors_are_committed_on_s3_put_if_absent_and_read_back_with_t
     from deltalake.exceptions import CommitFailedError
 
     from airflow_provider_binlog.contract.delta_log import commit, file_vectors, live_rows
-    from airflow_provider_binlog.jobs.merge.merge_on_read import commit_merge_on_read, grown_vectors
+    from airflow_provider_binlog.jobs.merge.delta import current_files
+    from airflow_provider_binlog.jobs.merge.merge_on_read import (
+        commit_merge_on_read,
+        deleted_rows,
+        grown_vectors,
+    )
     from airflow_provider_binlog.maintenance import vacuum_table
 
     uri = table_uri(f"s3://{BUCKET}/mor", "shop.orders")
@@ -350,3 +355,14 @@ def test_deletion_vectors_are_committed_on_s3_put_if_absent_and_read_back_with_t
     reopened = open_table(uri, s3_options)
     assert reopened is not None
     assert sorted(live_rows(reopened).column("id").to_pylist()) == [0, 2, 3, 4, 6, 7, 8, 9]
+
+    # A copy-on-write rewrite of that file reads its DV and commits its removal (path and DV) on S3 too.
+    (file,) = current_files(reopened, ["id"])
+    assert deleted_rows(reopened, [file], s3_options) == {path: [1, 5]}
+    commit_window(
+        reopened, [file], [], pipeline=PIPELINE, seq=3, custom_metadata={}, storage_options=s3_options
+    )
+    emptied = open_table(uri, s3_options)
+    assert emptied is not None
+    assert live_rows(emptied).num_rows == 0
+    assert file_vectors(emptied, s3_options) == {}

@@ -31,7 +31,7 @@ from airflow_provider_binlog.contract.delta import (
     window_app_id,
 )
 from airflow_provider_binlog.contract.delta_log import LogFile, commit, log_files, supports_deletion_vectors
-from airflow_provider_binlog.contract.uris import join_uri
+from airflow_provider_binlog.contract.uris import StorageOptions, join_uri
 from airflow_provider_binlog.jobs.application import MergeJobError
 
 if TYPE_CHECKING:
@@ -215,6 +215,7 @@ def commit_window(
     custom_metadata: Mapping[str, Any],
     schema: pa.Schema | None = None,
     app_transactions: Mapping[str, int] | None = None,
+    storage_options: StorageOptions | None = None,
 ) -> None:
     """Commit remove-old + add-new in one Delta commit that records the window as app transactions.
 
@@ -239,6 +240,7 @@ def commit_window(
     :param custom_metadata: extra commit info (summary numbers).
     :param schema: the table's new schema (Arrow, with its partition column if it has one), if it changes.
     :param app_transactions: further app transactions ``{app id: version}`` to record (a truncate floor).
+    :param storage_options: storage options of the target store (the log commit of a table with DVs).
     """
     from deltalake import CommitProperties, Transaction
     from deltalake import Schema as DeltaSchema
@@ -248,10 +250,17 @@ def commit_window(
     transactions = window_transactions(dt, pipeline, seq, app_transactions)
     if schema is None and supports_deletion_vectors(dt):
         # delta-rs's remove of a file with a DV leaves the file in the table: the commit is ours (ADR 0037)
-        current = log_files(dt)
+        current = log_files(dt, storage_options)
         actions = [current[f.path].remove(now_ms) for f in removed]
         actions += [LogFile(f.path, f.size, f.rows, f.stats, dict(f.partition)).add(now_ms) for f in added]
-        commit(dt, actions, operation="WRITE", custom_metadata=custom_metadata, app_transactions=transactions)
+        commit(
+            dt,
+            actions,
+            operation="WRITE",
+            custom_metadata=custom_metadata,
+            app_transactions=transactions,
+            storage_options=storage_options,
+        )
         return
     delta_actions: list[AddAction | RemoveAction] = [
         RemoveAction(f.path, True, now_ms, f.size, dict(f.partition)) for f in removed

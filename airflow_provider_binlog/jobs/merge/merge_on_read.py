@@ -247,8 +247,9 @@ def commit_merge_on_read(
     """Commit a merge-on-read: each touched file gets its grown deletion vector; the new files are added.
 
     The table gets the ``deletionVectors`` feature first when it lacks it and a file gets a DV (a commit of its
-    own, which changes no row): a window that only adds keys leaves the protocol as it is. One new DV file holds the new vectors of all touched files; a DV file left by a commit that lost
-    its race is referred to by no version, and the maintenance vacuum removes it.
+    own, which changes no row): a window that only adds keys leaves the protocol as it is. One new DV file holds
+    the new vectors of all touched files; a DV file left by a commit that lost its race is referred to by no
+    version, and the maintenance vacuum removes it.
 
     :param grown: the touched files and their new vectors (:func:`grown_vectors`).
     :param placed: the new files, written and moved into the table.
@@ -273,10 +274,16 @@ def commit_merge_on_read(
     )
 
 
-def deleted_rows(dt: DeltaTable, files: Sequence[DataFile]) -> dict[str, list[int]]:
+def deleted_rows(
+    dt: DeltaTable, files: Sequence[DataFile], storage_options: StorageOptions | None = None
+) -> dict[str, list[int]]:
     """Return ``{log path: row positions}`` of the deletion vectors of ``files`` (none for a table without DVs)."""
-    vectors = file_vectors(dt)
-    return {f.path: list(read_vector(dt.table_uri, vectors[f.path])) for f in files if f.path in vectors}
+    vectors = file_vectors(dt, storage_options)
+    return {
+        f.path: list(read_vector(dt.table_uri, vectors[f.path], storage_options))
+        for f in files
+        if f.path in vectors
+    }
 
 
 def merge_on_read(

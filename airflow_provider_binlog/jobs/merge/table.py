@@ -301,9 +301,9 @@ def retype_table(
     removed = current_files(dt, key_names)
     placed: list[PlacedFile] = []
     if removed:
-        rows = read_data_files(spark, uri, removed, old_data, deleted=deleted_rows(dt, removed)).select(
-            *[col(f.name).cast(spark_type(f.type)).alias(f.name) for f in new_data]
-        )
+        rows = read_data_files(
+            spark, uri, removed, old_data, deleted=deleted_rows(dt, removed, storage_options)
+        ).select(*[col(f.name).cast(spark_type(f.type)).alias(f.name) for f in new_data])
         placed = write_plan(
             rows, dt, uri, new_data, key_names, RewritePlan(removed, whole=True), files=removed, seq=seq,
             count=sum(f.rows for f in removed), storage_options=storage_options,
@@ -449,7 +449,7 @@ def _rewrite_files(
         current = None
         if plan.removed:
             current = read_data_files(
-                spark, uri, plan.removed, stored, deleted=deleted_rows(dt, plan.removed)
+                spark, uri, plan.removed, stored, deleted=deleted_rows(dt, plan.removed, storage_options)
             )
             if replaced is not None:
                 current = conform_changes(current, data_schema)
@@ -500,6 +500,7 @@ def _rewrite_files(
             custom_metadata=info,
             schema=None if replaced is None else table_schema,
             app_transactions=truncation.app_transactions(pipeline),
+            storage_options=storage_options,
         )
     except BaseException:
         remove_files(fs, [p.location for p in placed])
