@@ -438,8 +438,8 @@ def compact_with_vectors(
                     partition,
                 )
             )
-        actions = [{"remove": {**f.remove(now_ms)["remove"], "dataChange": False}} for f in current.values()]
-        actions += [{"add": {**f.add(now_ms)["add"], "dataChange": False}} for f in added]
+        actions = [f.remove(now_ms, data_change=False) for f in current.values()]
+        actions += [f.add(now_ms, data_change=False) for f in added]
         commit(
             table,
             actions,

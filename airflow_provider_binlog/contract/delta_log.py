@@ -44,18 +44,16 @@ DELETION_VECTORS = "deletionVectors"
 """The table feature name (PROTOCOL.md, "Deletion Vectors")."""
 ENABLE_DELETION_VECTORS = "delta.enableDeletionVectors"
 """The table property that allows writers to write DVs (PROTOCOL.md, "Deletion Vectors")."""
-_LEGACY_WRITER_FEATURES = {
+_WRITER_FEATURES_SINCE = {
     2: ("appendOnly", "invariants"),
-    3: ("appendOnly", "invariants", "checkConstraints"),
-    4: ("appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns"),
-    5: ("appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns", "columnMapping"),
-    6: (
-        "appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns", "columnMapping",
-        "identityColumns",
-    ),
-}  # fmt: skip
-"""Features a table of a legacy writer version may use (PROTOCOL.md, "Writer Version Requirements"); an
-upgrade to writer version 7 must list them (PROTOCOL.md, "Table Features for New and Existing Tables")."""
+    3: ("checkConstraints",),
+    4: ("changeDataFeed", "generatedColumns"),
+    5: ("columnMapping",),
+    6: ("identityColumns",),
+}
+"""The features each legacy writer version added (PROTOCOL.md, "Writer Version Requirements"); an upgrade to
+writer version 7 must list those its version allowed (PROTOCOL.md, "Table Features for New and Existing
+Tables")."""
 
 
 @dataclass(frozen=True)
@@ -77,14 +75,14 @@ class LogFile:
     partition: Mapping[str, str | None] | None = None
     vector: DeletionVector | None = None
 
-    def add(self, now_ms: int) -> dict[str, Any]:
-        """Return the file's ``add`` action."""
+    def add(self, now_ms: int, *, data_change: bool = True) -> dict[str, Any]:
+        """Return the file's ``add`` action (``data_change`` False: a compaction's, which changes no row)."""
         action: dict[str, Any] = {
             "path": self.path,
             "partitionValues": dict(self.partition or {}),
             "size": self.size,
             "modificationTime": now_ms,
-            "dataChange": True,
+            "dataChange": data_change,
         }
         if self.stats is not None:
             action["stats"] = self.stats
@@ -92,12 +90,12 @@ class LogFile:
             action["deletionVector"] = self.vector.to_json()
         return {"add": action}
 
-    def remove(self, now_ms: int) -> dict[str, Any]:
+    def remove(self, now_ms: int, *, data_change: bool = True) -> dict[str, Any]:
         """Return the ``remove`` action of this logical file (its DV included: it is part of its identity)."""
         action: dict[str, Any] = {
             "path": self.path,
             "deletionTimestamp": now_ms,
-            "dataChange": True,
+            "dataChange": data_change,
             "extendedFileMetadata": True,
             "partitionValues": dict(self.partition or {}),
             "size": self.size,
@@ -131,9 +129,10 @@ def enable_deletion_vectors(dt: DeltaTable, storage_options: StorageOptions | No
         and configuration.get(ENABLE_DELETION_VECTORS) == "true"
     ):
         return False
-    writer_features = set(
-        protocol.writer_features or _LEGACY_WRITER_FEATURES.get(protocol.min_writer_version, ())
-    )
+    legacy = {
+        f for v, added in _WRITER_FEATURES_SINCE.items() if v <= protocol.min_writer_version for f in added
+    }
+    writer_features = set(protocol.writer_features or legacy)
     reader_features = set(protocol.reader_features or [])
     if protocol.min_reader_version == 2:
         reader_features.add("columnMapping")
