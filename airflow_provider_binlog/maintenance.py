@@ -24,16 +24,19 @@ import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from airflow_provider_binlog.contract.columns import UTC
 from airflow_provider_binlog.contract.delta import STAGING_DIR
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
 
+    import pyarrow as pa
     from airflow.sdk import ObjectStoragePath
     from deltalake import DeltaTable
 
+    from airflow_provider_binlog.contract.delta_log import LogFile
     from airflow_provider_binlog.pipeline.ledger import PipelineState
 
 _FOLDER = re.compile(r"^(?P<kind>window|snapshot)=(?P<seq>\d+)(?:\.handover-\d+)?$")
@@ -383,21 +386,24 @@ def compact_with_vectors(
     Merge-on-read leaves rows deleted in place and adds files whose key ranges overlap the others', so reads
     slow down as windows go by. When the DVs delete at least ``deleted_fraction`` of the physical rows, or the
     table has more than ``files_per_target`` files per target-size file of its live rows (plus one), its live rows
-    (tombstones included, DVs applied by delta-rs's scan) are sorted by key and written into files of the target
-    size with disjoint ranges, and one commit of ours removes every file (with its DV) and adds the new ones
-    (``dataChange`` false), accepted only on the version read: a merge committing meanwhile makes this run a
-    no-op (``conflict``), a merge losing to it plans again. The rows are read into the worker's memory whole.
+    (tombstones included, DVs applied) are written in key order into files of the target size with disjoint
+    ranges (:func:`key_ordered_chunks`: the worker holds about one target file's rows at a time, plus the rows
+    of files whose key ranges span several, not the table), and one commit of ours removes every file (with its
+    DV) and adds the new ones (``dataChange`` false), accepted only on the version read: a merge committing
+    meanwhile makes this run a no-op (``conflict``), a merge losing to it plans again.
 
     :param keys: the table's key columns.
     :param deleted_fraction: the share of physical rows deleted that makes a compaction worth it.
     :param files_per_target: the files per target-size file of live rows that make a compaction worth it.
+    :raises DeletionVectorError: a DV of the table cannot be read (nothing is committed).
     """
     import uuid
 
     import pyarrow.parquet as pq
 
+    from airflow_provider_binlog.contract.columns import BUCKET_COLUMN
     from airflow_provider_binlog.contract.delta import delta_arrow_schema, file_stats, target_file_bytes
-    from airflow_provider_binlog.contract.delta_log import LogFile, commit, live_rows, log_files
+    from airflow_provider_binlog.contract.delta_log import LogFile, commit, log_files
     from airflow_provider_binlog.contract.uris import filesystem_for, join_uri
 
     uri = table.table_uri
@@ -415,19 +421,18 @@ def compact_with_vectors(
         result.files_added = max(1, round(wanted_files - 1))
         return result
     schema = _without_columns(delta_arrow_schema(table), set(table.metadata().partition_columns))
-    rows = _conformed(live_rows(table), schema).sort_by([(k, "ascending") for k in keys])
-    per_file = max(1, int(target_file_bytes(table) * physical / size)) if size else rows.num_rows
+    per_file = max(1, int(target_file_bytes(table) * physical / size)) if size else 1
     fs, _ = filesystem_for(uri, storage_options)
-    partition = next(iter(current.values())).partition or {}
+    partition = {BUCKET_COLUMN: "0"} if BUCKET_COLUMN in table.metadata().partition_columns else {}
     folder = "".join(f"{k}={v}/" for k, v in partition.items())
     now_ms = int(time.time() * 1000)
     added = []
     with _written_files(fs) as written:
-        for start in range(0, max(rows.num_rows, 1), per_file):
+        for rows in key_ordered_chunks(table, current, schema, keys, per_file, storage_options):
             relative = f"{folder}compacted-{uuid.uuid4().hex}.parquet"
             location = filesystem_for(join_uri(uri, relative), storage_options)[1]
             written.paths.append(location)
-            pq.write_table(rows.slice(start, per_file), location, filesystem=fs)
+            pq.write_table(rows, location, filesystem=fs)
             metadata = pq.read_metadata(location, filesystem=fs)
             added.append(
                 LogFile(
@@ -451,6 +456,109 @@ def compact_with_vectors(
         return Compacted(conflict=True)
     result.files_added = len(added)
     return result
+
+
+def key_ordered_chunks(
+    table: DeltaTable,
+    files: Mapping[str, LogFile],
+    schema: pa.Schema,
+    keys: Sequence[str],
+    rows_per_chunk: int,
+    storage_options: dict[str, str] | None = None,
+) -> Iterator[pa.Table]:
+    """Yield the live rows of ``files`` sorted by ``keys``, ``rows_per_chunk`` rows at a time (the last fewer).
+
+    The files are read in the order of their lowest first-key value (the ``min`` statistic; files without one
+    first), a chunk's worth of rows at a time. After each batch the rows whose first key lies below the next
+    file's lowest are final: no file still to read holds a lower one. They are sorted and handed out; the rest
+    are carried to the next batch. So memory holds a batch, the carried rows (of files whose key range spans
+    later ones: merge-on-read's) and less than a chunk of sorted rows, whatever the table's size.
+
+    :param files: the table's current files (:func:`~airflow_provider_binlog.contract.delta_log.log_files`).
+    :param schema: the table's Arrow schema without partition columns; every chunk has it.
+    :param keys: the key columns; chunks are sorted by them, ascending.
+    :param rows_per_chunk: rows of each chunk but the last.
+    :raises DeletionVectorError: a file's DV cannot be read.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from airflow_provider_binlog.contract.uris import filesystem_for
+
+    lows = _first_key_lows(table, keys[0], schema.field(keys[0]).type)
+    order = sorted(files.values(), key=lambda f: _low_order(lows.get(unquote(f.path))))
+    fs, _ = filesystem_for(table.table_uri, storage_options)
+    carry, pending = schema.empty_table(), schema.empty_table()
+    batch: list[LogFile] = []
+    handed = 0
+    for i, f in enumerate(order):
+        batch.append(f)
+        following = lows.get(unquote(order[i + 1].path)) if i + 1 < len(order) else None
+        if i + 1 < len(order) and (following is None or sum(b.rows for b in batch) < rows_per_chunk):
+            continue
+        rows = pa.concat_tables(
+            [carry, *(_live_rows_of(table, b, schema, fs, storage_options) for b in batch)]
+        )
+        batch = []
+        if following is None:
+            final, carry = rows, schema.empty_table()
+        else:
+            below = pc.less(rows[keys[0]], following)
+            final, carry = rows.filter(below), rows.filter(pc.invert(below))
+        pending = pa.concat_tables([pending, final.sort_by([(k, "ascending") for k in keys])])
+        while pending.num_rows >= rows_per_chunk:
+            yield pending.slice(0, rows_per_chunk)
+            handed += 1
+            pending = pending.take(pa.array(range(rows_per_chunk, pending.num_rows), pa.int64()))
+    if pending.num_rows or not handed:
+        yield pending
+
+
+def _first_key_lows(table: DeltaTable, key: str, key_type: pa.DataType) -> dict[str, pa.Scalar | None]:
+    """Return ``{file path (unquoted): lowest value of ``key``}`` from the log's statistics (None: unknown)."""
+    import pyarrow as pa
+
+    actions = pa.table(table.get_add_actions(flatten=True))
+    column = f"min.{key}"
+    lows: dict[str, pa.Scalar | None] = {}
+    for path, low in zip(
+        actions.column("path").to_pylist(),
+        actions.column(column).to_pylist() if column in actions.column_names else [None] * actions.num_rows,
+        strict=True,
+    ):
+        try:
+            lows[unquote(path)] = None if low is None else pa.scalar(low, key_type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+            lows[unquote(path)] = (
+                None  # a statistic of another type: the file is read first, its rows carried
+            )
+    return lows
+
+
+def _low_order(low: pa.Scalar | None) -> tuple[Any, ...]:
+    return (0,) if low is None else (1, low.as_py())
+
+
+def _live_rows_of(
+    table: DeltaTable, f: LogFile, schema: pa.Schema, fs: Any, storage_options: dict[str, str] | None
+) -> pa.Table:
+    """Return a data file's rows in the table's schema, without those its deletion vector deletes."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from airflow_provider_binlog.contract.deletion_vectors import read_vector
+
+    rows = _conformed(
+        pq.read_table(_location(table.table_uri, f.path, storage_options), filesystem=fs), schema
+    )
+    if f.vector is None:
+        return rows
+    keep = np.ones(rows.num_rows, dtype=bool)
+    keep[
+        np.fromiter(read_vector(table.table_uri, f.vector, storage_options), np.int64, f.vector.cardinality)
+    ] = False
+    return rows.filter(pa.array(keep))
 
 
 def checkpoint_table(uri: str, *, storage_options: dict[str, str] | None = None) -> int:
@@ -507,7 +615,6 @@ def _conformed(data: Any, schema: Any) -> Any:
 
 
 def _location(uri: str, path: str, storage_options: dict[str, str] | None) -> str:
-    from urllib.parse import unquote
 
     from airflow_provider_binlog.contract.uris import filesystem_for, join_uri
 

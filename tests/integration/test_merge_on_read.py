@@ -11,6 +11,7 @@ deleted row back.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 import signal
 import subprocess
@@ -28,6 +29,7 @@ deltalake = pytest.importorskip("deltalake")
 
 from test_merge import ORDER_TYPES, ORDERS, PIPELINE, StagedTableSpec, order, orders, stage_window  # noqa: E402
 
+from airflow_provider_binlog import maintenance as maintenance_module  # noqa: E402
 from airflow_provider_binlog.contract import delta_log  # noqa: E402
 from airflow_provider_binlog.contract.columns import OP_TRUNCATE  # noqa: E402
 from airflow_provider_binlog.contract.delta_log import file_vectors, live_rows  # noqa: E402
@@ -46,8 +48,11 @@ Model = dict[int, tuple[str, Decimal]]
 class Flow:
     """Windows of one table, staged and merged in turn, and the source as a model of what the target must hold."""
 
-    def __init__(self, spark: Any, staging: Path, target: str, mode: str = "merge_on_read") -> None:
+    def __init__(
+        self, spark: Any, staging: Path, target: str, mode: str = "merge_on_read", **merge_args: Any
+    ) -> None:
         self.spark, self.staging, self.target, self.mode = spark, staging, target, mode
+        self.merge_args = merge_args
         self.seq = 0
         self.model: Model = {}
 
@@ -60,7 +65,9 @@ class Flow:
             entry = manifest.tables["shop.orders"]
             entry = dataclasses.replace(entry, ops={**entry.ops, OP_TRUNCATE: truncates})
             write_manifest(uri, dataclasses.replace(manifest, tables={"shop.orders": entry}))
-        summary = merge_window(self.spark, uri, self.target, pipeline=PIPELINE, write_mode=mode or self.mode)
+        summary = merge_window(
+            self.spark, uri, self.target, pipeline=PIPELINE, write_mode=mode or self.mode, **self.merge_args
+        )
         for op, row in changes:
             if op == OP_TRUNCATE:
                 self.model.clear()
@@ -245,6 +252,53 @@ def test_compaction_leaves_key_ranged_files_without_vectors_and_vacuum_keeps_the
     assert compact_table(flow.uri).files_removed == 0  # nothing more to do
     vacuum_table(flow.uri, retention_hours=0)
     assert list(Path(flow.uri).glob("deletion_vector_*.bin")) == []
+    flow.check()
+
+
+def test_compaction_reads_the_table_a_target_file_at_a_time_and_writes_disjoint_key_ranges(
+    spark: Any, staging: Path, target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flow = Flow(spark, staging, target, target_file_bytes=6000)
+    flow.window([("c", order(i, "new", "1.00")) for i in range(0, 800, 2)], mode="copy_on_write")
+    rng = random.Random(31)
+    for n in range(3):  # random updates, deletes and inserts all over the key range: files that span it
+        flow.window(_ops(rng, flow.model, 1000 * n, 60))
+    flow.check()
+    before = deltalake.DeltaTable(flow.uri)
+    files_before = len(before.get_add_actions())
+    read: list[str] = []
+    reads_at_first_chunk: list[int] = []
+    live_rows_of = maintenance_module._live_rows_of
+
+    def counting(table: Any, f: Any, *args: Any) -> Any:
+        read.append(f.path)
+        return live_rows_of(table, f, *args)
+
+    chunks = maintenance_module.key_ordered_chunks
+
+    def watching(*args: Any) -> Any:
+        for chunk in chunks(*args):
+            reads_at_first_chunk.append(len(read))
+            yield chunk
+
+    monkeypatch.setattr(maintenance_module, "_live_rows_of", counting)
+    monkeypatch.setattr(maintenance_module, "key_ordered_chunks", watching)
+    compacted = compact_table(flow.uri)
+
+    assert compacted.files_removed == files_before > 4
+    assert sorted(read) == sorted(set(read))  # each file read once
+    assert reads_at_first_chunk[0] < files_before  # the first file went out before the last was read
+    dt = deltalake.DeltaTable(flow.uri)
+    assert file_vectors(dt) == {}
+    ranges = (
+        pa.table(dt.get_add_actions(flatten=True)).select(["min.id", "max.id", "num_records"]).to_pylist()
+    )
+    ranges.sort(key=lambda r: r["min.id"])
+    assert len(ranges) == compacted.files_added > 1
+    assert all(a["max.id"] < b["min.id"] for a, b in itertools.pairwise(ranges))
+    assert sum(r["num_records"] for r in ranges) == live_rows(dt).num_rows
+    flow.check()
+    flow.window(_ops(rng, flow.model, 9000, 40))  # and merges on read go on over the compacted files
     flow.check()
 
 
