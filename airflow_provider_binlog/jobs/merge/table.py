@@ -147,7 +147,7 @@ def merge_table(
     seq: int,
     target_file_bytes: int | None = None,
     storage_options: StorageOptions | None = None,
-    write_mode: WriteMode = "copy_on_write",
+    write_mode: WriteMode = "auto",
 ) -> TableResult:
     """Merge one table of a window into its Delta table (one atomic commit), as the window's plan says.
 
@@ -383,7 +383,7 @@ def _rewrite_files(
     replaced: pa.Schema | None = None,
     storage_options: StorageOptions | None = None,
     truncation: Truncation | None = None,
-    write_mode: WriteMode = "copy_on_write",
+    write_mode: WriteMode = "auto",
 ) -> TableResult:
     """Compute and commit the new content of the files the window's keys can be in.
 
@@ -412,15 +412,13 @@ def _rewrite_files(
     fs = filesystem_for(uri, storage_options)[0]
     try:
         rows_in_window = profile_changes(changes, key_names, staged.name)
-        pruning = not whole and files and all(f.ranged for f in files)
-        keys_seen = (
-            _change_keys(changes, key_names[0])
-            if not whole and files and (pruning or write_mode != "copy_on_write")
-            else []
-        )
+        # a table not in the key-range layout yet (hash buckets, files without key statistics) is rewritten into
+        # it whatever the mode: merge-on-read and compaction work on key ranges
+        pruning = not whole and bool(files) and all(f.ranged for f in files)
+        keys_seen = _change_keys(changes, key_names[0]) if pruning else []
         candidates = candidate_files(files, keys_seen)
         mode = choose_mode(
-            write_mode, uri=uri, whole=whole, rows_in_window=rows_in_window, candidates=candidates
+            write_mode, uri=uri, whole=not pruning, rows_in_window=rows_in_window, candidates=candidates
         )
         if mode == "merge_on_read":
             result = merge_on_read(
