@@ -5,7 +5,8 @@ BINLOG MONITOR, SELECT) over a database holding tables named like paths (``../..
 ``../<db>/orders``), a case twin (``ORDERS`` beside ``orders``, dropped mid-run), glob characters
 (``secret[s]``, excluded by ``!<db>.secret[s]``), a space and a non-ASCII name, next to a database whose
 name extends the captured one with a dot (``<db>.b``). The target must equal the source table by table,
-and nothing may be written outside the staging and target roots.
+and nothing may be written outside the staging and target roots, in both write modes (merge-on-read writes
+deletion vector files beside each table's data).
 """
 
 from __future__ import annotations
@@ -53,12 +54,19 @@ def dotted_db(connections: Any, scratch_db: str) -> Iterator[str]:
 
 
 @pytest.mark.slow  # runs the DAG twice with Spark merges, about 60 s
+@pytest.mark.parametrize("write_mode", ["copy_on_write", "merge_on_read"])
 def test_hostile_names_stay_inside_their_roots_and_the_target_equals_the_source(
-    connections: Any, scratch_db: str, dotted_db: str, pipeline_dirs: dict[str, str], least_privileged: None
+    connections: Any,
+    scratch_db: str,
+    dotted_db: str,
+    pipeline_dirs: dict[str, str],
+    least_privileged: None,
+    write_mode: str,
 ) -> None:
     db = scratch_db
     shop = Pipeline(connections, db, pipeline_dirs)
     shop.conf["tables"] = f"{db}.*, !{db}.secret[s]"
+    shop.conf["write_mode"] = write_mode  # merge-on-read: deletion vector files beside each table's data
     evil = f"../{db}/orders"  # its folder would be <target>/<db>/orders: the table orders' own
     names = [*TABLES, evil]
     for n, table in enumerate(names):
@@ -80,7 +88,10 @@ def test_hostile_names_stay_inside_their_roots_and_the_target_equals_the_source(
     shop.sql(f"DROP TABLE {db}.ORDERS")  # lower_case_table_names=0: orders is another table and stays
     window = shop.run_window()
 
-    from airflow_provider_binlog.target import read_table
+    import deltalake
+
+    from airflow_provider_binlog.contract.delta_log import file_vectors
+    from airflow_provider_binlog.target import read_table, table_uri
 
     captured = [t for t in names if t not in ("ORDERS", "secret[s]")]
     assert shop.mismatches(*(quote_part(t) for t in captured)) == []
@@ -93,3 +104,8 @@ def test_hostile_names_stay_inside_their_roots_and_the_target_equals_the_source(
     assert {p.name for p in Path(shop.target).iterdir()} == {db}  # no folder of <db>.b, nothing escaped
     assert {p.name for p in sandbox.iterdir()} == {"staging", "target"}
     assert not list(sandbox.parent.parent.rglob("escaped"))  # the name's ../../../../ led up to here
+    for table in captured:
+        uri = table_uri(shop.target, qualified_name(db, table))
+        vectors = file_vectors(deltalake.DeltaTable(uri))
+        assert bool(vectors) == (write_mode == "merge_on_read"), table  # the update of id 1 is marked
+        assert all(Path(v.file_uri(uri)).parent == Path(uri) for v in vectors.values() if v.relative_path())
