@@ -39,6 +39,7 @@ from airflow_provider_binlog.jobs.merge import merge_on_read as merge_on_read_mo
 from airflow_provider_binlog.jobs.merge.job import merge_window  # noqa: E402
 from airflow_provider_binlog.maintenance import compact_table, compact_with_vectors, vacuum_table  # noqa: E402
 from airflow_provider_binlog.target import live_file_uris, read_table, table_uri  # noqa: E402
+from airflow_provider_binlog.testing.readers import duckdb_delta  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -97,6 +98,10 @@ class Flow:
         assert len(ids) == len(set(ids))
         polars_live = pl.read_delta(self.uri).filter(~pl.col("_binlog_deleted"))
         assert sorted(polars_live["id"].to_list()) == [k for k, _, _ in expected]
+        duckdb = duckdb_delta()
+        assert duckdb is not None, "the test extra installs duckdb and duckdb-extension-delta"
+        query = "SELECT id, status, amount FROM delta_scan(?) WHERE NOT _binlog_deleted"
+        assert sorted(duckdb.execute(query, [self.uri]).fetchall()) == expected
 
 
 def _ops(rng: random.Random, model: Model, base: int, count: int) -> list[tuple[str, dict[str, Any]]]:

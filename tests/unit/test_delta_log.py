@@ -23,6 +23,7 @@ from airflow_provider_binlog.contract.delta_log import (
     file_vectors,
     supports_deletion_vectors,
 )
+from airflow_provider_binlog.testing.readers import duckdb_delta
 
 
 def _table(path: Path, rows: int = 10) -> DeltaTable:
@@ -46,6 +47,13 @@ def _file(dt: DeltaTable) -> LogFile:
 
 def _live(path: Path) -> list[int]:
     return sorted(pa.table(DeltaTable(str(path)).scan()).column("id").to_pylist())
+
+
+def _duckdb_ids(path: Path) -> list[int]:
+    """Return the ids DuckDB's ``delta`` extension reads from the table (deletion vectors applied)."""
+    con = duckdb_delta()
+    assert con is not None, "the test extra installs duckdb and duckdb-extension-delta"
+    return sorted(r[0] for r in con.execute("SELECT id FROM delta_scan(?)", [str(path)]).fetchall())
 
 
 def _replace_vector(dt: DeltaTable, old: LogFile, new: LogFile) -> None:
@@ -83,6 +91,7 @@ def test_a_deletion_vector_written_by_us_hides_its_rows_from_every_reader(
     expected = [0, 2, 3, 4, 6, 7, 8]
     assert _live(tmp_path) == expected
     assert sorted(pl.read_delta(str(tmp_path))["id"].to_list()) == expected
+    assert _duckdb_ids(tmp_path) == expected
     dt = DeltaTable(str(tmp_path))
     assert dt.transaction_version("app") == 7
     assert dt.history(1)[0]["binlog.window"] == 7
@@ -93,6 +102,7 @@ def test_a_deletion_vector_written_by_us_hides_its_rows_from_every_reader(
     _replace_vector(dt, with_dv, LogFile(plain.path, plain.size, plain.rows, plain.stats, vector=second))
     dt = DeltaTable(str(tmp_path))
     assert _live(tmp_path) == expected[1:]
+    assert _duckdb_ids(tmp_path) == expected[1:]
     assert pa.table(dt.get_add_actions()).num_rows == 1  # one logical file, not two
     assert list(read_vector(str(tmp_path), file_vectors(dt)[plain.path])) == [0, 1, 5, 9]
 
