@@ -21,6 +21,10 @@ the end. Compare the ratio within one run (the machine is shared and noisy).
 random updates, 5,000 random updates + 5,000 deletes, and the append-heavy window above, each with its bytes
 written against the staged window's bytes and the deletion vector files it added; then full-scan read times
 (``read_table``) after 0, 3 and 10 windows and after a compaction.
+
+``--read-cost 1 10 50`` merges 50 windows of 10,000 random updates on read into the first size's table and times
+full reads (``read_table``, DuckDB's ``delta_scan``) after 1, 10 and 50 of them and after a compaction, which
+runs in its own process so that its peak RSS can be reported.
 """
 
 from __future__ import annotations
@@ -228,7 +232,9 @@ def measure(
     updates = [("u", row(i, "v2")) for i in newest]
     window = stage(staging, 2, inserts + updates)
     started = time.monotonic()
-    summary = merge_window(spark, window, target, pipeline=PIPELINE)["tables"][TABLE]
+    summary = merge_window(spark, window, target, pipeline=PIPELINE, write_mode="copy_on_write")["tables"][
+        TABLE
+    ]
     seconds = time.monotonic() - started
     total = rows + len(inserts)
     check(target, total, {r["id"]: r["c"] for _, r in updates + inserts})
@@ -241,7 +247,8 @@ def measure(
         holding, files = held_by(target, keys)
         window = stage(staging, 3, [("u", row(i, "v3")) for i in sorted(keys)])
         started = time.monotonic()
-        summary = merge_window(spark, window, target, pipeline=PIPELINE)["tables"][TABLE]
+        summary = merge_window(spark, window, target, pipeline=PIPELINE, write_mode="copy_on_write")
+        summary = summary["tables"][TABLE]
         result["random"] = {
             "seconds": time.monotonic() - started, "files": files, "holding": len(holding),
             "removed": len(commit_removed(target)), "same_files": commit_removed(target) == holding,
@@ -358,6 +365,109 @@ def measure_merge_on_read(
     shutil.rmtree(target, ignore_errors=True)
     shutil.rmtree(staging, ignore_errors=True)
     return results
+
+
+def scan_seconds(target: str) -> dict[str, float | None]:
+    """Return the seconds a full read of the table's live rows takes with ``read_table`` and DuckDB.
+
+    DuckDB reads through its ``delta`` extension (``delta_scan``, deletion vectors applied), loaded from the
+    ``duckdb-extension-delta`` package of the test extra (:func:`~airflow_provider_binlog.testing.readers.duckdb_delta`);
+    None when it is not installed.
+    """
+    from airflow_provider_binlog.contract.uris import table_uri
+    from airflow_provider_binlog.testing.readers import duckdb_delta
+
+    seconds: dict[str, float | None] = {"read_table": full_scan_seconds(target), "duckdb": None}
+    con = duckdb_delta()
+    if con is None:
+        return seconds
+    started = time.monotonic()
+    con.execute("SELECT * FROM delta_scan(?) WHERE NOT _binlog_deleted", [table_uri(target, TABLE)]).arrow()
+    seconds["duckdb"] = time.monotonic() - started
+    con.close()
+    return seconds
+
+
+def compaction_in_a_process(target: str) -> dict[str, Any]:
+    """Compact the table in a new Python process; return its result, wall seconds and the process's peak RSS."""
+    import subprocess
+
+    from airflow_provider_binlog.contract.uris import table_uri
+
+    code = (
+        "import json, resource, sys\n"
+        "from airflow_provider_binlog.maintenance import compact_table\n"
+        "result = compact_table(sys.argv[1]).as_dict()\n"
+        "result['peak_rss_bytes'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024\n"
+        "print(json.dumps(result))\n"
+    )
+    started = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-c", code, table_uri(target, TABLE)], check=True, capture_output=True, text=True
+    )
+    return {**json.loads(out.stdout.splitlines()[-1]), "seconds": time.monotonic() - started}
+
+
+def measure_read_cost(
+    spark: Any, workdir: Path, rows: int, target_file_bytes: int, after: list[int]
+) -> dict[str, Any]:
+    """Merge windows of 10,000 random updates on read; time full reads after ``after`` windows and a compaction.
+
+    Each read is a ``read_table`` and a DuckDB ``delta_scan`` of the live rows (:func:`scan_seconds`); the
+    compaction runs in its own process, whose peak RSS is reported against the table's bytes. The rows are
+    checked after the last window and after the compaction.
+    """
+    from airflow_provider_binlog.contract.uris import table_uri
+
+    staging, target = workdir / f"staging-reads-{rows}", str(workdir / f"target-reads-{rows}")
+    build_table(spark, staging, target, rows, target_file_bytes)
+    rng = random.Random(rows + 3)
+    results: dict[str, Any] = {"rows": rows, "reads": {"0": scan_seconds(target)}, "merge_seconds": []}
+    updated: dict[int, str] = {}
+    for seq in range(2, max(after) + 2):
+        changes = [("u", row(i, f"w{seq}")) for i in rng.sample(range(1, rows + 1), CHANGES)]
+        merged = timed_merge(spark, stage(staging, seq, changes), target, "merge_on_read")
+        results["merge_seconds"].append(merged["seconds"])
+        updated.update((r["id"], r["c"]) for _, r in changes)
+        shutil.rmtree(staging / f"window={seq}", ignore_errors=True)
+        if seq - 1 in after:
+            results["reads"][str(seq - 1)] = scan_seconds(target)
+    check(target, rows, dict(list(updated.items())[-200:]))
+    results["table_bytes"] = sum(p.stat().st_size for p in Path(table_uri(target, TABLE)).rglob("*.parquet"))
+    results["compaction"] = compaction_in_a_process(target)
+    results["reads"]["compacted"] = scan_seconds(target)
+    check(target, rows, dict(list(updated.items())[-200:]))
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    return results
+
+
+def render_read_cost(result: dict[str, Any], target_file_mb: int) -> str:
+    reads, merges, comp = result["reads"], result["merge_seconds"], result["compaction"]
+
+    def cell(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.1f}"
+
+    lines = [
+        f"local[2] Spark, one run on {os.cpu_count()} cores ({time.strftime('%Y-%m-%d')}); a {result['rows']:,}-row "
+        f"table, target file size {target_file_mb} MiB; windows of {CHANGES:,} uniformly random updates merged "
+        "on read; full reads of the live rows",
+        "",
+        "| windows merged on read | read_table s | DuckDB delta_scan s |",
+        "|---|---:|---:|",
+    ]
+    for name, seconds in reads.items():
+        label = "after compaction" if name == "compacted" else name
+        lines.append(f"| {label} | {cell(seconds['read_table'])} | {cell(seconds['duckdb'])} |")
+    ordered = sorted(merges)
+    lines += [
+        "",
+        f"Merges: first {merges[0]:.1f} s, median {ordered[len(ordered) // 2]:.1f} s, last {merges[-1]:.1f} s. "
+        f"Compaction: **{comp['seconds']:.1f} s**, {comp['files_removed']} files into {comp['files_added']}, "
+        f"peak RSS of its process **{comp['peak_rss_bytes'] / 2**20:,.0f} MiB** for a table of "
+        f"{result['table_bytes'] / 2**20:,.0f} MiB of Parquet.",
+    ]
+    return "\n".join(lines)
 
 
 def measure_break_even(
@@ -490,6 +600,13 @@ def main() -> int:
         help="measure both write modes for windows updating these shares of the first size's rows",
     )
     parser.add_argument(
+        "--read-cost",
+        type=int,
+        nargs="+",
+        metavar="WINDOWS",
+        help="time full reads after these numbers of merge-on-read windows, and a compaction, at the first size",
+    )
+    parser.add_argument(
         "--read-rows-limit", type=int, default=20_000_000, help="merge-on-read: measure reads up to this size"
     )
     args = parser.parse_args()
@@ -509,7 +626,9 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="binlog-bench-merge-"))
     try:
         target_bytes = args.target_file_mb * 1024 * 1024
-        if args.break_even:
+        if args.read_cost:
+            results = measure_read_cost(spark, workdir, args.sizes[0], target_bytes, args.read_cost)
+        elif args.break_even:
             results = measure_break_even(spark, workdir, args.sizes[0], target_bytes, args.break_even)
         elif args.merge_on_read:
             results = [
@@ -527,7 +646,10 @@ def main() -> int:
         shutil.rmtree(workdir, ignore_errors=True)
         spark.stop()
     print(json.dumps(results, indent=2, default=str))
-    if args.break_even:
+    if args.read_cost:
+        table = render_read_cost(results, args.target_file_mb)
+        block = ("merge_read_cost", "Reads and compaction after merge-on-read windows")
+    elif args.break_even:
         table = render_break_even(args.sizes[0], results)
         block = ("merge_break_even", "Copy-on-write against merge-on-read (break-even)")
     elif args.merge_on_read:

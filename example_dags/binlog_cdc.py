@@ -20,8 +20,9 @@ templates):
 * ``BINLOG_CDC_CUT_BY`` ``head`` (default: each run takes everything up to the source head) or
   ``interval`` (each run takes the transactions committed in its data interval; runs and backfills such
   as ``airflow backfill create --dag-id binlog_cdc --from-date ... --to-date ...`` may go in any order)
-* ``BINLOG_CDC_WRITE_MODE`` how windows are merged: ``copy_on_write`` (default), ``merge_on_read``
-  (new rows plus deletion vectors, local and S3 targets; ``docs/adr/0037-deletion-vectors.md``) or ``auto``
+* ``BINLOG_CDC_WRITE_MODE`` how windows are merged: ``auto`` (default: deletion vectors for a window that
+  changes few of the rows its keys can be in), ``merge_on_read`` (new rows plus deletion vectors, local and S3
+  targets; ``docs/adr/0037-deletion-vectors.md``) or ``copy_on_write``
 * ``BINLOG_CDC_SNAPSHOT_CHUNK_ROWS`` rows per snapshot chunk (default 50000) and
   ``BINLOG_CDC_SNAPSHOT_CONNECTIONS`` most source connections reading chunks at once (default 2)
 * ``BINLOG_CDC_MIN_HEADROOM_SECONDS`` least binlog retention headroom the first task, ``purge_risk``,
@@ -68,7 +69,7 @@ KEYS: dict[str, list[str]] = json.loads(os.environ.get("BINLOG_CDC_KEYS") or "{}
 KEYLESS_TABLES = os.environ.get("BINLOG_CDC_KEYLESS_TABLES", "skip")
 _SCHEDULE = os.environ.get("BINLOG_CDC_SCHEDULE", "*/15 * * * *")
 # "head" or "interval"; BinlogExtractOperator refuses any other value when the DAG is parsed
-_WRITE_MODE = os.environ.get("BINLOG_CDC_WRITE_MODE", "copy_on_write")
+_WRITE_MODE = os.environ.get("BINLOG_CDC_WRITE_MODE", "auto")
 _CUT_BY = cast('Literal["head", "interval"]', os.environ.get("BINLOG_CDC_CUT_BY", "head"))
 _SNAPSHOT_CHUNK_ROWS = int(os.environ.get("BINLOG_CDC_SNAPSHOT_CHUNK_ROWS", "50000"))
 _SNAPSHOT_CONNECTIONS = int(os.environ.get("BINLOG_CDC_SNAPSHOT_CONNECTIONS", "2"))

@@ -43,12 +43,14 @@ class BinlogMergeOperator(SparkJobOperator):
         its JSON text (templated).
     :param target_file_bytes: target data file size in bytes of tables created by this merge (default 128 MiB;
         existing tables keep theirs; ``docs/adr/0020-key-range-file-layout.md``).
-    :param write_mode: how windows are merged into tables: ``copy_on_write`` (the default: the files a window's
-        keys can be in are rewritten), ``merge_on_read`` (the window's rows go to new files and the rows they
-        replace are marked in deletion vectors; local and S3 targets; readers must apply deletion vectors:
-        ``target.read_table``, deltalake's ``DeltaTable.scan``, Polars, Spark with delta-spark) or ``auto``
-        (merge-on-read for a window changing at most a quarter of the rows of the files its keys can be in).
-        Whole-table operations (snapshots, truncates) always rewrite. See ``docs/adr/0037-deletion-vectors.md``.
+    :param write_mode: how windows are merged into tables: ``auto`` (the default: merge-on-read for a window
+        changing at most a quarter of the rows of the files its keys can be in, on a local or S3 target, else
+        copy-on-write), ``copy_on_write`` (the files a window's keys can be in are rewritten; tables keep a
+        protocol every Delta reader reads) or ``merge_on_read`` (the window's rows go to new files and the rows
+        they replace are marked in deletion vectors; local and S3 targets). Once a table has deletion vectors its
+        readers must apply them: ``target.read_table``, deltalake's ``DeltaTable.scan``, Polars, DuckDB's
+        ``delta`` extension, Spark with delta-spark 2.3+; not deltalake's ``to_pyarrow_dataset``. Whole-table
+        operations (snapshots, truncates) always rewrite. See ``docs/adr/0037-deletion-vectors.md``.
     :param conn_id: Spark connection id.
     :param conf: extra Spark configuration; it overrides the settings the job needs only if you say so.
     :param storage_options: storage options (credentials, endpoint) of the staging and target object stores,
@@ -86,7 +88,7 @@ class BinlogMergeOperator(SparkJobOperator):
         target_path: str,
         keys: Mapping[str, Sequence[str]] | str | None = None,
         target_file_bytes: int | None = None,
-        write_mode: str = "copy_on_write",
+        write_mode: str = "auto",
         conn_id: str = "spark_default",
         conf: dict[str, Any] | None = None,
         name: str | None = None,
@@ -242,8 +244,7 @@ class BinlogMergeOperator(SparkJobOperator):
         ]
         if self.target_file_bytes is not None:
             args += ["--target-file-bytes", str(self.target_file_bytes)]
-        if self.write_mode != "copy_on_write":
-            args += ["--write-mode", self.write_mode]
+        args += ["--write-mode", self.write_mode]
         if self.keys:
             args += ["--key", key_spec(self.keys)]
         return args

@@ -51,6 +51,8 @@ SMALL = 6000
 
 
 def merge(spark: Any, window: str, target: str, **kwargs: Any) -> dict[str, Any]:
+    """Merge copy-on-write unless told otherwise: this module tests which files its rewrites touch (ADR 0020)."""
+    kwargs.setdefault("write_mode", "copy_on_write")
     return merge_window(spark, window, target, pipeline=PIPELINE, **kwargs)
 
 

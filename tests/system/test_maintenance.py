@@ -15,8 +15,9 @@ from airflow_provider_binlog.verify import compare_table
 pytestmark = pytest.mark.system
 
 
-def parquet_files(path: Path) -> set[Path]:
-    return set(path.rglob("*.parquet"))
+def table_files(path: Path) -> set[Path]:
+    """Return a table's Parquet files and deletion vector files (a merge-on-read window writes those)."""
+    return set(path.rglob("*.parquet")) | set(path.glob("deletion_vector_*.bin"))
 
 
 def test_maintenance_frees_committed_staging_and_removed_files_but_keeps_an_uncommitted_window(
@@ -52,7 +53,7 @@ def test_maintenance_frees_committed_staging_and_removed_files_but_keeps_an_unco
     }
     delta_dir = Path(pipeline_dirs["target"]) / scratch_db / "items"
     live_before = read_table(pipeline_dirs["target"], table).sort_by("id")
-    files_before = parquet_files(delta_dir)
+    files_before = table_files(delta_dir)
     size_before = {path: path.stat().st_size for path in files_before}
 
     monkeypatch.setenv("BINLOG_MAINTENANCE_STAGING_RETENTION_HOURS", "0")
@@ -66,7 +67,7 @@ def test_maintenance_frees_committed_staging_and_removed_files_but_keeps_an_unco
     assert report["staging"]["kept"] == [f"window={uncommitted['seq']}"]
     assert (report["staging"]["files"], report["staging"]["bytes"]) == (len(doomed), sum(doomed.values()))
     assert sorted(p.name for p in staging.iterdir() if "=" in p.name) == [f"window={uncommitted['seq']}"]
-    removed = files_before - parquet_files(delta_dir)
+    removed = files_before - table_files(delta_dir)
     assert report["target"]["files"] == len(removed) > 0
     assert report["target"]["bytes"] == sum(size_before[p] for p in removed)
     assert read_table(pipeline_dirs["target"], table).sort_by("id").equals(live_before)

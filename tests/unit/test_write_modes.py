@@ -61,8 +61,9 @@ def test_the_merge_operator_checks_the_mode_and_hands_it_to_the_job() -> None:
     from airflow_provider_binlog.operators import BinlogMergeOperator
 
     common = {"task_id": "merge", "pipeline": "p", "window_uri": "/s/p/window=1", "target_path": "/t"}
-    assert "--write-mode" not in BinlogMergeOperator(**common)._application_args()
-    args = BinlogMergeOperator(**common, write_mode="auto")._application_args()
-    assert args[args.index("--write-mode") + 1] == "auto"
+    args = BinlogMergeOperator(**common)._application_args()
+    assert args[args.index("--write-mode") + 1] == "auto"  # the default
+    args = BinlogMergeOperator(**common, write_mode="copy_on_write")._application_args()
+    assert args[args.index("--write-mode") + 1] == "copy_on_write"
     with pytest.raises(ValueError, match="write_mode='mor'"):
         BinlogMergeOperator(**common, write_mode="mor")

@@ -50,7 +50,7 @@ def merge_window(
     key_overrides: Mapping[str, Sequence[str]] | None = None,
     target_file_bytes: int | None = None,
     storage_options: StorageOptions | None = None,
-    write_mode: str = "copy_on_write",
+    write_mode: str = "auto",
 ) -> dict[str, Any]:
     """Merge every table of a staged window into the target; return the summary.
 
@@ -136,7 +136,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--write-mode",
         choices=WRITE_MODES,
-        default="copy_on_write",
+        default="auto",
         help="copy_on_write, merge_on_read (deletion vectors) or auto",
     )
     add_storage_option_argument(parser)
