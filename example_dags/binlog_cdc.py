@@ -29,7 +29,9 @@ templates):
   accepts (default 21600, 6 h) and ``BINLOG_CDC_SNAPSHOT_ROWS_PER_SECOND`` the snapshot rate it assumes
   until a snapshot of the pipeline was measured (default 5000)
 
-A new pipeline starts with a snapshot of the selected tables (``BinlogSnapshotOperator``: chunked,
+The whole pipeline is one ``BinlogPipeline`` task group (``airflow_provider_binlog.task_group``): its tasks
+``purge_risk >> snapshot >> extract >> merge >> commit >> quarantine`` are created from the settings, which are
+checked when this file is parsed. A new pipeline starts with a snapshot of the selected tables (``BinlogSnapshotOperator``: chunked,
 lock-free, read by Spark) and continues with binlog windows from the snapshot's start; a table added to
 the selection later is snapshotted by the next run. Every run starts with ``BinlogPurgeRiskSensor``
 (one check, a few queries): it fails the run before anything is read when the binlogs the pipeline
@@ -45,21 +47,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Literal, cast
+from typing import Any
 
 import pendulum
 from airflow.sdk import DAG
 from airflow.sdk.definitions.timetables.interval import CronDataIntervalTimetable, DeltaDataIntervalTimetable
 
-from airflow_provider_binlog.operators import (
-    BinlogCommitOperator,
-    BinlogExtractOperator,
-    BinlogMergeOperator,
-    BinlogQuarantineCheckOperator,
-    BinlogSnapshotOperator,
-)
-from airflow_provider_binlog.sensors import BinlogPurgeRiskSensor
 from airflow_provider_binlog.sensors.purge_risk import DEFAULT_MIN_HEADROOM_SECONDS
+from airflow_provider_binlog.task_group import BinlogPipeline
 
 PIPELINE = os.environ.get("BINLOG_CDC_PIPELINE", "binlog_cdc")
 TABLES = os.environ.get("BINLOG_CDC_TABLES", "shop.*")
@@ -68,13 +63,25 @@ TARGET = os.environ.get("BINLOG_CDC_TARGET", "/tmp/binlog_cdc/target")
 KEYS: dict[str, list[str]] = json.loads(os.environ.get("BINLOG_CDC_KEYS") or "{}")
 KEYLESS_TABLES = os.environ.get("BINLOG_CDC_KEYLESS_TABLES", "skip")
 _SCHEDULE = os.environ.get("BINLOG_CDC_SCHEDULE", "*/15 * * * *")
-# "head" or "interval"; BinlogExtractOperator refuses any other value when the DAG is parsed
+# BinlogPipeline checks every setting when the DAG is parsed (a wrong value fails the import, naming it)
 _WRITE_MODE = os.environ.get("BINLOG_CDC_WRITE_MODE", "auto")
-_CUT_BY = cast('Literal["head", "interval"]', os.environ.get("BINLOG_CDC_CUT_BY", "head"))
+_CUT_BY = os.environ.get("BINLOG_CDC_CUT_BY", "head")
 _SNAPSHOT_CHUNK_ROWS = int(os.environ.get("BINLOG_CDC_SNAPSHOT_CHUNK_ROWS", "50000"))
 _SNAPSHOT_CONNECTIONS = int(os.environ.get("BINLOG_CDC_SNAPSHOT_CONNECTIONS", "2"))
 _MIN_HEADROOM_SECONDS = float(os.environ.get("BINLOG_CDC_MIN_HEADROOM_SECONDS", DEFAULT_MIN_HEADROOM_SECONDS))
 _SNAPSHOT_RATE = os.environ.get("BINLOG_CDC_SNAPSHOT_ROWS_PER_SECOND")
+
+
+def _snapshot_settings() -> dict[str, Any]:
+    """Return the snapshot settings; a pipeline cutting by interval takes no snapshots and refuses them."""
+    if _CUT_BY != "head":
+        return {}
+    rate = {} if _SNAPSHOT_RATE is None else {"snapshot_rows_per_second": float(_SNAPSHOT_RATE)}
+    return {
+        "snapshot_chunk_rows": _SNAPSHOT_CHUNK_ROWS,
+        "snapshot_connections": _SNAPSHOT_CONNECTIONS,
+        **rate,
+    }
 
 
 def _schedule() -> Any:
@@ -97,65 +104,17 @@ with DAG(
     max_active_runs=1,
     tags=["cdc", "binlog"],
 ) as dag:
-    # One measurement decides (retained, low or purged): poke mode, never waits. Only head pipelines
-    # take snapshots, so only they have a snapshot's time to count.
-    purge_risk = BinlogPurgeRiskSensor(
-        task_id="purge_risk",
-        pipeline=PIPELINE,
-        tables=TABLES if _CUT_BY == "head" else None,
-        min_headroom_seconds=_MIN_HEADROOM_SECONDS,
-        snapshot_rows_per_second=None if _SNAPSHOT_RATE is None else float(_SNAPSHOT_RATE),
-        binlog_conn_id="binlog_default",
-        mode="poke",
-        deferrable=False,
-        timeout=60,
-        retries=2,
-    )
-    extract = BinlogExtractOperator(
-        task_id="extract",
+    BinlogPipeline(
         pipeline=PIPELINE,
         tables=TABLES,
-        staging_uri=STAGING,
+        staging=STAGING,
+        target=TARGET,
         keys=KEYS,
         keyless_tables=KEYLESS_TABLES,
-        binlog_conn_id="binlog_default",
         cut_by=_CUT_BY,
-        retries=2,
-    )
-    merge = BinlogMergeOperator(
-        task_id="merge",
-        pipeline=PIPELINE,
-        window_uri="{{ ti.xcom_pull(task_ids='extract')['window_uri'] }}",
-        target_path=TARGET,
-        keys=KEYS,
         write_mode=_WRITE_MODE,
-        conn_id="spark_default",
-        retries=2,
+        min_headroom_seconds=_MIN_HEADROOM_SECONDS,
+        **_snapshot_settings(),
+        prefix_group_id=False,  # one pipeline in this DAG: its task ids stay purge_risk, snapshot, extract, ...
     )
-    commit = BinlogCommitOperator(
-        task_id="commit",
-        pipeline=PIPELINE,
-        target_path=TARGET,
-    )
-    # Fails the run, after the healthy tables were committed, while a table is quarantined (docs/operating.md).
-    quarantine = BinlogQuarantineCheckOperator(task_id="quarantine", pipeline=PIPELINE)
-    extract >> merge >> commit >> quarantine
-    if _CUT_BY != "head":
-        purge_risk >> extract
-    else:
-        snapshot = BinlogSnapshotOperator(
-            task_id="snapshot",
-            pipeline=PIPELINE,
-            tables=TABLES,
-            staging_uri=STAGING,
-            target_path=TARGET,
-            keys=KEYS,
-            keyless_tables=KEYLESS_TABLES,
-            binlog_conn_id="binlog_default",
-            conn_id="spark_default",
-            chunk_rows=_SNAPSHOT_CHUNK_ROWS,
-            max_connections=_SNAPSHOT_CONNECTIONS,
-            retries=2,
-        )
-        purge_risk >> snapshot >> extract
 # [END howto_binlog_cdc]

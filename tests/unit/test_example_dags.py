@@ -70,7 +70,7 @@ def test_example_dag_settings_default_from_the_environment(monkeypatch: pytest.M
     from airflow.dag_processing.dagbag import DagBag
 
     monkeypatch.setenv("BINLOG_CDC_PIPELINE", "orders_cdc")
-    monkeypatch.setenv("BINLOG_CDC_TABLES", "shop.orders,shop.customers")
+    monkeypatch.setenv("BINLOG_CDC_TABLES", "shop.orders,shop.customers,shop.log")
     monkeypatch.setenv("BINLOG_CDC_STAGING", "s3://bucket/staging")
     monkeypatch.setenv("BINLOG_CDC_TARGET", "/lake/target")
     monkeypatch.setenv("BINLOG_CDC_KEYS", '{"shop.log": ["at", "seq"]}')
@@ -80,7 +80,7 @@ def test_example_dag_settings_default_from_the_environment(monkeypatch: pytest.M
     extract, snapshot, merge = (dag.get_task(t) for t in ("extract", "snapshot", "merge"))
     assert (extract.pipeline, extract.tables, extract.staging_uri, extract.keyless_tables) == (
         "orders_cdc",
-        "shop.orders,shop.customers",
+        "shop.orders,shop.customers,shop.log",
         "s3://bucket/staging",
         "fail",
     )
@@ -93,7 +93,7 @@ def test_example_dag_settings_default_from_the_environment(monkeypatch: pytest.M
     resnapshot = bag.dags["binlog_resnapshot"].get_task("snapshot")
     assert (resnapshot.pipeline, resnapshot.selection, resnapshot.keys) == (
         "orders_cdc",
-        "shop.orders,shop.customers",
+        "shop.orders,shop.customers,shop.log",
         {"shop.log": ["at", "seq"]},
     )
     assert (
