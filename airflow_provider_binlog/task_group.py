@@ -201,7 +201,17 @@ def _tasks(config: PipelineConfig) -> None:
 
     head = config.cut_by == "head"
     common: dict[str, Any] = {"pipeline": config.pipeline}
-    stores: dict[str, Any] = {"staging_conn_id": config.staging_conn_id, "storage_options": config.storage_options}
+    stores: dict[str, Any] = {
+        "staging_conn_id": config.staging_conn_id,
+        "storage_options": config.storage_options,
+    }
+    selection: dict[str, Any] = {  # the extract's and the snapshot's: the same tables, keys and staging
+        "tables": config.tables,
+        "staging_uri": config.staging,
+        "keys": config.keys,
+        "keyless_tables": config.keyless_tables,
+        "binlog_conn_id": config.source_conn_id,
+    }
     deferrable: dict[str, Any] = {} if config.deferrable is None else {"deferrable": config.deferrable}
     purge_risk = BinlogPurgeRiskSensor(
         task_id="purge_risk",
@@ -218,11 +228,7 @@ def _tasks(config: PipelineConfig) -> None:
     extract = BinlogExtractOperator(
         task_id="extract",
         **common,
-        tables=config.tables,
-        staging_uri=config.staging,
-        keys=config.keys,
-        keyless_tables=config.keyless_tables,
-        binlog_conn_id=config.source_conn_id,
+        **selection,
         staging_conn_id=config.staging_conn_id,
         cut_by=config.cut_by,
         retries=config.retries,
@@ -254,12 +260,8 @@ def _tasks(config: PipelineConfig) -> None:
     snapshot = BinlogSnapshotOperator(
         task_id="snapshot",
         **common,
-        tables=config.tables,
-        staging_uri=config.staging,
+        **selection,
         target_path=config.target,
-        keys=config.keys,
-        keyless_tables=config.keyless_tables,
-        binlog_conn_id=config.source_conn_id,
         conn_id=config.spark_conn_id,
         chunk_rows=config.snapshot_chunk_rows,
         max_connections=config.snapshot_connections,

@@ -7,24 +7,6 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
 
 
-class ParseTimeAccess(AssertionError):
-    pass
-
-
-@pytest.fixture
-def no_io_at_parse_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make any connection, Variable or database access during parsing fail loudly."""
-    import pymysql
-    from airflow.sdk import BaseHook, Variable
-
-    def forbidden(*args: object, **kwargs: object) -> None:
-        raise ParseTimeAccess(f"parsing touched {args!r}")
-
-    monkeypatch.setattr(BaseHook, "get_connection", classmethod(forbidden))
-    monkeypatch.setattr(Variable, "get", staticmethod(forbidden))
-    monkeypatch.setattr(pymysql, "connect", forbidden)
-
-
 def test_example_dags_parse_without_errors_or_io(no_io_at_parse_time: None) -> None:
     from airflow.dag_processing.dagbag import DagBag
 
