@@ -382,30 +382,55 @@ def scan_seconds(target: str) -> dict[str, float | None]:
     if con is None:
         return seconds
     started = time.monotonic()
-    con.execute("SELECT * FROM delta_scan(?) WHERE NOT _binlog_deleted", [table_uri(target, TABLE)]).arrow()
+    query = "SELECT * FROM delta_scan(?) WHERE NOT _binlog_deleted"
+    con.execute(query, [table_uri(target, TABLE)]).arrow().read_all()  # a reader: read_all() does the scan
     seconds["duckdb"] = time.monotonic() - started
     con.close()
     return seconds
 
 
+_PEAK_RSS = (
+    "def peak_rss():\n"  # VmHWM: the peak of this process image (ru_maxrss survives exec: it holds the parent's)
+    "    line = next(x for x in open('/proc/self/status') if x.startswith('VmHWM:'))\n"
+    "    return int(line.split()[1]) * 1024\n"
+)
+
+
 def compaction_in_a_process(target: str) -> dict[str, Any]:
-    """Compact the table in a new Python process; return its result, wall seconds and the process's peak RSS."""
+    """Compact the table in a new Python process; return its result, wall seconds and the process's peak RSS.
+
+    For comparison, ``whole_table_peak_rss_bytes`` is the peak RSS of another process that reads the table's
+    live rows whole (``delta_log.live_rows``), as the compaction did before it read in key-ordered chunks.
+    """
     import subprocess
 
     from airflow_provider_binlog.contract.uris import table_uri
 
-    code = (
-        "import json, resource, sys\n"
+    uri = table_uri(target, TABLE)
+    compact = (
+        _PEAK_RSS + "import json, sys\n"
+        "from deltalake import DeltaTable\n"
         "from airflow_provider_binlog.maintenance import compact_table\n"
+        "DeltaTable(sys.argv[1]).version()\n"
+        "before = peak_rss()\n"
         "result = compact_table(sys.argv[1]).as_dict()\n"
-        "result['peak_rss_bytes'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024\n"
-        "print(json.dumps(result))\n"
+        "print(json.dumps({**result, 'rss_before_bytes': before, 'peak_rss_bytes': peak_rss()}))\n"
     )
+    whole = (
+        _PEAK_RSS + "import sys\n"
+        "from deltalake import DeltaTable\n"
+        "from airflow_provider_binlog.contract.delta_log import live_rows\n"
+        "live_rows(DeltaTable(sys.argv[1]))\n"
+        "print(peak_rss())\n"
+    )
+    read = subprocess.run([sys.executable, "-c", whole, uri], check=True, capture_output=True, text=True)
     started = time.monotonic()
-    out = subprocess.run(
-        [sys.executable, "-c", code, table_uri(target, TABLE)], check=True, capture_output=True, text=True
-    )
-    return {**json.loads(out.stdout.splitlines()[-1]), "seconds": time.monotonic() - started}
+    out = subprocess.run([sys.executable, "-c", compact, uri], check=True, capture_output=True, text=True)
+    return {
+        **json.loads(out.stdout.splitlines()[-1]),
+        "seconds": time.monotonic() - started,
+        "whole_table_peak_rss_bytes": int(read.stdout.splitlines()[-1]),
+    }
 
 
 def measure_read_cost(
@@ -464,8 +489,10 @@ def render_read_cost(result: dict[str, Any], target_file_mb: int) -> str:
         "",
         f"Merges: first {merges[0]:.1f} s, median {ordered[len(ordered) // 2]:.1f} s, last {merges[-1]:.1f} s. "
         f"Compaction: **{comp['seconds']:.1f} s**, {comp['files_removed']} files into {comp['files_added']}, "
-        f"peak RSS of its process **{comp['peak_rss_bytes'] / 2**20:,.0f} MiB** for a table of "
-        f"{result['table_bytes'] / 2**20:,.0f} MiB of Parquet.",
+        f"peak RSS of its process **{comp['peak_rss_bytes'] / 2**20:,.0f} MiB** "
+        f"({comp['rss_before_bytes'] / 2**20:,.0f} MiB of it before compacting: imports and the opened table) for "
+        f"a table of {result['table_bytes'] / 2**20:,.0f} MiB of Parquet; a process reading the table's live rows "
+        f"whole, as the compaction did before, peaks at {comp['whole_table_peak_rss_bytes'] / 2**20:,.0f} MiB.",
     ]
     return "\n".join(lines)
 
