@@ -481,7 +481,6 @@ def key_ordered_chunks(
     :raises DeletionVectorError: a file's DV cannot be read.
     """
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     from airflow_provider_binlog.contract.uris import filesystem_for
 
@@ -496,22 +495,37 @@ def key_ordered_chunks(
         following = lows.get(unquote(order[i + 1].path)) if i + 1 < len(order) else None
         if i + 1 < len(order) and (following is None or sum(b.rows for b in batch) < rows_per_chunk):
             continue
-        rows = pa.concat_tables(
-            [carry, *(_live_rows_of(table, b, schema, fs, storage_options) for b in batch)]
+        final, carry = _split_batch(
+            pa.concat_tables([carry, *(_live_rows_of(table, b, schema, fs, storage_options) for b in batch)]),
+            keys,
+            following,
         )
         batch = []
-        if following is None:
-            final, carry = rows, schema.empty_table()
-        else:
-            below = pc.less(rows[keys[0]], following)
-            final, carry = rows.filter(below), rows.filter(pc.invert(below))
-        pending = pa.concat_tables([pending, final.sort_by([(k, "ascending") for k in keys])])
+        pending = pa.concat_tables([pending, final]).combine_chunks()
+        del final  # the batch's rows live on only in pending and carry
         while pending.num_rows >= rows_per_chunk:
             yield pending.slice(0, rows_per_chunk)
             handed += 1
-            pending = pending.take(pa.array(range(rows_per_chunk, pending.num_rows), pa.int64()))
+            pending = pending.slice(rows_per_chunk)
+        pa.default_memory_pool().release_unused()  # hand the batch's buffers back before the next one is read
     if pending.num_rows or not handed:
         yield pending
+
+
+def _split_batch(
+    rows: pa.Table, keys: Sequence[str], following: pa.Scalar | None
+) -> tuple[pa.Table, pa.Table]:
+    """Return a batch's rows whose first key is below ``following``, sorted by ``keys``, and the other rows.
+
+    With ``following`` None (no file is left to read) every row is final.
+    """
+    import pyarrow.compute as pc
+
+    order = [(k, "ascending") for k in keys]
+    if following is None:
+        return rows.sort_by(order), rows.schema.empty_table()
+    below = pc.less(rows[keys[0]], following)
+    return rows.filter(below).sort_by(order), rows.filter(pc.invert(below))
 
 
 def _first_key_lows(table: DeltaTable, key: str, key_type: pa.DataType) -> dict[str, pa.Scalar | None]:
