@@ -1,11 +1,12 @@
 """Refusal records: a table whose merge of a window was refused, written beside the window's manifest.
 
-When a window changes a column's type in a way the Delta table cannot follow, the merge job merges the
-window's other tables and writes ``refused=<db.table>.json`` in the window's folder (:func:`record_refusal`);
+When a window changes a column's type in a way the Delta table cannot follow, or a deletion vector of the
+table cannot be read (merge-on-read, ADR 0037), the merge job merges the window's other tables and writes ``refused=<db.table>.json`` in the window's folder (:func:`record_refusal`);
 the merge operator reports it and the commit reads it back (:func:`refused_tables`) to record the table as
 waiting for a re-snapshot. The file is written whole before the merge job ends.
 
-JSON shape: ``{"table": "db.table", "column": str, "detail": str, "window": int, "message": str}``.
+JSON shape: ``{"table": "db.table", "column": str, "detail": str, "window": int, "message": str}``, and
+``"reason": str`` when the refusal is not about a column (the re-snapshot's reason as the ledger records it).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def record_refusal(
     detail: str,
     window: int,
     message: str,
+    reason: str | None = None,
     storage_options: StorageOptions | None = None,
 ) -> None:
     """Record in the window's folder that ``table`` was not merged (``refused=<db.table>.json``).
@@ -45,9 +47,18 @@ def record_refusal(
     :param detail: its old and new type and why.
     :param window: the window's seq.
     :param message: the full message for the operator's log.
+    :param reason: why the table waits for a re-snapshot, when not a column's change (None: from the column).
     :param storage_options: storage options for object stores.
     """
-    record = {"table": table, "column": column, "detail": detail, "window": window, "message": message}
+    record: dict[str, Any] = {
+        "table": table,
+        "column": column,
+        "detail": detail,
+        "window": window,
+        "message": message,
+    }
+    if reason is not None:
+        record["reason"] = reason
     write_json(join_uri(window_uri, f"{REFUSAL_PREFIX}{table_folder(table)}.json"), record, storage_options)
 
 

@@ -42,7 +42,8 @@ def resnapshots_of(
         ResnapshotNeeded(
             table=table,
             since=window.start,
-            reason=f"the merge of window {window.seq} was refused: column {record['column']} {record['detail']}",
+            reason=record.get("reason")
+            or f"the merge of window {window.seq} was refused: column {record['column']} {record['detail']}",
             statement="",
             window=window.seq,
             detected_at=detected_at,

@@ -34,6 +34,7 @@ from airflow_provider_binlog.contract import delta_log  # noqa: E402
 from airflow_provider_binlog.contract.columns import OP_TRUNCATE  # noqa: E402
 from airflow_provider_binlog.contract.delta_log import file_vectors, live_rows  # noqa: E402
 from airflow_provider_binlog.contract.manifest import SNAPSHOT_KIND, read_manifest, write_manifest  # noqa: E402
+from airflow_provider_binlog.contract.refusals import refused_tables  # noqa: E402
 from airflow_provider_binlog.exceptions import BinlogConfigError  # noqa: E402
 from airflow_provider_binlog.jobs.merge import merge_on_read as merge_on_read_module  # noqa: E402
 from airflow_provider_binlog.jobs.merge.job import merge_window  # noqa: E402
@@ -320,6 +321,41 @@ def test_a_resnapshot_of_a_table_merged_on_read_replaces_its_rows_and_its_vector
     assert file_vectors(deltalake.DeltaTable(flow.uri)) == {}
     flow.window([("u", order(4, "after", "4.00"))])
     assert file_vectors(deltalake.DeltaTable(flow.uri))
+    flow.check()
+
+
+def test_a_lost_deletion_vector_file_holds_back_only_its_table_and_a_resnapshot_heals_it(
+    spark: Any, staging: Path, target: str
+) -> None:
+    flow = Flow(spark, staging, target)
+    _merged_on_read(flow)  # windows 1 and 2
+    for vector_file in Path(flow.uri).glob("deletion_vector_*.bin"):
+        vector_file.unlink()  # as delta-rs's full vacuum does to vector files in use
+    items = {
+        "shop.items": StagedTableSpec(ORDERS, [("c", order(1, "item", "1.00"))], mysql_types=ORDER_TYPES)
+    }
+    window = stage_window(staging, 3, {**orders([("u", order(5, "lost", "5.00"))]), **items})
+
+    summary = merge_window(spark, window, target, pipeline=PIPELINE)
+
+    entry = summary["tables"]["shop.orders"]
+    assert entry["skipped"]
+    assert "window 3 is not merged into shop.orders" in entry["refused"]
+    assert "deletion vector file" in entry["refused"]
+    assert '"tables": "shop.orders"' in entry["refused"]  # the re-snapshot remedy
+    assert summary["tables"]["shop.items"]["rows_written"] == 1  # the other table of the window merged
+    assert [r["id"] for r in read_table(target, "shop.items").to_pylist()] == [1]
+    record = refused_tables(window)["shop.orders"]
+    assert record["reason"].startswith("the merge of window 3 was refused: a deletion vector of the target")
+
+    # The re-snapshot reads the target without its vectors and keeps each key's newest version: exact.
+    flow.model[5] = ("lost", Decimal("5.00"))  # the source, window 3's update included
+    snapshot = orders([("r", order(k, s, str(a))) for k, (s, a) in sorted(flow.model.items())])
+    merge_window(spark, stage_window(staging, 4, snapshot, kind=SNAPSHOT_KIND), target, pipeline=PIPELINE)
+    flow.seq = 4
+    flow.check()
+    assert file_vectors(deltalake.DeltaTable(flow.uri)) == {}
+    flow.window([("u", order(6, "after", "6.00"))])
     flow.check()
 
 

@@ -17,8 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_binlog.contract.deletion_vectors import DeletionVectorError
 from airflow_provider_binlog.contract.keys import parse_key_overrides
 from airflow_provider_binlog.contract.refusals import record_refusal
+from airflow_provider_binlog.contract.remedies import resnapshot_remedy
 from airflow_provider_binlog.contract.uris import StorageOptions
 from airflow_provider_binlog.contract.write_modes import WRITE_MODES, check_write_mode
 from airflow_provider_binlog.jobs.application import (
@@ -111,9 +113,50 @@ def merge_window(
             )
             tables[table.name] = {"refused": str(err), "skipped": True}
             continue
+        except DeletionVectorError as err:
+            if table.staged.refresh:
+                raise  # a re-snapshot reads the table without its vectors (table.py): this is another fault
+            tables[table.name] = _refuse_for_lost_vectors(window_uri, pipeline, table.name, window.seq, err,
+                                                          storage_options)  # fmt: skip
+            continue
         tables[table.name] = asdict(result)
     drop_cascades(target, pipeline, window.seq, storage_options)
     return {"pipeline": pipeline, "window": window.seq, "tables": tables}
+
+
+def _refuse_for_lost_vectors(
+    window_uri: str,
+    pipeline: str,
+    table: str,
+    seq: int,
+    err: DeletionVectorError,
+    storage_options: StorageOptions | None,
+) -> dict[str, Any]:
+    """Record that ``table`` was not merged because a deletion vector of its target cannot be read.
+
+    Only that table waits (for a re-snapshot, whose merge reads the target without its vectors: exact, since a
+    row is marked deleted only by the commit that writes a newer version of its key); the window's other
+    tables merge. Returns the table's entry of the job's summary.
+    """
+    message = (
+        f"pipeline {pipeline!r}: window {seq} is not merged into {table}: {err}. The table's other files are "
+        f"intact; the other tables of the window are merged. The pipeline's next snapshot task re-snapshots "
+        f"{table} by itself, reading its rows without the lost vector (ADR 0037); to do it sooner, "
+        f"{resnapshot_remedy(pipeline, table)}. Never run delta-rs's full vacuum on these tables: it deletes "
+        "deletion vector files in use (the maintenance DAG's vacuum keeps them)"
+    )
+    log.warning("%s", message)
+    record_refusal(
+        window_uri,
+        table=table,
+        column="",
+        detail=str(err),
+        window=seq,
+        message=message,
+        reason=f"the merge of window {seq} was refused: a deletion vector of the target cannot be read: {err}",
+        storage_options=storage_options,
+    )
+    return {"refused": message, "skipped": True}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

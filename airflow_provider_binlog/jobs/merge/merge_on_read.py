@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 
 from airflow_provider_binlog.contract.columns import SEQ_COLUMN, WINDOW_COLUMN
-from airflow_provider_binlog.contract.deletion_vectors import read_vector, write_vectors
+from airflow_provider_binlog.contract.deletion_vectors import DeletionVectorError, read_vector, write_vectors
 from airflow_provider_binlog.contract.delta_log import (
     LogFile,
     commit,
@@ -286,6 +286,27 @@ def deleted_rows(
         for f in files
         if f.path in vectors
     }
+
+
+def superseded_rows(
+    dt: DeltaTable, files: Sequence[DataFile], table: str, storage_options: StorageOptions | None = None
+) -> dict[str, list[int]]:
+    """Return :func:`deleted_rows` of a whole-table rewrite, or none when a deletion vector cannot be read.
+
+    A row is marked deleted only by the commit that writes a newer version of its key, so a rewrite that reads
+    every file and keeps each key's newest version (``apply_window``) gets the same rows without the vectors:
+    this is how a re-snapshot heals a table whose vector file was lost or damaged.
+
+    :param table: the source table's name, for the log.
+    """
+    try:
+        return deleted_rows(dt, files, storage_options)
+    except DeletionVectorError as err:
+        log.warning(
+            "%s: %s; the whole-table rewrite reads every row without the vectors and keeps each key's newest "
+            "version, which gives the same rows", table, err,
+        )  # fmt: skip
+        return {}
 
 
 def merge_on_read(

@@ -66,6 +66,7 @@ from airflow_provider_binlog.jobs.merge.merge_on_read import (
     choose_mode,
     deleted_rows,
     merge_on_read,
+    superseded_rows,
 )
 from airflow_provider_binlog.jobs.merge.plan import TablePlan
 from airflow_provider_binlog.jobs.merge.result import TableResult, commit_info
@@ -446,9 +447,12 @@ def _rewrite_files(
         )
         current = None
         if plan.removed:
-            current = read_data_files(
-                spark, uri, plan.removed, stored, deleted=deleted_rows(dt, plan.removed, storage_options)
+            deleted = (
+                superseded_rows(dt, plan.removed, staged.name, storage_options)
+                if staged.refresh
+                else deleted_rows(dt, plan.removed, storage_options)
             )
+            current = read_data_files(spark, uri, plan.removed, stored, deleted=deleted)
             if replaced is not None:
                 current = conform_changes(current, data_schema)
             current = tombstone_truncated(current, truncation, current.columns)
