@@ -250,13 +250,18 @@ def test_the_commit_records_what_the_manifest_found_and_the_merge_refused() -> N
             }
         ],
     )
-    refused = {"shop.b": {"table": "shop.b", "column": "qty", "detail": "changed type from int32 to string"}}
+    refused = {
+        "shop.b": {"table": "shop.b", "column": "qty", "detail": "changed type from int32 to string"},
+        "shop.c": {"table": "shop.c", "column": "", "detail": "gone", "reason": "a deletion vector is lost"},
+    }
     found = resnapshots_of(manifest, window, refused)
     assert [(r.table, r.since.pos, r.window) for r in found] == [
         ("shop.b", 500, window.seq),
+        ("shop.c", 500, window.seq),
         ("shop.a", 700, window.seq),
     ]
     assert "qty" in found[0].reason
+    assert found[1].reason == "a deletion vector is lost"  # a refusal not about a column says why itself
     recorded = state.with_resnapshots_needed(found)
     assert not recorded.inconsistencies()
     assert json.loads(recorded.model_dump_json())["resnapshots_needed"][1]["gtid"] == "0-1-9"
