@@ -264,7 +264,7 @@ def test_the_commit_records_what_the_manifest_found_and_the_merge_refused() -> N
     assert found[1].reason == "a deletion vector is lost"  # a refusal not about a column says why itself
     recorded = state.with_resnapshots_needed(found)
     assert not recorded.inconsistencies()
-    assert json.loads(recorded.model_dump_json())["resnapshots_needed"][1]["gtid"] == "0-1-9"
+    assert json.loads(recorded.model_dump_json())["resnapshots_needed"][2]["gtid"] == "0-1-9"
 
 
 def test_a_snapshot_ordered_before_the_window_that_found_the_entry_does_not_cover_it() -> None:
