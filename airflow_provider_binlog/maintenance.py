@@ -529,23 +529,18 @@ def _split_batch(
 
 
 def _first_key_lows(table: DeltaTable, key: str, key_type: pa.DataType) -> dict[str, pa.Scalar | None]:
-    """Return ``{file path (unquoted): lowest value of ``key``}`` from the log's statistics (None: unknown)."""
+    """Return ``{file path (unquoted): lowest value of ``key``}`` from the log's statistics (None: unknown).
+
+    A statistic that is not of the key's type counts as unknown: the file is read first, its rows carried.
+    """
     import pyarrow as pa
 
-    actions = pa.table(table.get_add_actions(flatten=True))
-    column = f"min.{key}"
     lows: dict[str, pa.Scalar | None] = {}
-    for path, low in zip(
-        actions.column("path").to_pylist(),
-        actions.column(column).to_pylist() if column in actions.column_names else [None] * actions.num_rows,
-        strict=True,
-    ):
+    for f in _files_with_key_stats(table, key):
         try:
-            lows[unquote(path)] = None if low is None else pa.scalar(low, key_type)
+            lows[unquote(f.path)] = None if f.low is None else pa.scalar(f.low, key_type)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
-            lows[unquote(path)] = (
-                None  # a statistic of another type: the file is read first, its rows carried
-            )
+            lows[unquote(f.path)] = None
     return lows
 
 
@@ -594,18 +589,22 @@ def checkpoint_table(uri: str, *, storage_options: dict[str, str] | None = None)
 
 def _key_ranged_files(table: Any, key: str) -> list[_File] | None:
     """Return the table's files with their key ranges, or None when a file has none."""
+    files = _files_with_key_stats(table, key)
+    return None if any(f.low is None or f.high is None for f in files) else files
+
+
+def _files_with_key_stats(table: Any, key: str) -> list[_File]:
+    """Return the table's files with the ``min``/``max`` statistics of ``key`` (None where the log has none)."""
     import pyarrow as pa
 
     actions = pa.table(table.get_add_actions(flatten=True))
     partitions = [c for c in actions.column_names if c.startswith("partition.")]
     files = []
     for action in actions.to_pylist():
-        low, high = action.get(f"min.{key}"), action.get(f"max.{key}")
-        if low is None or high is None:
-            return None
         partition = {
             c.removeprefix("partition."): None if action[c] is None else str(action[c]) for c in partitions
         }
+        low, high = action.get(f"min.{key}"), action.get(f"max.{key}")
         files.append(_File(action["path"], int(action["size_bytes"]), partition, low, high))
     return files
 
@@ -629,7 +628,6 @@ def _conformed(data: Any, schema: Any) -> Any:
 
 
 def _location(uri: str, path: str, storage_options: dict[str, str] | None) -> str:
-
     from airflow_provider_binlog.contract.uris import filesystem_for, join_uri
 
     return filesystem_for(join_uri(uri, unquote(path)), storage_options)[1]
