@@ -311,9 +311,8 @@ def measure_merge_on_read(
     """Merge on read into a table of ``rows`` rows: random updates, updates + deletes, the append-heavy window.
 
     Then the read cost after those windows and after 7 more random-update windows (10 in all), a compaction,
-    and the read cost after it, for tables of at most ``read_rows_limit`` rows (``read_table`` and the
-    compaction hold the whole table in memory). The rows are checked after each window (live count, updated
-    values).
+    and the read cost after it, for tables of at most ``read_rows_limit`` rows (``read_table`` holds the
+    whole table in memory). The rows are checked after each window (live count, updated values).
     """
     staging, target = workdir / f"staging-mor-{rows}", str(workdir / f"target-mor-{rows}")
     build_table(spark, staging, target, rows, target_file_bytes)

@@ -296,8 +296,12 @@ def has_put_if_absent(uri: str) -> bool:
     Local files are hard-linked (``link`` fails on an existing name); S3 objects are put with
     ``If-None-Match: *`` (AWS S3 since 2024-08, MinIO, moto). Other stores are not wired yet.
     """
-    scheme = uri.split("://", 1)[0].lower() if "://" in uri else "file"
-    return scheme in ("file", "s3", "s3a")
+    return _scheme(uri) in ("file", "s3", "s3a")
+
+
+def _scheme(uri: str) -> str:
+    """Return the URI's scheme, lower case; ``file`` for a plain path."""
+    return uri.split("://", 1)[0].lower() if "://" in uri else "file"
 
 
 def _put_if_absent(uri: str, text: str, storage_options: StorageOptions | None) -> None:
@@ -312,7 +316,7 @@ def _put_if_absent(uri: str, text: str, storage_options: StorageOptions | None) 
             "put-if-absent; local filesystems and S3 have it here so far. Use write_mode='copy_on_write' for this "
             "target (docs/adr/0037-deletion-vectors.md)"
         )
-    if "://" in uri and not uri.lower().startswith("file://"):
+    if _scheme(uri) != "file":
         s3 = _s3fs_filesystem(storage_options or {})
         s3.pipe_file(uri.split("://", 1)[1], text.encode(), mode="create")  # If-None-Match: *
         return

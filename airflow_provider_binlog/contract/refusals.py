@@ -1,9 +1,9 @@
 """Refusal records: a table whose merge of a window was refused, written beside the window's manifest.
 
 When a window changes a column's type in a way the Delta table cannot follow, or a deletion vector of the
-table cannot be read (merge-on-read, ADR 0037), the merge job merges the window's other tables and writes ``refused=<db.table>.json`` in the window's folder (:func:`record_refusal`);
-the merge operator reports it and the commit reads it back (:func:`refused_tables`) to record the table as
-waiting for a re-snapshot. The file is written whole before the merge job ends.
+table cannot be read (merge-on-read, ADR 0037), the merge job merges the window's other tables and writes
+``refused=<db.table>.json`` in the window's folder (:func:`record_refusal`); the merge operator reports it and
+the commit reads it back (:func:`refused_tables`) to record the table as waiting for a re-snapshot. The file is written whole before the merge job ends.
 
 JSON shape: ``{"table": "db.table", "column": str, "detail": str, "window": int, "message": str}``, and
 ``"reason": str`` when the refusal is not about a column (the re-snapshot's reason as the ledger records it).

@@ -75,9 +75,9 @@ def choose_mode(
 
     Whole-table operations (a snapshot, a truncate marker, a replaced schema) rewrite every file whatever the
     mode, and so does a window into a table not in the key-range layout yet (hash buckets, files without key
-    statistics), which moves it there (``whole``). ``auto`` merges on read a window whose changes are at most :data:`AUTO_MAX_CHANGED_FRACTION` of the
-    rows of the files they can be in (all of them when the window only adds keys above the table's), on a target
-    with put-if-absent (:func:`~airflow_provider_binlog.contract.delta_log.has_put_if_absent`).
+    statistics), which moves it there (``whole``). ``auto`` merges on read a window whose changes are at most
+    :data:`AUTO_MAX_CHANGED_FRACTION` of the rows of the files they can be in (all of them when the window only
+    adds keys above the table's), on a target with put-if-absent (:func:`~airflow_provider_binlog.contract.delta_log.has_put_if_absent`).
 
     :param whole: the window rewrites the table whole (see above).
     :param candidates: the current files the window's keys can be in.
