@@ -10,6 +10,7 @@ database), with the pipeline's CDC DAG paused::
     python -m airflow_provider_binlog.admin set-target --pipeline shop --target /data/lake2
     python -m airflow_provider_binlog.admin hand-over --target /data/lake --table shop.customers --to shop2
     python -m airflow_provider_binlog.admin health   --pipeline shop [--json] [--tables 'shop.*']
+    python -m airflow_provider_binlog.admin verify-history --target /data/lake --table shop.orders
 
 ``health`` prints the pipeline's health summary (:mod:`~airflow_provider_binlog.monitoring.health`): checkpoint,
 open windows and snapshots with the runs holding them, last merged window, lag, headroom, last error and
@@ -167,13 +168,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (0 ok, 1 inconsistent or failed)."""
     parser = argparse.ArgumentParser(prog="python -m airflow_provider_binlog.admin", description=__doc__)
     parser.add_argument(
-        "command", choices=["show", "validate", "history", "restore", "set-target", "hand-over", "health"]
+        "command",
+        choices=[
+            "show",
+            "validate",
+            "history",
+            "restore",
+            "set-target",
+            "hand-over",
+            "health",
+            "verify-history",
+        ],
     )
     parser.add_argument("--pipeline", help="the pipeline (every command but hand-over)")
     parser.add_argument(
         "--target", help="target root (set-target: the new one; hand-over: where the table is)"
     )
-    parser.add_argument("--table", help="hand-over: the db.table to give away")
+    parser.add_argument("--table", help="hand-over: the db.table to give away; verify-history: the db.table")
     parser.add_argument("--to", help="hand-over: the pipeline receiving the table")
     parser.add_argument("--staging", help="staging root (BINLOG_CDC_STAGING); needed by history and restore")
     parser.add_argument("--staging-conn-id", default=None)
@@ -191,6 +202,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="health: print JSON instead of text")
     args = parser.parse_args(argv)
+    if args.command == "verify-history":
+        if not (args.target and args.table):
+            parser.error("verify-history needs --target and --table")
+        from airflow_provider_binlog.contract.uris import storage_options_from_env
+        from airflow_provider_binlog.history import verify_history
+
+        report = verify_history(args.target, args.table, storage_options=storage_options_from_env())
+        print(report)
+        if report.first_bad_window is not None:
+            print(f"first window that no longer matches: {report.first_bad_window}")
+        return 0 if report.ok else 1
     if args.command == "hand-over":
         if not (args.target and args.table and args.to):
             parser.error("hand-over needs --target, --table and --to")

@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from airflow_provider_binlog.contract.history import HistorySettings
 from airflow_provider_binlog.contract.write_modes import WriteMode
 from airflow_provider_binlog.exceptions import BinlogConfigError
 from airflow_provider_binlog.pipeline.state import check_pipeline_name
@@ -68,6 +69,8 @@ class PipelineConfig(BaseModel):
     :param min_headroom_seconds: least binlog retention headroom the purge-risk check accepts, in seconds.
     :param deferrable: whether the snapshot and the merge defer while Spark Connect works (None: Airflow's
         ``[operators] default_deferrable``).
+    :param history: the history kept beside every table (``docs/history.md``): ``"changelog"`` or None (none).
+    :param table_history: ``{"db.table": kinds}`` overriding ``history`` for single tables (``"off"``: none).
     :param retries: retries of the purge-risk, snapshot, extract and merge tasks (the commit never retries
         on its own: its failures need a person).
     :raises pydantic.ValidationError: (a ``ValueError``) naming each wrong setting.
@@ -92,6 +95,8 @@ class PipelineConfig(BaseModel):
     snapshot_rows_per_second: PositiveFloat | None = None
     min_headroom_seconds: NonNegativeFloat = DEFAULT_MIN_HEADROOM_SECONDS
     deferrable: bool | None = None
+    history: str | list[str] | None = None
+    table_history: dict[str, str | list[str] | None] = Field(default_factory=dict)
     retries: NonNegativeInt = 2
 
     @field_validator("pipeline")
@@ -113,11 +118,13 @@ class PipelineConfig(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> PipelineConfig:
         selection = parse_tables(self.tables)
-        strays = [name for name in self.keys if not takes(selection, name, case_sensitive=False)]
+        HistorySettings.parse(self.history, self.table_history)
+        named = [*self.keys, *self.table_history]
+        strays = [name for name in named if not takes(selection, name, case_sensitive=False)]
         if strays:
             raise ValueError(
-                f"keys name {', '.join(strays)}, which the table selection {', '.join(selection)} does not take: "
-                "add them to tables or remove their keys"
+                f"keys or table_history name {', '.join(strays)}, which the table selection {', '.join(selection)} "
+                "does not take: add them to tables or remove their entries"
             )
         staging, target = (root.rstrip("/") + "/" for root in (self.staging, self.target))
         if staging.startswith(target) or target.startswith(staging):
@@ -211,6 +218,8 @@ def _tasks(config: PipelineConfig) -> None:
         "keys": config.keys,
         "keyless_tables": config.keyless_tables,
         "binlog_conn_id": config.source_conn_id,
+        "history": config.history,
+        "table_history": config.table_history,
     }
     deferrable: dict[str, Any] = {} if config.deferrable is None else {"deferrable": config.deferrable}
     purge_risk = BinlogPurgeRiskSensor(

@@ -12,7 +12,8 @@ JSON shape (format version :data:`FORMAT_VERSION`)::
      "run_id": str, "start": position, "end": position (windows only), "created_at": ISO-8601,
      "tables": {"db.table": {"files": [relative paths], "rows": int, "ops": {"c": n, ...},
                              "primary_key": [col, ...], "columns": [{"name", "mysql_type", "arrow_type"}],
-                             "zero_dates": int, "chunks": int (snapshots only)}},
+                             "zero_dates": int, "chunks": int (snapshots only),
+                             "history": [kind, ...] (tables with history only)}},
      "stats": {...numbers...}, "ddl": [...], "skipped": {"db.table": reason}, "skipped_statements": [...],
      "covered_tables": {"db.table": seq}, "foreign_keys": [...], "resnapshots": [...],
      "schema_skipped_row_events": {"db.table": n},
@@ -31,6 +32,7 @@ from typing import Any
 
 from airflow_provider_binlog.contract import ContractError
 from airflow_provider_binlog.contract.columns import OP_TRUNCATE
+from airflow_provider_binlog.contract.history import history_kinds
 from airflow_provider_binlog.contract.names import split_table_name
 from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.contract.uris import StorageOptions, atomic_output, filesystem_for, join_uri
@@ -72,6 +74,9 @@ class TableEntry:
     :param columns: source column descriptions (``name``, ``mysql_type``, ``arrow_type``).
     :param zero_dates: zero dates staged as null.
     :param chunks: key chunks read (snapshots only).
+    :param history: the history kinds the merge writes beside the table
+        (:data:`~airflow_provider_binlog.contract.history.HISTORY_KINDS`); a window stages every update of such a
+        table with its before image (:mod:`airflow_provider_binlog.contract.history`).
     """
 
     files: tuple[str, ...] = ()
@@ -81,6 +86,7 @@ class TableEntry:
     columns: tuple[Mapping[str, Any], ...] = ()
     zero_dates: int = 0
     chunks: int | None = None
+    history: tuple[str, ...] = ()
 
     @property
     def markers_only(self) -> bool:
@@ -99,6 +105,8 @@ class TableEntry:
         }
         if self.chunks is not None:
             body["chunks"] = self.chunks
+        if self.history:
+            body["history"] = list(self.history)
         return body
 
     @classmethod
@@ -115,6 +123,7 @@ class TableEntry:
             columns=tuple(dict(c) for c in body.get("columns") or ()),
             zero_dates=int(body.get("zero_dates") or 0),
             chunks=None if body.get("chunks") is None else int(body["chunks"]),
+            history=history_kinds(body.get("history")),
         )
 
 

@@ -641,6 +641,10 @@ class WindowReader:
         if event.kind != "update":
             op = OP_INSERT if event.kind == "write" else OP_DELETE
             builder.add_images(op, rows, state.seq + 1, file, end_pos)
+        elif target.history:  # history: every update is a delete of the before image, then the after image
+            pairs = [image for pair in rows for image in pair]
+            builder.add_images([OP_DELETE, OP_UPDATE] * count, pairs, state.seq + 1, file, end_pos)
+            count = len(pairs)
         else:
             moving = layout.moving_key
             if moving is None:

@@ -74,6 +74,9 @@ class TableTarget:
         (:class:`~airflow_provider_binlog.exceptions.TableRefusalError`): at the table's first row event at or
         after it, the reader drops the table's rows of the open transaction and puts an uncovered barrier at
         the transaction's start (the table is quarantined, ``docs/operating.md``). None: no refusal known.
+    :param history: the history kinds the pipeline keeps of the table (``docs/history.md``), recorded in the
+        manifest; with any, every update is staged as the ``d`` of its before image and the ``u`` of its after
+        image, as a key change is (:mod:`airflow_provider_binlog.contract.history`).
     :param kept_columns: the columns the target keeps although the source dropped them (from the pipeline's
         state; the reader adds those it sees dropped): an ``ADD COLUMN`` of one of these names is re-snapshotted
         (``kept`` of :func:`~airflow_provider_binlog.extract.ddl.classify_ddl`).
@@ -99,6 +102,7 @@ class TableTarget:
     gone: bool = False
     quarantine_at: BinlogPosition | None = None
     kept_columns: set[str] = field(default_factory=set)
+    history: tuple[str, ...] = ()
 
     def stages(self, key: tuple[int, int]) -> bool:
         """Return whether a change whose event ends at ``key`` is staged (see ``since``, ``barriers``, ``gone``)."""

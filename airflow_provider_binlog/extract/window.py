@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pymysql
 
-from airflow_provider_binlog.contract.manifest import Manifest
+from airflow_provider_binlog.contract.manifest import Manifest, TableEntry
 from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import TableRefusalError
 from airflow_provider_binlog.extract.connections import pipeline_dump
@@ -164,7 +165,7 @@ def extract_window(
         run_id=window.run_id,
         start=start,
         end=end,
-        tables={name: outputs[name].manifest_entry() for name in sorted(outputs)},
+        tables={name: _entry(outputs[name], tables.get(name)) for name in sorted(outputs)},
         skipped=dict(sorted((skipped or {}).items())),
         ddl=stats.ddl,
         skipped_statements=stats.skipped_statements,
@@ -200,6 +201,14 @@ def extract_window(
         str(path),
     )
     return manifest
+
+
+def _entry(output: TableOutput, target: TableTarget | None) -> TableEntry:
+    """Return a table's manifest entry: what was written for it, and the history kinds it stages for."""
+    entry = output.manifest_entry()
+    return (
+        entry if target is None or not target.history else dataclasses.replace(entry, history=target.history)
+    )
 
 
 def _read_window(

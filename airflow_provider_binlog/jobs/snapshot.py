@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.fs as pafs
 
 from airflow_provider_binlog.contract.columns import OP_SNAPSHOT
+from airflow_provider_binlog.contract.history import history_kinds
 from airflow_provider_binlog.contract.manifest import (
     SNAPSHOT_KIND,
     Manifest,
@@ -249,6 +250,7 @@ def snapshot_manifest(
             columns=tuple(table.columns),
             zero_dates=sum(r.zero_dates for r in mine),
             chunks=len(mine),
+            history=history_kinds((plan.get("history") or {}).get(table.name)),
         )
     marks = sorted((r.watermark for r in results), key=lambda w: w.key)
     rows = sum(r.rows for r in results)

@@ -7,13 +7,14 @@ selected table is for the window is planned in :mod:`airflow_provider_binlog.ext
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import pendulum
 from airflow.sdk import BaseOperator, conf
 
+from airflow_provider_binlog.contract.history import HistorySettings
 from airflow_provider_binlog.exceptions import BinlogConfigError, IntervalOpenError
 from airflow_provider_binlog.extract.plan import (
     cascading_keys,
@@ -114,6 +115,11 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         (:mod:`~airflow_provider_binlog.pipeline.quarantine`, ``docs/operating.md`` "Quarantined tables"); the
         snapshot task re-snapshots it once it changes, and :class:`~airflow_provider_binlog.operators.quarantine.BinlogQuarantineCheckOperator`
         fails the run while it is quarantined. ``fail`` fails the task without retry, as the whole window.
+    :param history: the history kept beside every selected table (``docs/history.md``): ``"changelog"``, or
+        None (default) for none. The window stages every update of such a table with its before image and
+        records the kinds in the manifest, which the merge follows
+        (:mod:`~airflow_provider_binlog.contract.history`).
+    :param table_history: ``{"db.table": kinds}`` overriding ``history`` for single tables (``"off"`` or None: none).
     """
 
     template_fields: Sequence[str] = ("pipeline", "tables", "staging_uri", "keys", "keyless_tables")
@@ -134,9 +140,12 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         parallel_read_min_bytes: int | None = None,
         on_lost_transactions: OnLostTransactions = "resnapshot",
         on_table_error: OnTableError = "quarantine",
+        history: str | Sequence[str] | None = None,
+        table_history: Mapping[str, str | Sequence[str] | None] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.history = HistorySettings.parse(history, table_history)
         self.on_lost_transactions = check_on_lost_transactions(on_lost_transactions)
         self.on_table_error = check_on_table_error(on_table_error)
         if max_extract_workers is not None and max_extract_workers < 1:
@@ -199,6 +208,8 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
             pipeline=self.pipeline,
             log=self.log,
         )
+        for name, target in targets.items():
+            target.history = self.history.kinds_for(name)
         targets.update(gone_targets(known, selection, described))
         current, window = self._cut(manager, server, hook, context, known)
         set_barriers(targets, current, window.seq, cut_by=self.cut_by, pipeline=self.pipeline, log=self.log)

@@ -17,7 +17,7 @@ from airflow_provider_binlog.pipeline.tables import is_template, parse_keys
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_binlog.contract.manifest import Manifest
+    from airflow_provider_binlog.contract.manifest import Manifest, TableEntry
 
 #: The PySpark application submitted by :class:`BinlogMergeOperator`.
 MERGE_APPLICATION = Path(__file__).resolve().parent.parent / "jobs" / "merge" / "job.py"
@@ -249,6 +249,24 @@ class BinlogMergeOperator(SparkJobOperator):
             args += ["--key", key_spec(self.keys)]
         return args
 
+    def _verify_changelog(self, name: str, entry: TableEntry, seq: int) -> dict[str, Any]:
+        """Check that the change log of a table with one holds the window; return its Delta version.
+
+        :raises MergeError: if it does not.
+        """
+        from airflow_provider_binlog.contract.delta import open_table, window_app_id
+        from airflow_provider_binlog.contract.history import CHANGELOG, changelog_uri
+
+        if CHANGELOG not in entry.history or not entry.files:
+            return {}
+        uri = changelog_uri(self.target_path, name)
+        dt = open_table(uri, self.storage_options)
+        if dt is None and entry.markers_only:
+            return {}  # only truncate markers of a table with no history yet: nothing to record
+        if dt is None or dt.transaction_version(window_app_id(self.pipeline, seq)) != seq:
+            raise MergeError(f"the merge job finished but the change log {uri} does not record window {seq}")
+        return {"changelog_version": dt.version()}
+
     def verify(self, manifest: Manifest) -> dict[str, Any]:
         """Check that every table of the window holds it; return the per-table summary.
 
@@ -294,6 +312,7 @@ class BinlogMergeOperator(SparkJobOperator):
                 "rows_in_window": entry.rows,
                 **_commit_numbers(dt, self.pipeline, seq),
                 "delta_version": dt.version(),
+                **self._verify_changelog(name, entry, seq),
             }
         # The job logged each table's numbers as it merged it; this line only confirms the Delta logs agree.
         self.log.info(

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_binlog.assets import TARGET_TABLES_ALIAS
+from airflow_provider_binlog.contract.history import HistorySettings
 from airflow_provider_binlog.contract.manifest import Manifest, TableEntry, read_manifest
 from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
 from airflow_provider_binlog.hooks.binlog import BinlogHook
@@ -106,6 +107,9 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         written for, the run follows it by GTID (``docs/failover.md``); ``resnapshot`` (default) or ``fail``
         decides what happens when that server lacks transactions the target may hold (see
         :class:`~airflow_provider_binlog.operators.extract.BinlogExtractOperator`).
+    :param history: the history kept beside the tables (``docs/history.md``), as the extract's; the snapshot's
+        rows enter each change log as snapshot reads (``r``), where the table's history (re)starts.
+    :param table_history: ``{"db.table": kinds}`` overriding ``history`` for single tables.
     :raises ValueError: on an invalid argument.
     """
 
@@ -145,9 +149,13 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
         storage_options: dict[str, str] | None = None,
         asset_alias: str | None = TARGET_TABLES_ALIAS,
         on_lost_transactions: OnLostTransactions = "resnapshot",
+        history: str | Sequence[str] | None = None,
+        table_history: Mapping[str, str | Sequence[str] | None] | None = None,
         **kwargs: Any,
     ) -> None:
         from airflow_provider_binlog.assets import with_alias_outlet
+
+        self.history = HistorySettings.parse(history, table_history)
 
         self.on_lost_transactions = check_on_lost_transactions(on_lost_transactions)
 
@@ -517,6 +525,7 @@ class BinlogSnapshotOperator(StagedLineageMixin, SparkJobOperator):
                 keys=keys,
                 chunk_rows=self.chunk_rows,
             )
+        plan["history"] = {name: list(kinds) for name in keys if (kinds := self.history.kinds_for(name))}
         for table in plan["tables"]:
             self.log.info(
                 "%s: %s chunks of up to %s rows by key %s",

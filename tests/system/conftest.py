@@ -398,3 +398,24 @@ class Pipeline:
         with pymysql.connect(**self.server.connection_kwargs()) as conn:
             results = [compare_table(conn, self.target, f"{self.db}.{t}") for t in tables]
         return [str(r) for r in results if not r.matched]
+
+
+LEAST_PRIVILEGED_USER, LEAST_PRIVILEGED_PASSWORD = "cdc_least", "least-pw"
+
+
+@pytest.fixture
+def least_privileged(connections: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Point ``binlog_default`` at a user with only the grants the connection Test recommends."""
+    user = f"'{LEAST_PRIVILEGED_USER}'@'127.0.0.1'"
+    connections.execute(
+        f"CREATE USER {user} IDENTIFIED BY '{LEAST_PRIVILEGED_PASSWORD}'",
+        f"GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO {user}",
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_BINLOG_DEFAULT",
+        f"mysql://{LEAST_PRIVILEGED_USER}:{LEAST_PRIVILEGED_PASSWORD}@127.0.0.1:{connections.port}",
+    )
+    try:
+        yield
+    finally:
+        connections.execute(f"DROP USER {user}")

@@ -22,24 +22,7 @@ from airflow_provider_binlog.contract.names import qualified_name, quote_part
 
 pytestmark = pytest.mark.system
 
-USER, PASSWORD = "cdc_hostile", "hostile-pw"
 TABLES = ["orders", "ORDERS", "../../../../escaped", "with space", "заказы", "secret[s]"]
-
-
-@pytest.fixture
-def least_privileged(connections: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Point ``binlog_default`` at a user with only the grants the connection Test recommends."""
-    connections.execute(
-        f"CREATE USER '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}'",
-        f"GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO '{USER}'@'127.0.0.1'",
-    )
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_BINLOG_DEFAULT", f"mysql://{USER}:{PASSWORD}@127.0.0.1:{connections.port}"
-    )
-    try:
-        yield
-    finally:
-        connections.execute(f"DROP USER '{USER}'@'127.0.0.1'")
 
 
 @pytest.fixture

@@ -66,6 +66,14 @@ def test_two_pipelines_share_a_dag_and_a_group_can_keep_the_example_task_ids() -
     assert single.get_task("merge").window_uri == "{{ ti.xcom_pull(task_ids='extract')['window_uri'] }}"
 
 
+def test_history_settings_reach_the_extract_and_the_snapshot() -> None:
+    with _dag() as dag:
+        BinlogPipeline(**SETTINGS, history="changelog", table_history={"shop.log": "off"})
+    for task in ("shop.extract", "shop.snapshot"):
+        history = dag.get_task(task).history
+        assert (history.kinds_for("shop.orders"), history.kinds_for("shop.log")) == (("changelog",), ())
+
+
 def test_an_interval_pipeline_takes_no_snapshot_and_its_check_counts_none() -> None:
     with _dag() as dag:
         BinlogPipeline(**SETTINGS, cut_by="interval", deferrable=True, spark_conn_id="spark_connect")
@@ -92,8 +100,13 @@ def test_an_interval_pipeline_takes_no_snapshot_and_its_check_counts_none() -> N
         ({"write_mode": "mor"}, "write_mode: Input should be 'copy_on_write', 'merge_on_read' or 'auto'"),
         (
             {"keys": {"crm.log": ["id"]}},
-            "keys name crm.log, which the table selection shop.*, !shop.tmp_* does not",
+            "keys or table_history name crm.log, which the table selection shop.*, !shop.tmp_* does not",
         ),
+        (
+            {"table_history": {"crm.log": "changelog"}},
+            "table_history name crm.log, which the table selection",
+        ),
+        ({"history": "audit"}, "['audit'] is not a history kind"),
         ({"keys": {"shop.log": []}}, "keys['shop.log'] must be a non-empty list of column names"),
         ({"target": "/lake/staging/delta"}, "must be separate roots, neither inside the other"),
         (

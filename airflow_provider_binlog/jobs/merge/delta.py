@@ -77,6 +77,7 @@ def create_table(
     pipeline: str,
     target_file_bytes: int | None = None,
     storage_options: Mapping[str, str] | None = None,
+    properties: Mapping[str, str] | None = None,
 ) -> DeltaTable:
     """Create the empty Delta table for a source table, in the key-range layout (not partitioned).
 
@@ -92,6 +93,7 @@ def create_table(
     :param target_file_bytes: size data files are written to, in bytes (default
         :data:`~airflow_provider_binlog.contract.delta.DEFAULT_TARGET_FILE_BYTES`).
     :param storage_options: deltalake storage options.
+    :param properties: further table properties (a change log's, :mod:`~airflow_provider_binlog.jobs.merge.history`).
     """
     from deltalake import DeltaTable
 
@@ -105,6 +107,7 @@ def create_table(
             PRIMARY_KEY_PROPERTY: json.dumps(list(keys)),
             OWNER_PROPERTY: pipeline,
             **layout_properties(keys, target_file_bytes),
+            **dict(properties or {}),
         },
         storage_options=dict(storage_options or {}),
         raise_if_key_not_exists=False,

@@ -32,6 +32,7 @@ from airflow_provider_binlog.jobs.application import (
     run_application,
 )
 from airflow_provider_binlog.jobs.merge.cascades import drop_cascades
+from airflow_provider_binlog.jobs.merge.history import write_changelog
 from airflow_provider_binlog.jobs.merge.plan import plan_window
 from airflow_provider_binlog.jobs.merge.schema import UnfollowableSchemaChange
 from airflow_provider_binlog.jobs.merge.table import merge_table
@@ -59,7 +60,9 @@ def merge_window(
     The window's plan is made first (:func:`~airflow_provider_binlog.jobs.merge.plan.plan_window`: staged
     schemas, truncate markers, the child changes of the manifest's ``foreign_keys``, keys checked for all
     tables before any table is touched), then applied table by table, parents first. Each table is committed
-    atomically; tables already holding the window are skipped, so a failed run can simply be repeated.
+    atomically; tables already holding the window are skipped, so a failed run can simply be repeated. A table
+    whose manifest entry asks for a change log gets the window's rows appended to it first
+    (:func:`~airflow_provider_binlog.jobs.merge.history.write_changelog`), exactly once likewise.
 
     :param spark: the session (its SQL settings are adjusted by :func:`configure_session`).
     :param window_uri: window directory ``<staging>/<pipeline>/window=<seq>``.
@@ -88,6 +91,16 @@ def merge_window(
     tables: dict[str, dict[str, Any]] = {}
     for table in plan.tables:
         try:
+            history = write_changelog(
+                spark,
+                table,
+                window.manifest,
+                window.uri,
+                target=target,
+                pipeline=pipeline,
+                target_file_bytes=target_file_bytes,
+                storage_options=storage_options,
+            )
             result = merge_table(
                 spark,
                 table,
@@ -119,7 +132,7 @@ def merge_window(
             tables[table.name] = _refuse_for_lost_vectors(window_uri, pipeline, table.name, window.seq, err,
                                                           storage_options)  # fmt: skip
             continue
-        tables[table.name] = asdict(result)
+        tables[table.name] = asdict(result) if history is None else {**asdict(result), "changelog": history}
     drop_cascades(target, pipeline, window.seq, storage_options)
     return {"pipeline": pipeline, "window": window.seq, "tables": tables}
 

@@ -69,6 +69,8 @@ def spark_type(arrow_type: pa.DataType) -> DataType:
         return T.DecimalType(t.precision, t.scale)
     if pa.types.is_timestamp(t):
         return T.TimestampNTZType() if t.tz is None else T.TimestampType()
+    if pa.types.is_struct(t):  # a change log's row images (jobs/merge/history.py)
+        return T.StructType([T.StructField(f.name, spark_type(f.type), True) for f in t])
     raise MergeJobError(f"Arrow type {t} is not a Delta storage type")
 
 

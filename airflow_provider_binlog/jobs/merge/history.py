@@ -1,0 +1,461 @@
+"""Writing a window's change-log rows beside the target table, exactly once and chained by digest.
+
+For every table whose manifest entry asks for a change log (:mod:`airflow_provider_binlog.contract.history`),
+the merge appends the window's row changes to ``<target>/<db>/<t>~changes`` before it merges the window into
+the current-state table:
+
+1. Skip the table if the change log's Delta log already holds the window's app transaction (a re-run).
+2. Spark reads the table's staged files (and the changes the cascades synthesised for it, flagged in
+   :data:`~airflow_provider_binlog.contract.history.CASCADE_COLUMN`), joins each update's staged pair (the ``d``
+   of its before image, the ``u`` of its after image at the next order key, the same row event) back into one
+   row with both images, and writes the rows as Parquet files sorted by key into the change log's folder.
+   When the change log has no commit yet and the target already holds rows, the target's live rows are
+   appended first as snapshot reads (``r``): the table's history starts there.
+3. The driver reads the new files back, computes their :func:`~airflow_provider_binlog.contract.history.rows_digest`
+   and the chain value over the change log's previous commit, and commits the files with the window's app
+   transactions and the digests in one Delta commit that must follow the version it read (on a conflict, the
+   chain's previous value is read again and the commit retried).
+
+Exactly once: the change log commits before the target, each under its own app transaction of the window,
+so a re-run after a failure between the two finds the change log done and merges the target.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_provider_binlog.contract.columns import (
+    CHANGE_FIELDS,
+    DELETED_COLUMN,
+    FILE_COLUMN,
+    GTID_COLUMN,
+    METADATA_COLUMN_NAMES,
+    OP_COLUMN,
+    OP_DELETE,
+    OP_INSERT,
+    OP_SNAPSHOT,
+    OP_UPDATE,
+    POS_COLUMN,
+    SEQ_COLUMN,
+    WINDOW_COLUMN,
+)
+from airflow_provider_binlog.contract.delta import (
+    COMMIT_PIPELINE_KEY,
+    COMMIT_WINDOW_KEY,
+    already_merged,
+    check_owner,
+    delta_arrow_schema,
+    open_table,
+    table_key,
+    window_app_id,
+)
+from airflow_provider_binlog.contract.history import (
+    AFTER_COLUMN,
+    BEFORE_COLUMN,
+    CASCADE_COLUMN,
+    CHAIN_KEY,
+    CHANGELOG,
+    CHANGELOG_SUFFIX,
+    DIGEST_KEY,
+    MERGE_WINDOW_COLUMN,
+    PREVIOUS_KEY,
+    ROWS_KEY,
+    RUN_ID_COLUMN,
+    chain_digest,
+    changelog_schema,
+    changelog_uri,
+    rows_digest,
+)
+from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, join_uri, table_uri
+from airflow_provider_binlog.jobs.application import MergeJobError
+from airflow_provider_binlog.jobs.merge.delta import commit_window, create_table, current_files
+from airflow_provider_binlog.jobs.merge.files import PlacedFile, file_layout, remove_files, write_sorted_files
+from airflow_provider_binlog.jobs.merge.layout import SEGMENT_COLUMN, write_partitions
+from airflow_provider_binlog.jobs.merge.merge_on_read import deleted_rows
+from airflow_provider_binlog.jobs.merge.schema import UnfollowableSchemaChange
+from airflow_provider_binlog.jobs.merge.transforms import (
+    col,
+    read_data_files,
+    read_staged_changes,
+    spark_type,
+)
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from airflow_provider_binlog.contract.manifest import Manifest
+    from airflow_provider_binlog.jobs.merge.plan import TablePlan
+
+log = logging.getLogger(__name__)
+
+COMMIT_ATTEMPTS = 5
+"""Commits of one window's change-log files tried before the merge fails (another writer committed between)."""
+_IMAGE = "_binlog_image"
+HISTORY_PROPERTIES = {"delta.enableExpiredLogCleanup": "false"}
+"""Table properties of a change log: its commit infos hold the digest chain, so its log is never cleaned up."""
+
+
+def write_changelog(
+    spark: SparkSession,
+    table: TablePlan,
+    manifest: Manifest,
+    window_uri: str,
+    *,
+    target: str,
+    pipeline: str,
+    target_file_bytes: int | None = None,
+    storage_options: StorageOptions | None = None,
+) -> dict[str, Any] | None:
+    """Append the window's changes of ``table`` to its change log; return the summary, None without a change log.
+
+    :param spark: the session.
+    :param table: the table's plan (:func:`~airflow_provider_binlog.jobs.merge.plan.plan_window`).
+    :param manifest: the window's manifest (the table's history kinds, the run id).
+    :param window_uri: the window folder (its manifest's files are relative to it).
+    :param target: target root.
+    :param pipeline: pipeline name.
+    :param target_file_bytes: data file size of a change log created now (None: the default).
+    :param storage_options: storage options of the staging and target stores.
+    :returns: ``{"rows", "files", "delta_version", "digest", "chain"}`` or ``{"skipped": True}``.
+    :raises UnfollowableSchemaChange: if a column of the change log cannot take the window's type.
+    :raises MergeJobError: if the change log cannot be written or committed.
+    """
+    entry = manifest.tables.get(table.name)
+    seq = manifest.window
+    if entry is None or CHANGELOG not in entry.history or not table.staged.files:
+        return None
+    uri = changelog_uri(target, table.name)
+    dt = open_table(uri, storage_options)
+    if dt is not None and already_merged(dt, pipeline, seq):
+        log.info("%s: window %d is already in its change log (version %d)", table.name, seq, dt.version())
+        return {"skipped": True, "delta_version": dt.version()}
+    keys = list(table.keys) or list((table_key(dt) if dt is not None else None) or ())
+    if not keys:  # only truncate markers, and no change log yet: there is no history to record
+        return None
+    started = time.monotonic()
+    wanted = changelog_schema(source_fields(table.target_schema()), keys)
+    if dt is None:
+        dt = create_table(
+            uri, wanted, table=table.name + CHANGELOG_SUFFIX, keys=keys, pipeline=pipeline,
+            target_file_bytes=target_file_bytes, storage_options=storage_options, properties=HISTORY_PROPERTIES,
+        )  # fmt: skip
+    else:
+        check_owner(dt, pipeline, table.name + CHANGELOG_SUFFIX)
+        evolve_schema(dt, wanted, table.name, pipeline=pipeline, storage_options=storage_options)
+    schema = delta_arrow_schema(dt)
+    run_id = manifest.run_id or ""
+    staged = {join_uri(window_uri, f) for f in entry.files}
+    rows = staged_changelog_rows(spark, table, schema, staged=staged, seq=seq, run_id=run_id)
+    count = table.staged.rows
+    if last_chain(dt) is None:
+        seed = target_rows(spark, target, table.name, schema, keys, pipeline=pipeline, seq=seq, run_id=run_id,
+                           storage_options=storage_options)  # fmt: skip
+        if seed is not None:
+            rows, count = seed[0].unionByName(rows), count + seed[1]
+    placed = _write(rows, dt, uri, schema, keys, seq=seq, count=count, storage_options=storage_options)
+    result = commit_changelog(dt, placed, pipeline=pipeline, seq=seq, storage_options=storage_options)
+    log.info(
+        "%s: appended %d rows of window %d to its change log in %.1f s (version %d)",
+        table.name, result["rows"], seq, time.monotonic() - started, result["delta_version"],
+    )  # fmt: skip
+    return result
+
+
+def source_fields(target: pa.Schema) -> pa.Schema:
+    """Return the source columns of a target table schema (storage types, no change columns, no field metadata)."""
+    return pa.schema([f.remove_metadata() for f in target if f.name not in METADATA_COLUMN_NAMES])
+
+
+def _image(frame: DataFrame, source: pa.Schema) -> Column:
+    """Return the struct of ``source``'s columns of ``frame`` (null where it lacks a column)."""
+    from pyspark.sql import functions as F
+
+    present = {c.lower(): c for c in frame.columns}
+    values = [
+        (col(present[f.name.lower()]) if f.name.lower() in present else F.lit(None))
+        .cast(spark_type(f.type))
+        .alias(f.name)
+        for f in source
+    ]
+    return F.struct(*values)
+
+
+def staged_changelog_rows(
+    spark: SparkSession, table: TablePlan, schema: pa.Schema, *, staged: set[str], seq: int, run_id: str
+) -> DataFrame:
+    """Return the change-log rows of a table's staged (and cascade) files, shaped like ``schema``.
+
+    An update's staged pair (a ``d`` at order key ``(w, s)`` and a ``u`` at ``(w, s + 1)`` of the same row event,
+    neither synthesised by a cascade) becomes one ``u`` row with both images at the ``u``'s order key; every other
+    row keeps its op, with its image as the before image of a ``d`` and the after image of ``c``, ``u`` and ``r``.
+
+    :param staged: the files the manifest lists (the others of ``table.staged.files`` are the cascades').
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    source = pa.schema(schema.field(AFTER_COLUMN).type)
+    staged_schema = table.staged_schema()
+    frames = []
+    for flag, files in ((False, [f for f in table.staged.files if f in staged]),
+                           (True, [f for f in table.staged.files if f not in staged])):  # fmt: skip
+        if files:
+            frame = read_staged_changes(spark, files, staged_schema)
+            changes = [col(f.name) for f in CHANGE_FIELDS]
+            frames.append(
+                frame.select(*changes, F.lit(flag).alias(CASCADE_COLUMN), _image(frame, source).alias(_IMAGE))
+            )
+    rows = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+    event = Window.partitionBy(WINDOW_COLUMN, FILE_COLUMN, POS_COLUMN, GTID_COLUMN).orderBy(
+        SEQ_COLUMN, CASCADE_COLUMN
+    )
+    op, this_seq, cascade = col(OP_COLUMN), col(SEQ_COLUMN), col(CASCADE_COLUMN)
+    rows = rows.withColumns(
+        {
+            "_prev_op": F.lag(OP_COLUMN).over(event),
+            "_prev_seq": F.lag(SEQ_COLUMN).over(event),
+            "_prev_cascade": F.lag(CASCADE_COLUMN).over(event),
+            "_prev_image": F.lag(_IMAGE).over(event),
+            "_next_op": F.lead(OP_COLUMN).over(event),
+            "_next_seq": F.lead(SEQ_COLUMN).over(event),
+            "_next_cascade": F.lead(CASCADE_COLUMN).over(event),
+        }
+    )
+    paired_update = (
+        (op == OP_UPDATE) & (F.col("_prev_op") == OP_DELETE) & (F.col("_prev_seq") == this_seq - 1)
+        & ~cascade & ~F.col("_prev_cascade")
+    )  # fmt: skip
+    paired_delete = (
+        (op == OP_DELETE) & (F.col("_next_op") == OP_UPDATE) & (F.col("_next_seq") == this_seq + 1)
+        & ~cascade & ~F.col("_next_cascade")
+    )  # fmt: skip
+    rows = rows.where(~F.coalesce(paired_delete, F.lit(False)))
+    before = F.when(F.coalesce(paired_update, F.lit(False)), F.col("_prev_image")).when(
+        op == OP_DELETE, col(_IMAGE)
+    )
+    after = F.when(op.isin(OP_INSERT, OP_UPDATE, OP_SNAPSHOT), col(_IMAGE))
+    return _shaped(rows, schema, before=before, after=after, seq=seq, run_id=run_id)
+
+
+def _shaped(
+    rows: DataFrame, schema: pa.Schema, *, before: Column, after: Column, seq: int, run_id: str
+) -> DataFrame:
+    """Select ``schema``'s columns from rows holding the change columns, ``_binlog_image`` and the cascade flag."""
+    from pyspark.sql import functions as F
+
+    image = pa.schema(schema.field(AFTER_COLUMN).type)
+    computed = {
+        MERGE_WINDOW_COLUMN: F.lit(seq),
+        RUN_ID_COLUMN: F.lit(run_id),
+        CASCADE_COLUMN: col(CASCADE_COLUMN),
+        BEFORE_COLUMN: before,
+        AFTER_COLUMN: after,
+    }
+    columns = []
+    for f in schema:
+        if f.name in computed:
+            value = computed[f.name]
+        elif f.name in image.names and f.name not in METADATA_COLUMN_NAMES:  # a key column
+            value = col(_IMAGE).getField(f.name)
+        else:
+            value = col(f.name)
+        columns.append(value.cast(spark_type(f.type)).alias(f.name))
+    return rows.select(*columns)
+
+
+def target_rows(
+    spark: SparkSession,
+    target: str,
+    name: str,
+    schema: pa.Schema,
+    keys: Sequence[str],
+    *,
+    pipeline: str,
+    seq: int,
+    run_id: str,
+    storage_options: StorageOptions | None = None,
+) -> tuple[DataFrame, int] | None:
+    """Return the target's live rows of ``name`` as snapshot reads for a new change log, and its rows in all.
+
+    None when the target has no rows, or holds the window already (a snapshot's first load writes the target
+    before its merge: its rows are the window's); the count includes its tombstones (it sizes the write).
+
+    Read before the window is merged into the target, they are the table as the checkpoint left it: the history
+    of a table whose change log starts after the target did starts at them, with the order keys, GTIDs and
+    binlog coordinates of the changes that wrote them.
+    """
+    from pyspark.sql import functions as F
+
+    dt = open_table(table_uri(target, name), storage_options)
+    if dt is None or already_merged(dt, pipeline, seq):  # a snapshot's first load wrote the target first
+        return None
+    stored = pa.schema([f for f in delta_arrow_schema(dt) if f.name not in dt.metadata().partition_columns])
+    key_names = [next(f.name for f in stored if f.name.lower() == k.lower()) for k in keys]
+    files = current_files(dt, key_names)
+    if not files:
+        return None
+    live = read_data_files(
+        spark, dt.table_uri, files, stored, deleted=deleted_rows(dt, files, storage_options)
+    )
+    live = live.where(~F.coalesce(col(DELETED_COLUMN), F.lit(False)))
+    source = pa.schema(schema.field(AFTER_COLUMN).type)
+    rows = live.select(
+        *[col(f.name) for f in CHANGE_FIELDS if f.name != OP_COLUMN],
+        F.lit(OP_SNAPSHOT).alias(OP_COLUMN),
+        F.lit(False).alias(CASCADE_COLUMN),
+        _image(live, source).alias(_IMAGE),
+    )
+    log.info("%s: its change log starts with the target's live rows, as snapshot reads", name)
+    shaped = _shaped(rows, schema, before=F.lit(None), after=col(_IMAGE), seq=seq, run_id=run_id)
+    return shaped, sum(f.rows for f in files)
+
+
+def evolve_schema(
+    dt: DeltaTable, wanted: pa.Schema, table: str, *, pipeline: str, storage_options: StorageOptions | None
+) -> None:
+    """Give the change log the columns ``wanted`` adds (image fields included) in one metadata-only commit.
+
+    :raises UnfollowableSchemaChange: if a column's type differs from the change log's (a widened source column:
+        the change log cannot follow it yet, ``docs/history.md``).
+    """
+    from deltalake import write_deltalake
+
+    current = delta_arrow_schema(dt)
+    changed = _changed_types(current, wanted)
+    if changed:
+        name, have, want = changed
+        raise UnfollowableSchemaChange(
+            pipeline=pipeline,
+            table=table,
+            column=name,
+            detail=f"its change log stores {have} and the window needs {want}: a change log cannot follow a type "
+            "change yet (docs/history.md); re-snapshot the table into a new target to start its history anew",
+        )
+    if _same_fields(current, wanted):
+        return
+    log.info("%s: its change log gains the window's new columns", table)
+    write_deltalake(
+        dt,
+        wanted.empty_table(),
+        mode="append",
+        schema_mode="merge",
+        storage_options=dict(storage_options or {}),
+    )
+    dt.update_incremental()
+
+
+def _same_fields(have: pa.Schema, want: pa.Schema) -> bool:
+    return _leaf_types(want).keys() <= _leaf_types(have).keys()
+
+
+def _changed_types(have: pa.Schema, want: pa.Schema) -> tuple[str, pa.DataType, pa.DataType] | None:
+    old = _leaf_types(have)
+    for name, kind in _leaf_types(want).items():
+        if name in old and not old[name].equals(kind):
+            return name, old[name], kind
+    return None
+
+
+def _leaf_types(schema: pa.Schema | pa.StructType, prefix: str = "") -> dict[str, pa.DataType]:
+    leaves: dict[str, pa.DataType] = {}
+    for f in schema:
+        if pa.types.is_struct(f.type):
+            leaves.update(_leaf_types(f.type, f"{prefix}{f.name}."))
+        else:
+            leaves[prefix + f.name] = f.type
+    return leaves
+
+
+def _write(
+    rows: DataFrame,
+    dt: DeltaTable,
+    uri: str,
+    schema: pa.Schema,
+    keys: Sequence[str],
+    *,
+    seq: int,
+    count: int,
+    storage_options: StorageOptions | None,
+) -> list[PlacedFile]:
+    """Write about ``count`` rows as new files sorted by key; return them, uncommitted."""
+    from pyspark.sql import functions as F
+
+    layout = file_layout(dt, keys, current_files(dt, keys))
+    return write_sorted_files(
+        rows.withColumn(SEGMENT_COLUMN, F.lit(0)),
+        uri,
+        schema,
+        seq=seq,
+        layout=layout,
+        partitions=write_partitions(count, layout.rows_per_file),
+        storage_options=storage_options,
+        output_key=(dt.version(), "changelog"),
+    )
+
+
+def last_chain(dt: DeltaTable) -> str | None:
+    """Return the chain value of the change log's newest digest-bearing commit, None when it has none."""
+    for commit in dt.history():
+        if CHAIN_KEY in commit:
+            return str(commit[CHAIN_KEY])
+    return None
+
+
+def commit_changelog(
+    dt: DeltaTable,
+    placed: Sequence[PlacedFile],
+    *,
+    pipeline: str,
+    seq: int,
+    storage_options: StorageOptions | None,
+) -> dict[str, Any]:
+    """Commit the new files with the window's app transactions and digests (see the module docstring).
+
+    :raises MergeJobError: when other writers won :data:`COMMIT_ATTEMPTS` times in a row.
+    """
+    from deltalake.exceptions import CommitFailedError
+
+    fs = filesystem_for(dt.table_uri, storage_options)[0]
+    tables = [pq.read_table(p.location, filesystem=fs) for p in placed]
+    rows = pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
+    digest = rows_digest(rows)
+    try:
+        for _ in range(COMMIT_ATTEMPTS):
+            previous = last_chain(dt) or ""
+            chain = chain_digest(previous, seq, digest)
+            info = {
+                COMMIT_PIPELINE_KEY: pipeline,
+                COMMIT_WINDOW_KEY: seq,
+                ROWS_KEY: rows.num_rows,
+                DIGEST_KEY: digest,
+                PREVIOUS_KEY: previous,
+                CHAIN_KEY: chain,
+            }
+            try:
+                commit_window(dt, [], placed, pipeline=pipeline, seq=seq, custom_metadata=info,
+                              storage_options=storage_options)  # fmt: skip
+            except CommitFailedError:
+                dt.update_incremental()
+                if already_merged(dt, pipeline, seq):
+                    raise MergeJobError(
+                        f"another merge wrote window {seq} into {dt.table_uri} at the same time"
+                    ) from None
+                continue
+            dt.update_incremental()
+            return {"rows": rows.num_rows, "files": len(placed), "delta_version": dt.version(), "digest": digest,
+                    "chain": chain}  # fmt: skip
+    except BaseException:
+        remove_files(fs, [p.location for p in placed])
+        raise
+    remove_files(fs, [p.location for p in placed])
+    raise MergeJobError(
+        f"window {seq} could not be committed to {dt.table_uri}: other writers committed first {COMMIT_ATTEMPTS} "
+        f"times (app transaction {window_app_id(pipeline, seq)}); the merge can be run again"
+    )

@@ -1,0 +1,228 @@
+"""The change log beside a target table, end to end: a BinlogPipeline with ``history="changelog"`` (real MariaDB,
+the shared Spark Connect server), run as the least-privileged user the connection Test recommends.
+
+The source goes through an initial snapshot, a window of updates (one moving a row's key), a delete and a
+re-insert of one key, a multi-row update and a transaction over two tables, then a window with an added column,
+a ``TRUNCATE`` and an insert. The change log must hold each change once, with the before and after images the
+binlog carried, replay in order to the current target, stay unchanged when a window is merged again, and its
+digest chain must name the window of a data file whose byte was flipped. A source table named like a change
+log's folder (``orders~changes``) keeps a folder of its own, and a table with history turned off gets none.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import DagRunner, load_module, stored_state, task_states
+
+from airflow_provider_binlog.contract.columns import (
+    OP_COLUMN,
+    OP_DELETE,
+    OP_INSERT,
+    OP_SNAPSHOT,
+    OP_TRUNCATE,
+    OP_UPDATE,
+    SEQ_COLUMN,
+    WINDOW_COLUMN,
+)
+from airflow_provider_binlog.contract.history import (
+    AFTER_COLUMN,
+    BEFORE_COLUMN,
+    CASCADE_COLUMN,
+    MERGE_WINDOW_COLUMN,
+    changelog_uri,
+)
+
+pytestmark = pytest.mark.system
+
+DAGS = Path(__file__).with_name("dags")
+PIPELINE = "p_hist"
+
+
+def replay(changes: list[dict[str, Any]], key: str) -> dict[Any, dict[str, Any]]:
+    """Apply change-log rows in order: the table they leave (its rows by key)."""
+    state: dict[Any, dict[str, Any]] = {}
+    for row in sorted(changes, key=lambda r: (r[WINDOW_COLUMN], r[SEQ_COLUMN], r[OP_COLUMN] != OP_DELETE)):
+        op, before, after = row[OP_COLUMN], row[BEFORE_COLUMN], row[AFTER_COLUMN]
+        if op == OP_TRUNCATE:
+            state.clear()
+            continue
+        if before is not None:
+            state.pop(before[key], None)
+        if after is not None:
+            state[after[key]] = after
+    return state
+
+
+@pytest.mark.slow  # three DAG runs with Spark merges and a re-merge
+def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tampering(
+    connections: Any,
+    airflow_db: object,
+    least_privileged: None,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pymysql
+
+    from airflow_provider_binlog.admin import main as admin
+    from airflow_provider_binlog.history import read_changes, verify_history
+    from airflow_provider_binlog.jobs.merge.job import merge_window
+    from airflow_provider_binlog.target import read_table
+    from airflow_provider_binlog.verify import compare_table
+
+    with connections.scratch_database("hist") as db:
+        connections.execute(
+            "CREATE TABLE orders (id INT PRIMARY KEY, status VARCHAR(20), amount DECIMAL(10,2))",
+            "CREATE TABLE notes (id INT PRIMARY KEY, body TEXT)",
+            "CREATE TABLE `orders~changes` (id INT PRIMARY KEY, v INT)",
+            "INSERT INTO orders VALUES (1, 'new', 10.00), (2, 'new', 20.00), (3, 'new', 30.00)",
+            "INSERT INTO notes VALUES (1, 'a')",
+            "INSERT INTO `orders~changes` VALUES (1, 1)",
+            "CREATE TABLE parents (id INT PRIMARY KEY)",
+            "CREATE TABLE children (id INT PRIMARY KEY, parent INT,"
+            " FOREIGN KEY (parent) REFERENCES parents (id) ON DELETE CASCADE)",
+            "INSERT INTO parents VALUES (1), (2)",
+            "INSERT INTO children VALUES (10, 1), (11, 1), (20, 2)",
+            database=db,
+        )
+        staging, target = str(tmp_path / "staging"), str(tmp_path / "target")
+        settings = {
+            "pipeline": PIPELINE,
+            "tables": f"{db}.*",
+            "staging": staging,
+            "target": target,
+            "history": "changelog",
+            "table_history": {f"{db}.notes": "off"},
+            "retries": 0,
+        }
+        monkeypatch.setenv("BINLOG_TWO_PIPELINES", json.dumps([settings]))
+        runner = DagRunner(load_module(DAGS / "two_pipelines.py").dag, {})
+        first = runner.run()  # the snapshot, then an empty first window
+        assert first.state == "success", task_states(first)
+        connections.execute(
+            "UPDATE orders SET status = 'paid' WHERE id = 1",
+            "UPDATE orders SET id = 20 WHERE id = 2",  # the row moves to another key
+            "DELETE FROM orders WHERE id = 3",
+            "INSERT INTO orders VALUES (3, 'again', 33.00)",
+            "UPDATE orders SET amount = amount + 1",  # one event, three rows
+            "START TRANSACTION",
+            "UPDATE notes SET body = 'b' WHERE id = 1",
+            "UPDATE `orders~changes` SET v = 2 WHERE id = 1",
+            "COMMIT",
+            "DELETE FROM parents WHERE id = 1",  # InnoDB deletes children 10 and 11 without logging it
+            database=db,
+        )
+        second = runner.run()
+        assert second.state == "success", task_states(second)
+        connections.execute(
+            "ALTER TABLE orders ADD COLUMN note VARCHAR(10)",
+            "UPDATE orders SET note = 'x' WHERE id = 1",
+            "TRUNCATE TABLE orders",
+            "INSERT INTO orders VALUES (5, 'late', 5.00, 'y')",
+            database=db,
+        )
+        third = runner.run()
+        assert third.state == "success", task_states(third)
+
+        with pymysql.connect(**connections.connection_kwargs()) as conn:
+            for table in ("orders", "notes", "orders~changes", "parents", "children"):
+                result = compare_table(conn, target, f"{db}.{table}")
+                assert result.matched, str(result)
+
+        orders = f"{db}.orders"
+        changes = read_changes(target, orders).to_pylist()
+        ops = [r[OP_COLUMN] for r in changes]
+        assert ops == [OP_SNAPSHOT] * 3 + [OP_UPDATE, OP_UPDATE, OP_DELETE, OP_INSERT] + [OP_UPDATE] * 3 + [
+            OP_UPDATE,
+            OP_TRUNCATE,
+            OP_INSERT,
+        ], ops
+        paid = changes[3]
+        assert (paid[BEFORE_COLUMN]["status"], paid[AFTER_COLUMN]["status"]) == ("new", "paid")
+        moved = changes[4]
+        assert (moved["id"], moved[BEFORE_COLUMN]["id"], moved[AFTER_COLUMN]["id"]) == (20, 2, 20)
+        assert changes[5][BEFORE_COLUMN]["status"] == "new"
+        assert changes[5][AFTER_COLUMN] is None
+        for bumped in changes[7:10]:  # the multi-row update: each row's before image is the one it replaced
+            assert bumped[AFTER_COLUMN]["amount"] == bumped[BEFORE_COLUMN]["amount"] + Decimal("1.00")
+        assert changes[10][AFTER_COLUMN]["note"] == "x"
+        assert changes[10][BEFORE_COLUMN]["note"] is None
+        assert len({r[MERGE_WINDOW_COLUMN] for r in changes}) == 3  # the snapshot and two windows
+
+        live = {r["id"]: r for r in read_table(target, orders).to_pylist()}
+        replayed = replay(changes, "id")
+        assert sorted(replayed) == sorted(live) == [5]
+        assert {k: (v["status"], v["amount"], v["note"]) for k, v in replayed.items()} == {
+            k: (v["status"], v["amount"], v["note"]) for k, v in live.items()
+        }
+        twin = read_changes(target, f"{db}.orders~changes").to_pylist()
+        assert [r[OP_COLUMN] for r in twin] == [OP_SNAPSHOT, OP_UPDATE]
+        assert not Path(changelog_uri(target, f"{db}.notes")).exists()
+        cascaded = [
+            r for r in read_changes(target, f"{db}.children").to_pylist() if r[OP_COLUMN] != OP_SNAPSHOT
+        ]
+        assert sorted(
+            (r[OP_COLUMN], r["id"], r[CASCADE_COLUMN], r[BEFORE_COLUMN]["parent"]) for r in cascaded
+        ) == [
+            (OP_DELETE, 10, True, 1),
+            (OP_DELETE, 11, True, 1),
+        ]
+        folders = sorted(p.name for p in (Path(target) / db).iterdir())
+        assert folders == [
+            "children",
+            "children~changes",
+            "notes",
+            "orders",
+            "orders~7Echanges",
+            "orders~7Echanges~changes",
+            "orders~changes",
+            "parents",
+            "parents~changes",
+        ]
+
+        # A window merged again changes nothing: the change log holds its app transaction.
+        state = stored_state(PIPELINE)
+        assert state is not None
+        window = next(w for w in state["windows"] if w["rows"])
+        log_dir = Path(changelog_uri(target, orders))
+        versions = sorted(log_dir.joinpath("_delta_log").glob("*.json"))
+        merge_window(spark, window["manifest_uri"], target, pipeline=PIPELINE)
+        assert sorted(log_dir.joinpath("_delta_log").glob("*.json")) == versions
+        assert read_changes(target, orders).to_pylist() == changes
+
+        report = verify_history(target, orders)
+        assert report.ok, str(report)
+        assert (report.windows, report.rows) == (3, len(changes))
+        assert admin(["verify-history", "--target", target, "--table", orders]) == 0
+
+        # One flipped byte in a data page of the first window with changes is found (its page checksum), and named
+        # by its window; so is a file rewritten whole with one value changed (checksums right, digest wrong).
+        flipped = sorted(log_dir.glob(f"w{window['seq']}-*.parquet"))[0]
+        original = flipped.read_bytes()
+        metadata = pq.read_metadata(flipped)
+        leaves = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
+        chunk = metadata.row_group(0).column(leaves.index(f"{AFTER_COLUMN}.status"))
+        data = bytearray(original)
+        data[chunk.data_page_offset + chunk.total_compressed_size - 2] ^= 0x01
+        flipped.write_bytes(bytes(data))
+        report = verify_history(target, orders)
+        assert report.first_bad_window == window["seq"], str(report)
+        assert "checksum" in str(report)
+        assert admin(["verify-history", "--target", target, "--table", orders]) == 1
+        flipped.write_bytes(original)
+        rows = pq.read_table(flipped).to_pylist()
+        edited = next(r for r in rows if r[AFTER_COLUMN] and r[AFTER_COLUMN]["status"] == "paid")
+        edited[AFTER_COLUMN]["status"] = "refunded"
+        pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(flipped)), flipped)
+        report = verify_history(target, orders)
+        assert report.first_bad_window == window["seq"], str(report)
+        assert "do not match the digest" in str(report)
+        flipped.write_bytes(original)
+        assert verify_history(target, orders).ok

@@ -1,0 +1,124 @@
+"""The history contract: kinds and settings, the change log's folder and columns, and the digest's canonical form."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+
+from airflow_provider_binlog.contract.history import (
+    AFTER_COLUMN,
+    BEFORE_COLUMN,
+    HistoryConfigError,
+    HistorySettings,
+    chain_digest,
+    changelog_schema,
+    changelog_uri,
+    history_kinds,
+    rows_digest,
+)
+from airflow_provider_binlog.contract.manifest import TableEntry
+from airflow_provider_binlog.contract.names import path_segment
+from airflow_provider_binlog.contract.uris import table_uri
+
+UTC = dt.timezone.utc
+
+
+def test_history_kinds_accept_off_names_and_lists_and_refuse_unknown_kinds() -> None:
+    assert history_kinds(None) == history_kinds("off") == history_kinds("") == ()
+    assert (
+        history_kinds("changelog")
+        == history_kinds(["changelog"])
+        == history_kinds(" changelog,off")
+        == ("changelog",)
+    )
+    with pytest.raises(HistoryConfigError, match=r"\['audit'\] is not a history kind"):
+        history_kinds("changelog,audit")
+
+
+def test_table_history_overrides_the_default_by_canonical_name() -> None:
+    settings = HistorySettings.parse("changelog", {"shop.`orders`": "off", "shop.t": None})
+    assert settings.kinds_for("shop.orders") == ()
+    assert settings.kinds_for("shop.t") == ()
+    assert settings.kinds_for("shop.customers") == ("changelog",)
+    assert not HistorySettings.parse(None, {})
+    assert HistorySettings.parse(None, {"a.b": "changelog"})
+    with pytest.raises(HistoryConfigError, match="table_history"):
+        HistorySettings.parse(None, {"no_database": "changelog"})
+
+
+def test_manifest_entries_keep_their_history_kinds() -> None:
+    entry = TableEntry(files=("t/part-0.parquet",), rows=1, history=("changelog",))
+    assert entry.to_json()["history"] == ["changelog"]
+    assert TableEntry.from_json(entry.to_json()) == entry
+    assert "history" not in TableEntry().to_json()
+
+
+@pytest.mark.parametrize("name", ["orders~changes", "orders", "a b", "~", "ORDERS~CHANGES"])
+def test_no_source_table_shares_a_change_log_folder(name: str) -> None:
+    """A change log's folder name ends in ``~changes``, which no table's folder name can (``~`` is escaped)."""
+    assert not path_segment(name).endswith("~changes")
+    assert changelog_uri("/lake", f"shop.{name}") == table_uri("/lake", f"shop.{name}") + "~changes"
+
+
+def test_changelog_schema_has_the_key_the_change_columns_and_both_images() -> None:
+    source = pa.schema([("id", pa.int32()), ("status", pa.string())])
+    schema = changelog_schema(source, ["id"])
+    assert schema.names[0] == "id"
+    assert schema.names[-2:] == [BEFORE_COLUMN, AFTER_COLUMN]
+    assert schema.field(AFTER_COLUMN).type == pa.struct(source)
+    with pytest.raises(HistoryConfigError, match="missing"):
+        changelog_schema(source, ["missing"])
+
+
+def _rows() -> pa.Table:
+    image = pa.struct(
+        [("id", pa.int32()), ("amount", pa.decimal128(10, 2)), ("at", pa.timestamp("us", tz="UTC"))]
+    )
+    return pa.table(
+        {
+            "id": pa.array([1, 2, 3], pa.int32()),
+            "_binlog_op": ["c", "u", "d"],
+            "_binlog_seq": pa.array([1, 2, 3], pa.int64()),
+            AFTER_COLUMN: pa.array(
+                [
+                    {"id": 1, "amount": Decimal("1.50"), "at": dt.datetime(2026, 1, 1, tzinfo=UTC)},
+                    {"id": 2, "amount": Decimal("2.00"), "at": None},
+                    None,
+                ],
+                image,
+            ),
+        }
+    )
+
+
+def test_the_digest_ignores_row_order_file_split_and_columns_added_later() -> None:
+    rows = _rows()
+    digest = rows_digest(rows)
+    assert rows_digest(rows.take([2, 0, 1])) == digest
+    assert rows_digest(pa.concat_tables([rows.slice(0, 1), rows.slice(1)])) == digest
+    assert rows_digest(rows.append_column("note", pa.nulls(3, pa.string()))) == digest
+
+
+def test_the_digest_survives_a_lossless_widening_and_sees_a_changed_value() -> None:
+    rows = _rows()
+    digest = rows_digest(rows)
+    wider = pa.struct(
+        [("id", pa.int64()), ("amount", pa.decimal128(12, 3)), ("at", pa.timestamp("us", tz="UTC"))]
+    )
+    widened = rows.set_column(0, "id", rows.column("id").cast(pa.int64())).set_column(
+        3, AFTER_COLUMN, rows.column(AFTER_COLUMN).cast(wider)
+    )
+    assert rows_digest(widened) == digest
+    changed = rows.set_column(1, "_binlog_op", pa.array(["c", "u", "c"]))
+    assert rows_digest(changed) != digest
+    assert rows_digest(rows.slice(0, 2)) != digest
+    assert rows_digest(rows.drop_columns(["id"])) != digest
+
+
+def test_the_chain_depends_on_the_previous_value_the_window_and_the_digest() -> None:
+    first = chain_digest("", 7, "aa")
+    assert len(first) == 64
+    assert len({first, chain_digest("x", 7, "aa"), chain_digest("", 8, "aa"), chain_digest("", 7, "ab")}) == 4
