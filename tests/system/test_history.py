@@ -2,8 +2,9 @@
 the shared Spark Connect server), run as the least-privileged user the connection Test recommends.
 
 The source goes through an initial snapshot, a window of updates (one moving a row's key), a delete and a
-re-insert of one key, a multi-row update and a transaction over two tables, then a window with an added column,
-a ``TRUNCATE`` and an insert. The change log must hold each change once, with the before and after images the
+re-insert of one key, a multi-row update, a transaction over two tables and a parent delete whose child rows
+InnoDB deletes (cascade), then a window with an added column, a ``TRUNCATE`` and an insert, whose first merge is
+SIGKILLed after the first change log committed and before its target did. The change log must hold each change once, with the before and after images the
 binlog carried, replay in order to the current target, stay unchanged when a window is merged again, and its
 digest chain must name the window of a data file whose byte was flipped. A source table named like a change
 log's folder (``orders~changes``) keeps a folder of its own, and a table with history turned off gets none.
@@ -16,6 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import deltalake
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -128,7 +130,16 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
             "INSERT INTO orders VALUES (5, 'late', 5.00, 'y')",
             database=db,
         )
-        third = runner.run()
+        # SIGKILL once the first table's change log has committed the window, before its target has: the run's
+        # retry finds the change log done and merges the target (no change twice).
+        killer = DagRunner(runner.dag, {"target": target, "staging": staging})
+        dates = runner.next_dates()
+        assert killer.run_in_child(dates, kill_at="first_commit") == -9
+        killed = stored_state(PIPELINE)["windows"][-1]["seq"]  # type: ignore[index]
+        app = f"airflow-provider-binlog:{PIPELINE}:window={killed}"
+        assert deltalake.DeltaTable(changelog_uri(target, f"{db}.orders")).transaction_version(app) == killed
+        assert deltalake.DeltaTable(str(Path(target) / db / "orders")).transaction_version(app) is None
+        third = runner.run(dates)
         assert third.state == "success", task_states(third)
 
         with pymysql.connect(**connections.connection_kwargs()) as conn:
@@ -155,6 +166,10 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
         assert changes[10][AFTER_COLUMN]["note"] == "x"
         assert changes[10][BEFORE_COLUMN]["note"] is None
         assert len({r[MERGE_WINDOW_COLUMN] for r in changes}) == 3  # the snapshot and two windows
+        for name in ("orders", "parents", "children", "orders~changes"):
+            logged = read_changes(target, f"{db}.{name}").to_pylist()
+            seen = [(r[WINDOW_COLUMN], r[SEQ_COLUMN], r[OP_COLUMN], r["id"]) for r in logged]
+            assert len(seen) == len(set(seen)), name  # no change twice
 
         live = {r["id"]: r for r in read_table(target, orders).to_pylist()}
         replayed = replay(changes, "id")
