@@ -36,7 +36,7 @@ from airflow_provider_binlog.exceptions import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
     from typing import Any
 
     import pyarrow as pa
@@ -275,6 +275,7 @@ def read_table(
     include_tombstones: bool = False,
     storage_options: StorageOptions | None = None,
     allow_quarantined: bool = True,
+    version: int | None = None,
 ) -> pa.Table:
     """Return the live rows of source table ``db.table`` with the column types it was staged with.
 
@@ -294,6 +295,8 @@ def read_table(
         image before the delete).
     :param storage_options: deltalake storage options for object stores.
     :param allow_quarantined: False raises instead of warning when the table is quarantined.
+    :param version: the Delta version to read (None: the current one); :func:`read_tables` finds the version
+        that holds a given window.
     :raises BinlogConfigError: if the table does not exist or ``table`` is not qualified.
     :raises QuarantinedTableError: if the table is quarantined and ``allow_quarantined`` is False.
     """
@@ -301,6 +304,8 @@ def read_table(
     import pyarrow.compute as pc
 
     dt = open_table(target_path, table, storage_options=storage_options)
+    if version is not None:
+        dt.load_as_version(version)
     check_quarantine(dt, table, allow=allow_quarantined)
     stored = contract_delta.delta_arrow_schema(dt)
     data = live_rows(dt)
@@ -309,6 +314,67 @@ def read_table(
     schema = _staged_schema(stored, with_metadata=with_metadata)
     columns = [data[f.name].cast(f.type) for f in schema]
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def window_version(dt: DeltaTable, window: int, *, pipeline: str | None = None) -> int:
+    """Return the version of a target table that holds the windows up to ``window`` and none after it.
+
+    That is the version before the first commit of a later window (the merge records each window's seq in its
+    commit info, :data:`~airflow_provider_binlog.contract.delta.COMMIT_WINDOW_KEY`), else the current version;
+    version 0 (the empty table) when the table's first window came later.
+
+    :param dt: the table.
+    :param window: a window (or snapshot) seq of the pipeline.
+    :param pipeline: count only this pipeline's commits (None: any).
+    :raises BinlogConfigError: when windows were merged out of order around ``window`` (an interval backfill of an
+        older interval after a newer one): no version holds exactly the windows up to it.
+    """
+    commits = sorted(
+        (int(c["version"]), int(c[contract_delta.COMMIT_WINDOW_KEY]))
+        for c in dt.history()
+        if contract_delta.COMMIT_WINDOW_KEY in c
+        and (pipeline is None or c.get(contract_delta.COMMIT_PIPELINE_KEY) == pipeline)
+    )
+    later = [v for v, w in commits if w > window]
+    if not later:
+        return dt.version()
+    stray = [w for v, w in commits if w <= window and v > later[0]]
+    if stray:
+        raise BinlogConfigError(
+            f"{dt.table_uri}: window {stray[0]} was merged after window "
+            f"{next(w for v, w in commits if v == later[0])}, so no version holds exactly the windows up to "
+            f"{window}; read a window merged after the backfill, or the current version"
+        )
+    return later[0] - 1
+
+
+def read_tables(
+    target_path: str,
+    tables: Sequence[str],
+    *,
+    window: int,
+    pipeline: str | None = None,
+    storage_options: StorageOptions | None = None,
+) -> dict[str, pa.Table]:
+    """Return the live rows of several tables as of the same committed window, by ``db.table``.
+
+    Each table is read at its version holding the windows up to ``window`` (:func:`window_version`), so a reader
+    joining two tables never sees one a window ahead of the other, which reading each table's current version
+    does not promise while a merge is committing table by table. A table created by a later window reads empty.
+
+    :param target_path: target root.
+    :param tables: ``db.table`` names.
+    :param window: a window seq the pipeline committed (the ledger's ``seq``; a snapshot's seq too).
+    :param pipeline: the pipeline whose windows count (None: any that wrote the tables).
+    :param storage_options: storage options of the target store.
+    :raises BinlogConfigError: if a table does not exist, or its windows were merged out of order around ``window``.
+    """
+    found = {}
+    for name in tables:
+        dt = open_table(target_path, name, storage_options=storage_options)
+        version = window_version(dt, window, pipeline=pipeline)
+        found[name] = read_table(target_path, name, storage_options=storage_options, version=version)
+    return found
 
 
 def check_quarantine(dt: DeltaTable, table: str, *, allow: bool = True) -> None:

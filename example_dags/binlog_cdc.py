@@ -23,6 +23,8 @@ templates):
 * ``BINLOG_CDC_WRITE_MODE`` how windows are merged: ``auto`` (default: deletion vectors for a window that
   changes few of the rows its keys can be in), ``merge_on_read`` (new rows plus deletion vectors, local and S3
   targets; ``docs/adr/0037-deletion-vectors.md``) or ``copy_on_write``
+* ``BINLOG_CDC_HISTORY`` history kept beside every table: ``off`` (default) or ``changelog`` (an append-only
+  change log per table with before and after images, ``docs/history.md``)
 * ``BINLOG_CDC_SNAPSHOT_CHUNK_ROWS`` rows per snapshot chunk (default 50000) and
   ``BINLOG_CDC_SNAPSHOT_CONNECTIONS`` most source connections reading chunks at once (default 2)
 * ``BINLOG_CDC_MIN_HEADROOM_SECONDS`` least binlog retention headroom the first task, ``purge_risk``,
@@ -66,6 +68,7 @@ _SCHEDULE = os.environ.get("BINLOG_CDC_SCHEDULE", "*/15 * * * *")
 # BinlogPipeline checks every setting when the DAG is parsed (a wrong value fails the import, naming it)
 _WRITE_MODE = os.environ.get("BINLOG_CDC_WRITE_MODE", "auto")
 _CUT_BY = os.environ.get("BINLOG_CDC_CUT_BY", "head")
+_HISTORY = os.environ.get("BINLOG_CDC_HISTORY", "off")
 _SNAPSHOT_CHUNK_ROWS = int(os.environ.get("BINLOG_CDC_SNAPSHOT_CHUNK_ROWS", "50000"))
 _SNAPSHOT_CONNECTIONS = int(os.environ.get("BINLOG_CDC_SNAPSHOT_CONNECTIONS", "2"))
 _MIN_HEADROOM_SECONDS = float(os.environ.get("BINLOG_CDC_MIN_HEADROOM_SECONDS", DEFAULT_MIN_HEADROOM_SECONDS))
@@ -113,6 +116,7 @@ with DAG(
         keyless_tables=KEYLESS_TABLES,
         cut_by=_CUT_BY,
         write_mode=_WRITE_MODE,
+        history=_HISTORY,
         min_headroom_seconds=_MIN_HEADROOM_SECONDS,
         **_snapshot_settings(),
         prefix_group_id=False,  # one pipeline in this DAG: its task ids stay purge_risk, snapshot, extract, ...

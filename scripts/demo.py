@@ -44,12 +44,17 @@ def parse_args() -> argparse.Namespace:
         help="run merges and snapshots on one local Spark Connect server (default) or spark-submit each",
     )
     parser.add_argument(
+        "--history",
+        default="changelog",
+        help="history kept beside the tables (BINLOG_CDC_HISTORY): changelog (default) or off",
+    )
+    parser.add_argument(
         "--workdir", default=str(REPO / ".work" / "demo"), help="scratch folder (wiped first)"
     )
     return parser.parse_args()
 
 
-def prepare_environment(workdir: Path) -> None:
+def prepare_environment(workdir: Path, history: str) -> None:
     """Point Airflow at a private home and the pipeline at scratch folders (before importing Airflow)."""
     shutil.rmtree(workdir, ignore_errors=True)
     (workdir / "airflow").mkdir(parents=True)
@@ -65,6 +70,7 @@ def prepare_environment(workdir: Path) -> None:
             "BINLOG_CDC_STAGING": str(workdir / "staging"),
             "BINLOG_CDC_TARGET": str(workdir / "target"),
             "BINLOG_CDC_SNAPSHOT_CHUNK_ROWS": "1000",
+            "BINLOG_CDC_HISTORY": history,
             "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
             "TZ": "UTC",
         }
@@ -132,10 +138,47 @@ def task_result(dag, run, task_id: str) -> dict:  # type: ignore[no-untyped-def]
         return dict(XComModel.deserialize_value(row)) if row is not None else {}
 
 
+def print_history(target: str, catch_up: dict | None) -> None:
+    """Print the change log of the order changed most often, and what the catch-up window added to the logs."""
+    import collections
+
+    import pyarrow.compute as pc
+
+    from airflow_provider_binlog.contract.history import AFTER_COLUMN, BEFORE_COLUMN, MERGE_WINDOW_COLUMN
+    from airflow_provider_binlog.history import read_changes, verify_history
+
+    changes = read_changes(target, "shop.orders")
+    busiest, _ = collections.Counter(changes.column("id").to_pylist()).most_common(1)[0]
+    rows = read_changes(target, "shop.orders", key={"id": busiest}).to_pylist()
+    print(f"\nhistory of shop.orders id={busiest}, in order ({len(rows)} changes; docs/history.md):")
+    names = {"c": "insert", "u": "update", "d": "delete", "r": "snapshot read", "t": "truncate"}
+    images = [i for r in rows for i in (r[BEFORE_COLUMN], r[AFTER_COLUMN]) if i]
+    varying = [k for k in images[0] if len({repr(i.get(k)) for i in images}) > 1] or ["id"]
+    for row in rows[:8]:
+        before, after = row[BEFORE_COLUMN], row[AFTER_COLUMN]
+        if after is None:
+            what = "row deleted"
+        elif before is None:
+            what = ", ".join(f"{k}={after[k]}" for k in varying)
+        else:
+            what = ", ".join(f"{k}: {before[k]} -> {after[k]}" for k in varying if before[k] != after[k])
+        gtid = row["_binlog_gtid"] or "-"
+        print(f"  {row['_binlog_ts']:%H:%M:%S.%f}  {names[row['_binlog_op']]:<13}  gtid {gtid:<10}  {what}")
+    report = verify_history(target, "shop.orders")
+    print(f"  {report}")
+    if catch_up is not None:
+        added = [p for p in Path(target, "shop").glob(f"*~changes/w{catch_up['window']}-*.parquet")]
+        logged = pc.sum(pc.equal(changes.column(MERGE_WINDOW_COLUMN), catch_up["window"])).as_py() or 0
+        print(
+            f"  the catch-up window added {sum(p.stat().st_size for p in added)} bytes in {len(added)} files to the "
+            f"change logs ({logged} rows of shop.orders)"
+        )
+
+
 def main() -> int:
     args = parse_args()
     workdir = Path(args.workdir)
-    prepare_environment(workdir)
+    prepare_environment(workdir, args.history)
 
     import pymysql
 
@@ -219,6 +262,8 @@ def main() -> int:
             f"({rows / seconds:.0f} row changes/s end to end, {args.spark} mode); binlog read + Parquet "
             f"staging {read_seconds:.1f} s ({rows / max(read_seconds, 1e-9):.0f} row changes/s)"
         )
+        if args.history != "off":
+            print_history(os.environ["BINLOG_CDC_TARGET"], catch_up)
         ok = all(c.matched for c in comparisons)
         print("RESULT: every table matches its source" if ok else "RESULT: MISMATCH")
         return 0 if ok else 1

@@ -76,7 +76,7 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
     from airflow_provider_binlog.admin import main as admin
     from airflow_provider_binlog.history import read_changes, verify_history
     from airflow_provider_binlog.jobs.merge.job import merge_window
-    from airflow_provider_binlog.target import read_table
+    from airflow_provider_binlog.target import read_table, read_tables
     from airflow_provider_binlog.verify import compare_table
 
     with connections.scratch_database("hist") as db:
@@ -123,6 +123,11 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
         )
         second = runner.run()
         assert second.state == "success", task_states(second)
+        as_of_second = stored_state(PIPELINE)["checkpoint"]["window"]  # type: ignore[index]
+        source_then = {
+            "orders": connections.execute("SELECT id, status, amount FROM orders", database=db),
+            "children": connections.execute("SELECT id, parent FROM children", database=db),
+        }
         connections.execute(
             "ALTER TABLE orders ADD COLUMN note VARCHAR(10)",
             "UPDATE orders SET note = 'x' WHERE id = 1",
@@ -201,6 +206,15 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
             "parents",
             "parents~changes",
         ]
+
+        # Several tables as of the same committed window: the source as it was after the second run.
+        then = read_tables(target, [f"{db}.orders", f"{db}.children"], window=as_of_second, pipeline=PIPELINE)
+        assert sorted(
+            tuple(r.values()) for r in then[f"{db}.orders"].select(["id", "status", "amount"]).to_pylist()
+        ) == (sorted(source_then["orders"]))
+        assert sorted(tuple(r.values()) for r in then[f"{db}.children"].to_pylist()) == sorted(
+            source_then["children"]
+        )
 
         # A window merged again changes nothing: the change log holds its app transaction.
         state = stored_state(PIPELINE)

@@ -1,23 +1,24 @@
 """Writing a window's change-log rows beside the target table, exactly once and chained by digest.
 
 For every table whose manifest entry asks for a change log (:mod:`airflow_provider_binlog.contract.history`),
-the merge appends the window's row changes to ``<target>/<db>/<t>~changes`` before it merges the window into
-the current-state table:
+the merge appends the window's row changes to ``<target>/<db>/<t>~changes``, in a thread beside the window's merge
+into the current-state table (:class:`ChangelogWriter`):
 
 1. Skip the table if the change log's Delta log already holds the window's app transaction (a re-run).
 2. Spark reads the table's staged files (and the changes the cascades synthesised for it, flagged in
    :data:`~airflow_provider_binlog.contract.history.CASCADE_COLUMN`), joins each update's staged pair (the ``d``
    of its before image, the ``u`` of its after image at the next order key, the same row event) back into one
    row with both images, and writes the rows as Parquet files sorted by key into the change log's folder.
-   When the change log has no commit yet and the target already holds rows, the target's live rows are
+   When the change log has no commit yet and the target held rows before the window, those live rows are
    appended first as snapshot reads (``r``): the table's history starts there.
 3. The driver reads the new files back, computes their :func:`~airflow_provider_binlog.contract.history.rows_digest`
    and the chain value over the change log's previous commit, and commits the files with the window's app
    transactions and the digests in one Delta commit that must follow the version it read (on a conflict, the
    chain's previous value is read again and the commit retried).
 
-Exactly once: the change log commits before the target, each under its own app transaction of the window,
-so a re-run after a failure between the two finds the change log done and merges the target.
+Exactly once: the change log and the target commit each under their own app transaction of the window, so a
+re-run after a failure between the two finds one done and makes the other; a new change log starts from the
+target's version read before the window's merge began, whatever the merge committed meanwhile.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -98,6 +100,8 @@ log = logging.getLogger(__name__)
 COMMIT_ATTEMPTS = 5
 """Commits of one window's change-log files tried before the merge fails (another writer committed between)."""
 _IMAGE = "_binlog_image"
+RECENT_COMMITS = 10
+"""Commits of a change log read first to find its newest digest (schema and maintenance commits come between)."""
 HISTORY_PROPERTIES = {"delta.enableExpiredLogCleanup": "false"}
 """Table properties of a change log: its commit infos hold the digest chain, so its log is never cleaned up."""
 
@@ -112,6 +116,7 @@ def write_changelog(
     pipeline: str,
     target_file_bytes: int | None = None,
     storage_options: StorageOptions | None = None,
+    target_version: int | None = None,
 ) -> dict[str, Any] | None:
     """Append the window's changes of ``table`` to its change log; return the summary, None without a change log.
 
@@ -123,6 +128,8 @@ def write_changelog(
     :param pipeline: pipeline name.
     :param target_file_bytes: data file size of a change log created now (None: the default).
     :param storage_options: storage options of the staging and target stores.
+    :param target_version: the target table's version before the window's merge (None: it did not exist); a new
+        change log starts with the target's rows at that version.
     :returns: ``{"rows", "files", "delta_version", "digest", "chain"}`` or ``{"skipped": True}``.
     :raises UnfollowableSchemaChange: if a column of the change log cannot take the window's type.
     :raises MergeJobError: if the change log cannot be written or committed.
@@ -156,7 +163,7 @@ def write_changelog(
     count = table.staged.rows
     if last_chain(dt) is None:
         seed = target_rows(spark, target, table.name, schema, keys, pipeline=pipeline, seq=seq, run_id=run_id,
-                           storage_options=storage_options)  # fmt: skip
+                           version=target_version, storage_options=storage_options)  # fmt: skip
         if seed is not None:
             rows, count = seed[0].unionByName(rows), count + seed[1]
     placed = _write(rows, dt, uri, schema, keys, seq=seq, count=count, storage_options=storage_options)
@@ -166,6 +173,67 @@ def write_changelog(
         table.name, result["rows"], seq, time.monotonic() - started, result["delta_version"],
     )  # fmt: skip
     return result
+
+
+class ChangelogWriter:
+    """Writes the change logs of a window's tables in a thread of their own, beside the target merges.
+
+    A table's change log is independent of its target merge (each commit is exactly once by its own app
+    transaction; a new change log starts from the target's version read before the merge), so the two run at once:
+    on a small window each is mostly Spark and Delta latency. The thread runs its Spark actions in place, never
+    detached (``docs/adr/0024-deferrable-spark-work.md``): only the target merge may defer.
+
+    Use as a context manager; :meth:`start` a table's change log before merging the table, :meth:`finish` after.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        manifest: Manifest,
+        window_uri: str,
+        *,
+        target: str,
+        pipeline: str,
+        target_file_bytes: int | None = None,
+        storage_options: StorageOptions | None = None,
+    ) -> None:
+        self.spark, self.manifest, self.window_uri = spark, manifest, window_uri
+        self.target, self.pipeline = target, pipeline
+        self.target_file_bytes, self.storage_options = target_file_bytes, storage_options
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __enter__(self) -> ChangelogWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def start(self, table: TablePlan) -> Future[dict[str, Any] | None] | None:
+        """Start writing the window's change log of ``table``; None when the table keeps none."""
+        entry = self.manifest.tables.get(table.name)
+        if entry is None or CHANGELOG not in entry.history or not table.staged.files:
+            return None
+        current = open_table(table_uri(self.target, table.name), self.storage_options)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="binlog-changelog")
+        return self._pool.submit(
+            write_changelog,
+            self.spark,
+            table,
+            self.manifest,
+            self.window_uri,
+            target=self.target,
+            pipeline=self.pipeline,
+            target_file_bytes=self.target_file_bytes,
+            storage_options=self.storage_options,
+            target_version=None if current is None else current.version(),
+        )
+
+    @staticmethod
+    def finish(pending: Future[dict[str, Any] | None] | None) -> dict[str, Any] | None:
+        """Wait for a change log :meth:`start` began; return its summary or raise its error."""
+        return None if pending is None else pending.result()
 
 
 def source_fields(target: pa.Schema) -> pa.Schema:
@@ -280,6 +348,7 @@ def target_rows(
     pipeline: str,
     seq: int,
     run_id: str,
+    version: int | None,
     storage_options: StorageOptions | None = None,
 ) -> tuple[DataFrame, int] | None:
     """Return the target's live rows of ``name`` as snapshot reads for a new change log, and its rows in all.
@@ -287,14 +356,18 @@ def target_rows(
     None when the target has no rows, or holds the window already (a snapshot's first load writes the target
     before its merge: its rows are the window's); the count includes its tombstones (it sizes the write).
 
-    Read before the window is merged into the target, they are the table as the checkpoint left it: the history
+    Read at ``version``, the target's version before the window's merge, they are the table as the checkpoint
+    left it: the history
     of a table whose change log starts after the target did starts at them, with the order keys, GTIDs and
     binlog coordinates of the changes that wrote them.
     """
     from pyspark.sql import functions as F
 
-    dt = open_table(table_uri(target, name), storage_options)
-    if dt is None or already_merged(dt, pipeline, seq):  # a snapshot's first load wrote the target first
+    dt = open_table(table_uri(target, name), storage_options) if version is not None else None
+    if dt is None or version is None:
+        return None
+    dt.load_as_version(version)  # the version the window's merge started from: it may be committing beside us
+    if already_merged(dt, pipeline, seq):  # a snapshot's first load wrote the target first
         return None
     stored = pa.schema([f for f in delta_arrow_schema(dt) if f.name not in dt.metadata().partition_columns])
     key_names = [next(f.name for f in stored if f.name.lower() == k.lower()) for k in keys]
@@ -401,10 +474,14 @@ def _write(
 
 
 def last_chain(dt: DeltaTable) -> str | None:
-    """Return the chain value of the change log's newest digest-bearing commit, None when it has none."""
-    for commit in dt.history():
-        if CHAIN_KEY in commit:
-            return str(commit[CHAIN_KEY])
+    """Return the chain value of the change log's newest digest-bearing commit, None when it has none.
+
+    The newest commits are read first (most often the newest is one); the whole log only when none of them is.
+    """
+    for limit in (RECENT_COMMITS, None):
+        for commit in dt.history(limit):
+            if CHAIN_KEY in commit:
+                return str(commit[CHAIN_KEY])
     return None
 
 

@@ -32,7 +32,7 @@ from airflow_provider_binlog.jobs.application import (
     run_application,
 )
 from airflow_provider_binlog.jobs.merge.cascades import drop_cascades
-from airflow_provider_binlog.jobs.merge.history import write_changelog
+from airflow_provider_binlog.jobs.merge.history import ChangelogWriter
 from airflow_provider_binlog.jobs.merge.plan import plan_window
 from airflow_provider_binlog.jobs.merge.schema import UnfollowableSchemaChange
 from airflow_provider_binlog.jobs.merge.table import merge_table
@@ -40,6 +40,9 @@ from airflow_provider_binlog.jobs.merge.window import load_window
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from airflow_provider_binlog.contract.write_modes import WriteMode
+    from airflow_provider_binlog.jobs.merge.plan import TablePlan
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +64,8 @@ def merge_window(
     schemas, truncate markers, the child changes of the manifest's ``foreign_keys``, keys checked for all
     tables before any table is touched), then applied table by table, parents first. Each table is committed
     atomically; tables already holding the window are skipped, so a failed run can simply be repeated. A table
-    whose manifest entry asks for a change log gets the window's rows appended to it first
-    (:func:`~airflow_provider_binlog.jobs.merge.history.write_changelog`), exactly once likewise.
+    whose manifest entry asks for a change log gets the window's rows appended to it, exactly once likewise, in a
+    thread beside its merge (:class:`~airflow_provider_binlog.jobs.merge.history.ChangelogWriter`).
 
     :param spark: the session (its SQL settings are adjusted by :func:`configure_session`).
     :param window_uri: window directory ``<staging>/<pipeline>/window=<seq>``.
@@ -89,52 +92,70 @@ def merge_window(
         )
     plan = plan_window(window, target, key_overrides=key_overrides, storage_options=storage_options)
     tables: dict[str, dict[str, Any]] = {}
-    for table in plan.tables:
+    changelogs = ChangelogWriter(spark, window.manifest, window.uri, target=target, pipeline=pipeline,
+                                 target_file_bytes=target_file_bytes, storage_options=storage_options)  # fmt: skip
+    with changelogs:
+        for table in plan.tables:
+            tables[table.name] = _merge_table_and_history(
+                spark, changelogs, table, window_uri, target=target, pipeline=pipeline, seq=window.seq,
+                target_file_bytes=target_file_bytes, storage_options=storage_options, write_mode=mode,
+            )  # fmt: skip
+    drop_cascades(target, pipeline, window.seq, storage_options)
+    return {"pipeline": pipeline, "window": window.seq, "tables": tables}
+
+
+def _merge_table_and_history(
+    spark: SparkSession,
+    changelogs: ChangelogWriter,
+    table: TablePlan,
+    window_uri: str,
+    *,
+    target: str,
+    pipeline: str,
+    seq: int,
+    target_file_bytes: int | None,
+    storage_options: StorageOptions | None,
+    write_mode: WriteMode,
+) -> dict[str, Any]:
+    """Merge one table of the window, its change log beside it; return the table's entry of the job's summary.
+
+    A schema change the table (or its change log) cannot follow, and a lost deletion vector, refuse this table
+    alone (:func:`~airflow_provider_binlog.contract.refusals.record_refusal`); other errors fail the job.
+    """
+    try:
+        pending = changelogs.start(table)
         try:
-            history = write_changelog(
-                spark,
-                table,
-                window.manifest,
-                window.uri,
-                target=target,
-                pipeline=pipeline,
-                target_file_bytes=target_file_bytes,
-                storage_options=storage_options,
-            )
             result = merge_table(
                 spark,
                 table,
                 target=target,
                 pipeline=pipeline,
-                seq=window.seq,
+                seq=seq,
                 target_file_bytes=target_file_bytes,
                 storage_options=storage_options,
-                write_mode=mode,
+                write_mode=write_mode,
             )
-        except UnfollowableSchemaChange as err:
-            if table.staged.refresh:
-                raise  # a snapshot replaces the schema (replaced_columns); this is a bug, not the source
-            log.warning("%s: window %d is not merged into it: %s", table.name, window.seq, err)
-            record_refusal(
-                window_uri,
-                table=err.table,
-                column=err.column,
-                detail=err.detail,
-                window=window.seq,
-                message=str(err),
-                storage_options=storage_options,
-            )
-            tables[table.name] = {"refused": str(err), "skipped": True}
-            continue
-        except DeletionVectorError as err:
-            if table.staged.refresh:
-                raise  # a re-snapshot reads the table without its vectors (table.py): this is another fault
-            tables[table.name] = _refuse_for_lost_vectors(window_uri, pipeline, table.name, window.seq, err,
-                                                          storage_options)  # fmt: skip
-            continue
-        tables[table.name] = asdict(result) if history is None else {**asdict(result), "changelog": history}
-    drop_cascades(target, pipeline, window.seq, storage_options)
-    return {"pipeline": pipeline, "window": window.seq, "tables": tables}
+        finally:
+            history = changelogs.finish(pending)
+    except UnfollowableSchemaChange as err:
+        if table.staged.refresh:
+            raise  # a snapshot replaces the schema (replaced_columns); this is a bug, not the source
+        log.warning("%s: window %d is not merged into it: %s", table.name, seq, err)
+        record_refusal(
+            window_uri,
+            table=err.table,
+            column=err.column,
+            detail=err.detail,
+            window=seq,
+            message=str(err),
+            storage_options=storage_options,
+        )
+        return {"refused": str(err), "skipped": True}
+    except DeletionVectorError as err:
+        if table.staged.refresh:
+            raise  # a re-snapshot reads the table without its vectors (table.py): this is another fault
+        return _refuse_for_lost_vectors(window_uri, pipeline, table.name, seq, err, storage_options)
+    return asdict(result) if history is None else {**asdict(result), "changelog": history}
 
 
 def _refuse_for_lost_vectors(
