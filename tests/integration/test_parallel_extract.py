@@ -117,7 +117,13 @@ def workload_in_parts(
 
 
 def extract(
-    staging: Path, start: BinlogPosition, end: BinlogPosition, *, workers: int, **kwargs: Any
+    staging: Path,
+    start: BinlogPosition,
+    end: BinlogPosition,
+    *,
+    workers: int,
+    history: tuple[str, ...] = (),
+    **kwargs: Any,
 ) -> dict[str, Any]:
     hook = BinlogHook(pipeline="test")
     window = Window(seq=3, start=(start), end=(end), run_id="r", cut_at=now_iso())
@@ -125,7 +131,7 @@ def extract(
         hook,
         pipeline="test",
         window=window,
-        tables={name: TableTarget(name, key) for name, key in TABLES.items()},
+        tables={name: TableTarget(name, key, history=history) for name, key in TABLES.items()},
         window_dir=window_path(str(staging), "test", 3),
         server=hook.server_state(),
         max_workers=workers,
@@ -174,6 +180,39 @@ def test_parallel_read_stages_the_serial_reads_rows_keys_and_manifest(
     assert staged(tmp_path / "parallel", parallel) == staged(tmp_path / "serial", serial)
     seqs = sorted(r["_binlog_seq"] for rows in staged(tmp_path / "serial", serial).values() for r in rows)
     assert seqs == list(range(1, len(seqs) + 1))
+
+
+def test_with_history_every_update_is_staged_with_its_before_image_in_parallel_as_serially(
+    source: LocalMariaDB, tmp_path: Path
+) -> None:
+    start, end = workload_in_parts(source, count=100)
+    plain = extract(tmp_path / "plain", start, end, workers=1)
+    serial = extract(tmp_path / "serial", start, end, workers=1, history=("changelog",))
+    parallel = extract(tmp_path / "parallel", start, end, workers=2, history=("changelog",))
+    assert without_timings(parallel) == without_timings(serial)
+    assert staged(tmp_path / "parallel", parallel) == staged(tmp_path / "serial", serial)
+    assert all(entry["history"] == ["changelog"] for entry in serial["tables"].values())
+    with_history, without = (
+        staged(tmp_path / "serial", serial)["p.a"],
+        staged(tmp_path / "plain", plain)["p.a"],
+    )
+    by_seq = {r["_binlog_seq"]: r for r in with_history}
+    updates = [r for r in with_history if r["_binlog_op"] == "u"]
+    assert updates
+    for update in updates:  # each after image follows the before image of the same row event
+        before = by_seq[update["_binlog_seq"] - 1]
+        assert (before["_binlog_op"], before["_binlog_pos"]) == ("d", update["_binlog_pos"])
+        moved = before["id"] != update["id"]
+        assert moved or before["n"] == update["n"] - 1  # UPDATE ... SET n = n + 1, or the key moved
+
+    def images(rows: list[dict[str, Any]], op: str) -> list[tuple[Any, ...]]:
+        return sorted((r["id"], r["n"], r["_binlog_pos"]) for r in rows if r["_binlog_op"] == op)
+
+    assert images(with_history, "u") == images(
+        without, "u"
+    )  # the same after images, each with a before image
+    # p.a has no deletes: without history its d rows are the key moves' before images, with it every update's
+    assert 0 < len(images(without, "d")) < len(images(with_history, "d")) == len(images(without, "u"))
 
 
 @pytest.mark.parametrize("reader", ["a worker", "the task process"])

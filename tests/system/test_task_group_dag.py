@@ -1,4 +1,5 @@
-"""Two pipelines built by BinlogPipeline in one DAG, run end to end: each takes its own tables and state."""
+"""Two pipelines built by BinlogPipeline in one DAG, run end to end as the least-privileged user the connection
+Test recommends: each takes its own tables and state."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ DAGS = Path(__file__).with_name("dags")
 
 @pytest.mark.slow  # two pipelines, two runs with Spark merges
 def test_two_pipelines_of_one_dag_flow_side_by_side_into_their_own_targets(
-    connections: Any, airflow_db: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    connections: Any,
+    airflow_db: object,
+    least_privileged: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import pymysql
 

@@ -21,12 +21,10 @@ FILES = [
 ]
 
 
-def test_candidates_are_the_files_whose_range_holds_a_key_and_every_file_without_one() -> None:
+def test_candidates_are_the_files_whose_range_holds_a_key() -> None:
     assert [f.path for f in candidate_files(FILES, [3])] == ["a.parquet"]
     assert [f.path for f in candidate_files(FILES, [7, 1600])] == ["a.parquet", "b.parquet", "mor.parquet"]
     assert candidate_files(FILES, [5000]) == []  # keys above the table go to new files, no file grows
-    unranged = DataFile("old.parquet", 100, rows=10)
-    assert candidate_files([*FILES, unranged], [5000]) == [unranged]
 
 
 @pytest.mark.parametrize(

@@ -103,17 +103,16 @@ def choose_mode(
 
 
 def candidate_files(files: Sequence[DataFile], keys: Sequence[Any]) -> list[DataFile]:
-    """Return the files whose key range holds one of ``keys`` (sorted ascending); every file without a range.
+    """Return the files whose key range holds one of ``keys`` (sorted ascending).
 
     Unlike copy-on-write's plan no file is chosen to grow into a gap: merge-on-read writes new keys to new files.
+    Every file must have a key range (:attr:`DataFile.ranged`): a table with a file without one is rewritten whole
+    into the key-range layout instead (``whole`` of :func:`choose_mode`).
     """
     import bisect
 
     chosen = []
     for f in files:
-        if not f.ranged:
-            chosen.append(f)
-            continue
         at = bisect.bisect_left(keys, f.low)
         if at < len(keys) and keys[at] <= f.high:
             chosen.append(f)

@@ -417,7 +417,7 @@ def _rewrite_files(
         # it whatever the mode: merge-on-read and compaction work on key ranges
         pruning = not whole and bool(files) and all(f.ranged for f in files)
         keys_seen = _change_keys(changes, key_names[0]) if pruning else []
-        candidates = candidate_files(files, keys_seen)
+        candidates = candidate_files(files, keys_seen) if pruning else []
         mode = choose_mode(
             write_mode, uri=uri, whole=not pruning, rows_in_window=rows_in_window, candidates=candidates
         )
