@@ -175,7 +175,7 @@ def rows_digest(rows: pa.Table) -> str:
 
     The canonical form: struct columns flattened to their leaves (``_binlog_after.price``); leaves holding only
     nulls left out (a column added later reads as null in older rows); every integer and decimal as its decimal
-    text without trailing fraction zeros, floats as IEEE doubles, dates and times as microseconds, booleans as
+    text without trailing fraction zeros, floats as the text of their double (an integral one as an integer), dates and times as microseconds, booleans as
     bytes, text and binary as their bytes (so a lossless widening, :func:`~.types.is_lossless_widening`, does not
     change it); the rows sorted by every leaf; then each leaf by name, its validity and its values. Two tables
     with the same rows in any order, file split or later schema give the same digest.
@@ -243,8 +243,13 @@ def _canonical(array: pa.Array) -> pa.Array:
         text = pc.cast(array, pa.string())
         text = pc.replace_substring_regex(text, pattern=r"^(-?\d+)\.(\d*?)0*$", replacement=r"\1.\2")
         return pc.replace_substring_regex(text, pattern=r"\.$", replacement="")
-    if pa.types.is_floating(kind):
-        return pc.cast(array, pa.float64())
+    if pa.types.is_floating(
+        kind
+    ):  # as text, integral values as integers: an INT widened to a DOUBLE keeps it
+        wide = pc.cast(array, pa.float64())
+        integral = pc.and_kleene(pc.equal(pc.floor(wide), wide), pc.less(pc.abs(wide), 2.0**53))
+        whole = pc.cast(pc.cast(pc.if_else(integral, wide, 0.0), pa.int64()), pa.string())
+        return pc.if_else(integral, whole, pc.cast(wide, pa.string()))
     if pa.types.is_boolean(kind):
         return pc.cast(array, pa.uint8())
     if pa.types.is_date(kind) or pa.types.is_timestamp(kind):

@@ -3,11 +3,13 @@ the shared Spark Connect server), run as the least-privileged user the connectio
 
 The source goes through an initial snapshot, a window of updates (one moving a row's key), a delete and a
 re-insert of one key, a multi-row update, a transaction over two tables and a parent delete whose child rows
-InnoDB deletes (cascade), then a window with an added column, a ``TRUNCATE`` and an insert, whose first merge is
-SIGKILLed after the first change log committed and before its target did. The change log must hold each change once, with the before and after images the
-binlog carried, replay in order to the current target, stay unchanged when a window is merged again, and its
-digest chain must name the window of a data file whose byte was flipped. A source table named like a change
-log's folder (``orders~changes``) keeps a folder of its own, and a table with history turned off gets none.
+InnoDB deletes (cascade), then a window with an added column, a widened one (the change log is rewritten with
+it; its digests still hold), a ``TRUNCATE`` and an insert, whose first merge is SIGKILLed after the first change
+log committed and before its target did. The change log must hold each change once, with the before and after
+images the binlog carried, replay in order to the current target, stay unchanged when a window is merged again,
+and its digest chain must name the window of a data file whose byte was flipped or whose value was changed. A
+source table named like a change log's folder (``orders~changes``) keeps a folder of its own, and a table with
+history turned off gets none.
 """
 
 from __future__ import annotations
@@ -130,6 +132,7 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
         }
         connections.execute(
             "ALTER TABLE orders ADD COLUMN note VARCHAR(10)",
+            "ALTER TABLE orders MODIFY amount DECIMAL(14, 3)",  # widened: the change log is rewritten with it
             "UPDATE orders SET note = 'x' WHERE id = 1",
             "TRUNCATE TABLE orders",
             "INSERT INTO orders VALUES (5, 'late', 5.00, 'y')",
@@ -171,6 +174,7 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
         assert changes[10][AFTER_COLUMN]["note"] == "x"
         assert changes[10][BEFORE_COLUMN]["note"] is None
         assert len({r[MERGE_WINDOW_COLUMN] for r in changes}) == 3  # the snapshot and two windows
+        assert {str(r[AFTER_COLUMN]["amount"]) for r in changes[:3]} == {"10.000", "20.000", "30.000"}
         for name in ("orders", "parents", "children", "orders~changes"):
             logged = read_changes(target, f"{db}.{name}").to_pylist()
             seen = [(r[WINDOW_COLUMN], r[SEQ_COLUMN], r[OP_COLUMN], r["id"]) for r in logged]
@@ -231,9 +235,14 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
         assert (report.windows, report.rows) == (3, len(changes))
         assert admin(["verify-history", "--target", target, "--table", orders]) == 0
 
-        # One flipped byte in a data page of the first window with changes is found (its page checksum), and named
-        # by its window; so is a file rewritten whole with one value changed (checksums right, digest wrong).
-        flipped = sorted(log_dir.glob(f"w{window['seq']}-*.parquet"))[0]
+        # One flipped byte in a data page of a file holding the first window with changes is found (its page
+        # checksum), and named by the first window the file holds; a file rewritten whole with one value of that
+        # window changed (checksums right) is named by that window (its digest).
+        holding = [Path(u) for u in deltalake.DeltaTable(str(log_dir)).file_uris()]
+        flipped = next(
+            p for p in holding if window["seq"] in pq.read_table(p)[MERGE_WINDOW_COLUMN].to_pylist()
+        )
+        first_held = min(pq.read_table(flipped)[MERGE_WINDOW_COLUMN].to_pylist())
         original = flipped.read_bytes()
         metadata = pq.read_metadata(flipped)
         leaves = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
@@ -242,7 +251,7 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
         data[chunk.data_page_offset + chunk.total_compressed_size - 2] ^= 0x01
         flipped.write_bytes(bytes(data))
         report = verify_history(target, orders)
-        assert report.first_bad_window == window["seq"], str(report)
+        assert report.first_bad_window == first_held, str(report)
         assert "checksum" in str(report)
         assert admin(["verify-history", "--target", target, "--table", orders]) == 1
         flipped.write_bytes(original)

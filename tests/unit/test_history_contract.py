@@ -118,7 +118,31 @@ def test_the_digest_survives_a_lossless_widening_and_sees_a_changed_value() -> N
     assert rows_digest(rows.drop_columns(["id"])) != digest
 
 
+def test_the_digest_of_numbers_survives_their_widening_to_doubles() -> None:
+    ints = pa.table({"n": pa.array([1_000_000_000, -5, None, 32767], pa.int32())})
+    assert rows_digest(ints) == rows_digest(ints.cast(pa.schema([("n", pa.float64())])))
+    floats = pa.table({"x": pa.array([0.1, 2.5, None, 1e30], pa.float32())})
+    assert rows_digest(floats) == rows_digest(floats.cast(pa.schema([("x", pa.float64())])))
+    assert rows_digest(floats) != rows_digest(floats.cast(pa.schema([("x", pa.float64())])).slice(1))
+
+
 def test_the_chain_depends_on_the_previous_value_the_window_and_the_digest() -> None:
     first = chain_digest("", 7, "aa")
     assert len(first) == 64
     assert len({first, chain_digest("x", 7, "aa"), chain_digest("", 8, "aa"), chain_digest("", 7, "ab")}) == 4
+
+
+def test_a_change_log_takes_new_columns_and_wider_types_and_refuses_other_type_changes() -> None:
+    from airflow_provider_binlog.jobs.merge.history import HistoryTypeChange, _merged_field
+
+    image = pa.struct([("id", pa.int32()), ("amount", pa.decimal128(10, 2))])
+    have = pa.field(AFTER_COLUMN, image)
+    wider = pa.schema([(AFTER_COLUMN, pa.struct([("id", pa.int64()), ("note", pa.string())]))])
+    assert _merged_field(have, wider, "shop.t", "p").type == pa.struct(
+        [("id", pa.int64()), ("amount", pa.decimal128(10, 2)), ("note", pa.string())]
+    )
+    narrower = pa.schema([(AFTER_COLUMN, pa.struct([("id", pa.int16())]))])  # an older window merged later
+    assert _merged_field(have, narrower, "shop.t", "p") == have
+    text = pa.schema([(AFTER_COLUMN, pa.struct([("amount", pa.string())]))])
+    with pytest.raises(HistoryTypeChange, match="move the change log aside"):
+        _merged_field(have, text, "shop.t", "p")

@@ -32,7 +32,7 @@ from airflow_provider_binlog.jobs.application import (
     run_application,
 )
 from airflow_provider_binlog.jobs.merge.cascades import drop_cascades
-from airflow_provider_binlog.jobs.merge.history import ChangelogWriter
+from airflow_provider_binlog.jobs.merge.history import ChangelogWriter, HistoryTypeChange
 from airflow_provider_binlog.jobs.merge.plan import plan_window
 from airflow_provider_binlog.jobs.merge.schema import UnfollowableSchemaChange
 from airflow_provider_binlog.jobs.merge.table import merge_table
@@ -138,7 +138,7 @@ def _merge_table_and_history(
         finally:
             history = changelogs.finish(pending)
     except UnfollowableSchemaChange as err:
-        if table.staged.refresh:
+        if table.staged.refresh and not isinstance(err, HistoryTypeChange):
             raise  # a snapshot replaces the schema (replaced_columns); this is a bug, not the source
         log.warning("%s: window %d is not merged into it: %s", table.name, seq, err)
         record_refusal(
