@@ -148,7 +148,10 @@ def write_changelog(
     if not keys:  # only truncate markers, and no change log yet: there is no history to record
         return None
     started = time.monotonic()
-    wanted = changelog_schema(source_fields(table.target_schema()), keys)
+    if table.staged.markers_only and dt is not None:  # a TRUNCATE or DROP alone: no column to follow
+        wanted = delta_arrow_schema(dt)
+    else:
+        wanted = changelog_schema(source_fields(table.target_schema()), keys)
     if dt is None:
         dt = create_table(
             uri, wanted, table=table.name + CHANGELOG_SUFFIX, keys=keys, pipeline=pipeline,
