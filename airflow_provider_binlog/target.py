@@ -20,6 +20,7 @@ deltalake is imported inside the functions that open a table.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import TYPE_CHECKING
 
 from airflow_provider_binlog.contract import ContractError, uris
@@ -276,6 +277,7 @@ def read_table(
     storage_options: StorageOptions | None = None,
     allow_quarantined: bool = True,
     version: int | None = None,
+    as_of: dt.datetime | None = None,
 ) -> pa.Table:
     """Return the live rows of source table ``db.table`` with the column types it was staged with.
 
@@ -297,6 +299,8 @@ def read_table(
     :param allow_quarantined: False raises instead of warning when the table is quarantined.
     :param version: the Delta version to read (None: the current one); :func:`read_tables` finds the version
         that holds a given window.
+    :param as_of: read the table as it was at this commit time (timezone-aware) from its SCD2 table
+        (``history="scd2"``, :func:`rows_as_of`), not the current-state table.
     :raises BinlogConfigError: if the table does not exist or ``table`` is not qualified.
     :raises QuarantinedTableError: if the table is quarantined and ``allow_quarantined`` is False.
     """
@@ -308,12 +312,87 @@ def read_table(
         dt.load_as_version(version)
     check_quarantine(dt, table, allow=allow_quarantined)
     stored = contract_delta.delta_arrow_schema(dt)
-    data = live_rows(dt)
+    if as_of is not None and (with_metadata or include_tombstones):
+        raise BinlogConfigError(
+            "as_of reads the live rows of the SCD2 table: read its versions with their _binlog_* columns from "
+            "its Delta table instead of with_metadata or include_tombstones (docs/history.md)"
+        )
+    data = (
+        live_rows(dt)
+        if as_of is None
+        else rows_as_of(target_path, table, as_of, storage_options=storage_options)
+    )
     if not include_tombstones:
         data = data.filter(pc.invert(pc.fill_null(data[DELETED_COLUMN], False)))
     schema = _staged_schema(stored, with_metadata=with_metadata)
-    columns = [data[f.name].cast(f.type) for f in schema]
+    columns = [
+        data[f.name].cast(f.type) if f.name in data.column_names else pa.nulls(data.num_rows, f.type)
+        for f in schema
+    ]
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def rows_as_of(
+    target_path: str, table: str, as_of: dt.datetime, *, storage_options: StorageOptions | None = None
+) -> pa.Table:
+    """Return the rows ``db.table`` held at commit time ``as_of``, from its SCD2 table (``docs/history.md``).
+
+    For each key, the version with the highest order key among those that started at or before ``as_of``; it is
+    live unless a delete, truncate or re-snapshot ended it at or before ``as_of``. (Order keys, not times, decide:
+    a snapshot's row is read after the changes that follow it in order were committed.)
+
+    :returns: the source columns as stored, with ``_binlog_deleted`` false, as :func:`live_rows` gives them.
+    :raises BinlogConfigError: if the table keeps no SCD2 table, ``as_of`` is naive, or its history starts later.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from airflow_provider_binlog.contract.history import (
+        ENDED_BY_COLUMN,
+        VALID_FROM_COLUMN,
+        VALID_TO_COLUMN,
+        scd2_uri,
+    )
+
+    if as_of.tzinfo is None:
+        raise BinlogConfigError(f"as_of={as_of!r} has no time zone: pass an aware datetime (UTC)")
+    history = contract_delta.open_table(scd2_uri(target_path, table), storage_options)
+    if history is None:
+        raise BinlogConfigError(
+            f"{table} keeps no SCD2 table ({scd2_uri(target_path, table)}): give its pipeline history='scd2' "
+            "(docs/history.md) to read it as of a time; its history starts at the next window merged"
+        )
+    versions = history.to_pyarrow_table()
+    first = pc.min(versions[VALID_FROM_COLUMN]).as_py()
+    if first is None or as_of < first:
+        raise BinlogConfigError(f"the history of {table} starts at {first}, after as_of={as_of.isoformat()}")
+    keys = contract_delta.table_key(history) or []
+    moment = pa.scalar(as_of, pa.timestamp("us", tz="UTC"))
+    started = versions.filter(pc.less_equal(versions[VALID_FROM_COLUMN], moment))
+    ordered = started.sort_by([*((k, "ascending") for k in keys), ("_binlog_window", "descending"),
+                               ("_binlog_seq", "descending")])  # fmt: skip
+    newest = _first_of_each_key(ordered, keys)
+    ended = pc.and_kleene(
+        pc.is_in(newest[ENDED_BY_COLUMN], pa.array(["d", "t", "r"])),
+        pc.less_equal(newest[VALID_TO_COLUMN], moment),
+    )
+    live = newest.filter(pc.invert(pc.fill_null(ended, False)))
+    return live.append_column(DELETED_COLUMN, pa.array([False] * live.num_rows, pa.bool_()))
+
+
+def _first_of_each_key(ordered: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """Return the first row of each run of equal ``keys`` in a table sorted by them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if ordered.num_rows == 0:
+        return ordered
+    differs = pa.array([True] + [False] * (ordered.num_rows - 1))
+    for k in keys:
+        column = ordered[k].combine_chunks()
+        changed = pc.not_equal(column.slice(1), column.slice(0, len(column) - 1))
+        differs = pc.or_(differs, pa.concat_arrays([pa.array([True]), pc.fill_null(changed, True)]))
+    return ordered.filter(differs)
 
 
 def window_version(dt: DeltaTable, window: int, *, pipeline: str | None = None) -> int:

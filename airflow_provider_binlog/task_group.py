@@ -69,7 +69,8 @@ class PipelineConfig(BaseModel):
     :param min_headroom_seconds: least binlog retention headroom the purge-risk check accepts, in seconds.
     :param deferrable: whether the snapshot and the merge defer while Spark Connect works (None: Airflow's
         ``[operators] default_deferrable``).
-    :param history: the history kept beside every table (``docs/history.md``): ``"changelog"`` or None (none).
+    :param history: the history kept beside every table (``docs/history.md``): ``"changelog"``, ``"scd2"``, both
+        (a list) or None (none).
     :param table_history: ``{"db.table": kinds}`` overriding ``history`` for single tables (``"off"``: none).
     :param retries: retries of the purge-risk, snapshot, extract and merge tasks (the commit never retries
         on its own: its failures need a person).

@@ -23,8 +23,9 @@ templates):
 * ``BINLOG_CDC_WRITE_MODE`` how windows are merged: ``auto`` (default: deletion vectors for a window that
   changes few of the rows its keys can be in), ``merge_on_read`` (new rows plus deletion vectors, local and S3
   targets; ``docs/adr/0037-deletion-vectors.md``) or ``copy_on_write``
-* ``BINLOG_CDC_HISTORY`` history kept beside every table: ``off`` (default) or ``changelog`` (an append-only
-  change log per table with before and after images, ``docs/history.md``)
+* ``BINLOG_CDC_HISTORY`` history kept beside every table: ``off`` (default), ``changelog`` (an append-only
+  change log per table with before and after images), ``scd2`` (a version table) or ``changelog,scd2``
+  (``docs/history.md``)
 * ``BINLOG_CDC_SNAPSHOT_CHUNK_ROWS`` rows per snapshot chunk (default 50000) and
   ``BINLOG_CDC_SNAPSHOT_CONNECTIONS`` most source connections reading chunks at once (default 2)
 * ``BINLOG_CDC_MIN_HEADROOM_SECONDS`` least binlog retention headroom the first task, ``purge_risk``,

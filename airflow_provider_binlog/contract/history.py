@@ -44,16 +44,20 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from airflow_provider_binlog.contract import ContractError
-from airflow_provider_binlog.contract.columns import CHANGE_FIELDS
+from airflow_provider_binlog.contract.columns import CHANGE_FIELDS, GTID_COLUMN, SEQ_COLUMN, WINDOW_COLUMN
 from airflow_provider_binlog.contract.names import canonical_name
 from airflow_provider_binlog.contract.uris import table_uri
 
 CHANGELOG = "changelog"
 """History kind: an append-only change log per table."""
-HISTORY_KINDS: tuple[str, ...] = (CHANGELOG,)
+SCD2 = "scd2"
+"""History kind: an SCD type 2 table per table, one row per version of each source row."""
+HISTORY_KINDS: tuple[str, ...] = (CHANGELOG, SCD2)
 """Every history kind a table may have."""
 CHANGELOG_SUFFIX = "~changes"
 """Appended to a target table's folder to name its change log's folder."""
+SCD2_SUFFIX = "~scd2"
+"""Appended to a target table's folder to name its SCD2 table's folder."""
 
 MERGE_WINDOW_COLUMN = "_binlog_merge_window"
 """Change-log column: seq of the window (or snapshot) whose merge appended the row (one per commit)."""
@@ -66,6 +70,19 @@ BEFORE_COLUMN = "_binlog_before"
 """Change-log column: the row's image before the change (a struct of the source columns), null for inserts."""
 AFTER_COLUMN = "_binlog_after"
 """Change-log column: the row's image after the change, null for deletes and truncate markers."""
+
+VALID_FROM_COLUMN = "_binlog_valid_from"
+"""SCD2 column: commit time of the change that started the version (UTC, microseconds)."""
+VALID_TO_COLUMN = "_binlog_valid_to"
+"""SCD2 column: commit time of the change that ended the version; null while it is current."""
+END_WINDOW_COLUMN = "_binlog_end_window"
+END_SEQ_COLUMN = "_binlog_end_seq"
+"""SCD2 columns: order key of the change that ended the version (null while it is current)."""
+ENDED_BY_COLUMN = "_binlog_ended_by"
+"""SCD2 column: what ended the version: ``u`` a newer version of the key, ``d`` deleted (or moved to another key),
+``t`` the table was truncated, ``r`` a re-snapshot restarted the table's history; null while it is current."""
+IS_CURRENT_COLUMN = "_binlog_is_current"
+"""SCD2 column: the version is the key's current one (the source holds it now)."""
 
 DIGEST_KEY = "binlog.history.digest"
 """Commit info key: SHA-256 (hex) of the rows the commit appends (:func:`rows_digest`)."""
@@ -142,6 +159,39 @@ class HistorySettings:
 def changelog_uri(target: str, table: str) -> str:
     """Return the location of the change log of ``db.table`` under the target root (see the module docstring)."""
     return table_uri(target, table) + CHANGELOG_SUFFIX
+
+
+def history_uri(kind: str, target: str, table: str) -> str:
+    """Return the location of the history table of ``kind`` (:data:`HISTORY_KINDS`) of ``db.table``."""
+    return changelog_uri(target, table) if kind == CHANGELOG else scd2_uri(target, table)
+
+
+def scd2_uri(target: str, table: str) -> str:
+    """Return the location of the SCD2 table of ``db.table`` under the target root (see the module docstring)."""
+    return table_uri(target, table) + SCD2_SUFFIX
+
+
+def scd2_schema(source: pa.Schema) -> pa.Schema:
+    """Return the SCD2 table's Arrow schema for a table whose source columns have ``source``'s fields.
+
+    The source columns (storage types), the order key, GTID and commit time of the change that started the
+    version, the order key and time of the one that ended it, what ended it and whether it is current.
+    """
+    timestamp = pa.timestamp("us", tz="UTC")
+    return pa.schema(
+        [
+            *(f.with_nullable(True) for f in source),
+            pa.field(WINDOW_COLUMN, pa.int64()),
+            pa.field(SEQ_COLUMN, pa.int64()),
+            pa.field(GTID_COLUMN, pa.string()),
+            pa.field(VALID_FROM_COLUMN, timestamp),
+            pa.field(VALID_TO_COLUMN, timestamp),
+            pa.field(END_WINDOW_COLUMN, pa.int64()),
+            pa.field(END_SEQ_COLUMN, pa.int64()),
+            pa.field(ENDED_BY_COLUMN, pa.string()),
+            pa.field(IS_CURRENT_COLUMN, pa.bool_()),
+        ]
+    )
 
 
 def changelog_schema(source: pa.Schema, keys: Sequence[str]) -> pa.Schema:

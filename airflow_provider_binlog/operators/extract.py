@@ -115,8 +115,8 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         (:mod:`~airflow_provider_binlog.pipeline.quarantine`, ``docs/operating.md`` "Quarantined tables"); the
         snapshot task re-snapshots it once it changes, and :class:`~airflow_provider_binlog.operators.quarantine.BinlogQuarantineCheckOperator`
         fails the run while it is quarantined. ``fail`` fails the task without retry, as the whole window.
-    :param history: the history kept beside every selected table (``docs/history.md``): ``"changelog"``, or
-        None (default) for none. The window stages every update of such a table with its before image and
+    :param history: the history kept beside every selected table (``docs/history.md``): ``"changelog"``,
+        ``"scd2"``, both (a list), or None (default) for none. The window stages every update of such a table with its before image and
         records the kinds in the manifest, which the merge follows
         (:mod:`~airflow_provider_binlog.contract.history`).
     :param table_history: ``{"db.table": kinds}`` overriding ``history`` for single tables (``"off"`` or None: none).

@@ -88,6 +88,22 @@ class BinlogMaintenanceOperator(BaseOperator):
         self.staging_conn_id = staging_conn_id
         self.storage_options = storage_options
 
+    def _history_tables(self, table: str, options: dict[str, str] | None) -> list[tuple[str, str]]:
+        """Return ``(name, location)`` of the history tables of ``table`` that exist (``docs/history.md``).
+
+        Vacuumed with the table: an SCD2 table's merges replace files, and a killed merge leaves files no commit
+        lists. They are not compacted.
+        """
+        from airflow_provider_binlog.contract.delta import open_table
+        from airflow_provider_binlog.contract.history import HISTORY_KINDS, history_uri
+
+        found = []
+        for kind in HISTORY_KINDS:
+            location = history_uri(kind, self.target_path, table)
+            if open_table(location, options) is not None:
+                found.append((f"{table} ({kind})", location))
+        return found
+
     def execute(self, context: Any) -> dict[str, Any]:
         """Clean the pipeline's staging, vacuum its target tables, log and return what was freed.
 
@@ -151,12 +167,13 @@ class BinlogMaintenanceOperator(BaseOperator):
                 compacted[table] = compact_table(uri, dry_run=self.report_only, storage_options=options)
                 if not self.report_only:
                     checkpoint_table(uri, storage_options=options)
-            tables[table] = vacuum_table(
-                uri,
-                retention_hours=self.target_retention_hours,
-                dry_run=self.report_only,
-                storage_options=options,
-            )
+            for name, location in ((table, uri), *self._history_tables(table, options)):
+                tables[name] = vacuum_table(
+                    location,
+                    retention_hours=self.target_retention_hours,
+                    dry_run=self.report_only,
+                    storage_options=options,
+                )
         target_files = sum(f.files for f in tables.values())
         target_bytes = sum(f.bytes for f in tables.values())
         self.log.info(

@@ -249,23 +249,28 @@ class BinlogMergeOperator(SparkJobOperator):
             args += ["--key", key_spec(self.keys)]
         return args
 
-    def _verify_changelog(self, name: str, entry: TableEntry, seq: int) -> dict[str, Any]:
-        """Check that the change log of a table with one holds the window; return its Delta version.
+    def _verify_history(self, name: str, entry: TableEntry, seq: int) -> dict[str, Any]:
+        """Check that the history tables of a table with history hold the window; return their Delta versions.
 
-        :raises MergeError: if it does not.
+        :raises MergeError: if one does not.
         """
         from airflow_provider_binlog.contract.delta import open_table, window_app_id
-        from airflow_provider_binlog.contract.history import CHANGELOG, changelog_uri
+        from airflow_provider_binlog.contract.history import history_uri
 
-        if CHANGELOG not in entry.history or not entry.files:
-            return {}
-        uri = changelog_uri(self.target_path, name)
-        dt = open_table(uri, self.storage_options)
-        if dt is None and entry.markers_only:
-            return {}  # only truncate markers of a table with no history yet: nothing to record
-        if dt is None or dt.transaction_version(window_app_id(self.pipeline, seq)) != seq:
-            raise MergeError(f"the merge job finished but the change log {uri} does not record window {seq}")
-        return {"changelog_version": dt.version()}
+        versions: dict[str, Any] = {}
+        if not entry.files:
+            return versions
+        for kind in entry.history:
+            uri = history_uri(kind, self.target_path, name)
+            dt = open_table(uri, self.storage_options)
+            if dt is None and entry.markers_only:
+                continue  # only truncate markers of a table with no history yet: nothing to record
+            if dt is None or dt.transaction_version(window_app_id(self.pipeline, seq)) != seq:
+                raise MergeError(
+                    f"the merge job finished but the {kind} table {uri} does not record window {seq}"
+                )
+            versions[f"{kind}_version"] = dt.version()
+        return versions
 
     def verify(self, manifest: Manifest) -> dict[str, Any]:
         """Check that every table of the window holds it; return the per-table summary.
@@ -312,7 +317,7 @@ class BinlogMergeOperator(SparkJobOperator):
                 "rows_in_window": entry.rows,
                 **_commit_numbers(dt, self.pipeline, seq),
                 "delta_version": dt.version(),
-                **self._verify_changelog(name, entry, seq),
+                **self._verify_history(name, entry, seq),
             }
         # The job logged each table's numbers as it merged it; this line only confirms the Delta logs agree.
         self.log.info(

@@ -14,7 +14,9 @@ history turned off gets none.
 
 from __future__ import annotations
 
+import datetime
 import json
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -39,9 +41,14 @@ from airflow_provider_binlog.contract.history import (
     AFTER_COLUMN,
     BEFORE_COLUMN,
     CASCADE_COLUMN,
+    ENDED_BY_COLUMN,
+    IS_CURRENT_COLUMN,
     MERGE_WINDOW_COLUMN,
+    VALID_TO_COLUMN,
     changelog_uri,
+    scd2_uri,
 )
+from airflow_provider_binlog.exceptions import BinlogConfigError
 
 pytestmark = pytest.mark.system
 
@@ -102,7 +109,7 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
             "tables": f"{db}.*",
             "staging": staging,
             "target": target,
-            "history": "changelog",
+            "history": ["changelog", "scd2"],
             "table_history": {f"{db}.notes": "off"},
             "retries": 0,
         }
@@ -126,6 +133,10 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
         second = runner.run()
         assert second.state == "success", task_states(second)
         as_of_second = stored_state(PIPELINE)["checkpoint"]["window"]  # type: ignore[index]
+        second_done = datetime.datetime.now(datetime.timezone.utc)
+        time.sleep(
+            1.1
+        )  # MariaDB logs commit times in whole seconds: the next changes commit after second_done
         source_then = {
             "orders": connections.execute("SELECT id, status, amount FROM orders", database=db),
             "children": connections.execute("SELECT id, parent FROM children", database=db),
@@ -203,14 +214,36 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
         assert folders == [
             "children",
             "children~changes",
+            "children~scd2",
             "notes",
             "orders",
             "orders~7Echanges",
             "orders~7Echanges~changes",
+            "orders~7Echanges~scd2",
             "orders~changes",
+            "orders~scd2",
             "parents",
             "parents~changes",
+            "parents~scd2",
         ]
+
+        # The SCD2 table: the current versions are the target's rows, one per live key; the table as of the moment
+        # after the second run is the source as it was then.
+        versions = deltalake.DeltaTable(scd2_uri(target, orders)).to_pyarrow_table().to_pylist()
+        current = sorted(
+            (v["id"], v["status"], v["amount"], v["note"]) for v in versions if v[IS_CURRENT_COLUMN]
+        )
+        assert current == sorted((v["id"], v["status"], v["amount"], v["note"]) for v in live.values())
+        assert all(v[VALID_TO_COLUMN] is not None for v in versions if not v[IS_CURRENT_COLUMN])
+        assert {v[ENDED_BY_COLUMN] for v in versions} == {None, "u", "d", "t"}
+        moved_away = [v for v in versions if v["id"] == 2]  # updated to id 20: its version ends as if deleted
+        assert [v[ENDED_BY_COLUMN] for v in moved_away] == ["d"]
+        then_orders = read_table(target, orders, as_of=second_done).select(["id", "status", "amount"])
+        assert sorted(tuple(r.values()) for r in then_orders.to_pylist()) == sorted(source_then["orders"])
+        then_children = read_table(target, f"{db}.children", as_of=second_done).to_pylist()
+        assert sorted(tuple(r.values()) for r in then_children) == sorted(source_then["children"])
+        with pytest.raises(BinlogConfigError, match="starts at"):
+            read_table(target, orders, as_of=datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc))
 
         # Several tables as of the same committed window: the source as it was after the second run.
         then = read_tables(target, [f"{db}.orders", f"{db}.children"], window=as_of_second, pipeline=PIPELINE)
@@ -226,9 +259,13 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
         assert state is not None
         window = next(w for w in state["windows"] if w["rows"])
         log_dir = Path(changelog_uri(target, orders))
-        versions = sorted(log_dir.joinpath("_delta_log").glob("*.json"))
+        logs = [
+            Path(changelog_uri(target, orders), "_delta_log"),
+            Path(scd2_uri(target, orders), "_delta_log"),
+        ]
+        commits = [sorted(p.glob("*.json")) for p in logs]
         merge_window(spark, window["manifest_uri"], target, pipeline=PIPELINE)
-        assert sorted(log_dir.joinpath("_delta_log").glob("*.json")) == versions
+        assert [sorted(p.glob("*.json")) for p in logs] == commits
         assert read_changes(target, orders).to_pylist() == changes
 
         report = verify_history(target, orders)

@@ -1,8 +1,9 @@
-"""Writing a window's change-log rows beside the target table, exactly once and chained by digest.
+"""Writing a window's history beside the target table: the change log (chained by digest) and the SCD2 table.
 
-For every table whose manifest entry asks for a change log (:mod:`airflow_provider_binlog.contract.history`),
-the merge appends the window's row changes to ``<target>/<db>/<t>~changes``, in a thread beside the window's merge
-into the current-state table (:class:`ChangelogWriter`):
+For every table whose manifest entry asks for history (:mod:`airflow_provider_binlog.contract.history`), the merge
+writes the window's row changes into its history tables, in a thread beside the window's merge into the
+current-state table (:class:`HistoryWriter`, :func:`write_history`). The SCD2 table is built from the same rows
+(:mod:`~airflow_provider_binlog.jobs.merge.scd2`); the change log, ``<target>/<db>/<t>~changes``, is written so:
 
 1. Skip the table if the change log's Delta log already holds the window's app transaction (a re-run).
 2. Spark reads the table's staged files (and the changes the cascades synthesised for it, flagged in
@@ -69,9 +70,11 @@ from airflow_provider_binlog.contract.history import (
     PREVIOUS_KEY,
     ROWS_KEY,
     RUN_ID_COLUMN,
+    SCD2,
     chain_digest,
     changelog_schema,
     changelog_uri,
+    history_uri,
     rows_digest,
 )
 from airflow_provider_binlog.contract.types import is_lossless_widening
@@ -107,7 +110,7 @@ HISTORY_PROPERTIES = {"delta.enableExpiredLogCleanup": "false"}
 """Table properties of a change log: its commit infos hold the digest chain, so its log is never cleaned up."""
 
 
-def write_changelog(
+def write_history(
     spark: SparkSession,
     table: TablePlan,
     manifest: Manifest,
@@ -119,7 +122,11 @@ def write_changelog(
     storage_options: StorageOptions | None = None,
     target_version: int | None = None,
 ) -> dict[str, Any] | None:
-    """Append the window's changes of ``table`` to its change log; return the summary, None without a change log.
+    """Write the window's changes of ``table`` into its history tables; return their summaries by kind.
+
+    The change log gets the window's change-log rows appended (:func:`write_changelog`), the SCD2 table the
+    versions they make (:func:`~airflow_provider_binlog.jobs.merge.scd2.write_scd2`); a history table that holds the
+    window already is left as it is. Both start, when new, with the target's live rows at ``target_version``.
 
     :param spark: the session.
     :param table: the table's plan (:func:`~airflow_provider_binlog.jobs.merge.plan.plan_window`).
@@ -127,69 +134,137 @@ def write_changelog(
     :param window_uri: the window folder (its manifest's files are relative to it).
     :param target: target root.
     :param pipeline: pipeline name.
-    :param target_file_bytes: data file size of a change log created now (None: the default).
+    :param target_file_bytes: data file size of a history table created now (None: the default).
     :param storage_options: storage options of the staging and target stores.
-    :param target_version: the target table's version before the window's merge (None: it did not exist); a new
-        change log starts with the target's rows at that version.
-    :returns: ``{"rows", "files", "delta_version", "digest", "chain"}`` or ``{"skipped": True}``.
-    :raises UnfollowableSchemaChange: if a column of the change log cannot take the window's type.
-    :raises MergeJobError: if the change log cannot be written or committed.
+    :param target_version: the target table's version before the window's merge (None: it did not exist).
+    :returns: ``{"changelog": {...}, "scd2": {...}}`` for the kinds the table keeps; None when it keeps none.
+    :raises HistoryTypeChange: if a column of a history table cannot take the window's type.
+    :raises MergeJobError: if a history table cannot be written or committed.
     """
+    from airflow_provider_binlog.jobs.merge.scd2 import stored_source, write_scd2
+
     entry = manifest.tables.get(table.name)
     seq = manifest.window
-    if entry is None or CHANGELOG not in entry.history or not table.staged.files:
+    if entry is None or not entry.history or not table.staged.files:
         return None
-    uri = changelog_uri(target, table.name)
-    dt = open_table(uri, storage_options)
-    if dt is not None and already_merged(dt, pipeline, seq):
-        log.info("%s: window %d is already in its change log (version %d)", table.name, seq, dt.version())
-        return {"skipped": True, "delta_version": dt.version()}
-    keys = list(table.keys) or list((table_key(dt) if dt is not None else None) or ())
-    if not keys:  # only truncate markers, and no change log yet: there is no history to record
-        return None
+    opened = {
+        kind: open_table(history_uri(kind, target, table.name), storage_options) for kind in entry.history
+    }
+    result: dict[str, Any] = {}
+    for kind, dt in opened.items():
+        if dt is not None and already_merged(dt, pipeline, seq):
+            log.info(
+                "%s: window %d is already in its %s table (version %d)", table.name, seq, kind, dt.version()
+            )
+            result[kind] = {"skipped": True, "delta_version": dt.version()}
+    pending = [kind for kind in entry.history if kind not in result]
+    existing = next((dt for dt in opened.values() if dt is not None), None)
+    keys = list(table.keys) or list((table_key(existing) if existing is not None else None) or ())
+    if not pending or not keys:  # only truncate markers, and no history yet: there is none to record
+        return result or None
     started = time.monotonic()
-    if table.staged.markers_only and dt is not None:  # a TRUNCATE or DROP alone: no column to follow
-        wanted = delta_arrow_schema(dt)
+    if table.staged.markers_only and existing is not None:  # a TRUNCATE or DROP alone: no column to follow
+        stored = delta_arrow_schema(existing)
+        source = stored.field(AFTER_COLUMN).type if AFTER_COLUMN in stored.names else stored_source(stored)
+        wanted = changelog_schema(pa.schema(list(source)), keys)
     else:
         wanted = changelog_schema(source_fields(table.target_schema()), keys)
-    if dt is None:
-        dt = create_table(
-            uri, wanted, table=table.name + CHANGELOG_SUFFIX, keys=keys, pipeline=pipeline,
-            target_file_bytes=target_file_bytes, storage_options=storage_options, properties=HISTORY_PROPERTIES,
+    log_dt = None
+    if CHANGELOG in pending:
+        log_dt = prepare_changelog(
+            spark, opened[CHANGELOG], wanted, uri=changelog_uri(target, table.name), table=table.name, keys=keys,
+            pipeline=pipeline, seq=seq, file_bytes=target_file_bytes, storage_options=storage_options,
         )  # fmt: skip
-    else:
-        check_owner(dt, pipeline, table.name + CHANGELOG_SUFFIX)
-        evolve_schema(
-            spark, dt, wanted, table.name, keys, pipeline=pipeline, seq=seq, storage_options=storage_options
-        )
-    schema = delta_arrow_schema(dt)
+    schema = delta_arrow_schema(log_dt) if log_dt is not None else wanted
     run_id = manifest.run_id or ""
     staged = {join_uri(window_uri, f) for f in entry.files}
     rows = staged_changelog_rows(spark, table, schema, staged=staged, seq=seq, run_id=run_id)
-    count = table.staged.rows
-    if last_chain(dt) is None:
+    new = {
+        CHANGELOG: log_dt is not None and last_chain(log_dt) is None,
+        SCD2: SCD2 in pending and opened[SCD2] is None,
+    }
+    seed = None
+    if any(new.values()):
         seed = target_rows(spark, target, table.name, schema, keys, pipeline=pipeline, seq=seq, run_id=run_id,
                            version=target_version, storage_options=storage_options)  # fmt: skip
-        if seed is not None:
-            rows, count = seed[0].unionByName(rows), count + seed[1]
-    placed = _write(rows, dt, uri, schema, keys, seq=seq, count=count, storage_options=storage_options)
-    result = commit_changelog(dt, placed, pipeline=pipeline, seq=seq, storage_options=storage_options)
-    log.info(
-        "%s: appended %d rows of window %d to its change log in %.1f s (version %d)",
-        table.name, result["rows"], seq, time.monotonic() - started, result["delta_version"],
-    )  # fmt: skip
+    if len(pending) > 1:
+        rows = rows.persist()
+    try:
+        for kind in pending:
+            these, count = rows, table.staged.rows
+            if seed is not None and new[kind]:
+                these, count = seed[0].unionByName(rows), count + seed[1]
+            if kind == CHANGELOG and log_dt is not None:
+                result[kind] = write_changelog(these, log_dt, schema, keys, count=count, pipeline=pipeline, seq=seq,
+                                               storage_options=storage_options)  # fmt: skip
+            else:
+                result[kind] = write_scd2(
+                    spark, table.name, these, pa.schema(list(schema.field(AFTER_COLUMN).type)), target=target,
+                    pipeline=pipeline, seq=seq, keys=keys, refresh=table.staged.refresh,
+                    file_bytes=target_file_bytes, storage_options=storage_options,
+                )  # fmt: skip
+    finally:
+        if len(pending) > 1:
+            rows.unpersist()
+    log.info("%s: wrote window %d into its history (%s) in %.1f s", table.name, seq, ", ".join(pending),
+             time.monotonic() - started)  # fmt: skip
     return result
 
 
-class ChangelogWriter:
-    """Writes the change logs of a window's tables in a thread of their own, beside the target merges.
+def prepare_changelog(
+    spark: SparkSession,
+    dt: DeltaTable | None,
+    wanted: pa.Schema,
+    *,
+    uri: str,
+    table: str,
+    keys: Sequence[str],
+    pipeline: str,
+    seq: int,
+    file_bytes: int | None,
+    storage_options: StorageOptions | None,
+) -> DeltaTable:
+    """Return the change log of ``table`` at ``uri``: created with ``wanted``, or given its new columns and types."""
+    if dt is None:
+        return create_table(
+            uri, wanted, table=table + CHANGELOG_SUFFIX, keys=keys, pipeline=pipeline, target_file_bytes=file_bytes,
+            storage_options=storage_options, properties=HISTORY_PROPERTIES,
+        )  # fmt: skip
+    check_owner(dt, pipeline, table + CHANGELOG_SUFFIX)
+    evolve_schema(spark, dt, wanted, table, keys, pipeline=pipeline, seq=seq, storage_options=storage_options)
+    return dt
 
-    A table's change log is independent of its target merge (each commit is exactly once by its own app
-    transaction; a new change log starts from the target's version read before the merge), so the two run at once:
+
+def write_changelog(
+    rows: DataFrame,
+    dt: DeltaTable,
+    schema: pa.Schema,
+    keys: Sequence[str],
+    *,
+    count: int,
+    pipeline: str,
+    seq: int,
+    storage_options: StorageOptions | None,
+) -> dict[str, Any]:
+    """Append change-log rows (about ``count``) to the change log ``dt`` and commit them with their digests.
+
+    :returns: ``{"rows", "files", "delta_version", "digest", "chain"}``.
+    """
+    placed = _write(
+        rows, dt, dt.table_uri, schema, keys, seq=seq, count=count, storage_options=storage_options
+    )
+    return commit_changelog(dt, placed, pipeline=pipeline, seq=seq, storage_options=storage_options)
+
+
+class HistoryWriter:
+    """Writes the history of a window's tables in a thread of their own, beside the target merges.
+
+    A table's history is independent of its target merge (each commit is exactly once by its own app
+    transaction; a new history table starts from the target's version read before the merge), so the two run at once:
     on a small window each is mostly Spark and Delta latency. The thread runs its Spark actions in place, never
     detached (``docs/adr/0024-deferrable-spark-work.md``): only the target merge may defer.
 
-    Use as a context manager; :meth:`start` a table's change log before merging the table, :meth:`finish` after.
+    Use as a context manager; :meth:`start` a table's history before merging the table, :meth:`finish` after.
     """
 
     def __init__(
@@ -208,7 +283,7 @@ class ChangelogWriter:
         self.target_file_bytes, self.storage_options = target_file_bytes, storage_options
         self._pool: ThreadPoolExecutor | None = None
 
-    def __enter__(self) -> ChangelogWriter:
+    def __enter__(self) -> HistoryWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -216,15 +291,15 @@ class ChangelogWriter:
             self._pool.shutdown(wait=True)
 
     def start(self, table: TablePlan) -> Future[dict[str, Any] | None] | None:
-        """Start writing the window's change log of ``table``; None when the table keeps none."""
+        """Start writing the window's history of ``table`` (:func:`write_history`); None when it keeps none."""
         entry = self.manifest.tables.get(table.name)
-        if entry is None or CHANGELOG not in entry.history or not table.staged.files:
+        if entry is None or not entry.history or not table.staged.files:
             return None
         current = open_table(table_uri(self.target, table.name), self.storage_options)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="binlog-changelog")
         return self._pool.submit(
-            write_changelog,
+            write_history,
             self.spark,
             table,
             self.manifest,
@@ -238,7 +313,7 @@ class ChangelogWriter:
 
     @staticmethod
     def finish(pending: Future[dict[str, Any] | None] | None) -> dict[str, Any] | None:
-        """Wait for a change log :meth:`start` began; return its summary or raise its error."""
+        """Wait for the history :meth:`start` began; return its summaries by kind or raise its error."""
         return None if pending is None else pending.result()
 
 

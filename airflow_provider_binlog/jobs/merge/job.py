@@ -32,7 +32,7 @@ from airflow_provider_binlog.jobs.application import (
     run_application,
 )
 from airflow_provider_binlog.jobs.merge.cascades import drop_cascades
-from airflow_provider_binlog.jobs.merge.history import ChangelogWriter, HistoryTypeChange
+from airflow_provider_binlog.jobs.merge.history import HistoryTypeChange, HistoryWriter
 from airflow_provider_binlog.jobs.merge.plan import plan_window
 from airflow_provider_binlog.jobs.merge.schema import UnfollowableSchemaChange
 from airflow_provider_binlog.jobs.merge.table import merge_table
@@ -65,7 +65,7 @@ def merge_window(
     tables before any table is touched), then applied table by table, parents first. Each table is committed
     atomically; tables already holding the window are skipped, so a failed run can simply be repeated. A table
     whose manifest entry asks for a change log gets the window's rows appended to it, exactly once likewise, in a
-    thread beside its merge (:class:`~airflow_provider_binlog.jobs.merge.history.ChangelogWriter`).
+    thread beside its merge (:class:`~airflow_provider_binlog.jobs.merge.history.HistoryWriter`).
 
     :param spark: the session (its SQL settings are adjusted by :func:`configure_session`).
     :param window_uri: window directory ``<staging>/<pipeline>/window=<seq>``.
@@ -92,12 +92,12 @@ def merge_window(
         )
     plan = plan_window(window, target, key_overrides=key_overrides, storage_options=storage_options)
     tables: dict[str, dict[str, Any]] = {}
-    changelogs = ChangelogWriter(spark, window.manifest, window.uri, target=target, pipeline=pipeline,
+    histories = HistoryWriter(spark, window.manifest, window.uri, target=target, pipeline=pipeline,
                                  target_file_bytes=target_file_bytes, storage_options=storage_options)  # fmt: skip
-    with changelogs:
+    with histories:
         for table in plan.tables:
             tables[table.name] = _merge_table_and_history(
-                spark, changelogs, table, window_uri, target=target, pipeline=pipeline, seq=window.seq,
+                spark, histories, table, window_uri, target=target, pipeline=pipeline, seq=window.seq,
                 target_file_bytes=target_file_bytes, storage_options=storage_options, write_mode=mode,
             )  # fmt: skip
     drop_cascades(target, pipeline, window.seq, storage_options)
@@ -106,7 +106,7 @@ def merge_window(
 
 def _merge_table_and_history(
     spark: SparkSession,
-    changelogs: ChangelogWriter,
+    histories: HistoryWriter,
     table: TablePlan,
     window_uri: str,
     *,
@@ -123,7 +123,7 @@ def _merge_table_and_history(
     alone (:func:`~airflow_provider_binlog.contract.refusals.record_refusal`); other errors fail the job.
     """
     try:
-        pending = changelogs.start(table)
+        pending = histories.start(table)
         try:
             result = merge_table(
                 spark,
@@ -136,7 +136,7 @@ def _merge_table_and_history(
                 write_mode=write_mode,
             )
         finally:
-            history = changelogs.finish(pending)
+            history = histories.finish(pending)
     except UnfollowableSchemaChange as err:
         if table.staged.refresh and not isinstance(err, HistoryTypeChange):
             raise  # a snapshot replaces the schema (replaced_columns); this is a bug, not the source
@@ -155,7 +155,7 @@ def _merge_table_and_history(
         if table.staged.refresh:
             raise  # a re-snapshot reads the table without its vectors (table.py): this is another fault
         return _refuse_for_lost_vectors(window_uri, pipeline, table.name, seq, err, storage_options)
-    return asdict(result) if history is None else {**asdict(result), "changelog": history}
+    return {**asdict(result), **(history or {})}
 
 
 def _refuse_for_lost_vectors(

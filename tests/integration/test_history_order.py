@@ -1,0 +1,120 @@
+"""History tables do not depend on the order windows are merged in (interval backfills), against real Spark.
+
+Four windows of one table with change logs and SCD2 tables (updates staged as before/after pairs, a key move, a
+delete and a re-insert of one key, a truncate marker) are merged in order into one target and out of order into
+another: both targets, both change logs and both SCD2 tables must hold the same rows, and both digest chains must
+verify. The contract-format staging of ``test_merge.stage_window`` is used, its update pairs made one row event.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("pyspark")
+deltalake = pytest.importorskip("deltalake")
+
+from test_merge import PIPELINE, order, orders, stage_window  # noqa: E402
+
+from airflow_provider_binlog.contract.columns import OP_TRUNCATE  # noqa: E402
+from airflow_provider_binlog.contract.history import (  # noqa: E402
+    CHANGELOG,
+    ENDED_BY_COLUMN,
+    IS_CURRENT_COLUMN,
+    SCD2,
+    changelog_uri,
+    scd2_uri,
+)
+from airflow_provider_binlog.contract.manifest import read_manifest, write_manifest  # noqa: E402
+from airflow_provider_binlog.history import verify_history  # noqa: E402
+from airflow_provider_binlog.jobs.merge.job import merge_window  # noqa: E402
+from airflow_provider_binlog.target import read_table  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+MARKER = {"id": None, "status": None, "amount": None}
+WINDOWS: list[list[tuple[Any, ...]]] = [
+    [("c", order(1, "new", "10.00")), ("c", order(2, "new", "20.00")), ("c", order(3, "new", "30.00"))],
+    [
+        ("u", order(1, "new", "10.00"), order(1, "paid", "10.00")),
+        ("u", order(2, "new", "20.00"), order(20, "new", "20.00")),  # the row moves to key 20
+        ("d", order(3, "new", "30.00")),
+    ],
+    [("t", MARKER), ("c", order(5, "late", "5.00")), ("c", order(1, "again", "1.00"))],
+    [
+        ("u", order(5, "late", "5.00"), order(5, "paid", "5.00")),
+        ("d", order(1, "again", "1.00")),
+        ("c", order(1, "third", "3.00")),
+    ],
+]
+
+
+def stage(staging: Path, seq: int, changes: list[tuple[Any, ...]]) -> str:
+    """Stage a window whose updates are before/after pairs of one row event; its manifest asks for history."""
+    flat: list[tuple[str, dict[str, Any]]] = []
+    pairs = []
+    for change in changes:
+        if change[0] == "u":
+            pairs.append(len(flat))
+            flat += [("d", change[1]), ("u", change[2])]
+        else:
+            flat.append((change[0], change[1]))
+    uri = stage_window(staging, seq, orders(flat))
+    manifest = read_manifest(uri)
+    assert manifest is not None
+    entry = manifest.tables["shop.orders"]
+    path = Path(uri) / entry.files[0]
+    table = pq.read_table(path).to_pylist()
+    for at in pairs:  # the after image shares its before image's row event (GTID, position, commit time)
+        for column in ("_binlog_gtid", "_binlog_pos", "_binlog_ts"):
+            table[at + 1][column] = table[at][column]
+    pq.write_table(pq.read_table(path).from_pylist(table, schema=pq.read_schema(path)), path)
+    markers = sum(op == OP_TRUNCATE for op, _ in flat)
+    entry = dataclasses.replace(
+        entry, history=(CHANGELOG, SCD2), ops={**entry.ops, OP_TRUNCATE: markers} if markers else entry.ops
+    )
+    write_manifest(uri, dataclasses.replace(manifest, tables={"shop.orders": entry}))
+    return uri
+
+
+def contents(target: str) -> dict[str, Any]:
+    def rows(uri: str) -> list[str]:
+        return sorted(
+            repr(sorted(r.items())) for r in deltalake.DeltaTable(uri).to_pyarrow_table().to_pylist()
+        )
+
+    return {
+        "target": sorted(repr(sorted(r.items())) for r in read_table(target, "shop.orders").to_pylist()),
+        "changelog": rows(changelog_uri(target, "shop.orders")),
+        "scd2": rows(scd2_uri(target, "shop.orders")),
+    }
+
+
+def test_history_tables_are_the_same_whatever_order_the_windows_are_merged_in(
+    spark: Any, staging: Path, target: str
+) -> None:
+    uris = [stage(staging, seq, changes) for seq, changes in enumerate(WINDOWS, start=1)]
+    backfilled = target + "_out_of_order"
+    for uri in uris:
+        merge_window(spark, uri, target, pipeline=PIPELINE)
+    for index in (2, 0, 3, 1):
+        merge_window(spark, uris[index], backfilled, pipeline=PIPELINE)
+
+    in_order, out_of_order = contents(target), contents(backfilled)
+    assert out_of_order == in_order
+    live = read_table(target, "shop.orders").to_pylist()
+    assert sorted((r["id"], r["status"]) for r in live) == [(1, "third"), (5, "paid")]
+    versions = deltalake.DeltaTable(scd2_uri(target, "shop.orders")).to_pyarrow_table().to_pylist()
+    history_of_1 = sorted(
+        (v["_binlog_window"], v["status"], v[ENDED_BY_COLUMN]) for v in versions if v["id"] == 1
+    )
+    assert history_of_1 == [(1, "new", "u"), (2, "paid", "t"), (3, "again", "d"), (4, "third", None)]
+    assert sorted(v["id"] for v in versions if v[IS_CURRENT_COLUMN]) == [1, 5]
+    assert [v[ENDED_BY_COLUMN] for v in versions if v["id"] == 2] == ["d"]  # moved to key 20, later truncated
+    for root in (target, backfilled):
+        report = verify_history(root, "shop.orders")
+        assert report.ok, str(report)
