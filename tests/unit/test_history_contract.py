@@ -133,7 +133,7 @@ def test_the_chain_depends_on_the_previous_value_the_window_and_the_digest() -> 
 
 
 def test_a_change_log_takes_new_columns_and_wider_types_and_refuses_other_type_changes() -> None:
-    from airflow_provider_binlog.jobs.merge.history import HistoryTypeChange, _merged_field
+    from airflow_provider_binlog.jobs.merge.history_schema import HistoryTypeChange, _merged_field
 
     image = pa.struct([("id", pa.int32()), ("amount", pa.decimal128(10, 2))])
     have = pa.field(AFTER_COLUMN, image)

@@ -32,7 +32,8 @@ from airflow_provider_binlog.jobs.application import (
     run_application,
 )
 from airflow_provider_binlog.jobs.merge.cascades import drop_cascades
-from airflow_provider_binlog.jobs.merge.history import HistoryTypeChange, HistoryWriter
+from airflow_provider_binlog.jobs.merge.history import HistoryWriter
+from airflow_provider_binlog.jobs.merge.history_schema import HistoryTypeChange
 from airflow_provider_binlog.jobs.merge.plan import plan_window
 from airflow_provider_binlog.jobs.merge.schema import UnfollowableSchemaChange
 from airflow_provider_binlog.jobs.merge.table import merge_table

@@ -112,7 +112,7 @@ def write_scd2(
     """
     from pyspark.sql import functions as F
 
-    from airflow_provider_binlog.jobs.merge.history import evolve_schema
+    from airflow_provider_binlog.jobs.merge.history_schema import evolve_schema
 
     uri = scd2_uri(target, name)
     dt = open_table(uri, storage_options)
