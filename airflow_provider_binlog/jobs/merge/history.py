@@ -186,24 +186,29 @@ def write_history(
     if any(new.values()):
         seed = target_rows(spark, target, table.name, schema, keys, pipeline=pipeline, seq=seq, run_id=run_id,
                            version=target_version, storage_options=storage_options)  # fmt: skip
-    if len(pending) > 1:
+
+    def write(kind: str) -> dict[str, Any]:
+        these, count = rows, table.staged.rows
+        if seed is not None and new[kind]:
+            these, count = seed[0].unionByName(rows), count + seed[1]
+        if kind == CHANGELOG and log_dt is not None:
+            return write_changelog(these, log_dt, schema, keys, count=count, pipeline=pipeline, seq=seq,
+                                   storage_options=storage_options)  # fmt: skip
+        return write_scd2(
+            spark, table.name, these, pa.schema(list(schema.field(AFTER_COLUMN).type)), target=target,
+            pipeline=pipeline, seq=seq, keys=keys, refresh=table.staged.refresh, rows=count,
+            truncated=table.staged.markers > 0, file_bytes=target_file_bytes, storage_options=storage_options,
+        )  # fmt: skip
+
+    if len(pending) == 1:
+        result[pending[0]] = write(pending[0])
+    else:  # both at once: each is mostly Spark and Delta latency
         rows = rows.persist()
-    try:
-        for kind in pending:
-            these, count = rows, table.staged.rows
-            if seed is not None and new[kind]:
-                these, count = seed[0].unionByName(rows), count + seed[1]
-            if kind == CHANGELOG and log_dt is not None:
-                result[kind] = write_changelog(these, log_dt, schema, keys, count=count, pipeline=pipeline, seq=seq,
-                                               storage_options=storage_options)  # fmt: skip
-            else:
-                result[kind] = write_scd2(
-                    spark, table.name, these, pa.schema(list(schema.field(AFTER_COLUMN).type)), target=target,
-                    pipeline=pipeline, seq=seq, keys=keys, refresh=table.staged.refresh,
-                    file_bytes=target_file_bytes, storage_options=storage_options,
-                )  # fmt: skip
-    finally:
-        if len(pending) > 1:
+        try:
+            with ThreadPoolExecutor(max_workers=len(pending), thread_name_prefix="binlog-history") as pool:
+                futures = {kind: pool.submit(write, kind) for kind in pending}
+            result.update((kind, future.result()) for kind, future in futures.items())
+        finally:
             rows.unpersist()
     log.info("%s: wrote window %d into its history (%s) in %.1f s", table.name, seq, ", ".join(pending),
              time.monotonic() - started)  # fmt: skip

@@ -96,6 +96,8 @@ def write_scd2(
     seq: int,
     keys: Sequence[str],
     refresh: bool,
+    rows: int,
+    truncated: bool,
     file_bytes: int | None = None,
     storage_options: StorageOptions | None = None,
 ) -> dict[str, Any]:
@@ -106,6 +108,8 @@ def write_scd2(
     :param source: the source columns of their images (Arrow storage types).
     :param keys: the table's key columns.
     :param refresh: the window is a staged snapshot (the table's history restarts at it).
+    :param rows: about how many rows ``changes`` holds (it sizes the write).
+    :param truncated: whether ``changes`` may hold truncate markers (the manifest counts them).
     :param file_bytes: data file size of an SCD2 table created now (None: the default).
     :returns: ``{"versions_written", "files_removed", "files_added", "delta_version"}`` or ``{"skipped": True}``.
     :raises HistoryTypeChange: if a column's new type is neither a widening nor a narrowing of the table's.
@@ -129,15 +133,20 @@ def write_scd2(
             spark, dt, wanted, name, keys, pipeline=pipeline, seq=seq, storage_options=storage_options
         )
     stored = delta_arrow_schema(dt)
-    new_truncates = [
-        (int(r[WINDOW_COLUMN]), int(r[SEQ_COLUMN]), int(r["ts"]))
-        for r in changes.where(col(OP_COLUMN) == OP_TRUNCATE)
-        .select(WINDOW_COLUMN, SEQ_COLUMN, F.unix_micros(col(TS_COLUMN)).alias("ts"))
-        .collect()
-    ]
+    new_truncates = (
+        [
+            (int(r[WINDOW_COLUMN]), int(r[SEQ_COLUMN]), int(r["ts"]))
+            for r in changes.where(col(OP_COLUMN) == OP_TRUNCATE)
+            .select(WINDOW_COLUMN, SEQ_COLUMN, F.unix_micros(col(TS_COLUMN)).alias("ts"))
+            .collect()
+        ]
+        if truncated
+        else []
+    )
     truncates = sorted(set(_truncates(dt)) | set(new_truncates))
     files = current_files(dt, list(keys))
-    whole = refresh or bool(new_truncates)
+    # one file or none: it is rewritten anyway, so the window's keys need not be collected to plan it
+    whole = refresh or bool(new_truncates) or len(files) <= 1
     image_type = spark_type(pa.struct(list(stored_source(stored))))
     events = _window_events(changes, keys, image_type)
     seen = (
@@ -153,7 +162,7 @@ def write_scd2(
             old = old.unionByName(_restarts(existing, keys, seq, changes, image_type))
         events = old.unionByName(events)
     versions = _replay(spark, events, keys, stored, truncates)
-    count = sum(f.rows for f in plan.removed) + 2 * int(changes.count())
+    count = sum(f.rows for f in plan.removed) + rows
     placed = write_plan(versions, dt, uri, stored, list(keys), plan, files=files, seq=seq, count=count,
                         storage_options=storage_options)  # fmt: skip
     try:
