@@ -139,7 +139,7 @@ def task_result(dag, run, task_id: str) -> dict:  # type: ignore[no-untyped-def]
 
 
 def print_history(target: str, catch_up: dict | None) -> None:
-    """Print the change log of the order changed most often, and what the catch-up window added to the logs."""
+    """Print the change log of the most changed order created after the snapshot; the catch-up's history bytes."""
     import collections
 
     import pyarrow.compute as pc
@@ -148,7 +148,9 @@ def print_history(target: str, catch_up: dict | None) -> None:
     from airflow_provider_binlog.history import read_changes, verify_history
 
     changes = read_changes(target, "shop.orders")
-    busiest, _ = collections.Counter(changes.column("id").to_pylist()).most_common(1)[0]
+    snapshotted = {r["id"] for r in changes.filter(pc.equal(changes.column("_binlog_op"), "r")).to_pylist()}
+    counts = collections.Counter(i for i in changes.column("id").to_pylist() if i not in snapshotted)
+    busiest, _ = (counts or collections.Counter(changes.column("id").to_pylist())).most_common(1)[0]
     rows = read_changes(target, "shop.orders", key={"id": busiest}).to_pylist()
     print(f"\nhistory of shop.orders id={busiest}, in order ({len(rows)} changes; docs/history.md):")
     names = {"c": "insert", "u": "update", "d": "delete", "r": "snapshot read", "t": "truncate"}
