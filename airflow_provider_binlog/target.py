@@ -304,24 +304,29 @@ def read_table(
     :raises BinlogConfigError: if the table does not exist or ``table`` is not qualified.
     :raises QuarantinedTableError: if the table is quarantined and ``allow_quarantined`` is False.
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    dt = open_table(target_path, table, storage_options=storage_options)
-    if version is not None:
-        dt.load_as_version(version)
-    check_quarantine(dt, table, allow=allow_quarantined)
-    stored = contract_delta.delta_arrow_schema(dt)
     if as_of is not None and (with_metadata or include_tombstones):
         raise BinlogConfigError(
             "as_of reads the live rows of the SCD2 table: read its versions with their _binlog_* columns from "
             "its Delta table instead of with_metadata or include_tombstones (docs/history.md)"
         )
-    data = (
-        live_rows(dt)
-        if as_of is None
-        else rows_as_of(target_path, table, as_of, storage_options=storage_options)
-    )
+    dt = open_table(target_path, table, storage_options=storage_options)
+    if version is not None:
+        dt.load_as_version(version)
+    check_quarantine(dt, table, allow=allow_quarantined)
+    if as_of is not None:
+        data = rows_as_of(target_path, table, as_of, storage_options=storage_options)
+    else:
+        data = live_rows(dt)
+    return _staged_rows(data, contract_delta.delta_arrow_schema(dt), with_metadata, include_tombstones)
+
+
+def _staged_rows(
+    data: pa.Table, stored: pa.Schema, with_metadata: bool, include_tombstones: bool
+) -> pa.Table:
+    """Return a table's rows (``data``, tombstones included) in the columns and types they were staged with."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if not include_tombstones:
         data = data.filter(pc.invert(pc.fill_null(data[DELETED_COLUMN], False)))
     schema = _staged_schema(stored, with_metadata=with_metadata)
@@ -452,7 +457,10 @@ def read_tables(
     for name in tables:
         dt = open_table(target_path, name, storage_options=storage_options)
         version = window_version(dt, window, pipeline=pipeline)
-        found[name] = read_table(target_path, name, storage_options=storage_options, version=version)
+        if version != dt.version():
+            dt.load_as_version(version)
+        check_quarantine(dt, name)
+        found[name] = _staged_rows(live_rows(dt), contract_delta.delta_arrow_schema(dt), False, False)
     return found
 
 

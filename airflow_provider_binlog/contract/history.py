@@ -335,7 +335,7 @@ def _leaf_bytes(array: pa.Array) -> list[bytes]:
             filled.offset : filled.offset + len(filled) + 1
         ]
         data = filled.buffers()[2]
-        values = b"" if data is None else data.to_pybytes()[offsets[0] : offsets[-1]]
+        values = b"" if data is None else data[int(offsets[0]) : int(offsets[-1])].to_pybytes()
         return [valid, (offsets - offsets[0]).astype("<i8").tobytes(), values]
     filled = pc.fill_null(array, 0)
     dtype = "<f8" if pa.types.is_floating(array.type) else "<i8"

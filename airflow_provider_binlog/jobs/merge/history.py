@@ -86,6 +86,7 @@ from airflow_provider_binlog.jobs.merge.layout import SEGMENT_COLUMN, write_part
 from airflow_provider_binlog.jobs.merge.merge_on_read import deleted_rows
 from airflow_provider_binlog.jobs.merge.transforms import (
     col,
+    conformed_columns,
     read_data_files,
     read_staged_changes,
     spark_type,
@@ -107,6 +108,12 @@ RECENT_COMMITS = 10
 """Commits of a change log read first to find its newest digest (schema and maintenance commits come between)."""
 HISTORY_PROPERTIES = {"delta.enableExpiredLogCleanup": "false"}
 """Table properties of a change log: its commit infos hold the digest chain, so its log is never cleaned up."""
+
+
+def history_kinds_of(manifest: Manifest, table: TablePlan) -> tuple[str, ...]:
+    """Return the history kinds the window writes for ``table``: its manifest entry's, none when it stages no file."""
+    entry = manifest.tables.get(table.name)
+    return entry.history if entry is not None and table.staged.files else ()
 
 
 def write_history(
@@ -142,13 +149,12 @@ def write_history(
     """
     from airflow_provider_binlog.jobs.merge.scd2 import stored_source, write_scd2
 
-    entry = manifest.tables.get(table.name)
-    seq = manifest.window
-    if entry is None or not entry.history or not table.staged.files:
+    kinds = history_kinds_of(manifest, table)
+    if not kinds:
         return None
-    opened = {
-        kind: open_table(history_uri(kind, target, table.name), storage_options) for kind in entry.history
-    }
+    entry = manifest.tables[table.name]
+    seq = manifest.window
+    opened = {kind: open_table(history_uri(kind, target, table.name), storage_options) for kind in kinds}
     result: dict[str, Any] = {}
     for kind, dt in opened.items():
         if dt is not None and already_merged(dt, pipeline, seq):
@@ -156,7 +162,7 @@ def write_history(
                 "%s: window %d is already in its %s table (version %d)", table.name, seq, kind, dt.version()
             )
             result[kind] = {"skipped": True, "delta_version": dt.version()}
-    pending = [kind for kind in entry.history if kind not in result]
+    pending = [kind for kind in kinds if kind not in result]
     existing = next((dt for dt in opened.values() if dt is not None), None)
     keys = list(table.keys) or list((table_key(existing) if existing is not None else None) or ())
     if not pending or not keys:  # only truncate markers, and no history yet: there is none to record
@@ -296,12 +302,11 @@ class HistoryWriter:
 
     def start(self, table: TablePlan) -> Future[dict[str, Any] | None] | None:
         """Start writing the window's history of ``table`` (:func:`write_history`); None when it keeps none."""
-        entry = self.manifest.tables.get(table.name)
-        if entry is None or not entry.history or not table.staged.files:
+        if not history_kinds_of(self.manifest, table):
             return None
         current = open_table(table_uri(self.target, table.name), self.storage_options)
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="binlog-changelog")
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="binlog-history")
         return self._pool.submit(
             write_history,
             self.spark,
@@ -330,14 +335,7 @@ def _image(frame: DataFrame, source: pa.Schema) -> Column:
     """Return the struct of ``source``'s columns of ``frame`` (null where it lacks a column)."""
     from pyspark.sql import functions as F
 
-    present = {c.lower(): c for c in frame.columns}
-    values = [
-        (col(present[f.name.lower()]) if f.name.lower() in present else F.lit(None))
-        .cast(spark_type(f.type))
-        .alias(f.name)
-        for f in source
-    ]
-    return F.struct(*values)
+    return F.struct(*conformed_columns(frame.columns, list(source)))
 
 
 def staged_changelog_rows(
@@ -448,15 +446,16 @@ def target_rows(
     """
     from pyspark.sql import functions as F
 
-    dt = open_table(table_uri(target, name), storage_options) if version is not None else None
+    from airflow_provider_binlog.jobs.merge.table import data_columns, spelled_keys
+
+    dt = None if version is None else open_table(table_uri(target, name), storage_options)
     if dt is None or version is None:
         return None
     dt.load_as_version(version)  # the version the window's merge started from: it may be committing beside us
     if already_merged(dt, pipeline, seq):  # a snapshot's first load wrote the target first
         return None
-    stored = pa.schema([f for f in delta_arrow_schema(dt) if f.name not in dt.metadata().partition_columns])
-    key_names = [next(f.name for f in stored if f.name.lower() == k.lower()) for k in keys]
-    files = current_files(dt, key_names)
+    stored = data_columns(dt, delta_arrow_schema(dt))
+    files = current_files(dt, spelled_keys(stored, keys))
     if not files:
         return None
     live = read_data_files(

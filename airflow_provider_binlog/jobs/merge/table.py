@@ -298,7 +298,7 @@ def retype_table(
     new_schema = pa.schema([change.widened.get(f.name, f) for f in old_schema])
     old_data = data_columns(dt, old_schema)
     new_data = data_columns(dt, new_schema)
-    key_names = _key_names(new_data, keys)
+    key_names = spelled_keys(new_data, keys)
     removed = current_files(dt, key_names)
     placed: list[PlacedFile] = []
     if removed:
@@ -360,7 +360,11 @@ def data_columns(dt: DeltaTable, schema: pa.Schema) -> pa.Schema:
     return pa.schema([f for f in schema if f.name not in partitions])
 
 
-def _key_names(data_schema: pa.Schema, keys: Sequence[str]) -> list[str]:
+def spelled_keys(data_schema: pa.Schema, keys: Sequence[str]) -> list[str]:
+    """Return the key columns ``keys`` as ``data_schema`` spells them (names match in any case).
+
+    :raises KeyError: for a key column the schema lacks.
+    """
     by_lower = {f.name.lower(): f.name for f in data_schema}
     return [by_lower[k.lower()] for k in keys]
 
@@ -404,7 +408,7 @@ def _rewrite_files(
         partitions = [current_schema.field(name) for name in dt.metadata().partition_columns]
         table_schema = pa.schema([*replaced, *partitions])  # a hash-bucket table keeps its partition column
     data_schema = data_columns(dt, table_schema)
-    key_names = _key_names(data_schema, keys)
+    key_names = spelled_keys(data_schema, keys)
     files = current_files(dt, key_names)
     whole = staged.refresh or truncation.empties or replaced is not None
 

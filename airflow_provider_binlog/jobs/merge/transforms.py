@@ -116,17 +116,28 @@ def conform_changes(changes: DataFrame, data_schema: pa.Schema) -> DataFrame:
     """
     from pyspark.sql import functions as F
 
-    present = {c.lower(): c for c in changes.columns}
-    columns = []
-    for f in data_schema:
-        target = spark_type(f.type)
-        if f.name == DELETED_COLUMN:
-            columns.append(F.coalesce(col(OP_COLUMN) == F.lit(OP_DELETE), F.lit(False)).alias(DELETED_COLUMN))
-        elif f.name.lower() in present:
-            columns.append(col(present[f.name.lower()]).cast(target).alias(f.name))
-        else:
-            columns.append(F.lit(None).cast(target).alias(f.name))
-    return changes.select(*columns)
+    tombstone = F.coalesce(col(OP_COLUMN) == F.lit(OP_DELETE), F.lit(False)).alias(DELETED_COLUMN)
+    columns = conformed_columns(changes.columns, list(data_schema))
+    return changes.select(
+        *[tombstone if f.name == DELETED_COLUMN else c for f, c in zip(data_schema, columns, strict=True)]
+    )
+
+
+def conformed_columns(present: Sequence[str], fields: Sequence[pa.Field]) -> list[Column]:
+    """Return one column per field: the column of ``present`` of its name (any case) cast to its type, else NULL.
+
+    :param present: the column names a frame has.
+    :param fields: the wanted columns (storage types).
+    """
+    from pyspark.sql import functions as F
+
+    found = {c.lower(): c for c in present}
+    return [
+        (col(found[f.name.lower()]) if f.name.lower() in found else F.lit(None))
+        .cast(spark_type(f.type))
+        .alias(f.name)
+        for f in fields
+    ]
 
 
 def latest_change_per_key(rows: DataFrame, keys: Sequence[str]) -> DataFrame:
