@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from airflow_provider_binlog.contract.columns import SEQ_COLUMN, TS_COLUMN, WINDOW_COLUMN
+from airflow_provider_binlog.contract.columns import FILE_COLUMN, SEQ_COLUMN, TS_COLUMN, WINDOW_COLUMN
 from airflow_provider_binlog.contract.delta import open_table
 from airflow_provider_binlog.contract.history import (
     CHAIN_KEY,
@@ -23,6 +23,8 @@ from airflow_provider_binlog.contract.history import (
     MERGE_WINDOW_COLUMN,
     PREVIOUS_KEY,
     ROWS_KEY,
+    STATEMENT_COLUMN,
+    STATEMENT_POS_COLUMN,
     chain_digest,
     changelog_uri,
     rows_digest,
@@ -65,7 +67,9 @@ def read_changes(
     :param until: keep changes committed before this time.
     :param key: ``{key column: value}``: keep one row's changes (its key before or after the change).
     :param storage_options: storage options of the target store.
-    :returns: the change log's columns (:func:`~airflow_provider_binlog.contract.history.changelog_schema`).
+    :returns: the change log's columns (:func:`~airflow_provider_binlog.contract.history.changelog_schema`), with
+        the statement's text (``_binlog_statement``) on every row of a statement the source logged (the change log
+        stores it on the statement's first row).
     :raises BinlogConfigError: if the table has no change log, or a time is naive.
     """
     import pyarrow.compute as pc
@@ -88,10 +92,27 @@ def read_changes(
         return pa.schema(schema).empty_table()
     filesystem, _ = filesystem_for(uris[0], storage_options)
     paths = [filesystem_for(u, storage_options)[1] for u in uris]
-    found = ds.dataset(paths, schema=pa.schema(schema), format="parquet", filesystem=filesystem).to_table(
-        filter=condition
-    )
+    dataset = ds.dataset(paths, schema=pa.schema(schema), format="parquet", filesystem=filesystem)
+    found = dataset.to_table(filter=condition)
+    if STATEMENT_COLUMN in found.column_names and found.num_rows:
+        found = _with_statement_text(found, dataset)
     return found.sort_by([(WINDOW_COLUMN, "ascending"), (SEQ_COLUMN, "ascending")])
+
+
+def _with_statement_text(found: pa.Table, dataset: Any) -> pa.Table:
+    """Return ``found`` with the text of its statement on every row (the change log's first row of it holds it)."""
+    import pyarrow.compute as pc
+
+    statement = (FILE_COLUMN, STATEMENT_POS_COLUMN)
+    texts = dataset.to_table(
+        columns=[*statement, STATEMENT_COLUMN], filter=pc.field(STATEMENT_COLUMN).is_valid()
+    )
+    texts = texts.group_by(list(statement)).aggregate([(STATEMENT_COLUMN, "max")])
+    texts = texts.rename_columns([*statement, STATEMENT_COLUMN])
+    rows = found.select(list(statement)).append_column("__row", pa.array(range(found.num_rows), pa.int64()))
+    joined = rows.join(texts, list(statement), join_type="left outer").sort_by("__row")
+    at = found.schema.get_field_index(STATEMENT_COLUMN)
+    return found.set_column(at, found.schema.field(at), joined[STATEMENT_COLUMN].cast(pa.string()))
 
 
 @dataclass

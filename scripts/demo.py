@@ -144,7 +144,12 @@ def print_history(target: str, catch_up: dict | None) -> None:
 
     import pyarrow.compute as pc
 
-    from airflow_provider_binlog.contract.history import AFTER_COLUMN, BEFORE_COLUMN, MERGE_WINDOW_COLUMN
+    from airflow_provider_binlog.contract.history import (
+        AFTER_COLUMN,
+        BEFORE_COLUMN,
+        MERGE_WINDOW_COLUMN,
+        STATEMENT_COLUMN,
+    )
     from airflow_provider_binlog.history import read_changes, verify_history
 
     changes = read_changes(target, "shop.orders")
@@ -166,6 +171,9 @@ def print_history(target: str, catch_up: dict | None) -> None:
             what = ", ".join(f"{k}: {before[k]} -> {after[k]}" for k in varying if before[k] != after[k])
         gtid = row["_binlog_gtid"] or "-"
         print(f"  {row['_binlog_ts']:%H:%M:%S.%f}  {names[row['_binlog_op']]:<13}  gtid {gtid:<10}  {what}")
+        statement = " ".join((row[STATEMENT_COLUMN] or "").split())
+        if statement:
+            print(f"  {'':<15}  by: {statement[:90]}{'...' if len(statement) > 90 else ''}")
     report = verify_history(target, "shop.orders")
     print(f"  {report}")
     if catch_up is not None:

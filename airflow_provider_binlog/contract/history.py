@@ -15,8 +15,9 @@ no source table can share a history table's folder.
 **Columns** (:func:`changelog_schema`): the table's key columns (the after image's values; the before
 image's for a delete), the change columns of the staged row (:data:`~.columns.CHANGE_FIELDS`: op, order key,
 GTID, binlog coordinates, commit time), then :data:`MERGE_WINDOW_COLUMN`, :data:`RUN_ID_COLUMN`,
-:data:`CASCADE_COLUMN` and the two images :data:`BEFORE_COLUMN` and :data:`AFTER_COLUMN` (structs of every
-source column). ``_binlog_op`` is ``c`` (insert: after image only), ``u`` (update: both images; the before
+:data:`CASCADE_COLUMN`, the two images :data:`BEFORE_COLUMN` and :data:`AFTER_COLUMN` (structs of every
+source column), then the statement that made the change where the source logs it (:data:`STATEMENT_POS_COLUMN`,
+:data:`STATEMENT_COLUMN`). ``_binlog_op`` is ``c`` (insert: after image only), ``u`` (update: both images; the before
 image is null for an update staged without it, see below), ``d`` (delete: before image only), ``r`` (a row a
 snapshot read, or the target's row when history started on a table that already had rows: the table's history
 restarts at it) or ``t`` (a truncate marker: the table was emptied, no image).
@@ -44,7 +45,14 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from airflow_provider_binlog.contract import ContractError
-from airflow_provider_binlog.contract.columns import CHANGE_FIELDS, GTID_COLUMN, SEQ_COLUMN, WINDOW_COLUMN
+from airflow_provider_binlog.contract.columns import (
+    CHANGE_FIELDS,
+    FILE_COLUMN,
+    GTID_COLUMN,
+    POS_COLUMN,
+    SEQ_COLUMN,
+    WINDOW_COLUMN,
+)
 from airflow_provider_binlog.contract.names import canonical_name
 from airflow_provider_binlog.contract.uris import table_uri
 
@@ -70,6 +78,37 @@ BEFORE_COLUMN = "_binlog_before"
 """Change-log column: the row's image before the change (a struct of the source columns), null for inserts."""
 AFTER_COLUMN = "_binlog_after"
 """Change-log column: the row's image after the change, null for deletes and truncate markers."""
+STATEMENT_POS_COLUMN = "_binlog_statement_pos"
+"""Change-log column: where the statement that made the change starts in ``_binlog_file`` (the position of its
+ANNOTATE_ROWS event on MariaDB, ``binlog_annotate_row_events``; of its ROWS_QUERY event on MySQL,
+``binlog_rows_query_log_events``); null when the source logged no statement text for it. With ``_binlog_file`` it
+names the statement in every table's change log."""
+STATEMENT_COLUMN = "_binlog_statement"
+"""Change-log column: the statement's text (as logged: UTF-8, bytes that are not replaced), on the first row of
+each statement in a table's change log (lowest order key) and null on its other rows, so that a bulk statement's
+text is stored once per table, not once per row; :func:`~airflow_provider_binlog.history.read_changes` gives it on
+every row."""
+STATEMENTS_FILE = "statements/part-00000.parquet"
+"""A window's statements side file, in the window folder (a folder name without a dot, which no table's folder
+``<db>.<table>`` can be, and not hidden from Spark by a leading ``_``): one row per rows event of a table keeping a change log
+that the source logged a statement for (:data:`STATEMENTS_SCHEMA`). A table's change log joins its rows to its
+entries by ``(_binlog_file, _binlog_pos)``; rows a foreign key's action synthesised take the statement of their
+cause's rows event (any table's entry). A MySQL compressed transaction (``binlog_transaction_compression``) gives
+all its rows events the coordinates of its TRANSACTION_PAYLOAD event: where those hold several statements, the
+coordinates cannot tell them apart and the rows get no statement."""
+STATEMENTS_TABLE_COLUMN = "_binlog_table"
+"""Statements side file column: the table (``db.t``) whose rows the rows event changed."""
+STATEMENTS_SCHEMA = pa.schema(
+    [
+        pa.field(STATEMENTS_TABLE_COLUMN, pa.string(), nullable=False),
+        pa.field(FILE_COLUMN, pa.string(), nullable=False),
+        pa.field(POS_COLUMN, pa.int64(), nullable=False),
+        pa.field(STATEMENT_POS_COLUMN, pa.int64(), nullable=False),
+        pa.field(STATEMENT_COLUMN, pa.string()),
+    ]
+)
+"""Columns of :data:`STATEMENTS_FILE`: a rows event's table and binlog coordinates (its end, as ``_binlog_pos`` of
+its rows), its statement's position and, on the statement's first rows event of each table only, its text."""
 
 VALID_FROM_COLUMN = "_binlog_valid_from"
 """SCD2 column: commit time of the change that started the version (UTC, microseconds)."""
@@ -216,6 +255,8 @@ def changelog_schema(source: pa.Schema, keys: Sequence[str]) -> pa.Schema:
             pa.field(CASCADE_COLUMN, pa.bool_()),
             pa.field(BEFORE_COLUMN, image),
             pa.field(AFTER_COLUMN, image),
+            pa.field(STATEMENT_POS_COLUMN, pa.int64()),
+            pa.field(STATEMENT_COLUMN, pa.string()),
         ]
     )
 

@@ -155,6 +155,9 @@ class Manifest:
     :param schemas: per selected table whose columns the binlog showed (a table map) and no DDL changed since,
         its table-map columns at the window's end (``extract.ddl.column_record``); the next window's reader
         starts from them (a schema history: the old type of a column a ``MODIFY`` changes).
+    :param statements: the window's statements side file, relative to the window folder
+        (:data:`~airflow_provider_binlog.contract.history.STATEMENTS_FILE`), when a table keeping a change log
+        staged rows of statements the source logged; None otherwise.
     """
 
     pipeline: str
@@ -176,6 +179,7 @@ class Manifest:
     dropped: list[Any] = field(default_factory=list)
     watermarks: Mapping[str, BinlogPosition | None] | None = None
     schemas: Mapping[str, list[Any]] = field(default_factory=dict)
+    statements: str | None = None
 
     @property
     def is_snapshot(self) -> bool:
@@ -249,6 +253,7 @@ class Manifest:
             if self.watermarks is None
             else {k: None if v is None else v.to_dict() for k, v in self.watermarks.items()},
             "schemas": dict(sorted(self.schemas.items())) or None,
+            "statements": self.statements,
         }
         return {key: value for key, value in body.items() if value is not None}
 
@@ -300,6 +305,7 @@ class Manifest:
                 if body.get("watermarks") is None
                 else {str(k): _watermark(v) for k, v in body["watermarks"].items()},
                 schemas={str(k): list(v) for k, v in (body.get("schemas") or {}).items()},
+                statements=None if body.get("statements") is None else str(body["statements"]),
             )
         except ContractError as err:
             raise ManifestError(f"{where} does not follow the staging contract: {err}") from err

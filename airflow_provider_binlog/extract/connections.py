@@ -49,14 +49,15 @@ def open_dump(
     flavor: str,
     heartbeat_seconds: float | None = None,
     blocking: bool = False,
+    annotate_rows: bool = False,
 ) -> Iterator[Iterator[Event]]:
     """Open a binlog dump from ``start`` on a connection of its own; yield its raw events; close it after.
 
     The session gets ``net_write_timeout`` = :data:`REPLICATION_NET_WRITE_TIMEOUT_SECONDS`: the dump thread
     serving it waits that long for the reader to take more bytes before it drops the connection (MySQL
     manual, "Server System Variables": ``net_write_timeout``, default 60 s; measured on MariaDB 10.11). The
-    reader takes no bytes while it writes a large committed transaction to staging. The dump sends no
-    ANNOTATE_ROWS events (the window read's events, ADR 0018).
+    reader takes no bytes while it writes a large committed transaction to staging. The dump sends MariaDB's
+    ANNOTATE_ROWS events only when asked (``annotate_rows``).
 
     :param settings: ``pymysql.connect()`` keyword arguments
         (:meth:`~airflow_provider_binlog.hooks.binlog.BinlogHook.dump_settings`): reads and writes after the
@@ -68,6 +69,8 @@ def open_dump(
     :param flavor: ``mariadb`` or ``mysql``.
     :param heartbeat_seconds: the heartbeat period asked of the source (None: none).
     :param blocking: wait at the end of the binlog for new events instead of ending there.
+    :param annotate_rows: ask MariaDB for its ANNOTATE_ROWS events (the statements of the rows events, for change
+        logs); MySQL sends its ROWS_QUERY events either way.
     :raises pymysql.err.OperationalError: when the login fails or times out (``connect_timeout``), for a lost
         connection (2013) while reading, and for the server's refusals (a purged file, a denied privilege).
     :raises BinlogConfigError: when TLS fails (the settings' ``tls_mode``: a certificate the CA did not sign or
@@ -93,7 +96,7 @@ def open_dump(
             position=position,
             flavor=flavor,
             blocking=blocking,
-            annotate_rows=False,
+            annotate_rows=annotate_rows,
             heartbeat_seconds=heartbeat_seconds,
             gtid_position=gtid,
         )
@@ -103,7 +106,12 @@ def open_dump(
 
 
 def pipeline_dump(
-    hook: BinlogHook, start: BinlogPosition, *, flavor: str, blocking: bool = False
+    hook: BinlogHook,
+    start: BinlogPosition,
+    *,
+    flavor: str,
+    blocking: bool = False,
+    annotate_rows: bool = False,
 ) -> AbstractContextManager[Iterator[Event]]:
     """Return :func:`open_dump` of the pipeline of ``hook`` from ``start``: its checked ``server_id``, its settings.
 
@@ -113,6 +121,7 @@ def pipeline_dump(
     :param start: a transaction boundary to read from (by coordinates, on both flavors).
     :param flavor: the source's flavor (``mariadb`` or ``mysql``).
     :param blocking: wait at the binlog's end for new events (heartbeats keep the connection alive).
+    :param annotate_rows: ask MariaDB for the statements of the rows events (:func:`open_dump`).
     :raises BinlogConfigError: when another replica or the source uses the pipeline's ``server_id``
         (``hook.check_server_id()``, one extra SQL connection, before any dump is opened).
     """
@@ -130,4 +139,5 @@ def pipeline_dump(
         flavor=flavor,
         heartbeat_seconds=hook.stream_timeouts()[0],
         blocking=blocking,
+        annotate_rows=annotate_rows,
     )

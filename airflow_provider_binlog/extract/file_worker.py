@@ -46,6 +46,7 @@ from airflow_provider_binlog.extract.reader import (
     TableTarget,
     WindowReader,
 )
+from airflow_provider_binlog.extract.targets import keep_statements
 
 if TYPE_CHECKING:
     from airflow_provider_binlog.extract.events.tablemap import Column
@@ -114,6 +115,7 @@ class FileResult:
     :param serial_from: why the file needs the serial reader (its segments are then not replayed), else None.
     :param trace: per table, what the file did to the serial reader's batch builder of the table, in order:
         the rows a commit added (>= 0) or a spill (-1), which hands the rows held to the sink.
+    :param statements: the statement entries of its committed transactions (:attr:`ReaderState.statements`).
     """
 
     index: int
@@ -126,6 +128,7 @@ class FileResult:
     last_commit_us: int | None
     serial_from: str | None = None
     trace: dict[str, array[int]] = field(default_factory=dict)
+    statements: list[pa.RecordBatch] = field(default_factory=list)
 
 
 class NeedsSerialRead(Exception):
@@ -218,7 +221,10 @@ def read_file(job: FileJob) -> FileResult:
     serial_from = None
     try:
         # server_id 0: the source would end an older dump of the same id (the task's own, another worker's)
-        with open_dump(job.settings, server_id=0, start=job.range.start, flavor=job.flavor) as raw:
+        annotate = keep_statements(job.tables)
+        with open_dump(
+            job.settings, server_id=0, start=job.range.start, flavor=job.flavor, annotate_rows=annotate
+        ) as raw:
             reader = WindowReader(
                 EventReader().events(raw),
                 start=job.range.start,
@@ -249,6 +255,7 @@ def read_file(job: FileJob) -> FileResult:
         last_commit_us=state.last_commit_us,
         serial_from=serial_from,
         trace=hooks.trace,
+        statements=state.statement_batches(),
     )
 
 

@@ -34,6 +34,7 @@ import pyarrow as pa
 import pymysql
 
 from airflow_provider_binlog.contract.columns import OP_DELETE, OP_INSERT, OP_UPDATE, UTC
+from airflow_provider_binlog.contract.history import CHANGELOG
 from airflow_provider_binlog.contract.names import database_of
 from airflow_provider_binlog.contract.positions import BinlogPosition, file_index
 from airflow_provider_binlog.exceptions import (
@@ -62,7 +63,14 @@ from airflow_provider_binlog.extract.targets import (
     SnapshotCover,
     TableTarget,
 )
-from airflow_provider_binlog.extract.transaction import Layout, LayoutKey, Transaction, spill, spill_head
+from airflow_provider_binlog.extract.transaction import (
+    Layout,
+    LayoutKey,
+    LoggedStatement,
+    Transaction,
+    spill,
+    spill_head,
+)
 from airflow_provider_binlog.source.connect import LOST_CONNECTION_ERRORS
 from airflow_provider_binlog.source.sql import QueryKind, classify_query
 
@@ -95,6 +103,8 @@ PROGRESS_EVERY_EVENTS = 256
 this many events, so the clock is not read per event."""
 
 _ROTATE = codes.ROTATE
+STMT_END = 1
+"""Rows event flag ``STMT_END_F``: the last rows event of its statement (``sql/log_event.h``, MySQL and MariaDB)."""
 _PASSED = frozenset({TableMap, RowsQuery})
 """Parsed event bodies the dispatch only counts (a table map is read through the rows events that name it)."""
 
@@ -187,6 +197,7 @@ class WindowReader:
             case_sensitive_names=case_sensitive_names,
         )
         self.txn = Transaction()
+        self.statement: LoggedStatement | None = None
         self.layouts: dict[LayoutKey, Layout] = {}
         self.current_layout: dict[str, LayoutKey] = {}
         self.layout_of_list: dict[int, tuple[list[Column], Layout]] = {}
@@ -355,10 +366,15 @@ class WindowReader:
         data, file, end_pos, code = event.data, event.file, event.end_pos, event.type_code
         if type(data) is RowsEvent:
             self._rows(data, file, end_pos)
+            if data.flags & STMT_END and self.statement is not None:
+                self.statement = None  # a statement's last rows event: the next one may have no text logged
             if end_pos and not self.txn.open:
                 self._move(file, end_pos)
             return
-        if data is None or type(data) in _PASSED:  # table maps, events not acted on (ANNOTATE_ROWS, ...)
+        if type(data) is RowsQuery:  # the text of the statement whose rows events follow
+            self.statement = LoggedStatement(file, event.start, data)
+            self.txn.payload_statements += event.in_payload
+        if data is None or type(data) in _PASSED:  # table maps, events not acted on
             if end_pos and not self.txn.open:
                 self._move(file, end_pos)
             return
@@ -439,6 +455,7 @@ class WindowReader:
             layout.builder.rollback()
         self.txn.close_spills()
         self.txn = Transaction()
+        self.statement = None
 
     def _query(self, event: Any, file: str, end_pos: int) -> None:
         query = classify_query(event.query)
@@ -664,6 +681,8 @@ class WindowReader:
         state.seq += count
         self.txn.rows_in_memory += count
         state.stats.rows += len(rows)
+        if self.statement is not None and CHANGELOG in target.history:
+            self.txn.statements.append(self.statement.entry(layout.table, file, end_pos))
 
     def _commit(self, event: Event | SimpleNamespace, file: str, end_pos: int) -> None:
         """Commit the open transaction: its rows get its GTID and commit time, and go to the sink in batches.
@@ -688,8 +707,11 @@ class WindowReader:
                 self.state.committed_tables.add(layout.table)
             if layout.builder.committed >= BATCH_ROWS:
                 self._flush(layout)
+        if self.txn.statements and self.txn.payload_statements < 2:  # else the coordinates are ambiguous
+            self.state.add_statements(self.txn.statements)
         self.txn.close_spills()
         self.txn = Transaction()
+        self.statement = None
         self.state.stats.transactions += 1
         self.state.last_commit_us = commit_us
 

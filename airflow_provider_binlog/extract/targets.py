@@ -11,13 +11,14 @@ rows go) and :class:`ReadHooks` (the seams a parallel read's readers use). Used 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
 from airflow_provider_binlog.contract.columns import moving_columns
+from airflow_provider_binlog.contract.history import CHANGELOG, STATEMENTS_SCHEMA
 from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.extract.columns import ColumnSpec
 
@@ -165,6 +166,10 @@ class Retype:
     decision: dict[str, Any]
 
 
+STATEMENT_BATCH_ENTRIES = 65_536
+"""Statement entries a :class:`ReaderState` keeps as Python tuples before it makes them an Arrow batch."""
+
+
 @dataclass
 class ReaderState:
     """What a window reader carries from one binlog file into the next: all that a file can change.
@@ -185,6 +190,9 @@ class ReaderState:
         built with this state holds them again.
     :param specs: per table, the column specs and primary key of the :attr:`held` batches.
     :param at_window_end: the read reached the window end and handed every row to the sink (nothing held).
+    :param statements: the committed transactions' rows events of tables keeping a change log, with their
+        statements, as batches of :data:`~airflow_provider_binlog.contract.history.STATEMENTS_SCHEMA`
+        (:meth:`add_statements`).
     """
 
     seq: int = 0
@@ -196,6 +204,26 @@ class ReaderState:
     held: dict[str, list[pa.RecordBatch]] = field(default_factory=dict)
     specs: dict[str, tuple[list[ColumnSpec], list[str]]] = field(default_factory=dict)
     at_window_end: bool = False
+    statements: list[pa.RecordBatch] = field(default_factory=list)
+    _statement_entries: list[tuple[str, str, int, int, str | None]] = field(default_factory=list)
+
+    def add_statements(self, entries: Iterable[tuple[str, str, int, int, str | None]]) -> None:
+        """Keep a committed transaction's statement entries (``(table, file, end position, statement position, text)``).
+
+        They are kept as Python tuples up to :data:`STATEMENT_BATCH_ENTRIES`, then as an Arrow batch.
+        """
+        self._statement_entries.extend(entries)
+        if len(self._statement_entries) >= STATEMENT_BATCH_ENTRIES:
+            self.statement_batches()
+
+    def statement_batches(self) -> list[pa.RecordBatch]:
+        """Return every statement entry kept so far as batches of :data:`~airflow_provider_binlog.contract.history.STATEMENTS_SCHEMA`."""
+        if self._statement_entries:
+            columns = zip(*self._statement_entries, strict=True)
+            arrays = [pa.array(list(c), f.type) for c, f in zip(columns, STATEMENTS_SCHEMA, strict=True)]
+            self.statements.append(pa.RecordBatch.from_arrays(arrays, schema=STATEMENTS_SCHEMA))
+            self._statement_entries = []
+        return self.statements
 
     def next_seq(self) -> int:
         """Take the next ``_binlog_seq`` (for a row or a truncate marker) and return it."""
@@ -226,3 +254,8 @@ class ReadHooks(Protocol):
 
     def spilling(self, touched: Iterable[Layout]) -> None:
         """Hear of the open transaction's rows about to be spilled to temporary files."""
+
+
+def keep_statements(tables: Mapping[str, TableTarget]) -> bool:
+    """Return whether a read of ``tables`` records statements: some table keeps a change log."""
+    return any(CHANGELOG in target.history for target in tables.values())

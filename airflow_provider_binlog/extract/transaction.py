@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -26,6 +27,7 @@ from airflow_provider_binlog.extract.columns import (
 from airflow_provider_binlog.extract.decoder import RowDecoder
 
 if TYPE_CHECKING:
+    from airflow_provider_binlog.extract.events.parsers import RowsQuery
     from airflow_provider_binlog.extract.events.tablemap import Column
 
 LayoutKey = tuple[str, tuple[Any, ...]]
@@ -69,6 +71,31 @@ SavepointMarks = dict[tuple[str, int], tuple[int, int]]
 """Per touched layout of the open transaction: ``(spilled files, rows in memory)`` at a savepoint."""
 
 
+@dataclass
+class LoggedStatement:
+    """The logged statement whose rows events follow: its ROWS_QUERY (MySQL) or ANNOTATE_ROWS (MariaDB) event.
+
+    :param file: the binlog file. :param pos: the event's start (a compressed transaction's: its payload's).
+    :param event: the parsed event (its text is decoded when a table keeping a change log needs it).
+    :param recorded: the tables whose first rows event of the statement was recorded with the text.
+    """
+
+    file: str
+    pos: int
+    event: RowsQuery
+    recorded: set[str] = field(default_factory=set)
+
+    def entry(self, table: str, file: str, end_pos: int) -> tuple[str, str, int, int, str | None]:
+        """Return the statements side file entry of a rows event of ``table`` ending at ``(file, end_pos)``.
+
+        The text is on the statement's first rows event of each table only
+        (:data:`~airflow_provider_binlog.contract.history.STATEMENTS_SCHEMA`).
+        """
+        text = None if table in self.recorded else self.event.query
+        self.recorded.add(table)
+        return table, file, end_pos, self.pos, text
+
+
 class Transaction:
     """The open transaction: its GTID, the layouts it touched, its spilled row batches and savepoints.
 
@@ -84,6 +111,12 @@ class Transaction:
         self.spilled: dict[tuple[str, int], list[Any]] = {}
         self.rows_in_memory = 0
         self.savepoints: dict[str, SavepointMarks] = {}
+        self.statements: list[tuple[str, str, int, int, str | None]] = []
+        self.payload_statements = 0
+        """Statements logged inside a compressed TRANSACTION_PAYLOAD (MySQL): its events all have its coordinates,
+        so with two or more the rows events' coordinates cannot tell their statements apart and none is recorded."""
+        """Its rows events of tables keeping a change log that have a logged statement: ``(file, end position,
+        statement position, text on the statement's first one)`` (:data:`~airflow_provider_binlog.contract.history.STATEMENTS_SCHEMA`)."""
 
     def drop_table(self, table: str) -> None:
         """Forget the transaction's rows of ``table`` so far: in its layouts' builders and in spilled files."""

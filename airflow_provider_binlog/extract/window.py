@@ -9,8 +9,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pymysql
 
+from airflow_provider_binlog.contract.history import STATEMENTS_FILE, STATEMENTS_SCHEMA
 from airflow_provider_binlog.contract.manifest import Manifest, TableEntry
 from airflow_provider_binlog.contract.positions import BinlogPosition
 from airflow_provider_binlog.exceptions import TableRefusalError
@@ -28,6 +31,7 @@ from airflow_provider_binlog.extract.parallel import (
 )
 from airflow_provider_binlog.extract.progress import ExtractProgress
 from airflow_provider_binlog.extract.reader import ReaderState, SnapshotCover, TableTarget, WindowReader
+from airflow_provider_binlog.extract.targets import keep_statements
 from airflow_provider_binlog.extract.writer import TableOutput, WindowWriters
 from airflow_provider_binlog.pipeline.ledger import Window, now_iso
 from airflow_provider_binlog.pipeline.quarantine import OnTableError
@@ -175,6 +179,7 @@ def extract_window(
         schema_skipped_row_events=dict(sorted(stats.schema_skipped_row_events.items())),
         dropped=stats.dropped,
         schemas={t: [column_record(c) for c in cols] for t, cols in sorted(read.columns.items())},
+        statements=_write_statements(window_dir, read.statement_batches()),
         stats={
             "events": stats.events,
             "transactions": stats.transactions,
@@ -201,6 +206,20 @@ def extract_window(
         str(path),
     )
     return manifest
+
+
+def _write_statements(window_dir: ObjectStoragePath, batches: list[pa.RecordBatch]) -> str | None:
+    """Write the window's statements side file (:data:`~.contract.history.STATEMENTS_FILE`); return its name.
+
+    None, and no file, when the read recorded no statement.
+    """
+    if not batches:
+        return None
+    path = window_dir / STATEMENTS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as out:
+        pq.write_table(pa.Table.from_batches(batches, STATEMENTS_SCHEMA), out, compression="zstd")
+    return STATEMENTS_FILE
 
 
 def _entry(output: TableOutput, target: TableTarget | None) -> TableEntry:
@@ -244,7 +263,7 @@ def _read_window(
         :func:`~.parallel.read_task_file` does; return the state the read ended with.
         """
         hooks = None if until is None else TaskFileHooks()
-        with pipeline_dump(hook, at, flavor=server.flavor) as raw:
+        with pipeline_dump(hook, at, flavor=server.flavor, annotate_rows=keep_statements(tables)) as raw:
             reader = WindowReader(
                 EventReader().events(raw),
                 start=at,

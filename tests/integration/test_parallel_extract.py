@@ -13,6 +13,7 @@ import signal
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -213,6 +214,32 @@ def test_with_history_every_update_is_staged_with_its_before_image_in_parallel_a
     )  # the same after images, each with a before image
     # p.a has no deletes: without history its d rows are the key moves' before images, with it every update's
     assert 0 < len(images(without, "d")) < len(images(with_history, "d")) == len(images(without, "u"))
+
+    # The statements of the rows events (MariaDB's ANNOTATE_ROWS events, asked for because a table keeps a change
+    # log): the same entries read in parallel as serially, one per rows event of each table, the text once per
+    # statement and table; a read without history records none.
+    assert "statements" not in plain
+    entries = {
+        how: sorted(
+            pq.read_table(tmp_path / how / "test" / "window=3" / manifest["statements"]).to_pylist(),
+            key=lambda e: (e["_binlog_file"], e["_binlog_pos"], e["_binlog_table"]),
+        )
+        for how, manifest in (("serial", serial), ("parallel", parallel))
+    }
+    assert entries["parallel"] == entries["serial"]
+    events = {(e["_binlog_table"], e["_binlog_file"], e["_binlog_pos"]) for e in entries["serial"]}
+    assert len(events) == len(entries["serial"])
+    for table, rows in staged(tmp_path / "serial", serial).items():
+        assert {(table, r["_binlog_file"], r["_binlog_pos"]) for r in rows} <= events, table
+    texts = Counter(
+        (e["_binlog_table"], e["_binlog_file"], e["_binlog_statement_pos"])
+        for e in entries["serial"]
+        if e["_binlog_statement"]
+    )
+    assert set(texts.values()) == {1}
+    assert set(texts) == {
+        (e["_binlog_table"], e["_binlog_file"], e["_binlog_statement_pos"]) for e in entries["serial"]
+    }
 
 
 @pytest.mark.parametrize("reader", ["a worker", "the task process"])

@@ -44,6 +44,8 @@ from airflow_provider_binlog.contract.history import (
     ENDED_BY_COLUMN,
     IS_CURRENT_COLUMN,
     MERGE_WINDOW_COLUMN,
+    STATEMENT_COLUMN,
+    STATEMENT_POS_COLUMN,
     VALID_TO_COLUMN,
     changelog_uri,
     scd2_uri,
@@ -54,6 +56,9 @@ pytestmark = pytest.mark.system
 
 DAGS = Path(__file__).with_name("dags")
 PIPELINE = "p_hist"
+PAID = "UPDATE orders SET status = 'paid' WHERE id = 1 /* 払い済み \u00e9 */"
+"""A statement whose text (logged by ``binlog_annotate_row_events``) the change log keeps, multi-byte characters
+included."""
 
 
 def replay(changes: list[dict[str, Any]], key: str) -> dict[Any, dict[str, Any]]:
@@ -118,7 +123,7 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
         first = runner.run()  # the snapshot, then an empty first window
         assert first.state == "success", task_states(first)
         connections.execute(
-            "UPDATE orders SET status = 'paid' WHERE id = 1",
+            PAID,
             "UPDATE orders SET id = 20 WHERE id = 2",  # the row moves to another key
             "DELETE FROM orders WHERE id = 3",
             "INSERT INTO orders VALUES (3, 'again', 33.00)",
@@ -183,6 +188,25 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
         assert changes[5][AFTER_COLUMN] is None
         for bumped in changes[7:10]:  # the multi-row update: each row's before image is the one it replaced
             assert bumped[AFTER_COLUMN]["amount"] == bumped[BEFORE_COLUMN]["amount"] + Decimal("1.00")
+
+        # The statement of each change: its text on every row read_changes returns, stored once per statement in
+        # a table's change log; none for snapshot reads; a cascade's rows name their cause's statement.
+        assert paid[STATEMENT_COLUMN] == PAID
+        assert moved[STATEMENT_COLUMN] == "UPDATE orders SET id = 20 WHERE id = 2"
+        assert [r[STATEMENT_COLUMN] for r in changes[:3]] == [None] * 3
+        assert [r[STATEMENT_POS_COLUMN] for r in changes[:3]] == [None] * 3
+        bulk = changes[7:10]
+        assert {r[STATEMENT_COLUMN] for r in bulk} == {"UPDATE orders SET amount = amount + 1"}
+        assert len({(r["_binlog_file"], r[STATEMENT_POS_COLUMN]) for r in bulk}) == 1
+        assert len({r[STATEMENT_POS_COLUMN] for r in changes[3:10]}) == 5  # five statements
+        stored = deltalake.DeltaTable(changelog_uri(target, orders)).to_pyarrow_table().to_pylist()
+        stored_bulk = [r for r in stored if r[STATEMENT_POS_COLUMN] == bulk[0][STATEMENT_POS_COLUMN]]
+        assert sorted(r[STATEMENT_COLUMN] is None for r in stored_bulk) == [False, True, True]
+        assert [r[STATEMENT_COLUMN] for r in read_changes(target, f"{db}.orders~changes").to_pylist()] == [
+            None,
+            "UPDATE `orders~changes` SET v = 2 WHERE id = 1",
+            None,  # TRUNCATE is a statement (DDL) of its own: no rows event
+        ]
         assert changes[10][AFTER_COLUMN]["note"] == "x"
         assert changes[10][BEFORE_COLUMN]["note"] is None
         assert len({r[MERGE_WINDOW_COLUMN] for r in changes}) == 3  # the snapshot and two windows
@@ -210,6 +234,9 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
             (OP_DELETE, 10, True, 1),
             (OP_DELETE, 11, True, 1),
         ]
+        (cause,) = [r for r in read_changes(target, f"{db}.parents").to_pylist() if r[OP_COLUMN] == OP_DELETE]
+        assert cause[STATEMENT_COLUMN] == "DELETE FROM parents WHERE id = 1"
+        assert {r[STATEMENT_POS_COLUMN] for r in cascaded} == {cause[STATEMENT_POS_COLUMN]}
         folders = sorted(p.name for p in (Path(target) / db).iterdir())
         assert folders == [
             "children",

@@ -11,6 +11,9 @@ import pytest
 from airflow_provider_binlog.contract.history import (
     AFTER_COLUMN,
     BEFORE_COLUMN,
+    STATEMENT_COLUMN,
+    STATEMENT_POS_COLUMN,
+    STATEMENTS_FILE,
     HistoryConfigError,
     HistorySettings,
     chain_digest,
@@ -19,7 +22,7 @@ from airflow_provider_binlog.contract.history import (
     history_kinds,
     rows_digest,
 )
-from airflow_provider_binlog.contract.manifest import TableEntry
+from airflow_provider_binlog.contract.manifest import Manifest, TableEntry
 from airflow_provider_binlog.contract.names import path_segment
 from airflow_provider_binlog.contract.uris import table_uri
 
@@ -56,6 +59,13 @@ def test_manifest_entries_keep_their_history_kinds() -> None:
     assert "history" not in TableEntry().to_json()
 
 
+def test_a_manifest_names_its_statements_side_file_when_it_has_one() -> None:
+    manifest = Manifest(pipeline="p", window=3, tables={}, statements=STATEMENTS_FILE)
+    assert Manifest.from_text(manifest.to_text()).statements == STATEMENTS_FILE
+    assert "statements" not in Manifest(pipeline="p", window=3, tables={}).to_json()
+    assert "." not in STATEMENTS_FILE.split("/")[0]  # no table folder (<db>.<table>) can be its folder
+
+
 @pytest.mark.parametrize("name", ["orders~changes", "orders", "a b", "~", "ORDERS~CHANGES"])
 def test_no_source_table_shares_a_change_log_folder(name: str) -> None:
     """A change log's folder name ends in ``~changes``, which no table's folder name can (``~`` is escaped)."""
@@ -63,11 +73,11 @@ def test_no_source_table_shares_a_change_log_folder(name: str) -> None:
     assert changelog_uri("/lake", f"shop.{name}") == table_uri("/lake", f"shop.{name}") + "~changes"
 
 
-def test_changelog_schema_has_the_key_the_change_columns_and_both_images() -> None:
+def test_changelog_schema_has_the_key_the_change_columns_both_images_and_the_statement() -> None:
     source = pa.schema([("id", pa.int32()), ("status", pa.string())])
     schema = changelog_schema(source, ["id"])
     assert schema.names[0] == "id"
-    assert schema.names[-2:] == [BEFORE_COLUMN, AFTER_COLUMN]
+    assert schema.names[-4:] == [BEFORE_COLUMN, AFTER_COLUMN, STATEMENT_POS_COLUMN, STATEMENT_COLUMN]
     assert schema.field(AFTER_COLUMN).type == pa.struct(source)
     with pytest.raises(HistoryConfigError, match="missing"):
         changelog_schema(source, ["missing"])

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from airflow_provider_binlog.contract.positions import BinlogPosition
@@ -22,7 +23,7 @@ from airflow_provider_binlog.extract.decoder import unsupported_reason
 from airflow_provider_binlog.extract.errors import UndecodableEventError
 from airflow_provider_binlog.extract.events.feeds import read_binlog_file
 from airflow_provider_binlog.extract.events.stream import Event, EventReader, RowsEvent
-from airflow_provider_binlog.extract.reader import TableTarget, WindowReader
+from airflow_provider_binlog.extract.reader import ReaderState, TableTarget, WindowReader
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "mysql_binlogs"
 pytestmark = pytest.mark.skipif(
@@ -361,9 +362,15 @@ def test_reading_from_a_later_position_decodes_with_the_files_format_description
     assert rows_of(tail) == [rows_of(whole)[-1]]
 
 
-def _stage(path: Path) -> tuple[list[Event], list[dict[str, Any]]]:
+def _stage(path: Path, history: tuple[str, ...] = ()) -> tuple[list[Event], list[dict[str, Any]]]:
     """Read a corpus file through the window reader (the tables of its rows events that RowDecoder decodes
-    selected); return (its events, the staged rows)."""
+    selected, keeping ``history``); return (its events, the staged rows)."""
+    events, staged, _ = _read(path, history)
+    return events, staged
+
+
+def _read(path: Path, history: tuple[str, ...] = ()) -> tuple[list[Event], list[dict[str, Any]], ReaderState]:
+    """:func:`_stage`, and the reader's final state."""
     events = list(EventReader().events(as_left(path)))
     tables = {
         e.data.table_map.name
@@ -375,12 +382,33 @@ def _stage(path: Path) -> tuple[list[Event], list[dict[str, Any]]]:
         iter(events),
         start=BinlogPosition(events[0].file, 4),
         end=BinlogPosition(events[0].file, max(e.end_pos for e in events)),
-        tables={name: TableTarget(name, []) for name in tables},
+        tables={name: TableTarget(name, [], history=history) for name in tables},
         window=1,
         sink=lambda table, batch, specs, key: staged.extend(batch.to_pylist()),
     )
     reader.run()
-    return events, staged
+    return events, staged, reader.state
+
+
+def test_rows_query_statements_are_recorded_unless_one_payload_holds_several() -> None:
+    """MySQL's ROWS_QUERY events give change logs their statements; inside a compressed transaction every event
+    has the payload's coordinates, so a payload of two statements records none (its rows could not tell them
+    apart), and a payload of one records it for each of its rows events."""
+    events, staged, state = _read(DATA / "apecloud_rust/mysql-bin.000057", history=("changelog",))
+    texts: dict[int, list[str]] = {}
+    for e in events:
+        if e.name == "ROWS_QUERY" and e.in_payload:
+            texts.setdefault(e.start, []).append(e.data.query)
+    assert sorted(len(t) for t in texts.values()) == [1, 2]
+    (single,) = [start for start, found in texts.items() if len(found) == 1]
+    entries = pa.Table.from_batches(state.statement_batches()).to_pylist()
+    assert entries
+    assert {e["_binlog_statement_pos"] for e in entries} == {single}
+    assert [e["_binlog_statement"] for e in entries if e["_binlog_statement"]] == texts[single]
+    payload_end = next(e.end_pos for e in events if e.start == single and e.name == "ROWS_QUERY")
+    assert {(r["_binlog_file"], r["_binlog_pos"]) for r in staged if r["_binlog_pos"] == payload_end} == {
+        (e["_binlog_file"], e["_binlog_pos"]) for e in entries
+    }
 
 
 def test_mysql_commit_times_are_the_gtid_events_microseconds() -> None:

@@ -71,6 +71,10 @@ from airflow_provider_binlog.contract.history import (
     ROWS_KEY,
     RUN_ID_COLUMN,
     SCD2,
+    STATEMENT_COLUMN,
+    STATEMENT_POS_COLUMN,
+    STATEMENTS_SCHEMA,
+    STATEMENTS_TABLE_COLUMN,
     chain_digest,
     changelog_schema,
     changelog_uri,
@@ -89,6 +93,7 @@ from airflow_provider_binlog.jobs.merge.transforms import (
     conformed_columns,
     read_data_files,
     read_staged_changes,
+    spark_schema,
     spark_type,
 )
 
@@ -183,7 +188,10 @@ def write_history(
     schema = delta_arrow_schema(log_dt) if log_dt is not None else wanted
     run_id = manifest.run_id or ""
     staged = {join_uri(window_uri, f) for f in entry.files}
-    rows = staged_changelog_rows(spark, table, schema, staged=staged, seq=seq, run_id=run_id)
+    statements = join_uri(window_uri, manifest.statements) if manifest.statements else None
+    rows = staged_changelog_rows(
+        spark, table, schema, staged=staged, seq=seq, run_id=run_id, statements=statements
+    )
     new = {
         CHANGELOG: log_dt is not None and last_chain(log_dt) is None,
         SCD2: SCD2 in pending and opened[SCD2] is None,
@@ -339,15 +347,25 @@ def _image(frame: DataFrame, source: pa.Schema) -> Column:
 
 
 def staged_changelog_rows(
-    spark: SparkSession, table: TablePlan, schema: pa.Schema, *, staged: set[str], seq: int, run_id: str
+    spark: SparkSession,
+    table: TablePlan,
+    schema: pa.Schema,
+    *,
+    staged: set[str],
+    seq: int,
+    run_id: str,
+    statements: str | None = None,
 ) -> DataFrame:
     """Return the change-log rows of a table's staged (and cascade) files, shaped like ``schema``.
 
     An update's staged pair (a ``d`` at order key ``(w, s)`` and a ``u`` at ``(w, s + 1)`` of the same row event,
     neither synthesised by a cascade) becomes one ``u`` row with both images at the ``u``'s order key; every other
     row keeps its op, with its image as the before image of a ``d`` and the after image of ``c``, ``u`` and ``r``.
+    Each row gets the statement of its rows event from the window's statements side file (``statements``), its text
+    on the first row of the table's first rows event of the statement (:data:`~.contract.history.STATEMENT_COLUMN`).
 
     :param staged: the files the manifest lists (the others of ``table.staged.files`` are the cascades').
+    :param statements: the window's statements side file (None: the window recorded none).
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -364,9 +382,8 @@ def staged_changelog_rows(
                 frame.select(*changes, F.lit(flag).alias(CASCADE_COLUMN), _image(frame, source).alias(_IMAGE))
             )
     rows = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
-    event = Window.partitionBy(WINDOW_COLUMN, FILE_COLUMN, POS_COLUMN, GTID_COLUMN).orderBy(
-        SEQ_COLUMN, CASCADE_COLUMN
-    )
+    event_columns = (WINDOW_COLUMN, FILE_COLUMN, POS_COLUMN, GTID_COLUMN)
+    event = Window.partitionBy(*event_columns).orderBy(SEQ_COLUMN, CASCADE_COLUMN)
     op, this_seq, cascade = col(OP_COLUMN), col(SEQ_COLUMN), col(CASCADE_COLUMN)
     rows = rows.withColumns(
         {
@@ -387,12 +404,45 @@ def staged_changelog_rows(
         (op == OP_DELETE) & (F.col("_next_op") == OP_UPDATE) & (F.col("_next_seq") == this_seq + 1)
         & ~cascade & ~F.col("_next_cascade")
     )  # fmt: skip
+    paired = F.coalesce(paired_update, F.lit(False))
+    if statements is not None:
+        first = F.min(F.when(~cascade, this_seq)).over(Window.partitionBy(*event_columns))
+        rows = _with_statements(spark, rows, statements, table.name).withColumn(
+            STATEMENT_COLUMN,
+            F.when(~cascade & (this_seq - paired.cast("long") == first), col(STATEMENT_COLUMN)),
+        )
     rows = rows.where(~F.coalesce(paired_delete, F.lit(False)))
-    before = F.when(F.coalesce(paired_update, F.lit(False)), F.col("_prev_image")).when(
-        op == OP_DELETE, col(_IMAGE)
-    )
+    before = F.when(paired, F.col("_prev_image")).when(op == OP_DELETE, col(_IMAGE))
     after = F.when(op.isin(OP_INSERT, OP_UPDATE, OP_SNAPSHOT), col(_IMAGE))
     return _shaped(rows, schema, before=before, after=after, seq=seq, run_id=run_id)
+
+
+def _with_statements(spark: SparkSession, rows: DataFrame, statements: str, name: str) -> DataFrame:
+    """Return ``rows`` with the statement position of their rows event and its text for table ``name``.
+
+    A rows event whose coordinates the side file gives several statements (a compressed MySQL transaction) gets
+    none; a row a cascade synthesised gets its cause's statement (any table's entry).
+    """
+    from pyspark.sql import functions as F
+
+    position = col(STATEMENT_POS_COLUMN)
+    events = (
+        spark.read.schema(spark_schema(STATEMENTS_SCHEMA))
+        .parquet(statements)
+        .groupBy(FILE_COLUMN, POS_COLUMN)
+        .agg(
+            F.min(position).alias("_first"),
+            F.max(position).alias("_last"),
+            F.max(F.when(col(STATEMENTS_TABLE_COLUMN) == name, col(STATEMENT_COLUMN))).alias("_text"),
+        )
+        .select(
+            FILE_COLUMN,
+            POS_COLUMN,
+            F.when(col("_first") == col("_last"), col("_first")).alias(STATEMENT_POS_COLUMN),
+            F.when(col("_first") == col("_last"), col("_text")).alias(STATEMENT_COLUMN),
+        )
+    )
+    return rows.join(events, [FILE_COLUMN, POS_COLUMN], "left")
 
 
 def _shaped(
@@ -409,6 +459,9 @@ def _shaped(
         BEFORE_COLUMN: before,
         AFTER_COLUMN: after,
     }
+    for name in (STATEMENT_POS_COLUMN, STATEMENT_COLUMN):
+        if name not in rows.columns:  # no statement recorded (a snapshot read, a window without any)
+            computed[name] = F.lit(None)
     columns = []
     for f in schema:
         if f.name in computed:
