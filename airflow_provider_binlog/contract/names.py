@@ -297,17 +297,28 @@ def table_path(name: str) -> str:
     return f"{path_segment(db)}/{path_segment(table)}"
 
 
+STAGING_FILE_NAMES = frozenset({"manifest.json", "plan.json"})
+"""The files a window or snapshot folder holds beside its table folders (the manifest, a snapshot's plan): a table
+whose folder would be one of them (table ``json`` of database ``manifest``) gets its table part escaped."""
+
+
 def table_folder(name: str) -> str:
     """Return the one folder name of a source table in a staging folder: ``<db segment>.<table segment>``.
 
     The database part escapes its dots, so the first dot separates the parts and no two tables share a
-    folder. Ordinary names give ``db.table``, the layout windows and snapshots have always had.
+    folder. Ordinary names give ``db.table``, the layout windows and snapshots have always had, except the
+    names of :data:`STAGING_FILE_NAMES`: their table part is escaped byte by byte (``manifest.~6A~73~6F~6E``),
+    which no other name's folder can be (an ordinary name holds no ``~``, an escaped one escapes only what it
+    must).
 
     :param name: qualified table name.
     :raises TableNameError: if the name is not qualified.
     """
     db, table = split_table_name(name)
-    return f"{path_segment(db, escape_dots=True)}.{path_segment(table)}"
+    folder = f"{path_segment(db, escape_dots=True)}.{path_segment(table)}"
+    if folder in STAGING_FILE_NAMES:
+        return folder.partition(".")[0] + "." + "".join(f"{_ESCAPE}{b:02X}" for b in table.encode("utf-8"))
+    return folder
 
 
 def table_of_folder(folder: str) -> str:

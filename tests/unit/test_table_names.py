@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_binlog.contract.manifest import MANIFEST_NAME
 from airflow_provider_binlog.contract.names import (
+    STAGING_FILE_NAMES,
     TableNameError,
     TablePattern,
     canonical_name,
@@ -17,12 +19,14 @@ from airflow_provider_binlog.contract.names import (
     split_table_name,
     sql_name_parts,
     table_folder,
+    table_of_folder,
     table_path,
 )
 from airflow_provider_binlog.contract.uris import join_uri, table_uri
 from airflow_provider_binlog.extract.ddl import classify_ddl
 from airflow_provider_binlog.extract.statements import qualify_name
 from airflow_provider_binlog.pipeline.tables import parse_tables, select_tables, takes
+from airflow_provider_binlog.snapshot.plan import PLAN_NAME
 
 HOSTILE = [
     ("shop", "orders"),
@@ -50,6 +54,9 @@ HOSTILE = [
     ("shop", "a?b#c"),
     ("shop", "_delta_log"),
     ("shop", "-x"),
+    ("manifest", "json"),  # its folder would be the window's manifest file
+    ("plan", "json"),  # a snapshot's plan
+    ("manifest", "~6A~73~6F~6E"),
 ]
 
 
@@ -96,6 +103,16 @@ def test_no_two_tables_share_a_folder() -> None:
     for a, b in itertools.combinations(names, 2):
         assert table_folder(a) != table_folder(b)
         assert not table_folder(a).startswith(table_folder(b) + "/")
+
+
+def test_no_table_folder_is_a_file_of_the_staging_folder() -> None:
+    assert MANIFEST_NAME in STAGING_FILE_NAMES
+    assert PLAN_NAME in STAGING_FILE_NAMES
+    for file in STAGING_FILE_NAMES:
+        assert table_folder(file) != file
+        assert table_of_folder(table_folder(file)) == file
+    assert table_folder("manifest.json") == "manifest.~6A~73~6F~6E"
+    assert table_folder("shop.json") == "shop.json"  # every other name keeps its folder
 
 
 @pytest.mark.parametrize("root", ["/tmp/target/root", "s3://bucket/prefix"])
