@@ -284,7 +284,11 @@ def small_file_runs(files: list[_File], target_bytes: int) -> list[list[_File]]:
 
 
 def compact_table(
-    uri: str, *, dry_run: bool = False, storage_options: dict[str, str] | None = None
+    uri: str,
+    *,
+    dry_run: bool = False,
+    storage_options: dict[str, str] | None = None,
+    appended: bool = False,
 ) -> Compacted:
     """Join runs of adjacent small data files of a key-range table (``docs/adr/0020-key-range-file-layout.md``).
 
@@ -295,9 +299,15 @@ def compact_table(
     makes this run a no-op (``conflict``), and a merge that loses to this commit plans again, so no change is
     lost. Tables without the key-range layout, or with files lacking a key range, are left alone.
 
+    A change log (``appended``, ``docs/history.md``) gets a file per window merged, whose key ranges overlap:
+    its runs are files of adjacent windows (the window its file name starts with, ``w<window>-``), joined in
+    window order into a file named after its first window, so that ``verify-history`` reads each window from
+    few files; the rows are copied unchanged, and so is each window's digest (it does not depend on files).
+
     :param uri: table location.
     :param dry_run: count what would be joined, write nothing.
     :param storage_options: deltalake storage options.
+    :param appended: the table is an append-only change log.
     """
     import uuid
 
@@ -323,7 +333,7 @@ def compact_table(
         return Compacted()
     if supports_deletion_vectors(table):
         return compact_with_vectors(table, keys, dry_run=dry_run, storage_options=storage_options)
-    files = _key_ranged_files(table, keys[0])
+    files = _window_ordered_files(table) if appended else _key_ranged_files(table, keys[0])
     if files is None:
         return Compacted()
     runs = small_file_runs(files, target_file_bytes(table))
@@ -342,7 +352,8 @@ def compact_table(
     with _written_files(fs) as written:
         for run in runs:
             folder = "".join(f"{k}={v}/" for k, v in run[0].partition.items())
-            relative = f"{folder}compacted-{uuid.uuid4().hex}.parquet"
+            named = f"w{run[0].low}-s0-" if appended else ""  # a change log's: its first window
+            relative = f"{folder}{named}compacted-{uuid.uuid4().hex}.parquet"
             location = filesystem_for(join_uri(uri, relative), storage_options)[1]
             parts = [
                 _conformed(pq.read_table(_location(uri, f.path, storage_options), filesystem=fs), schema)
@@ -570,20 +581,25 @@ def _live_rows_of(
     return rows.filter(pa.array(keep))
 
 
-def checkpoint_table(uri: str, *, storage_options: dict[str, str] | None = None) -> int:
+def checkpoint_table(
+    uri: str, *, storage_options: dict[str, str] | None = None, keep_log: bool = False
+) -> int:
     """Write a Delta log checkpoint of the table's current version and drop log files past retention.
 
     Readers then replay the log from the checkpoint instead of every commit since the table was created
     (delta-rs ``create_checkpoint``, ``cleanup_metadata``: commits older than the table's
     ``delta.logRetentionDuration``, 30 days by default, and not needed by the checkpoint).
 
+    :param keep_log: drop no log file (a change log: its commits hold the digest chain, ``docs/history.md``;
+        delta-rs's ``cleanup_metadata`` does not look at ``delta.enableExpiredLogCleanup``).
     :returns: the version checkpointed.
     """
     from deltalake import DeltaTable
 
     table = DeltaTable(uri, storage_options=storage_options)
     table.create_checkpoint()
-    table.cleanup_metadata()
+    if not keep_log:
+        table.cleanup_metadata()
     return table.version()
 
 
@@ -593,7 +609,22 @@ def _key_ranged_files(table: Any, key: str) -> list[_File] | None:
     return None if any(f.low is None or f.high is None for f in files) else files
 
 
-def _files_with_key_stats(table: Any, key: str) -> list[_File]:
+_WINDOW_FILE = re.compile(r"(?:^|/)w(\d+)-[^/]*$")
+"""A change-log data file's name: ``w<window>-...`` (a merge's, or a compaction's from its first window)."""
+
+
+def _window_ordered_files(table: Any) -> list[_File] | None:
+    """Return a change log's files, each with the window its name starts with as its range; None if one has none."""
+    files = []
+    for f in _files_with_key_stats(table, None):
+        found = _WINDOW_FILE.search(unquote(f.path))
+        if found is None:
+            return None
+        files.append(_File(f.path, f.size, f.partition, int(found.group(1)), int(found.group(1))))
+    return files
+
+
+def _files_with_key_stats(table: Any, key: str | None) -> list[_File]:
     """Return the table's files with the ``min``/``max`` statistics of ``key`` (None where the log has none)."""
     import pyarrow as pa
 
@@ -604,7 +635,7 @@ def _files_with_key_stats(table: Any, key: str) -> list[_File]:
         partition = {
             c.removeprefix("partition."): None if action[c] is None else str(action[c]) for c in partitions
         }
-        low, high = action.get(f"min.{key}"), action.get(f"max.{key}")
+        low, high = (action.get(f"min.{key}"), action.get(f"max.{key}")) if key else (None, None)
         files.append(_File(action["path"], int(action["size_bytes"]), partition, low, high))
     return files
 

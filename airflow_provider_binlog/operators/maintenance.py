@@ -88,11 +88,11 @@ class BinlogMaintenanceOperator(BaseOperator):
         self.staging_conn_id = staging_conn_id
         self.storage_options = storage_options
 
-    def _history_tables(self, table: str, options: dict[str, str] | None) -> list[tuple[str, str]]:
-        """Return ``(name, location)`` of the history tables of ``table`` that exist (``docs/history.md``).
+    def _history_tables(self, table: str, options: dict[str, str] | None) -> list[tuple[str, str, str]]:
+        """Return ``(name, location, kind)`` of the history tables of ``table`` that exist (``docs/history.md``).
 
-        Vacuumed with the table: an SCD2 table's merges replace files, and a killed merge leaves files no commit
-        lists. They are not compacted.
+        Compacted and vacuumed with the table: an SCD2 table's merges replace files, a change log gets a file per
+        window, and a killed merge leaves files no commit lists.
         """
         from airflow_provider_binlog.contract.delta import open_table
         from airflow_provider_binlog.contract.history import HISTORY_KINDS, history_uri
@@ -101,7 +101,7 @@ class BinlogMaintenanceOperator(BaseOperator):
         for kind in HISTORY_KINDS:
             location = history_uri(kind, self.target_path, table)
             if open_table(location, options) is not None:
-                found.append((f"{table} ({kind})", location))
+                found.append((f"{table} ({kind})", location, kind))
         return found
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -113,6 +113,7 @@ class BinlogMaintenanceOperator(BaseOperator):
         import datetime as dt
 
         from airflow_provider_binlog.contract.columns import UTC
+        from airflow_provider_binlog.contract.history import CHANGELOG
         from airflow_provider_binlog.maintenance import (
             Compacted,
             Freed,
@@ -163,11 +164,16 @@ class BinlogMaintenanceOperator(BaseOperator):
                     table, uri, owner, self.pipeline, self.pipeline,
                 )  # fmt: skip
                 continue
-            if self.compact:
-                compacted[table] = compact_table(uri, dry_run=self.report_only, storage_options=options)
-                if not self.report_only:
-                    checkpoint_table(uri, storage_options=options)
-            for name, location in ((table, uri), *self._history_tables(table, options)):
+            for name, location, kind in ((table, uri, ""), *self._history_tables(table, options)):
+                if self.compact:
+                    compacted[name] = compact_table(
+                        location,
+                        dry_run=self.report_only,
+                        storage_options=options,
+                        appended=kind == CHANGELOG,
+                    )
+                    if not self.report_only:
+                        checkpoint_table(location, storage_options=options)
                 tables[name] = vacuum_table(
                     location,
                     retention_hours=self.target_retention_hours,

@@ -118,3 +118,39 @@ def test_history_tables_are_the_same_whatever_order_the_windows_are_merged_in(
     for root in (target, backfilled):
         report = verify_history(root, "shop.orders")
         assert report.ok, str(report)
+
+
+def test_compacting_history_tables_keeps_their_rows_their_digests_and_later_merges(
+    spark: Any, staging: Path, target: str
+) -> None:
+    """Maintenance joins a change log's small files (one per window) in window order; its rows and digest chain
+    stay, its log keeps every commit, and a later window merges into it as into one never compacted."""
+    from airflow_provider_binlog.maintenance import checkpoint_table, compact_table
+
+    uris = [stage(staging, seq, changes) for seq, changes in enumerate(WINDOWS, start=1)]
+    plain = target + "_never_compacted"
+    for uri in uris:
+        merge_window(spark, uri, plain, pipeline=PIPELINE)
+    for uri in uris[:3]:
+        merge_window(spark, uri, target, pipeline=PIPELINE)
+    log_uri = changelog_uri(target, "shop.orders")
+    before = contents(target)
+    assert len(deltalake.DeltaTable(log_uri).file_uris()) == 3
+    commits = sorted(p.name for p in Path(log_uri, "_delta_log").glob("*.json"))
+
+    compacted = compact_table(log_uri, appended=True)
+    assert (compacted.files_removed, compacted.files_added, compacted.conflict) == (3, 1, False)
+    assert compact_table(scd2_uri(target, "shop.orders")).files_removed == 0  # one file: nothing to join
+    checkpoint_table(log_uri, keep_log=True)
+    (joined,) = deltalake.DeltaTable(log_uri).file_uris()
+    assert Path(joined).name.startswith("w1-s0-compacted-")  # named after its first window
+    assert contents(target) == before
+    assert set(commits) <= {p.name for p in Path(log_uri, "_delta_log").glob("*.json")}
+    report = verify_history(target, "shop.orders")
+    assert report.ok, str(report)
+    assert (report.windows, report.rows) == (3, len(before["changelog"]))
+
+    merge_window(spark, uris[3], target, pipeline=PIPELINE)
+    assert contents(target) == contents(plain)
+    assert verify_history(target, "shop.orders").ok
+    assert compact_table(log_uri, appended=True).files_removed == 2  # the compacted file and the new window's

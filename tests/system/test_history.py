@@ -4,12 +4,12 @@ the shared Spark Connect server), run as the least-privileged user the connectio
 The source goes through an initial snapshot, a window of updates (one moving a row's key), a delete and a
 re-insert of one key, a multi-row update, a transaction over two tables and a parent delete whose child rows
 InnoDB deletes (cascade), then a window with an added column, a widened one (the change log is rewritten with
-it; its digests still hold), a ``TRUNCATE`` and an insert, whose first merge is SIGKILLed after the first change
-log committed and before its target did. The change log must hold each change once, with the before and after
-images the binlog carried, replay in order to the current target, stay unchanged when a window is merged again,
-and its digest chain must name the window of a data file whose byte was flipped or whose value was changed. A
-source table named like a change log's folder (``orders~changes``) keeps a folder of its own, and a table with
-history turned off gets none.
+it; its digests still hold), a ``TRUNCATE`` and an insert, whose first merge is SIGKILLed at the first Delta commit
+(a history table's or a target's, whichever comes first). The change log must hold each change once, with the
+before and after images and the statement text the binlog carried, replay in order to the current target, stay
+unchanged when a window is merged again, and its digest chain must name the window of a data file whose byte was
+flipped or whose value was changed, and still verify once maintenance compacted it. A source table named like a
+change log's folder (``orders~changes``) keeps a folder of its own, and a table with history turned off gets none.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import deltalake
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import DagRunner, load_module, stored_state, task_states
+from conftest import REPO, DagRunner, load_module, stored_state, task_states, xcom
 
 from airflow_provider_binlog.contract.columns import (
     OP_COLUMN,
@@ -155,15 +155,21 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
             "INSERT INTO orders VALUES (5, 'late', 5.00, 'y')",
             database=db,
         )
-        # SIGKILL once the first table's change log has committed the window, before its target has: the run's
-        # retry finds the change log done and merges the target (no change twice).
+        # SIGKILL once the first table has committed the window (the target of orders or one of the history tables
+        # written beside the target merges, whichever is first): the run's retry finds what is done and merges the
+        # rest (no change twice).
         killer = DagRunner(runner.dag, {"target": target, "staging": staging})
         dates = runner.next_dates()
         assert killer.run_in_child(dates, kill_at="first_commit") == -9
         killed = stored_state(PIPELINE)["windows"][-1]["seq"]  # type: ignore[index]
         app = f"airflow-provider-binlog:{PIPELINE}:window={killed}"
-        assert deltalake.DeltaTable(changelog_uri(target, f"{db}.orders")).transaction_version(app) == killed
-        assert deltalake.DeltaTable(str(Path(target) / db / "orders")).transaction_version(app) is None
+        held = {
+            p.name: deltalake.DeltaTable(str(p)).transaction_version(app) for p in Path(target, db).iterdir()
+        }
+        assert killed in held.values(), held  # one table (a target or a history table) committed the window
+        assert None in [held[n] for n in ("orders", "orders~changes", "orders~scd2")], (
+            held
+        )  # not all of orders'
         third = runner.run(dates)
         assert third.state == "success", task_states(third)
 
@@ -329,3 +335,20 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
         assert "do not match the digest" in str(report)
         flipped.write_bytes(original)
         assert verify_history(target, orders).ok
+
+        # Maintenance compacts the history tables with the target: the change log's files of the three windows
+        # become one, its rows and digest chain stay, and no log file of it is dropped.
+        commits = sorted(p.name for p in (log_dir / "_delta_log").glob("*.json"))
+        for name, value in (("PIPELINE", PIPELINE), ("STAGING", staging), ("TARGET", target)):
+            monkeypatch.setenv(f"BINLOG_CDC_{name}", value)
+        monkeypatch.setenv("BINLOG_MAINTENANCE_TARGET_RETENTION_HOURS", "0")
+        maintenance = DagRunner(load_module(REPO / "example_dags" / "binlog_maintenance.py").dag, {})
+        run = maintenance.run()
+        assert run.state == "success", task_states(run)
+        report = xcom(run, "maintenance")
+        assert report["target"]["compacted"][f"{orders} (changelog)"]["files_added"] == 1
+        assert len(deltalake.DeltaTable(str(log_dir)).file_uris()) == 1
+        assert read_changes(target, orders).to_pylist() == changes
+        assert set(commits) <= {p.name for p in (log_dir / "_delta_log").glob("*.json")}
+        report = verify_history(target, orders)
+        assert report.ok, str(report)
