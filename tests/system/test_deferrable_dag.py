@@ -13,13 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import deltalake
+import pyarrow.compute as pc
 import pymysql
 import pytest
 from conftest import DagRunner, load_example_dag, stored_state, task_states
 from test_under_scheduler import running_standalone
 
 from airflow_provider_binlog.contract.delta import COMMIT_WINDOW_KEY
+from airflow_provider_binlog.contract.history import IS_CURRENT_COLUMN, scd2_uri
 from airflow_provider_binlog.contract.uris import table_uri
+from airflow_provider_binlog.history import read_changes, verify_history
+from airflow_provider_binlog.target import read_table
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 from airflow_provider_binlog.testing.workload import SHOP_TABLES, ShopWorkload, create_shop_schema
 from airflow_provider_binlog.verify import compare_table
@@ -47,7 +51,9 @@ def test_deferred_snapshot_and_merges_keep_the_target_equal_to_the_source(
         )
 
     workload(seed=5).run(300)  # rows the snapshot reads
-    dag = load_example_dag()
+    dag = load_example_dag(
+        {"BINLOG_CDC_HISTORY": "changelog,scd2"}
+    )  # history is written beside deferred merges
     for task_id in ("snapshot", "merge"):
         dag.get_task(task_id).deferrable = True
         dag.get_task(
@@ -82,6 +88,15 @@ def test_deferred_snapshot_and_merges_keep_the_target_equal_to_the_source(
     assert state is not None
     assert state["checkpoint"]["window"] == state["windows"][-1]["seq"]
     assert [w["status"] for w in state["windows"]] == ["merged"] * len(state["windows"])
+    for table in SHOP_TABLES:  # the history thread never defers: each window is in both history tables, once
+        name = f"{db}.{table}"
+        report = verify_history(pipeline_dirs["target"], name)
+        assert report.ok, str(report)
+        changes = read_changes(pipeline_dirs["target"], name)
+        live = read_table(pipeline_dirs["target"], name)
+        assert changes.num_rows > live.num_rows, name
+        scd2 = deltalake.DeltaTable(scd2_uri(pipeline_dirs["target"], name)).to_pyarrow_table()
+        assert pc.sum(scd2[IS_CURRENT_COLUMN]).as_py() == live.num_rows, name
 
 
 def test_deferred_merge_and_snapshot_under_a_real_scheduler_and_triggerer(
