@@ -73,7 +73,7 @@ RUN_ID_COLUMN = "_binlog_run_id"
 """Change-log column: the DAG run that staged the window (the manifest's ``run_id``)."""
 CASCADE_COLUMN = "_binlog_cascade"
 """Change-log column: true for a change a foreign key's action made (``ON DELETE CASCADE`` ...), which the
-source did not log; the merge synthesised it (``docs/foreign-keys.md``). Its update has no before image."""
+source did not log; the merge synthesised it (``docs/foreign-keys.md``), with its before image."""
 BEFORE_COLUMN = "_binlog_before"
 """Change-log column: the row's image before the change (a struct of the source columns), null for inserts."""
 AFTER_COLUMN = "_binlog_after"

@@ -103,7 +103,7 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
             "INSERT INTO `orders~changes` VALUES (1, 1)",
             "CREATE TABLE parents (id INT PRIMARY KEY)",
             "CREATE TABLE children (id INT PRIMARY KEY, parent INT,"
-            " FOREIGN KEY (parent) REFERENCES parents (id) ON DELETE CASCADE)",
+            " FOREIGN KEY (parent) REFERENCES parents (id) ON DELETE CASCADE ON UPDATE CASCADE)",
             "INSERT INTO parents VALUES (1), (2)",
             "INSERT INTO children VALUES (10, 1), (11, 1), (20, 2)",
             database=db,
@@ -133,6 +133,7 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
             "UPDATE `orders~changes` SET v = 2 WHERE id = 1",
             "COMMIT",
             "DELETE FROM parents WHERE id = 1",  # InnoDB deletes children 10 and 11 without logging it
+            "UPDATE parents SET id = 3 WHERE id = 2",  # and sets child 20's parent to 3, unlogged too
             database=db,
         )
         second = runner.run()
@@ -239,10 +240,20 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
         ) == [
             (OP_DELETE, 10, True, 1),
             (OP_DELETE, 11, True, 1),
+            (OP_UPDATE, 20, True, 2),  # the cascaded update has its before image too
         ]
-        (cause,) = [r for r in read_changes(target, f"{db}.parents").to_pylist() if r[OP_COLUMN] == OP_DELETE]
-        assert cause[STATEMENT_COLUMN] == "DELETE FROM parents WHERE id = 1"
-        assert {r[STATEMENT_POS_COLUMN] for r in cascaded} == {cause[STATEMENT_POS_COLUMN]}
+        (reparented,) = [r for r in cascaded if r[OP_COLUMN] == OP_UPDATE]
+        assert (reparented[BEFORE_COLUMN], reparented[AFTER_COLUMN]) == (
+            {"id": 20, "parent": 2},
+            {"id": 20, "parent": 3},
+        )
+        causes = {r[OP_COLUMN]: r for r in read_changes(target, f"{db}.parents").to_pylist()}
+        assert causes[OP_DELETE][STATEMENT_COLUMN] == "DELETE FROM parents WHERE id = 1"
+        assert causes[OP_UPDATE][STATEMENT_COLUMN] == "UPDATE parents SET id = 3 WHERE id = 2"
+        assert {r[STATEMENT_POS_COLUMN] for r in cascaded if r[OP_COLUMN] == OP_DELETE} == {
+            causes[OP_DELETE][STATEMENT_POS_COLUMN]
+        }
+        assert reparented[STATEMENT_POS_COLUMN] == causes[OP_UPDATE][STATEMENT_POS_COLUMN]
         folders = sorted(p.name for p in (Path(target) / db).iterdir())
         assert folders == [
             "children",

@@ -21,8 +21,10 @@ did, before any table is merged (see ``docs/adr/0011-foreign-key-cascades.md``):
    CASCADE``). A later change of the child row in the window still wins, as in the source.
 4. The synthesised rows of each child are written as one extra Parquet change file, with the child's
    staged schema, to ``<target>/_binlog_cascades/<pipeline>/window=<seq>/`` (its ``_done.json`` written
-   last), and merged with the child's staged files. A re-run of a failed merge reuses them (its targets may
-   already hold part of the window); the folder is deleted once every table of the window is merged.
+   last), and merged with the child's staged files. For a child that keeps a change log, the before image
+   of each synthesised update that keeps the row's key goes to ``before/`` of that folder
+   (:func:`before_images_file`). A re-run of a failed merge reuses them (its targets may already hold part
+   of the window); the folder is deleted once every table of the window is merged.
 
 Tables are merged parents first: :func:`synthesise` gives the window's plan
 (:mod:`~airflow_provider_binlog.jobs.merge.plan`) the order and the extra files, and reads each table's
@@ -73,6 +75,7 @@ from airflow_provider_binlog.contract.foreign_keys import (
     ForeignKeyCycleError,
     parents_first,
 )
+from airflow_provider_binlog.contract.history import CHANGELOG
 from airflow_provider_binlog.contract.names import table_folder
 from airflow_provider_binlog.contract.types import recorded_arrow_type, storage_type
 from airflow_provider_binlog.contract.uris import (
@@ -97,6 +100,8 @@ log = logging.getLogger(__name__)
 CASCADES_DIR = "_binlog_cascades"
 """Folder under the target root holding the synthesised child changes of windows being merged."""
 DONE_NAME = "_done.json"
+BEFORE_DIR = "before"
+"""Folder of a window's cascade folder holding the before images of synthesised updates (:func:`before_images_file`)."""
 """Written last in a window's cascade folder: ``{"db.table": [file, rows]}``."""
 
 Row = dict[str, Any]
@@ -129,10 +134,23 @@ class Synthesised:
 
     :param rows: synthesised change rows (source columns and change metadata), in order.
     :param changes: the same changes as parent changes of the table's own children.
+    :param befores: the before image of each synthesised update that keeps its row's key, at the update's order
+        key (for change logs, :func:`before_images_file`).
     """
 
     rows: list[Row] = field(default_factory=list)
     changes: list[ParentChange] = field(default_factory=list)
+    befores: list[Row] = field(default_factory=list)
+
+
+def before_images_file(cascade_file: str) -> str:
+    """Return where the before images of a child's synthesised updates are, beside its cascade file.
+
+    ``<cascade folder>/before/<table folder>.parquet``: a folder name without a dot, which no table folder is. The
+    file exists only for a child whose manifest entry keeps a change log and that had such updates.
+    """
+    folder, _, name = cascade_file.rpartition("/")
+    return join_uri(folder, BEFORE_DIR, name)
 
 
 def cascade_folder(target: str, pipeline: str, seq: int) -> str:
@@ -285,6 +303,8 @@ def _compute(
         if result.rows:
             file = join_uri(folder, f"{table_folder(name)}.parquet")
             schema = _file_schema(table, dt)
+            if result.befores and name in manifest_tables and CHANGELOG in manifest_tables[name].history:
+                write_rows(before_images_file(file), result.befores, schema, storage_options)
             write_rows(file, result.rows, schema, storage_options)
             extra[name] = (file, len(result.rows))
             log.info("%s: %d child changes synthesised for window %d", name, len(result.rows), window.seq)
@@ -477,10 +497,14 @@ def replay(
         state[ident] = row
 
     emitted: dict[tuple[OrderKey, tuple[Any, ...]], Row] = {}  # one row per child row and order key
+    befores: dict[tuple[OrderKey, tuple[Any, ...]], Row] = {}  # the image before the first action of an order
 
-    def emit(row: Row) -> None:
+    def emit(row: Row, before: Row | None = None) -> None:
         put(row)
-        emitted[(order_key(row), tuple(row.get(c) for c in pk))] = row
+        at = (order_key(row), tuple(row.get(c) for c in pk))
+        emitted[at] = row
+        if before is not None:
+            befores.setdefault(at, before)
 
     queue: list[tuple[OrderKey, int, int, ParentChange]] = []
     counter = 0
@@ -509,7 +533,9 @@ def replay(
                 gone.update({name: after[name] for name in EVENT_COLUMNS})
                 gone.pop(DELETED_COLUMN, None)
                 emit(gone)
-            emit(after)
+            kept = after[OP_COLUMN] == OP_UPDATE and tuple(after.get(c) for c in pk) == ident
+            emit(after, {**before, **{c: after[c] for c in (OP_COLUMN, WINDOW_COLUMN, SEQ_COLUMN, *EVENT_COLUMNS)}}
+                 if kept else None)  # fmt: skip
             caused = ParentChange(
                 order=order, old=before, new=None if after[OP_COLUMN] == OP_DELETE else after
             )
@@ -519,6 +545,7 @@ def replay(
                     heapq.heappush(queue, (order, counter, again, caused))
                     counter += 1
     result.rows = list(emitted.values())
+    result.befores = [row for at, row in befores.items() if emitted[at][OP_COLUMN] == OP_UPDATE]
     return result
 
 

@@ -106,6 +106,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+_CASCADE_BEFORE = "_binlog_cascade_before"
+"""Column of the change-log rows being made: the before image of an update a cascade synthesised."""
+
 COMMIT_ATTEMPTS = 5
 """Commits of one window's change-log files tried before the merge fails (another writer committed between)."""
 _IMAGE = "_binlog_image"
@@ -190,8 +193,9 @@ def write_history(
     staged = {join_uri(window_uri, f) for f in entry.files}
     statements = join_uri(window_uri, manifest.statements) if manifest.statements else None
     rows = staged_changelog_rows(
-        spark, table, schema, staged=staged, seq=seq, run_id=run_id, statements=statements
-    )
+        spark, table, schema, staged=staged, seq=seq, run_id=run_id, statements=statements,
+        storage_options=storage_options,
+    )  # fmt: skip
     new = {
         CHANGELOG: log_dt is not None and last_chain(log_dt) is None,
         SCD2: SCD2 in pending and opened[SCD2] is None,
@@ -355,6 +359,7 @@ def staged_changelog_rows(
     seq: int,
     run_id: str,
     statements: str | None = None,
+    storage_options: StorageOptions | None = None,
 ) -> DataFrame:
     """Return the change-log rows of a table's staged (and cascade) files, shaped like ``schema``.
 
@@ -366,6 +371,7 @@ def staged_changelog_rows(
 
     :param staged: the files the manifest lists (the others of ``table.staged.files`` are the cascades').
     :param statements: the window's statements side file (None: the window recorded none).
+    :param storage_options: storage options of the target store (where the cascades' before images are).
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -382,6 +388,7 @@ def staged_changelog_rows(
                 frame.select(*changes, F.lit(flag).alias(CASCADE_COLUMN), _image(frame, source).alias(_IMAGE))
             )
     rows = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+    rows = _with_cascade_befores(spark, rows, table, staged, source, storage_options)
     event_columns = (WINDOW_COLUMN, FILE_COLUMN, POS_COLUMN, GTID_COLUMN)
     event = Window.partitionBy(*event_columns).orderBy(SEQ_COLUMN, CASCADE_COLUMN)
     op, this_seq, cascade = col(OP_COLUMN), col(SEQ_COLUMN), col(CASCADE_COLUMN)
@@ -412,9 +419,58 @@ def staged_changelog_rows(
             F.when(~cascade & (this_seq - paired.cast("long") == first), col(STATEMENT_COLUMN)),
         )
     rows = rows.where(~F.coalesce(paired_delete, F.lit(False)))
-    before = F.when(paired, F.col("_prev_image")).when(op == OP_DELETE, col(_IMAGE))
+    before = (
+        F.when(paired, F.col("_prev_image"))
+        .when(op == OP_DELETE, col(_IMAGE))
+        .when(cascade & (op == OP_UPDATE), col(_CASCADE_BEFORE))
+    )
     after = F.when(op.isin(OP_INSERT, OP_UPDATE, OP_SNAPSHOT), col(_IMAGE))
     return _shaped(rows, schema, before=before, after=after, seq=seq, run_id=run_id)
+
+
+def _with_cascade_befores(
+    spark: SparkSession,
+    rows: DataFrame,
+    table: TablePlan,
+    staged: set[str],
+    source: pa.Schema,
+    storage_options: StorageOptions | None,
+) -> DataFrame:
+    """Return ``rows`` with :data:`_CASCADE_BEFORE`: the before image of each update a cascade synthesised.
+
+    The cascade step writes them beside the table's synthesised changes
+    (:func:`~airflow_provider_binlog.jobs.merge.cascades.before_images_file`), at the update's order key with the
+    row's key; null where there is none (every other row, an update that moved the row's key: its ``d`` holds it).
+    """
+    from pyspark.sql import functions as F
+
+    from airflow_provider_binlog.jobs.merge.cascades import before_images_file
+
+    files = [before_images_file(f) for f in table.staged.files if f not in staged]
+    files = [f for f in files if _exists(f, storage_options)]
+    if not files or not table.keys:
+        return rows.withColumn(_CASCADE_BEFORE, F.lit(None).cast(spark_type(pa.struct(list(source)))))
+    frame = read_staged_changes(spark, files, table.staged_schema())
+    keys = [f"__before_key{i}" for i in range(len(table.keys))]
+    befores = frame.select(
+        *[col(k).alias(alias) for k, alias in zip(table.keys, keys, strict=True)],
+        col(WINDOW_COLUMN).alias("__before_window"),
+        col(SEQ_COLUMN).alias("__before_seq"),
+        _image(frame, source).alias(_CASCADE_BEFORE),
+    )
+    on = (col(WINDOW_COLUMN) == col("__before_window")) & (col(SEQ_COLUMN) == col("__before_seq"))
+    on &= col(CASCADE_COLUMN) & (col(OP_COLUMN) == OP_UPDATE)
+    for k, alias in zip(table.keys, keys, strict=True):
+        on &= col(_IMAGE).getField(k) == col(alias)
+    return rows.join(befores, on, "left").drop("__before_window", "__before_seq", *keys)
+
+
+def _exists(uri: str, storage_options: StorageOptions | None) -> bool:
+    """Return whether the file at ``uri`` exists."""
+    import pyarrow.fs as pafs
+
+    fs, path = filesystem_for(uri, storage_options)
+    return fs.get_file_info(path).type == pafs.FileType.File
 
 
 def _with_statements(spark: SparkSession, rows: DataFrame, statements: str, name: str) -> DataFrame:
