@@ -104,8 +104,12 @@ def _with_statement_text(found: pa.Table, dataset: Any) -> pa.Table:
     import pyarrow.compute as pc
 
     statement = (FILE_COLUMN, STATEMENT_POS_COLUMN)
+    wanted = pc.unique(found[STATEMENT_POS_COLUMN].drop_null())  # read only the texts of these statements
+    if not len(wanted):
+        return found
     texts = dataset.to_table(
-        columns=[*statement, STATEMENT_COLUMN], filter=pc.field(STATEMENT_COLUMN).is_valid()
+        columns=[*statement, STATEMENT_COLUMN],
+        filter=pc.field(STATEMENT_COLUMN).is_valid() & pc.field(STATEMENT_POS_COLUMN).isin(wanted),
     )
     texts = texts.group_by(list(statement)).aggregate([(STATEMENT_COLUMN, "max")])
     texts = texts.rename_columns([*statement, STATEMENT_COLUMN])

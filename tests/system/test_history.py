@@ -199,6 +199,10 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
         # The statement of each change: its text on every row read_changes returns, stored once per statement in
         # a table's change log; none for snapshot reads; a cascade's rows name their cause's statement.
         assert paid[STATEMENT_COLUMN] == PAID
+        one_row = read_changes(
+            target, orders, key={"id": 1}
+        ).to_pylist()  # texts of only its statements are read
+        assert PAID in [r[STATEMENT_COLUMN] for r in one_row]
         assert moved[STATEMENT_COLUMN] == "UPDATE orders SET id = 20 WHERE id = 2"
         assert [r[STATEMENT_COLUMN] for r in changes[:3]] == [None] * 3
         assert [r[STATEMENT_POS_COLUMN] for r in changes[:3]] == [None] * 3
