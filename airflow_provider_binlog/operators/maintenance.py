@@ -166,14 +166,12 @@ class BinlogMaintenanceOperator(BaseOperator):
                 continue
             for name, location, kind in ((table, uri, ""), *self._history_tables(table, options)):
                 if self.compact:
+                    changelog = kind == CHANGELOG  # its commits hold the digest chain: its log is kept whole
                     compacted[name] = compact_table(
-                        location,
-                        dry_run=self.report_only,
-                        storage_options=options,
-                        appended=kind == CHANGELOG,
+                        location, dry_run=self.report_only, storage_options=options, appended=changelog
                     )
                     if not self.report_only:
-                        checkpoint_table(location, storage_options=options)
+                        checkpoint_table(location, storage_options=options, keep_log=changelog)
                 tables[name] = vacuum_table(
                     location,
                     retention_hours=self.target_retention_hours,

@@ -353,6 +353,10 @@ def test_change_log_holds_every_change_once_replays_to_the_target_and_shows_tamp
 
         # Maintenance compacts the history tables with the target: the change log's files of the three windows
         # become one, its rows and digest chain stay, and no log file of it is dropped.
+        # a log retention of zero: a checkpoint that cleaned up the log would drop every commit file before it
+        deltalake.DeltaTable(str(log_dir)).alter.set_table_properties(
+            {"delta.logRetentionDuration": "interval 0 seconds"}
+        )
         commits = sorted(p.name for p in (log_dir / "_delta_log").glob("*.json"))
         for name, value in (("PIPELINE", PIPELINE), ("STAGING", staging), ("TARGET", target)):
             monkeypatch.setenv(f"BINLOG_CDC_{name}", value)
