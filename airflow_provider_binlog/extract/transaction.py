@@ -112,11 +112,11 @@ class Transaction:
         self.rows_in_memory = 0
         self.savepoints: dict[str, SavepointMarks] = {}
         self.statements: list[tuple[str, str, int, int, str | None]] = []
+        """Its rows events of tables keeping a change log that have a logged statement: ``(table, file, end
+        position, statement position, text)`` (:meth:`LoggedStatement.entry`)."""
         self.payload_statements = 0
         """Statements logged inside a compressed TRANSACTION_PAYLOAD (MySQL): its events all have its coordinates,
         so with two or more the rows events' coordinates cannot tell their statements apart and none is recorded."""
-        """Its rows events of tables keeping a change log that have a logged statement: ``(file, end position,
-        statement position, text on the statement's first one)`` (:data:`~airflow_provider_binlog.contract.history.STATEMENTS_SCHEMA`)."""
 
     def drop_table(self, table: str) -> None:
         """Forget the transaction's rows of ``table`` so far: in its layouts' builders and in spilled files."""

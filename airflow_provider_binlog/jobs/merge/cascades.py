@@ -100,9 +100,9 @@ log = logging.getLogger(__name__)
 CASCADES_DIR = "_binlog_cascades"
 """Folder under the target root holding the synthesised child changes of windows being merged."""
 DONE_NAME = "_done.json"
+"""Written last in a window's cascade folder: ``{"db.table": [file, rows]}``."""
 BEFORE_DIR = "before"
 """Folder of a window's cascade folder holding the before images of synthesised updates (:func:`before_images_file`)."""
-"""Written last in a window's cascade folder: ``{"db.table": [file, rows]}``."""
 
 Row = dict[str, Any]
 
