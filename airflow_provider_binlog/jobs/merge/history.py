@@ -379,8 +379,8 @@ def staged_changelog_rows(
     source = pa.schema(schema.field(AFTER_COLUMN).type)
     staged_schema = table.staged_schema()
     frames = []
-    for flag, files in ((False, [f for f in table.staged.files if f in staged]),
-                           (True, [f for f in table.staged.files if f not in staged])):  # fmt: skip
+    cascaded = [f for f in table.staged.files if f not in staged]
+    for flag, files in ((False, [f for f in table.staged.files if f in staged]), (True, cascaded)):
         if files:
             frame = read_staged_changes(spark, files, staged_schema)
             changes = [col(f.name) for f in CHANGE_FIELDS]
@@ -388,7 +388,7 @@ def staged_changelog_rows(
                 frame.select(*changes, F.lit(flag).alias(CASCADE_COLUMN), _image(frame, source).alias(_IMAGE))
             )
     rows = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
-    rows = _with_cascade_befores(spark, rows, table, staged, source, storage_options)
+    rows = _with_cascade_befores(spark, rows, table, cascaded, source, storage_options)
     event_columns = (WINDOW_COLUMN, FILE_COLUMN, POS_COLUMN, GTID_COLUMN)
     event = Window.partitionBy(*event_columns).orderBy(SEQ_COLUMN, CASCADE_COLUMN)
     op, this_seq, cascade = col(OP_COLUMN), col(SEQ_COLUMN), col(CASCADE_COLUMN)
@@ -432,11 +432,13 @@ def _with_cascade_befores(
     spark: SparkSession,
     rows: DataFrame,
     table: TablePlan,
-    staged: set[str],
+    cascaded: list[str],
     source: pa.Schema,
     storage_options: StorageOptions | None,
 ) -> DataFrame:
     """Return ``rows`` with :data:`_CASCADE_BEFORE`: the before image of each update a cascade synthesised.
+
+    ``cascaded`` are the table's synthesised change files (those of ``table.staged.files`` the manifest does not list).
 
     The cascade step writes them beside the table's synthesised changes
     (:func:`~airflow_provider_binlog.jobs.merge.cascades.before_images_file`), at the update's order key with the
@@ -446,7 +448,7 @@ def _with_cascade_befores(
 
     from airflow_provider_binlog.jobs.merge.cascades import before_images_file
 
-    files = [before_images_file(f) for f in table.staged.files if f not in staged]
+    files = [before_images_file(f) for f in cascaded]
     files = [f for f in files if _exists(f, storage_options)]
     if not files or not table.keys:
         return rows.withColumn(_CASCADE_BEFORE, F.lit(None).cast(spark_type(pa.struct(list(source)))))
