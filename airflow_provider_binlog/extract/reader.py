@@ -69,7 +69,6 @@ from airflow_provider_binlog.extract.transaction import (
     LoggedStatement,
     Transaction,
     spill,
-    spill_head,
 )
 from airflow_provider_binlog.source.connect import LOST_CONNECTION_ERRORS
 from airflow_provider_binlog.source.sql import QueryKind, classify_query
@@ -472,10 +471,10 @@ class WindowReader:
             self._rollback()
             return
         if kind is QueryKind.ROLLBACK_TO:
-            self._rollback_to(query.savepoint, file, end_pos)
+            self.txn.rollback_to(query.savepoint, f"{file}:{end_pos}")
             return
         if kind is QueryKind.SAVEPOINT:
-            self._savepoint(query.savepoint)
+            self.txn.savepoint(query.savepoint)
             return
         if kind in (QueryKind.XA_START, QueryKind.XA_END):
             return  # inside the group of an XA transaction, which ends with its XA_PREPARE event
@@ -496,45 +495,6 @@ class WindowReader:
             timestamp=event.timestamp,
         )
         self._rollback()  # DDL commits implicitly and carries no rows: a transaction boundary
-
-    def _savepoint(self, name: str) -> None:
-        """Record where the open transaction stands at ``SAVEPOINT name`` (a name set again moves)."""
-        self.txn.savepoints.pop(name, None)
-        self.txn.savepoints[name] = {
-            key: (len(self.txn.spilled.get(key, [])), len(layout.builder) - layout.builder.committed)
-            for key, layout in self.txn.touched.items()
-        }
-
-    def _rollback_to(self, name: str, file: str, end_pos: int) -> None:
-        """Drop the open transaction's rows logged after ``SAVEPOINT name`` (``ROLLBACK TO name``).
-
-        MariaDB and MySQL log ``ROLLBACK TO`` only when the transaction changed a non-transactional table
-        (else they cut the undone rows from the binlog cache). In row format those changes are binlogged
-        in groups of their own, so every row of this group after the savepoint is transactional and undone.
-        """
-        if name not in self.txn.savepoints:
-            raise UnsupportedEventError(
-                f"ROLLBACK TO {name!r} at {file}:{end_pos} names a savepoint this transaction ({self.txn.gtid}) "
-                f"did not log; refusing to guess which of its rows were undone."
-            )
-        names = list(self.txn.savepoints)
-        for later in names[names.index(name) + 1 :]:
-            del self.txn.savepoints[later]
-        marks = self.txn.savepoints[name]
-        for key, layout in self.txn.touched.items():
-            files_at, rows_at = marks.get(key, (0, 0))
-            spilled = self.txn.spilled.get(key, [])
-            if len(spilled) == files_at:
-                layout.builder.rollback(keep=rows_at)
-                continue
-            # Spilled since the savepoint: the rows held then are the start of the first file spilled after.
-            layout.builder.rollback()
-            kept = spilled[:files_at]
-            if rows_at:
-                kept.append(spill_head(spilled[files_at], rows_at))
-            for spill_file in spilled[files_at:]:
-                spill_file.close()
-            self.txn.spilled[key] = kept
 
     def _xa_prepare(self, file: str, end_pos: int) -> None:
         """End the group of a prepared XA transaction; refuse it when it changed selected tables."""

@@ -4,7 +4,8 @@ A :class:`Layout` holds, per table and table-map layout, the staged column specs
 :class:`~airflow_provider_binlog.extract.decoder.RowDecoder` and the
 :class:`~airflow_provider_binlog.extract.batches.ChangeBatchBuilder` that collects committed and open rows.
 A :class:`Transaction` records which layouts the open transaction touched, its rows spilled to temporary
-Arrow IPC files and its savepoints.
+Arrow IPC files, its savepoints (and undoes its rows back to one, ``ROLLBACK TO``) and the statements of its rows
+events (:class:`LoggedStatement`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from airflow_provider_binlog.exceptions import UnsupportedEventError
 from airflow_provider_binlog.extract.batches import ChangeBatchBuilder
 from airflow_provider_binlog.extract.columns import (
     ColumnSpec,
@@ -117,6 +119,48 @@ class Transaction:
         self.payload_statements = 0
         """Statements logged inside a compressed TRANSACTION_PAYLOAD (MySQL): its events all have its coordinates,
         so with two or more the rows events' coordinates cannot tell their statements apart and none is recorded."""
+
+    def savepoint(self, name: str) -> None:
+        """Record where the transaction stands at ``SAVEPOINT name`` (a name set again moves)."""
+        self.savepoints.pop(name, None)
+        self.savepoints[name] = {
+            key: (len(self.spilled.get(key, [])), len(layout.builder) - layout.builder.committed)
+            for key, layout in self.touched.items()
+        }
+
+    def rollback_to(self, name: str, where: str) -> None:
+        """Drop the transaction's rows logged after ``SAVEPOINT name`` (``ROLLBACK TO name`` at ``where``).
+
+        MariaDB and MySQL log ``ROLLBACK TO`` only when the transaction changed a non-transactional table
+        (else they cut the undone rows from the binlog cache). In row format those changes are binlogged
+        in groups of their own, so every row of this group after the savepoint is transactional and undone.
+
+        :param where: the event's binlog coordinates ``file:position``, for the error.
+        :raises UnsupportedEventError: when the transaction logged no ``SAVEPOINT name``.
+        """
+        if name not in self.savepoints:
+            raise UnsupportedEventError(
+                f"ROLLBACK TO {name!r} at {where} names a savepoint this transaction ({self.gtid}) "
+                f"did not log; refusing to guess which of its rows were undone."
+            )
+        names = list(self.savepoints)
+        for later in names[names.index(name) + 1 :]:
+            del self.savepoints[later]
+        marks = self.savepoints[name]
+        for key, layout in self.touched.items():
+            files_at, rows_at = marks.get(key, (0, 0))
+            spilled = self.spilled.get(key, [])
+            if len(spilled) == files_at:
+                layout.builder.rollback(keep=rows_at)
+                continue
+            # Spilled since the savepoint: the rows held then are the start of the first file spilled after.
+            layout.builder.rollback()
+            kept = spilled[:files_at]
+            if rows_at:
+                kept.append(spill_head(spilled[files_at], rows_at))
+            for spill_file in spilled[files_at:]:
+                spill_file.close()
+            self.spilled[key] = kept
 
     def drop_table(self, table: str) -> None:
         """Forget the transaction's rows of ``table`` so far: in its layouts' builders and in spilled files."""
