@@ -23,9 +23,12 @@ snapshot read, or the target's row when history started on a table that already 
 restarts at it) or ``t`` (a truncate marker: the table was emptied, no image).
 
 **Before images.** The binlog's update events carry both images (``binlog_row_image=FULL``); the extractor
-stages every update of a table with history as the ``d`` of the before image and the ``u`` of the after image
-at the next order key (the key-change rule of :mod:`~.columns`, :func:`~.columns.is_key_change`), which the
-current-state merge already applies exactly; the change log joins the pair back into one update.
+stages the rows of a table with history as it stages any table's, each with the before image of the update it
+was staged from in :data:`BEFORE_COLUMN` (a struct of the source columns; null on rows of inserts and deletes,
+and on snapshot reads). An update that moves the row's key (the key-change rule of :mod:`~.columns`,
+:func:`~.columns.is_key_change`) is staged as the ``d`` of the before image and the ``u`` of the after image,
+both carrying it: the change log makes one ``u`` of the two by leaving out every ``d`` that carries a before
+image, with no look at another row (ADR 0039).
 
 **Digests** (tamper evidence): every change-log commit records, in its commit info, the SHA-256
 :func:`rows_digest` of the rows it appends and a chain value (:func:`chain_digest`) over the previous
@@ -75,7 +78,8 @@ CASCADE_COLUMN = "_binlog_cascade"
 """Change-log column: true for a change a foreign key's action made (``ON DELETE CASCADE`` ...), which the
 source did not log; the merge synthesised it (``docs/foreign-keys.md``), with its before image."""
 BEFORE_COLUMN = "_binlog_before"
-"""Change-log column: the row's image before the change (a struct of the source columns), null for inserts."""
+"""Change-log column: the row's image before the change (a struct of the source columns), null for inserts. Also a
+staged column of a table with history: the before image of the update a row was staged from (see above)."""
 AFTER_COLUMN = "_binlog_after"
 """Change-log column: the row's image after the change, null for deletes and truncate markers."""
 STATEMENT_POS_COLUMN = "_binlog_statement_pos"
@@ -103,12 +107,15 @@ STATEMENTS_SCHEMA = pa.schema(
         pa.field(STATEMENTS_TABLE_COLUMN, pa.string(), nullable=False),
         pa.field(FILE_COLUMN, pa.string(), nullable=False),
         pa.field(POS_COLUMN, pa.int64(), nullable=False),
+        pa.field(SEQ_COLUMN, pa.int64(), nullable=False),
         pa.field(STATEMENT_POS_COLUMN, pa.int64(), nullable=False),
         pa.field(STATEMENT_COLUMN, pa.string()),
     ]
 )
 """Columns of :data:`STATEMENTS_FILE`: a rows event's table and binlog coordinates (its end, as ``_binlog_pos`` of
-its rows), its statement's position and, on the statement's first rows event of each table only, its text."""
+its rows), the ``_binlog_seq`` of its first change in the table's change log (the update after the delete of a row
+that moved), its statement's position and, on the statement's first rows event of each table only, its text (which
+the change log keeps on the row of that ``_binlog_seq``)."""
 
 VALID_FROM_COLUMN = "_binlog_valid_from"
 """SCD2 column: commit time of the change that started the version (UTC, microseconds)."""

@@ -27,6 +27,7 @@ from airflow_provider_binlog.contract.columns import (
     UTC,
     change_schema,
 )
+from airflow_provider_binlog.contract.history import BEFORE_COLUMN
 from airflow_provider_binlog.extract.columns import ColumnSpec, ValueConversionError
 
 
@@ -117,6 +118,8 @@ class ChangeBatchBuilder:
     :param window: window sequence number written to ``_binlog_window``.
     :param labels: per column, how errors name it (``db.table.column (type, metadata)``, see
         :func:`columns.describe_column`); the spec's name and type when omitted.
+    :param before_images: whether rows carry the before image of the update they were staged from, in
+        :data:`~airflow_provider_binlog.contract.history.BEFORE_COLUMN` (a table with history).
     """
 
     def __init__(
@@ -124,13 +127,21 @@ class ChangeBatchBuilder:
         columns: Sequence[ColumnSpec],
         window: int,
         labels: Sequence[str] | None = None,
+        *,
+        before_images: bool = False,
     ) -> None:
         self.columns = list(columns)
         self.labels = list(labels) if labels is not None else [f"{c.name} ({c.mysql_type})" for c in columns]
         self.names = [c.name for c in columns]
         self.window = window
         self._window_bytes = window.to_bytes(8, "little", signed=True)
-        self.schema = change_schema([pa.field(c.name, c.arrow_type) for c in columns])
+        source = [pa.field(c.name, c.arrow_type) for c in columns]
+        self.schema = change_schema(source)
+        self.befores: list[Sequence[Any] | None] | None = None
+        """Per row, the before image of the update it was staged from, else None; None when not kept."""
+        if before_images:
+            self.schema = self.schema.append(pa.field(BEFORE_COLUMN, pa.struct(source)))
+            self.befores = []
         self.committed = 0
         self.images: list[Sequence[Any]] = []
         self.ops: list[str] = []
@@ -145,7 +156,15 @@ class ChangeBatchBuilder:
     def __len__(self) -> int:
         return len(self.ops)
 
-    def add_values(self, op: str, seq: int, file: str, pos: int, values: Sequence[Any]) -> None:
+    def add_values(
+        self,
+        op: str,
+        seq: int,
+        file: str,
+        pos: int,
+        values: Sequence[Any],
+        before: Sequence[Any] | None = None,
+    ) -> None:
         """Append one row image of the open transaction, already in staged values and column order.
 
         :param op: ``c``, ``u`` or ``d`` (after image for c/u, before image for d).
@@ -153,7 +172,11 @@ class ChangeBatchBuilder:
         :param file: binlog file of the row event.
         :param pos: end position of the row event.
         :param values: one staged value per column (kept, not copied).
+        :param before: the before image of the update the row was staged from (kept only when the builder keeps
+            before images).
         """
+        if self.befores is not None:
+            self.befores.append(before)
         self.images.append(values)
         self.ops.append(op)
         self.seqs.append(seq)
@@ -161,7 +184,13 @@ class ChangeBatchBuilder:
         self.positions.append(pos)
 
     def add_images(
-        self, ops: str | list[str], images: Sequence[Sequence[Any]], first_seq: int, file: str, pos: int
+        self,
+        ops: str | list[str],
+        images: Sequence[Sequence[Any]],
+        first_seq: int,
+        file: str,
+        pos: int,
+        befores: Sequence[Sequence[Any] | None] | None = None,
     ) -> None:
         """Append the row images of one rows event to the open transaction.
 
@@ -169,11 +198,15 @@ class ChangeBatchBuilder:
         :param images: staged values in column order, one sequence per image (kept, not copied).
         :param first_seq: ``_binlog_seq`` of the first image; the others follow by one.
         :param file: binlog file of the row event. :param pos: end position of the row event.
+        :param befores: per image, the before image of the update it was staged from (None: none has one).
         """
         count = len(images)
         if count == 1:
-            self.add_values(ops if isinstance(ops, str) else ops[0], first_seq, file, pos, images[0])
+            op = ops if isinstance(ops, str) else ops[0]
+            self.add_values(op, first_seq, file, pos, images[0], None if befores is None else befores[0])
             return
+        if self.befores is not None:
+            self.befores.extend([None] * count if befores is None else befores)
         self.images.extend(images)
         self.ops.extend([ops] * count if isinstance(ops, str) else ops)
         self.seqs.extend(range(first_seq, first_seq + count))
@@ -192,8 +225,13 @@ class ChangeBatchBuilder:
     def rollback(self, keep: int = 0) -> None:
         """Drop the open transaction's rows, or all but its first ``keep`` (ROLLBACK TO a savepoint)."""
         at = self.committed + keep
-        for values in (self.images, self.ops, self.seqs, self.files, self.positions):
+        for values in self._row_lists():
             del values[at:]
+
+    def _row_lists(self) -> list[list[Any]]:
+        """Return the lists holding one entry per row, open or committed (not the GTIDs and commit times)."""
+        lists: list[list[Any]] = [self.images, self.ops, self.seqs, self.files, self.positions]
+        return lists if self.befores is None else [*lists, self.befores]
 
     def take_committed(self) -> pa.RecordBatch:
         """Return the committed rows as one record batch and keep only the open transaction's rows."""
@@ -231,9 +269,23 @@ class ChangeBatchBuilder:
             # pyarrow.compute): pa.array of tz-aware datetimes costs ~1 us per row.
             pa.array(stamps, pa.int64()).view(_TIMESTAMP),
         ]
-        for values in (self.images, self.ops, self.seqs, self.files, self.positions):
+        if self.befores is not None:
+            arrays.append(self._befores_array(self.befores[low:high], low, gtids))
+        for values in self._row_lists():
             del values[low:high]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _befores_array(
+        self, befores: list[Sequence[Any] | None], low: int, gtids: list[str | None]
+    ) -> pa.Array:
+        """Return the struct array of rows ``[low, ...)``'s before images (null where a row has none)."""
+        nulls = (None,) * len(self.columns)
+        rows = [nulls if before is None else before for before in befores]
+        columns = [list(c) for c in zip(*rows, strict=True)] or [[] for _ in self.columns]
+        children = [self._array(index, values, low, gtids) for index, values in enumerate(columns)]
+        mask = pa.array([before is None for before in befores], pa.bool_())
+        struct = self.schema.field(BEFORE_COLUMN).type
+        return pa.StructArray.from_arrays(children, fields=list(struct), mask=mask)
 
     def _array(self, index: int, values: Sequence[Any], low: int, gtids: list[str | None]) -> pa.Array:
         arrow_type = self.columns[index].arrow_type
@@ -261,6 +313,14 @@ def hold_batches(builder: ChangeBatchBuilder, batches: list[pa.RecordBatch]) -> 
     """
     for batch in batches:
         values = [batch.column(name).to_pylist() for name in builder.names]
+        befores: list[Any] = [None] * batch.num_rows
+        if builder.befores is not None and BEFORE_COLUMN in batch.schema.names:
+            struct = batch.column(BEFORE_COLUMN)
+            images = zip(*(child.to_pylist() for child in struct.flatten()), strict=True)
+            befores = [
+                list(image) if valid else None
+                for image, valid in zip(images, struct.is_valid().to_pylist(), strict=True)
+            ]
         ops, seqs, files, positions, gtids = (
             batch.column(name).to_pylist()
             for name in (OP_COLUMN, SEQ_COLUMN, FILE_COLUMN, POS_COLUMN, GTID_COLUMN)
@@ -271,7 +331,7 @@ def hold_batches(builder: ChangeBatchBuilder, batches: list[pa.RecordBatch]) -> 
             if commit is not None and commit != (gtids[i], stamps[i]):
                 builder.commit(*commit)
             commit = (gtids[i], stamps[i])
-            builder.add_values(ops[i], seqs[i], files[i], positions[i], list(image))
+            builder.add_values(ops[i], seqs[i], files[i], positions[i], list(image), befores[i])
         if commit is not None:
             builder.commit(*commit)
 

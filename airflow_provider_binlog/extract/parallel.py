@@ -377,7 +377,7 @@ def _continue(state: ReaderState, result: FileResult) -> None:
     state.zero_dates.update(result.zero_dates)
     state.committed_tables |= result.committed_tables
     state.columns.update(result.columns)
-    state.statements.extend(result.statements)
+    state.statements.extend(_shifted(batch, state.seq - result.seq) for batch in result.statements)
     if result.last_commit_us is not None:
         state.last_commit_us = result.last_commit_us
 

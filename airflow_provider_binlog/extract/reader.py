@@ -576,7 +576,9 @@ class WindowReader:
             previous = self.current_layout.get(table)
             if previous is not None:  # the table was altered: its older rows go out first
                 self._flush(self.layouts.pop(previous))
-            layout = self.layouts[key] = Layout(table, columns, self.window)
+            target = self.tables.get(table)
+            history = target is not None and bool(target.history)
+            layout = self.layouts[key] = Layout(table, columns, self.window, before_images=history)
             self.current_layout[table] = key
         if len(self.layout_of_list) > 4096:
             self.layout_of_list.clear()
@@ -615,13 +617,10 @@ class WindowReader:
         count = len(rows)
         if not count:
             return
+        first = state.seq + 1  # of the event's first change in a change log
         if event.kind != "update":
             op = OP_INSERT if event.kind == "write" else OP_DELETE
             builder.add_images(op, rows, state.seq + 1, file, end_pos)
-        elif target.history:  # history: every update is a delete of the before image, then the after image
-            pairs = [image for pair in rows for image in pair]
-            builder.add_images([OP_DELETE, OP_UPDATE] * count, pairs, state.seq + 1, file, end_pos)
-            count = len(pairs)
         else:
             moving = layout.moving_key
             if moving is None:
@@ -630,19 +629,26 @@ class WindowReader:
                 moving = layout.moving_key = itemgetter(*index) if index else _no_moving_columns
             ops: list[str] = []
             images: list[Any] = []
+            befores: list[Any] | None = None if builder.befores is None else []  # history: each row keeps it
             for before, after in rows:
                 if moving(before) != moving(after):  # the row moved: a delete, then the after image
                     ops.append(OP_DELETE)
                     images.append(before)
+                    if befores is not None:
+                        befores.append(before)
                 ops.append(OP_UPDATE)
                 images.append(after)
-            builder.add_images(ops, images, state.seq + 1, file, end_pos)
+                if befores is not None:
+                    befores.append(before)
+            builder.add_images(ops, images, state.seq + 1, file, end_pos, befores)
             count = len(images)
+            if ops[0] == OP_DELETE:  # the first row moved: its change is the update after its delete
+                first += 1
         state.seq += count
         self.txn.rows_in_memory += count
         state.stats.rows += len(rows)
         if self.statement is not None and CHANGELOG in target.history:
-            self.txn.statements.append(self.statement.entry(layout.table, file, end_pos))
+            self.txn.statements.append(self.statement.entry(layout.table, file, end_pos, first))
 
     def _commit(self, event: Event | SimpleNamespace, file: str, end_pos: int) -> None:
         """Commit the open transaction: its rows get its GTID and commit time, and go to the sink in batches.

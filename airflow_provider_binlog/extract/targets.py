@@ -25,7 +25,7 @@ from airflow_provider_binlog.extract.columns import ColumnSpec
 if TYPE_CHECKING:
     from airflow_provider_binlog.extract.ddl import DdlEffect
     from airflow_provider_binlog.extract.events.tablemap import Column
-    from airflow_provider_binlog.extract.transaction import Layout
+    from airflow_provider_binlog.extract.transaction import Layout, StatementEntry
 
 Sink = Callable[[str, pa.RecordBatch, list[ColumnSpec], list[str]], None]
 """Where a reader hands committed rows, in commit order: ``(db.table, batch, column specs, primary key)``."""
@@ -205,10 +205,10 @@ class ReaderState:
     specs: dict[str, tuple[list[ColumnSpec], list[str]]] = field(default_factory=dict)
     at_window_end: bool = False
     statements: list[pa.RecordBatch] = field(default_factory=list)
-    _statement_entries: list[tuple[str, str, int, int, str | None]] = field(default_factory=list)
+    _statement_entries: list[StatementEntry] = field(default_factory=list)
 
-    def add_statements(self, entries: Iterable[tuple[str, str, int, int, str | None]]) -> None:
-        """Keep a committed transaction's statement entries (``(table, file, end position, statement position, text)``).
+    def add_statements(self, entries: Iterable[StatementEntry]) -> None:
+        """Keep a committed transaction's statement entries (:data:`~.transaction.StatementEntry`).
 
         They are kept as Python tuples up to :data:`STATEMENT_BATCH_ENTRIES`, then as an Arrow batch.
         """

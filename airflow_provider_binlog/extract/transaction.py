@@ -41,11 +41,15 @@ class Layout:
 
     :param table: ``db.table``. :param columns: the table map's columns.
     :param window: the window's sequence number (``_binlog_window`` of the rows built).
+    :param before_images: whether its rows carry the before image of their update (a table with history,
+        :class:`~airflow_provider_binlog.extract.batches.ChangeBatchBuilder`).
     :raises ValueConversionError: when a column cannot be staged exactly (its type, character set or
         ENUM/SET members; :func:`~airflow_provider_binlog.extract.columns.check_stageable`), naming it.
     """
 
-    def __init__(self, table: str, columns: list[Column], window: int) -> None:
+    def __init__(
+        self, table: str, columns: list[Column], window: int, *, before_images: bool = False
+    ) -> None:
         self.table = table
         self.columns = columns
         labels = [describe_column(table, c) for c in columns]
@@ -55,7 +59,7 @@ class Layout:
             except ValueError as err:
                 raise ValueConversionError(label, err) from err
         self.specs: list[ColumnSpec] = [column_spec(c) for c in columns]
-        self.builder = ChangeBatchBuilder(self.specs, window, labels)
+        self.builder = ChangeBatchBuilder(self.specs, window, labels, before_images=before_images)
         self.decoder = RowDecoder(columns) if RowDecoder.supports(columns) else None
         self.moving_key: Callable[[Sequence[Any]], Any] | None = None
         """Returns an image's values of the table's moving columns (:attr:`~.targets.TableTarget.moving_columns`)
@@ -69,6 +73,9 @@ class Layout:
         return count
 
 
+StatementEntry = tuple[str, str, int, int, int, str | None]
+"""A row of the statements side file: ``(table, file, end position, seq, statement position, text)``
+(:data:`~airflow_provider_binlog.contract.history.STATEMENTS_SCHEMA`)."""
 SavepointMarks = dict[tuple[str, int], tuple[int, int]]
 """Per touched layout of the open transaction: ``(spilled files, rows in memory)`` at a savepoint."""
 
@@ -87,15 +94,16 @@ class LoggedStatement:
     event: RowsQuery
     recorded: set[str] = field(default_factory=set)
 
-    def entry(self, table: str, file: str, end_pos: int) -> tuple[str, str, int, int, str | None]:
+    def entry(self, table: str, file: str, end_pos: int, seq: int) -> StatementEntry:
         """Return the statements side file entry of a rows event of ``table`` ending at ``(file, end_pos)``.
 
-        The text is on the statement's first rows event of each table only
+        ``seq`` is the ``_binlog_seq`` of the event's first change in the table's change log. The text is on the
+        statement's first rows event of each table only
         (:data:`~airflow_provider_binlog.contract.history.STATEMENTS_SCHEMA`).
         """
         text = None if table in self.recorded else self.event.query
         self.recorded.add(table)
-        return table, file, end_pos, self.pos, text
+        return table, file, end_pos, seq, self.pos, text
 
 
 class Transaction:
@@ -113,9 +121,8 @@ class Transaction:
         self.spilled: dict[tuple[str, int], list[Any]] = {}
         self.rows_in_memory = 0
         self.savepoints: dict[str, SavepointMarks] = {}
-        self.statements: list[tuple[str, str, int, int, str | None]] = []
-        """Its rows events of tables keeping a change log that have a logged statement: ``(table, file, end
-        position, statement position, text)`` (:meth:`LoggedStatement.entry`)."""
+        self.statements: list[StatementEntry] = []
+        """Its rows events of tables keeping a change log that have a logged statement (:meth:`LoggedStatement.entry`)."""
         self.payload_statements = 0
         """Statements logged inside a compressed TRANSACTION_PAYLOAD (MySQL): its events all have its coordinates,
         so with two or more the rows events' coordinates cannot tell their statements apart and none is recorded."""

@@ -1,9 +1,9 @@
 """History tables do not depend on the order windows are merged in (interval backfills), against real Spark.
 
-Four windows of one table with change logs and SCD2 tables (updates staged as before/after pairs, a key move, a
+Four windows of one table with change logs and SCD2 tables (updates staged with their before images, a key move, a
 delete and a re-insert of one key, a truncate marker) are merged in order into one target and out of order into
 another: both targets, both change logs and both SCD2 tables must hold the same rows, and both digest chains must
-verify. The contract-format staging of ``test_merge.stage_window`` is used, its update pairs made one row event.
+verify. The contract-format staging of ``test_merge.stage_window`` is used, with the before images added.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -54,26 +55,37 @@ WINDOWS: list[list[tuple[Any, ...]]] = [
 
 
 def stage(staging: Path, seq: int, changes: list[tuple[Any, ...]]) -> str:
-    """Stage a window whose updates are before/after pairs of one row event; its manifest asks for history."""
-    flat: list[tuple[str, dict[str, Any]]] = []
-    pairs = []
+    """Stage a window as a table with history is staged; its manifest asks for history.
+
+    An update is one ``u`` row carrying its before image (``_binlog_before``); one that moves the row's key is the
+    ``d`` of the before image, then the ``u``, of one row event, both carrying it (the key-change rule).
+    """
+    flat: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = []
+    moves = []
     for change in changes:
         if change[0] == "u":
-            pairs.append(len(flat))
-            flat += [("d", change[1]), ("u", change[2])]
+            if change[1]["id"] != change[2]["id"]:
+                moves.append(len(flat))
+                flat.append(("d", change[1], change[1]))
+            flat.append(("u", change[2], change[1]))
         else:
-            flat.append((change[0], change[1]))
-    uri = stage_window(staging, seq, orders(flat))
+            flat.append((change[0], change[1], None))
+    uri = stage_window(staging, seq, orders([(op, row) for op, row, _ in flat]))
     manifest = read_manifest(uri)
     assert manifest is not None
     entry = manifest.tables["shop.orders"]
     path = Path(uri) / entry.files[0]
-    table = pq.read_table(path).to_pylist()
-    for at in pairs:  # the after image shares its before image's row event (GTID, position, commit time)
+    table = pq.read_table(path)
+    rows = table.to_pylist()
+    for at in moves:  # the update shares its delete's row event (GTID, position, commit time)
         for column in ("_binlog_gtid", "_binlog_pos", "_binlog_ts"):
-            table[at + 1][column] = table[at][column]
-    pq.write_table(pq.read_table(path).from_pylist(table, schema=pq.read_schema(path)), path)
-    markers = sum(op == OP_TRUNCATE for op, _ in flat)
+            rows[at + 1][column] = rows[at][column]
+    source = [f for f in table.schema if not f.name.startswith("_binlog_")]
+    for row, (_, _, before) in zip(rows, flat, strict=True):
+        row["_binlog_before"] = before
+    schema = table.schema.append(pa.field("_binlog_before", pa.struct(source)))
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    markers = sum(op == OP_TRUNCATE for op, _, _ in flat)
     entry = dataclasses.replace(
         entry, history=(CHANGELOG, SCD2), ops={**entry.ops, OP_TRUNCATE: markers} if markers else entry.ops
     )
@@ -115,6 +127,15 @@ def test_history_tables_are_the_same_whatever_order_the_windows_are_merged_in(
     assert history_of_1 == [(1, "new", "u"), (2, "paid", "t"), (3, "again", "d"), (4, "third", None)]
     assert sorted(v["id"] for v in versions if v[IS_CURRENT_COLUMN]) == [1, 5]
     assert [v[ENDED_BY_COLUMN] for v in versions if v["id"] == 2] == ["d"]  # moved to key 20, later truncated
+    changes = deltalake.DeltaTable(changelog_uri(target, "shop.orders")).to_pyarrow_table().to_pylist()
+    window_2 = sorted(
+        (c["_binlog_op"], (c["_binlog_before"] or {}).get("id"), (c["_binlog_after"] or {}).get("id"))
+        for c in changes
+        if c["_binlog_window"] == 2
+    )
+    assert window_2 == [("d", 3, None), ("u", 1, 1), ("u", 2, 20)]  # the move is one update, not a delete too
+    paid = next(c for c in changes if c["_binlog_window"] == 2 and c["id"] == 1)
+    assert (paid["_binlog_before"]["status"], paid["_binlog_after"]["status"]) == ("new", "paid")
     for root in (target, backfilled):
         report = verify_history(root, "shop.orders")
         assert report.ok, str(report)

@@ -197,23 +197,26 @@ def test_with_history_every_update_is_staged_with_its_before_image_in_parallel_a
         staged(tmp_path / "serial", serial)["p.a"],
         staged(tmp_path / "plain", plain)["p.a"],
     )
-    by_seq = {r["_binlog_seq"]: r for r in with_history}
+    # The same rows at the same order keys as without history, each with the before image of its update
+    assert [{k: v for k, v in r.items() if k != "_binlog_before"} for r in with_history] == without
+    assert "_binlog_before" not in without[0]
     updates = [r for r in with_history if r["_binlog_op"] == "u"]
     assert updates
-    for update in updates:  # each after image follows the before image of the same row event
-        before = by_seq[update["_binlog_seq"] - 1]
-        assert (before["_binlog_op"], before["_binlog_pos"]) == ("d", update["_binlog_pos"])
-        moved = before["id"] != update["id"]
-        assert moved or before["n"] == update["n"] - 1  # UPDATE ... SET n = n + 1, or the key moved
-
-    def images(rows: list[dict[str, Any]], op: str) -> list[tuple[Any, ...]]:
-        return sorted((r["id"], r["n"], r["_binlog_pos"]) for r in rows if r["_binlog_op"] == op)
-
-    assert images(with_history, "u") == images(
-        without, "u"
-    )  # the same after images, each with a before image
-    # p.a has no deletes: without history its d rows are the key moves' before images, with it every update's
-    assert 0 < len(images(without, "d")) < len(images(with_history, "d")) == len(images(without, "u"))
+    by_seq = {r["_binlog_seq"]: r for r in with_history}
+    moves = 0
+    for update in updates:
+        before = update["_binlog_before"]
+        assert set(before) == {k for k in update if not k.startswith("_binlog_")}
+        if before["id"] == update["id"]:  # UPDATE ... SET n = n + 1
+            assert before["n"] == update["n"] - 1
+            continue
+        moves += 1  # the key moved: the delete staged before it carries the same before image
+        delete = by_seq[update["_binlog_seq"] - 1]
+        assert delete["_binlog_op"] == "d"
+        assert delete["_binlog_before"] == before
+        assert {k: delete[k] for k in before} == before
+    assert moves
+    assert all(r["_binlog_before"] is None for r in with_history if r["_binlog_op"] == "c")
 
     # The statements of the rows events (MariaDB's ANNOTATE_ROWS events, asked for because a table keeps a change
     # log): the same entries read in parallel as serially, one per rows event of each table, the text once per
@@ -231,6 +234,26 @@ def test_with_history_every_update_is_staged_with_its_before_image_in_parallel_a
     assert len(events) == len(entries["serial"])
     for table, rows in staged(tmp_path / "serial", serial).items():
         assert {(table, r["_binlog_file"], r["_binlog_pos"]) for r in rows} <= events, table
+    # each entry names the event's first change-log row: its first staged row, or the update after a moved row's delete
+    by_seq = {
+        r["_binlog_seq"]: (table, r)
+        for table, rows in staged(tmp_path / "serial", serial).items()
+        for r in rows
+    }
+    for e in entries["serial"]:
+        table, row = by_seq[e["_binlog_seq"]]
+        assert (table, row["_binlog_file"], row["_binlog_pos"]) == (
+            e["_binlog_table"],
+            e["_binlog_file"],
+            e["_binlog_pos"],
+        )
+        assert row["_binlog_op"] != "d" or row["_binlog_before"] is None
+        previous = by_seq.get(e["_binlog_seq"] - 1)
+        assert (
+            previous is None
+            or previous[1]["_binlog_pos"] != row["_binlog_pos"]
+            or previous[1]["_binlog_op"] == "d"
+        )
     texts = Counter(
         (e["_binlog_table"], e["_binlog_file"], e["_binlog_statement_pos"])
         for e in entries["serial"]

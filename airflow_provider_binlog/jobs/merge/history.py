@@ -7,9 +7,10 @@ current-state table (:class:`HistoryWriter`, :func:`write_history`). The SCD2 ta
 
 1. Skip the table if the change log's Delta log already holds the window's app transaction (a re-run).
 2. Spark reads the table's staged files (and the changes the cascades synthesised for it, flagged in
-   :data:`~airflow_provider_binlog.contract.history.CASCADE_COLUMN`), joins each update's staged pair (the ``d``
-   of its before image, the ``u`` of its after image at the next order key, the same row event) back into one
-   row with both images, and writes the rows as Parquet files sorted by key into the change log's folder.
+   :data:`~airflow_provider_binlog.contract.history.CASCADE_COLUMN`), gives each update the before image staged
+   with it (:data:`~airflow_provider_binlog.contract.history.BEFORE_COLUMN`), leaves out the delete staged for a
+   row an update moved to another key (:func:`staged_changelog_rows`), and writes the rows as Parquet files sorted
+   by key into the change log's folder.
    When the change log has no commit yet and the target held rows before the window, those live rows are
    appended first as snapshot reads (``r``): the table's history starts there.
 3. The driver reads the new files back, computes their :func:`~airflow_provider_binlog.contract.history.rows_digest`
@@ -34,10 +35,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_binlog.contract.columns import (
+    CHANGE_COLUMN_NAMES,
     CHANGE_FIELDS,
     DELETED_COLUMN,
     FILE_COLUMN,
-    GTID_COLUMN,
     METADATA_COLUMN_NAMES,
     OP_COLUMN,
     OP_DELETE,
@@ -112,8 +113,14 @@ _CASCADE_BEFORE = "_binlog_cascade_before"
 COMMIT_ATTEMPTS = 5
 """Commits of one window's change-log files tried before the merge fails (another writer committed between)."""
 _IMAGE = "_binlog_image"
+_STAGED_BEFORE = "_binlog_staged_before"
+"""Column of the change-log rows being made: the before image staged with a row (:data:`BEFORE_COLUMN`)."""
 RECENT_COMMITS = 10
 """Commits of a change log read first to find its newest digest (schema and maintenance commits come between)."""
+HISTORY_THREADS = 1
+"""Tables whose history a merge writes at once (each writes its change log and SCD2 table at once, beside the
+target merges): on ``local[2]`` a table's history alone leaves the cores idle about half the time (Spark and Delta
+latency), two at a time keep them busy (``docs/benchmarks.md``, history cost)."""
 HISTORY_PROPERTIES = {"delta.enableExpiredLogCleanup": "false"}
 """Table properties of a change log: its commit infos hold the digest chain, so its log is never cleaned up."""
 
@@ -279,14 +286,18 @@ def write_changelog(
 
 
 class HistoryWriter:
-    """Writes the history of a window's tables in a thread of their own, beside the target merges.
+    """Writes the history of a window's tables in threads of their own, beside the target merges.
 
     A table's history is independent of its target merge (each commit is exactly once by its own app
     transaction; a new history table starts from the target's version read before the merge), so the two run at once:
-    on a small window each is mostly Spark and Delta latency. The thread runs its Spark actions in place, never
-    detached (``docs/adr/0024-deferrable-spark-work.md``): only the target merge may defer.
+    on a small window each is mostly Spark and Delta latency. Every table's history is started before the first
+    target merge (:meth:`start_all`; the plan has made the cascades' files they read), :data:`HISTORY_THREADS` at
+    a time, so the histories of later tables run while earlier tables merge and Spark's cores are kept busy. The
+    threads run their Spark actions in place, never detached (``docs/adr/0024-deferrable-spark-work.md``): only the
+    target merge may defer.
 
-    Use as a context manager; :meth:`start` a table's history before merging the table, :meth:`finish` after.
+    Use as a context manager (leaving it on an error cancels the histories not started yet); :meth:`start_all`
+    before merging the tables, :meth:`finish` each table's after its merge.
     """
 
     def __init__(
@@ -308,17 +319,25 @@ class HistoryWriter:
     def __enter__(self) -> HistoryWriter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
         if self._pool is not None:
-            self._pool.shutdown(wait=True)
+            self._pool.shutdown(wait=True, cancel_futures=kind is not None)
+
+    def start_all(self, tables: Sequence[TablePlan]) -> dict[str, Future[dict[str, Any] | None]]:
+        """Start writing the window's history of every table that keeps one (:meth:`start`); return them by name."""
+        started = {table.name: self.start(table) for table in tables}
+        return {name: future for name, future in started.items() if future is not None}
 
     def start(self, table: TablePlan) -> Future[dict[str, Any] | None] | None:
-        """Start writing the window's history of ``table`` (:func:`write_history`); None when it keeps none."""
+        """Start writing the window's history of ``table`` (:func:`write_history`); None when it keeps none.
+
+        Call it before the table's target merge: its history starts from the target's version read now.
+        """
         if not history_kinds_of(self.manifest, table):
             return None
         current = open_table(table_uri(self.target, table.name), self.storage_options)
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="binlog-history")
+            self._pool = ThreadPoolExecutor(max_workers=HISTORY_THREADS, thread_name_prefix="binlog-history")
         return self._pool.submit(
             write_history,
             self.spark,
@@ -363,69 +382,57 @@ def staged_changelog_rows(
 ) -> DataFrame:
     """Return the change-log rows of a table's staged (and cascade) files, shaped like ``schema``.
 
-    An update's staged pair (a ``d`` at order key ``(w, s)`` and a ``u`` at ``(w, s + 1)`` of the same row event,
-    neither synthesised by a cascade) becomes one ``u`` row with both images at the ``u``'s order key; every other
-    row keeps its op, with its image as the before image of a ``d`` and the after image of ``c``, ``u`` and ``r``.
-    Each row gets the statement of its rows event from the window's statements side file (``statements``), its text
-    on the first row of the table's first rows event of the statement (:data:`~.contract.history.STATEMENT_COLUMN`).
+    A staged row is a change-log row, with its image as the before image of a ``d`` and the after image of ``c``,
+    ``u`` and ``r``, and a ``u``'s before image the one staged with it (:data:`~.contract.history.BEFORE_COLUMN`;
+    a cascade's: :func:`_with_cascade_befores`); the ``d`` staged with a before image is the delete of a row whose
+    key an update moved (the key-change rule), whose ``u`` at the next order key holds the change, and is left out.
+    So no row needs another: no shuffle. Each row gets the statement of its rows event from the window's statements
+    side file (``statements``), its text on the row its entry names (:data:`~.contract.history.STATEMENT_COLUMN`).
 
     :param staged: the files the manifest lists (the others of ``table.staged.files`` are the cascades').
     :param statements: the window's statements side file (None: the window recorded none).
     :param storage_options: storage options of the target store (where the cascades' before images are).
     """
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     source = pa.schema(schema.field(AFTER_COLUMN).type)
-    staged_schema = table.staged_schema()
+    staged_schema = with_before_images(table.staged_schema())
+    staged_source = [f.name for f in staged_schema.field(BEFORE_COLUMN).type]
     frames = []
     cascaded = [f for f in table.staged.files if f not in staged]
     for flag, files in ((False, [f for f in table.staged.files if f in staged]), (True, cascaded)):
         if files:
             frame = read_staged_changes(spark, files, staged_schema)
-            changes = [col(f.name) for f in CHANGE_FIELDS]
+            staged_before = F.struct(*conformed_columns(staged_source, list(source), col(BEFORE_COLUMN)))
             frames.append(
-                frame.select(*changes, F.lit(flag).alias(CASCADE_COLUMN), _image(frame, source).alias(_IMAGE))
+                frame.select(
+                    *[col(f.name) for f in CHANGE_FIELDS],
+                    F.lit(flag).alias(CASCADE_COLUMN),
+                    _image(frame, source).alias(_IMAGE),
+                    F.when(col(BEFORE_COLUMN).isNotNull(), staged_before).alias(_STAGED_BEFORE),
+                )
             )
     rows = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+    op = col(OP_COLUMN)
+    rows = rows.where(~((op == OP_DELETE) & col(_STAGED_BEFORE).isNotNull()))  # the delete of a moved row
     rows = _with_cascade_befores(spark, rows, table, cascaded, source, storage_options)
-    event_columns = (WINDOW_COLUMN, FILE_COLUMN, POS_COLUMN, GTID_COLUMN)
-    event = Window.partitionBy(*event_columns).orderBy(SEQ_COLUMN, CASCADE_COLUMN)
-    op, this_seq, cascade = col(OP_COLUMN), col(SEQ_COLUMN), col(CASCADE_COLUMN)
-    rows = rows.withColumns(
-        {
-            "_prev_op": F.lag(OP_COLUMN).over(event),
-            "_prev_seq": F.lag(SEQ_COLUMN).over(event),
-            "_prev_cascade": F.lag(CASCADE_COLUMN).over(event),
-            "_prev_image": F.lag(_IMAGE).over(event),
-            "_next_op": F.lead(OP_COLUMN).over(event),
-            "_next_seq": F.lead(SEQ_COLUMN).over(event),
-            "_next_cascade": F.lead(CASCADE_COLUMN).over(event),
-        }
-    )
-    paired_update = (
-        (op == OP_UPDATE) & (F.col("_prev_op") == OP_DELETE) & (F.col("_prev_seq") == this_seq - 1)
-        & ~cascade & ~F.col("_prev_cascade")
-    )  # fmt: skip
-    paired_delete = (
-        (op == OP_DELETE) & (F.col("_next_op") == OP_UPDATE) & (F.col("_next_seq") == this_seq + 1)
-        & ~cascade & ~F.col("_next_cascade")
-    )  # fmt: skip
-    paired = F.coalesce(paired_update, F.lit(False))
     if statements is not None:
-        first = F.min(F.when(~cascade, this_seq)).over(Window.partitionBy(*event_columns))
-        rows = _with_statements(spark, rows, statements, table.name).withColumn(
-            STATEMENT_COLUMN,
-            F.when(~cascade & (this_seq - paired.cast("long") == first), col(STATEMENT_COLUMN)),
-        )
-    rows = rows.where(~F.coalesce(paired_delete, F.lit(False)))
-    before = (
-        F.when(paired, F.col("_prev_image"))
-        .when(op == OP_DELETE, col(_IMAGE))
-        .when(cascade & (op == OP_UPDATE), col(_CASCADE_BEFORE))
+        rows = _with_statements(spark, rows, statements, table.name)
+    before = F.when(op == OP_DELETE, col(_IMAGE)).when(
+        op == OP_UPDATE, F.coalesce(col(_STAGED_BEFORE), col(_CASCADE_BEFORE))
     )
     after = F.when(op.isin(OP_INSERT, OP_UPDATE, OP_SNAPSHOT), col(_IMAGE))
     return _shaped(rows, schema, before=before, after=after, seq=seq, run_id=run_id)
+
+
+def with_before_images(staged: pa.Schema) -> pa.Schema:
+    """Return a table's staged schema with the before images a table with history stages (:data:`BEFORE_COLUMN`).
+
+    :param staged: the staged schema (:func:`~airflow_provider_binlog.jobs.merge.window.staged_schema`), whose
+        source columns the before images hold; files staged without them read them as null.
+    """
+    source = [f for f in staged if f.name not in CHANGE_COLUMN_NAMES]
+    return staged.append(pa.field(BEFORE_COLUMN, pa.struct(source)))
 
 
 def _with_cascade_befores(
@@ -476,14 +483,15 @@ def _exists(uri: str, storage_options: StorageOptions | None) -> bool:
 
 
 def _with_statements(spark: SparkSession, rows: DataFrame, statements: str, name: str) -> DataFrame:
-    """Return ``rows`` with the statement position of their rows event and its text for table ``name``.
+    """Return ``rows`` with the statement position of their rows event and, on the row its entry names, its text.
 
     A rows event whose coordinates the side file gives several statements (a compressed MySQL transaction) gets
-    none; a row a cascade synthesised gets its cause's statement (any table's entry).
+    none; a row a cascade synthesised gets its cause's statement (any table's entry), never its text.
     """
     from pyspark.sql import functions as F
 
-    position = col(STATEMENT_POS_COLUMN)
+    position, text = col(STATEMENT_POS_COLUMN), col(STATEMENT_COLUMN)
+    ours = (col(STATEMENTS_TABLE_COLUMN) == name) & text.isNotNull()
     events = (
         spark.read.schema(spark_schema(STATEMENTS_SCHEMA))
         .parquet(statements)
@@ -491,16 +499,23 @@ def _with_statements(spark: SparkSession, rows: DataFrame, statements: str, name
         .agg(
             F.min(position).alias("_first"),
             F.max(position).alias("_last"),
-            F.max(F.when(col(STATEMENTS_TABLE_COLUMN) == name, col(STATEMENT_COLUMN))).alias("_text"),
+            F.max(F.when(ours, text)).alias("_text"),
+            F.min(F.when(ours, col(SEQ_COLUMN))).alias("_text_seq"),
         )
         .select(
-            FILE_COLUMN,
-            POS_COLUMN,
+            col(FILE_COLUMN).alias("_statement_file"),
+            col(POS_COLUMN).alias("_statement_event"),
             F.when(col("_first") == col("_last"), col("_first")).alias(STATEMENT_POS_COLUMN),
-            F.when(col("_first") == col("_last"), col("_text")).alias(STATEMENT_COLUMN),
+            F.when(col("_first") == col("_last"), col("_text")).alias("_text"),
+            col("_text_seq"),
         )
     )
-    return rows.join(events, [FILE_COLUMN, POS_COLUMN], "left")
+    on = (col(FILE_COLUMN) == col("_statement_file")) & (col(POS_COLUMN) == col("_statement_event"))
+    joined = rows.join(events, on, "left")  # broadcast by Spark when small (a window's statements may not be)
+    here = ~col(CASCADE_COLUMN) & (col(SEQ_COLUMN) == col("_text_seq"))
+    return joined.withColumn(STATEMENT_COLUMN, F.when(here, col("_text"))).drop(
+        "_statement_file", "_statement_event", "_text", "_text_seq"
+    )
 
 
 def _shaped(

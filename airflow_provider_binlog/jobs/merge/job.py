@@ -40,6 +40,8 @@ from airflow_provider_binlog.jobs.merge.table import merge_table
 from airflow_provider_binlog.jobs.merge.window import load_window
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from pyspark.sql import SparkSession
 
     from airflow_provider_binlog.contract.write_modes import WriteMode
@@ -66,7 +68,8 @@ def merge_window(
     tables before any table is touched), then applied table by table, parents first. Each table is committed
     atomically; tables already holding the window are skipped, so a failed run can simply be repeated. A table
     whose manifest entry asks for a change log gets the window's rows appended to it, exactly once likewise, in a
-    thread beside its merge (:class:`~airflow_provider_binlog.jobs.merge.history.HistoryWriter`).
+    thread beside the merges, every table's started before the first merge
+    (:class:`~airflow_provider_binlog.jobs.merge.history.HistoryWriter`).
 
     :param spark: the session (its SQL settings are adjusted by :func:`configure_session`).
     :param window_uri: window directory ``<staging>/<pipeline>/window=<seq>``.
@@ -96,10 +99,12 @@ def merge_window(
     histories = HistoryWriter(spark, window.manifest, window.uri, target=target, pipeline=pipeline,
                                  target_file_bytes=target_file_bytes, storage_options=storage_options)  # fmt: skip
     with histories:
+        pending = histories.start_all(plan.tables)
         for table in plan.tables:
             tables[table.name] = _merge_table_and_history(
-                spark, histories, table, window_uri, target=target, pipeline=pipeline, seq=window.seq,
-                target_file_bytes=target_file_bytes, storage_options=storage_options, write_mode=mode,
+                spark, pending.get(table.name), table, window_uri, target=target, pipeline=pipeline,
+                seq=window.seq, target_file_bytes=target_file_bytes, storage_options=storage_options,
+                write_mode=mode,
             )  # fmt: skip
     drop_cascades(target, pipeline, window.seq, storage_options)
     return {"pipeline": pipeline, "window": window.seq, "tables": tables}
@@ -107,7 +112,7 @@ def merge_window(
 
 def _merge_table_and_history(
     spark: SparkSession,
-    histories: HistoryWriter,
+    pending: Future[dict[str, Any] | None] | None,
     table: TablePlan,
     window_uri: str,
     *,
@@ -118,13 +123,12 @@ def _merge_table_and_history(
     storage_options: StorageOptions | None,
     write_mode: WriteMode,
 ) -> dict[str, Any]:
-    """Merge one table of the window, its change log beside it; return the table's entry of the job's summary.
+    """Merge one table of the window, then wait for its history (``pending``); return the table's summary entry.
 
     A schema change the table (or its change log) cannot follow, and a lost deletion vector, refuse this table
     alone (:func:`~airflow_provider_binlog.contract.refusals.record_refusal`); other errors fail the job.
     """
     try:
-        pending = histories.start(table)
         try:
             result = merge_table(
                 spark,
@@ -137,7 +141,7 @@ def _merge_table_and_history(
                 write_mode=write_mode,
             )
         finally:
-            history = histories.finish(pending)
+            history = HistoryWriter.finish(pending)
     except UnfollowableSchemaChange as err:
         if table.staged.refresh and not isinstance(err, HistoryTypeChange):
             raise  # a snapshot replaces the schema (replaced_columns); this is a bug, not the source

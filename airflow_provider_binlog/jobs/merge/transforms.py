@@ -99,11 +99,19 @@ def read_staged_changes(spark: SparkSession, files: Sequence[str], staged: pa.Sc
 
     :param spark: the session.
     :param files: staged Parquet files.
-    :param staged: staged schema from :func:`~airflow_provider_binlog.jobs.merge.window.staged_schema`.
+    :param staged: staged schema from :func:`~airflow_provider_binlog.jobs.merge.window.staged_schema`, or with
+        the before images of a table with history (:func:`~airflow_provider_binlog.jobs.merge.history.with_before_images`).
     """
-    read_schema = pa.schema([pa.field(f.name, storage_type(f.type, f.name)) for f in staged])
+    read_schema = pa.schema([pa.field(f.name, _read_type(f)) for f in staged])
     df = spark.read.schema(spark_schema(read_schema)).parquet(*files)
     return df.select(*[col(f.name) for f in staged])
+
+
+def _read_type(field: pa.Field) -> pa.DataType:
+    """Return the storage type a staged column is read as (a struct of row images: its fields' storage types)."""
+    if pa.types.is_struct(field.type):
+        return pa.struct([pa.field(f.name, storage_type(f.type, f.name)) for f in field.type])
+    return storage_type(field.type, field.name)
 
 
 def conform_changes(changes: DataFrame, data_schema: pa.Schema) -> DataFrame:
@@ -123,17 +131,21 @@ def conform_changes(changes: DataFrame, data_schema: pa.Schema) -> DataFrame:
     )
 
 
-def conformed_columns(present: Sequence[str], fields: Sequence[pa.Field]) -> list[Column]:
+def conformed_columns(
+    present: Sequence[str], fields: Sequence[pa.Field], of: Column | None = None
+) -> list[Column]:
     """Return one column per field: the column of ``present`` of its name (any case) cast to its type, else NULL.
 
-    :param present: the column names a frame has.
+    :param present: the column names a frame has (or the struct ``of`` has).
     :param fields: the wanted columns (storage types).
+    :param of: a struct column whose fields ``present`` names (None: the frame's columns).
     """
     from pyspark.sql import functions as F
 
     found = {c.lower(): c for c in present}
+    pick = col if of is None else of.getField
     return [
-        (col(found[f.name.lower()]) if f.name.lower() in found else F.lit(None))
+        (pick(found[f.name.lower()]) if f.name.lower() in found else F.lit(None))
         .cast(spark_type(f.type))
         .alias(f.name)
         for f in fields

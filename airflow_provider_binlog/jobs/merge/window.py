@@ -24,6 +24,7 @@ from airflow_provider_binlog.contract.columns import (
     OP_TRUNCATE,
     REQUIRED_CHANGE_COLUMNS,
 )
+from airflow_provider_binlog.contract.history import BEFORE_COLUMN
 from airflow_provider_binlog.contract.keys import resolve_keys
 from airflow_provider_binlog.contract.manifest import Manifest, only_markers, require_manifest
 from airflow_provider_binlog.contract.manifest import has_changes as stages_changes
@@ -179,7 +180,9 @@ def staged_schema(
     The files of one window normally share one schema; if a DDL in the window changed it, the schemas
     are unified: new columns are added and each column gets the widest of its types
     (:func:`is_lossless_widening`). The source columns come in the manifest's column order, then the change
-    metadata columns.
+    metadata columns. A table with history also stages before images
+    (:data:`~airflow_provider_binlog.contract.history.BEFORE_COLUMN`): they are for its history tables only, and
+    left out.
 
     :param table: the table's ``db.table``, for messages.
     :param footers: the schemas of its staged files (at least one).
@@ -189,6 +192,7 @@ def staged_schema(
         wider nor narrower (INT -> VARCHAR).
     :raises MergeJobError: if the footers conflict otherwise or change metadata columns are missing.
     """
+    footers = [_without_before_images(schema) for schema in footers]
     widest: dict[str, pa.DataType] = {}
     for f in (f for schema in footers for f in schema):
         have = widest.setdefault(f.name, f.type)
@@ -216,6 +220,12 @@ def staged_schema(
     ordered += [n for n in unified.names if n not in ordered and n not in CHANGE_COLUMN_NAMES]
     ordered += [f.name for f in CHANGE_FIELDS if f.name in unified.names]
     return pa.schema([unified.field(n).remove_metadata() for n in ordered])
+
+
+def _without_before_images(schema: pa.Schema) -> pa.Schema:
+    """Return a staged file's schema without :data:`~airflow_provider_binlog.contract.history.BEFORE_COLUMN`."""
+    index = schema.get_field_index(BEFORE_COLUMN)
+    return schema if index < 0 else schema.remove(index)
 
 
 def read_staged_schema(
