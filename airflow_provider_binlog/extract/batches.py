@@ -250,9 +250,7 @@ class ChangeBatchBuilder:
         :raises ValueConversionError: when a value does not fit its column's Arrow type (names the
             column and the first such row's event and GTID).
         """
-        # Lists: pa.array converts a tuple of integers about 30 times slower than a list of them.
-        columns = [list(c) for c in zip(*self.images[low:high], strict=True)] or [[] for _ in self.columns]
-        arrays = [self._array(index, values, low, gtids) for index, values in enumerate(columns)]
+        arrays = self._column_arrays(self.images[low:high], low, gtids)
         count, files = high - low, self.files[low:high]
         ops = "".join(self.ops[low:high]).encode()  # one ASCII character each
         file = files[0].encode() if count and files.count(files[0]) == count else None
@@ -280,12 +278,20 @@ class ChangeBatchBuilder:
     ) -> pa.Array:
         """Return the struct array of rows ``[low, ...)``'s before images (null where a row has none)."""
         nulls = (None,) * len(self.columns)
-        rows = [nulls if before is None else before for before in befores]
-        columns = [list(c) for c in zip(*rows, strict=True)] or [[] for _ in self.columns]
-        children = [self._array(index, values, low, gtids) for index, values in enumerate(columns)]
+        children = self._column_arrays(
+            [nulls if before is None else before for before in befores], low, gtids
+        )
         mask = pa.array([before is None for before in befores], pa.bool_())
         struct = self.schema.field(BEFORE_COLUMN).type
         return pa.StructArray.from_arrays(children, fields=list(struct), mask=mask)
+
+    def _column_arrays(
+        self, images: Sequence[Sequence[Any]], low: int, gtids: list[str | None]
+    ) -> list[pa.Array]:
+        """Return one array per column of ``images``, rows ``[low, ...)`` (see :meth:`_array`)."""
+        # Lists: pa.array converts a tuple of integers about 30 times slower than a list of them.
+        columns = [list(c) for c in zip(*images, strict=True)] or [[] for _ in self.columns]
+        return [self._array(index, values, low, gtids) for index, values in enumerate(columns)]
 
     def _array(self, index: int, values: Sequence[Any], low: int, gtids: list[str | None]) -> pa.Array:
         arrow_type = self.columns[index].arrow_type

@@ -35,7 +35,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_binlog.contract.columns import (
-    CHANGE_COLUMN_NAMES,
     CHANGE_FIELDS,
     DELETED_COLUMN,
     FILE_COLUMN,
@@ -119,8 +118,8 @@ RECENT_COMMITS = 10
 """Commits of a change log read first to find its newest digest (schema and maintenance commits come between)."""
 HISTORY_THREADS = 1
 """Tables whose history a merge writes at once (each writes its change log and SCD2 table at once, beside the
-target merges): on ``local[2]`` a table's history alone leaves the cores idle about half the time (Spark and Delta
-latency), two at a time keep them busy (``docs/benchmarks.md``, history cost)."""
+target merges). One, started ahead of the merges, gave the demo's catch-up merge 1.48x the time without history;
+two oversubscribed ``local[2]`` (2.27x, ``docs/benchmarks.md``, history cost)."""
 HISTORY_PROPERTIES = {"delta.enableExpiredLogCleanup": "false"}
 """Table properties of a change log: its commit infos hold the digest chain, so its log is never cleaned up."""
 
@@ -431,8 +430,7 @@ def with_before_images(staged: pa.Schema) -> pa.Schema:
     :param staged: the staged schema (:func:`~airflow_provider_binlog.jobs.merge.window.staged_schema`), whose
         source columns the before images hold; files staged without them read them as null.
     """
-    source = [f for f in staged if f.name not in CHANGE_COLUMN_NAMES]
-    return staged.append(pa.field(BEFORE_COLUMN, pa.struct(source)))
+    return staged.append(pa.field(BEFORE_COLUMN, pa.struct(list(source_fields(staged)))))
 
 
 def _with_cascade_befores(
