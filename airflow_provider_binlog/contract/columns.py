@@ -55,6 +55,27 @@ REQUIRED_CHANGE_COLUMNS = (OP_COLUMN, WINDOW_COLUMN, SEQ_COLUMN)
 """Change columns a staged file must have for the merge to order its rows."""
 METADATA_COLUMN_NAMES = CHANGE_COLUMN_NAMES | {DELETED_COLUMN, BUCKET_COLUMN}
 """Every column a target table has besides the source columns."""
+RESERVED_PREFIX = "_binlog_"
+"""Every column the provider adds to a staged file, a target table or a history table starts with this prefix;
+a source column whose name does (in any letter case: MySQL and Spark compare column names case-insensitively)
+would collide with one of them, now or in a later release, so the table is refused (:func:`reserved_name_problem`)."""
+
+
+def reserved_name_problem(name: str) -> str | None:
+    """Return why source column ``name`` cannot be staged when it takes the reserved prefix, else None.
+
+    A staged file holding the source column ``_binlog_op`` beside the provider's own would have one field twice
+    (pyarrow refuses such a schema); the caller refuses the table alone (quarantine, ADR 0033) with this text.
+    """
+    if not name.lower().startswith(RESERVED_PREFIX):
+        return None
+    return (
+        f"the column name {name!r} starts with {RESERVED_PREFIX!r}, which the provider reserves for the change "
+        "metadata it adds to staged rows, target and history tables (README, 'Change record'); rename the column "
+        "(ALTER TABLE ... RENAME COLUMN) or leave the table out of the pipeline's selection"
+    )
+
+
 EVENT_COLUMNS = (GTID_COLUMN, FILE_COLUMN, POS_COLUMN, TS_COLUMN)
 """Change columns a staged row takes from its row event: its transaction's GTID and commit time, the event's
 end. Every row staged from one event holds the same values in them (the two rows of a key change, a truncate

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pymysqlreplication.constants import FIELD_TYPE
 
-from airflow_provider_binlog.contract.columns import UTC
+from airflow_provider_binlog.contract.columns import UTC, reserved_name_problem
 from airflow_provider_binlog.extract.charsets import text_decoder
 
 if TYPE_CHECKING:
@@ -229,13 +229,14 @@ def describe_column(table: str, column: TableMapColumn) -> str:
 def check_stageable(column: TableMapColumn) -> None:
     """Raise when a table-map column cannot be staged exactly, whatever its values.
 
-    :raises ValueError: for a type :func:`column_spec` does not know, ENUM/SET member names that could not
-        be read (``members_problem``, see :func:`~airflow_provider_binlog.extract.tablemaps.redecode_members`),
+    :raises ValueError: for a name with the reserved prefix
+        (:func:`~airflow_provider_binlog.contract.columns.reserved_name_problem`), a type :func:`column_spec`
+        does not know, ENUM/SET member names that could not be read (``members_problem``, see :func:`~airflow_provider_binlog.extract.tablemaps.redecode_members`),
         or text in a character set the extractor does not know (an unknown collation id)
         (:class:`~airflow_provider_binlog.extract.charsets.UnsupportedCharsetError`).
     """
     spec = column_spec(column)
-    problem = getattr(column, "members_problem", None)
+    problem = reserved_name_problem(column.name) or getattr(column, "members_problem", None)
     if problem:
         raise ValueError(problem)
     text_types = (FIELD_TYPE.NEWDECIMAL, FIELD_TYPE.SET, FIELD_TYPE.JSON)

@@ -237,12 +237,15 @@ def plan_snapshot(
     :param start: the snapshot's start position (``{"file", "pos", "gtid_set"}``).
     :param keys: ``{"db.table": key columns}`` of the tables to read.
     :param chunk_rows: rows per chunk.
-    :raises ValueError: for a column type that cannot be staged, or ``chunk_rows`` < 1.
+    A table with a column that cannot be staged is planned without columns: each of its chunks is then refused
+    when read (:func:`~airflow_provider_binlog.snapshot.chunks.read_chunk`), which quarantines that table alone.
+
+    :raises ValueError: when ``chunk_rows`` < 1.
     """
     tables = []
     for name, key in keys.items():
         db, table = split_table_name(name)
-        columns = tuple(c.spec.to_manifest() for c in describe_columns(cur, db, table))
+        columns = _planned_columns(cur, db, table)
         chunks = tuple(chunk_bounds(cur, name, key, chunk_rows))
         tables.append(TablePlan(name, tuple(key), chunks, columns, estimated_rows(cur, name)).to_json())
     return {
@@ -255,3 +258,11 @@ def plan_snapshot(
         "chunk_rows": chunk_rows,
         "tables": tables,
     }
+
+
+def _planned_columns(cur: Any, db: str, table: str) -> tuple[dict[str, Any], ...]:
+    """Return the staged column specs of ``db.table`` for its plan, or ``()`` when one cannot be staged."""
+    try:
+        return tuple(c.spec.to_manifest() for c in describe_columns(cur, db, table))
+    except ValueError:  # refused again, with this message, by each chunk's read
+        return ()

@@ -55,7 +55,7 @@ from typing import Any
 import pyarrow as pa
 from pymysql.converters import convert_date, convert_datetime, convert_timedelta
 
-from airflow_provider_binlog.contract.columns import UTC
+from airflow_provider_binlog.contract.columns import UTC, reserved_name_problem
 from airflow_provider_binlog.extract.charsets import UTF8, text_decoder
 from airflow_provider_binlog.extract.columns import (
     MAX_ARROW_DECIMAL_PRECISION,
@@ -168,7 +168,8 @@ def describe_columns(cur: Any, db: str, table: str) -> list[SourceColumn]:
     :param table: table name.
     :returns: one :class:`SourceColumn` per column.
     :raises ValueError: when the table has no visible columns (it does not exist), or for a column
-        whose type the extractor cannot stage (the message names the column).
+        whose type the extractor cannot stage or whose name takes the reserved prefix (the message names the
+        column).
     """
     columns = [_source_column(db, table, row) for row in column_descriptions(cur, db, table)]
     if not columns:
@@ -381,6 +382,9 @@ def _text(value: Any) -> str:
 def _source_column(db: str, table: str, row: tuple[Any, ...]) -> SourceColumn:
     """Return the :class:`SourceColumn` of one information_schema.COLUMNS row."""
     name = _text(row[0])
+    reserved = reserved_name_problem(name)
+    if reserved:
+        raise ValueError(f"column {name!r} of `{db}`.`{table}`: {reserved}")
     data_type, column_type = _text(row[1]).lower(), _text(row[2]).lower()
     precision, scale, fsp, charset, octets = row[3:8]
     expr = quote_identifier(name)

@@ -135,3 +135,45 @@ def test_a_statement_based_write_quarantines_the_tables_it_writes(
         assert entry["since"]["pos"] >= before["pos"]
         assert "statement-based DML" in entry["error"]
     assert manifest["schema_skipped_row_events"] == {a: 1}
+
+
+def test_a_column_named_with_the_reserved_prefix_quarantines_its_table_alone(
+    connections: LocalMariaDB, source_db: str, tmp_path: Path
+) -> None:
+    """A source column ``_binlog_op`` (any case) would be a staged file's field twice: its table stops, not the window."""
+    a, b = f"{source_db}.a", f"{source_db}.b"
+    connections.execute(
+        f"CREATE TABLE {a} (id INT PRIMARY KEY, `_BINLOG_Op` VARCHAR(5), `_binlog_before` INT)",
+        f"CREATE TABLE {b} (id INT PRIMARY KEY, v INT)",
+    )
+    recorder = Recorder(tmp_path / "staging")
+    recorder.mark()
+    connections.execute(f"INSERT INTO {b} VALUES (1, 1)")
+    before = head(connections)
+    connections.execute(f"INSERT INTO {a} VALUES (1, 'd', 7)", f"INSERT INTO {b} VALUES (2, 2)")
+
+    manifest, staged = recorder.extract({a: ["id"], b: ["id"]}, on_table_error="quarantine")
+
+    assert ids(staged[b]) == [("c", 1), ("c", 2)]
+    assert a not in staged
+    [entry] = manifest["resnapshots"]
+    assert (entry["table"], entry["cause"]) == (a, "quarantine")
+    assert entry["since"]["pos"] >= before["pos"]
+    assert entry["column"].startswith(f"{a}._BINLOG_Op ")
+    assert "reserves" in entry["error"]
+    assert "RENAME COLUMN" in entry["error"]
+
+
+def test_the_snapshot_refuses_a_column_named_with_the_reserved_prefix(
+    connections: LocalMariaDB, source_db: str
+) -> None:
+    import pymysql
+
+    from airflow_provider_binlog.snapshot.rows import describe_columns
+
+    connections.execute(f"CREATE TABLE {source_db}.a (id INT PRIMARY KEY, `_binlog_SEQ` INT)")
+    with pymysql.connect(**connections.connection_kwargs()) as conn, conn.cursor() as cur:
+        with pytest.raises(ValueError) as raised:
+            describe_columns(cur, source_db, "a")
+    assert f"column '_binlog_SEQ' of `{source_db}`.`a`" in str(raised.value)
+    assert "RENAME COLUMN" in str(raised.value)

@@ -205,3 +205,42 @@ def test_a_schema_change_whose_resnapshot_fails_once_quarantines_the_table_until
     state = stored_state(shop.name)
     assert state is not None
     assert state["resnapshots_needed"] == []
+
+
+@pytest.mark.slow  # four DAG runs with Spark snapshots and merges
+def test_a_column_named_like_the_change_metadata_quarantines_its_table_until_it_is_renamed(
+    connections: Any,
+    scratch_db: str,
+    pipeline_dirs: dict[str, str],
+    least_privileged: None,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A table a user with CREATE can make, ``(id, _binlog_op, _BINLOG_Before)``, whose staged rows would hold two
+    ``_binlog_op`` fields: the snapshot and the windows refuse it alone, as the least-privileged user, and it
+    heals once the columns are renamed."""
+    shop = Pipeline(connections, scratch_db, pipeline_dirs)
+    create_tables(shop, ["a"])
+    evil = "`evil`"
+    shop.sql(
+        f"CREATE TABLE {evil} (id INT PRIMARY KEY, `_binlog_op` VARCHAR(5), `_BINLOG_Before` INT)",
+        f"INSERT INTO {evil} VALUES (1, 'd', 1), (2, 'c', 2)",
+    )
+    run_quarantined(shop)  # the snapshot loads a and refuses evil
+    assert shop.mismatches("a") == []
+    report = capfd.readouterr().out
+    report = report[report.index("1 table(s) quarantined") :]
+    for part in (f"{scratch_db}.evil", "'_binlog_op'", "reserves", "RENAME COLUMN"):
+        assert part in report, part
+
+    shop.sql(f"INSERT INTO {evil} VALUES (3, 'u', 3)", "UPDATE a SET n = -1 WHERE id = 1")
+    run_quarantined(shop)  # the window stages a, and leaves evil's rows to the re-snapshot
+    assert shop.mismatches("a") == []
+
+    shop.sql(
+        f"ALTER TABLE {evil} RENAME COLUMN `_binlog_op` TO op, RENAME COLUMN `_BINLOG_Before` TO before_v",
+        f"UPDATE {evil} SET before_v = 20 WHERE id = 2",
+        "UPDATE a SET n = -2 WHERE id = 2",
+    )
+    shop.run_window()  # the probe reads evil now: it is re-snapshotted alone and leaves quarantine
+    assert shop.mismatches("a", "evil") == []
+    assert quarantine_of(shop, "evil") is None

@@ -21,6 +21,7 @@ from airflow_provider_binlog.contract.history import (
     changelog_uri,
     history_kinds,
     rows_digest,
+    scd2_schema,
 )
 from airflow_provider_binlog.contract.manifest import Manifest, TableEntry
 from airflow_provider_binlog.contract.names import path_segment
@@ -81,6 +82,25 @@ def test_changelog_schema_has_the_key_the_change_columns_both_images_and_the_sta
     assert schema.field(AFTER_COLUMN).type == pa.struct(source)
     with pytest.raises(HistoryConfigError, match="missing"):
         changelog_schema(source, ["missing"])
+
+
+def test_every_column_the_provider_adds_takes_the_reserved_prefix() -> None:
+    """The rule that refuses a source column ``_binlog_*`` (any case) covers every column added, so none collides."""
+    from airflow_provider_binlog.contract.columns import (
+        METADATA_COLUMN_NAMES,
+        RESERVED_PREFIX,
+        reserved_name_problem,
+    )
+
+    source = pa.schema([("id", pa.int32())])
+    added = {*METADATA_COLUMN_NAMES, *changelog_schema(source, ["id"]).names, *scd2_schema(source).names} - {
+        "id"
+    }
+    assert added
+    assert all(name.startswith(RESERVED_PREFIX) for name in added)
+    assert all(reserved_name_problem(name.upper()) for name in added)
+    assert reserved_name_problem("binlog_op") is None
+    assert reserved_name_problem("x_binlog_op") is None
 
 
 def _rows() -> pa.Table:
