@@ -33,7 +33,7 @@ from airflow_provider_binlog.source.config import (
 )
 from airflow_provider_binlog.source.flavor import ReplicaHost, SourceFlavor, flavor_named, flavor_of_version
 from airflow_provider_binlog.source.grants import ACCESS_DENIED_ERRORS
-from airflow_provider_binlog.source.schema import TableInfo, base_tables, names_case_sensitive, table_info
+from airflow_provider_binlog.source.schema import TableInfo, base_tables, names_case_sensitive, tables_info
 from airflow_provider_binlog.source.server import (
     ServerState,
     derive_server_id,
@@ -596,7 +596,7 @@ class BinlogHook(BaseHook):
         :param selection: ``db.table`` names and shell patterns (``shop.*``); entries starting with ``!``
             exclude the tables they match, after the includes.
         :returns: ``{"db.table": TableInfo}`` with columns in ordinal order and primary key columns
-            (:func:`~airflow_provider_binlog.source.schema.table_info`).
+            (:func:`~airflow_provider_binlog.source.schema.tables_info`: two queries for any number of tables).
         :raises BinlogConfigError: when a plain name matches no table, a pattern matches nothing or the
             exclusions leave no table.
         """
@@ -604,7 +604,7 @@ class BinlogHook(BaseHook):
 
         with self.cursor() as cur:
             chosen = select_tables(selection, base_tables(cur), case_sensitive=names_case_sensitive(cur))
-            return {name: table_info(cur, name) for name in chosen}
+            return tables_info(cur, chosen)
 
     def foreign_keys(self, tables: Iterable[str]) -> list[ForeignKey]:
         """Return the foreign keys with CASCADE or SET NULL actions whose child is one of ``tables``.

@@ -126,8 +126,8 @@ def retention_of(
     from airflow_provider_binlog.monitoring.snapshot_estimate import (
         estimate_snapshots,
         snapshot_rate,
-        table_rows,
     )
+    from airflow_provider_binlog.source.schema import tables_rows
 
     checkpoint = server.head if state is None else state.checkpoint.position
     if checkpoint is None:
@@ -135,7 +135,7 @@ def retention_of(
     selected = sorted(hook.describe_tables(tables)) if tables else []
     running = [t for s in (state.snapshots if state else []) if s.status == "running" for t in s.tables]
     with hook.cursor() as cur:
-        rows = table_rows(cur, sorted({*selected, *running}))
+        rows = tables_rows(cur, sorted({*selected, *running}))
     estimate = estimate_snapshots(
         state, rows, selected, snapshot_rate(state, snapshot_rows_per_second), pendulum.now("UTC")
     )

@@ -10,17 +10,13 @@ pipeline's earlier snapshots when there are any, else :data:`DEFAULT_SNAPSHOT_RO
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pendulum
 
 from airflow_provider_binlog.pipeline.ledger import PipelineState, Snapshot
-from airflow_provider_binlog.source.schema import estimated_rows
-
-if TYPE_CHECKING:
-    import pymysql
 
 DEFAULT_SNAPSHOT_ROWS_PER_SECOND = 5000.0
 """Rows per second assumed when the pipeline has no measured snapshot: about a tenth of the end-to-end rate
@@ -125,11 +121,6 @@ def _elapsed(snapshot: Snapshot, now: pendulum.DateTime | None = None) -> float:
     return max(((end or pendulum.now("UTC")) - started).total_seconds(), 0.0)
 
 
-def table_rows(cur: pymysql.cursors.Cursor, tables: Iterable[str]) -> dict[str, int]:
-    """Return ``{"db.table": TABLE_ROWS}`` from information_schema (an estimate for InnoDB; 0 when unknown)."""
-    return {name: estimated_rows(cur, name) for name in tables}
-
-
 def pending_tables(state: PipelineState | None, selected: Sequence[str]) -> list[str]:
     """Return the selected tables no snapshot of the pipeline has merged or is reading (all for a new one)."""
     covered = set() if state is None else {t for s in state.snapshots for t in s.tables}
@@ -145,7 +136,7 @@ def estimate_snapshots(
 ) -> SnapshotEstimate:
     """Estimate the seconds until every running snapshot and the snapshot of the pending tables are merged.
 
-    :param rows: row estimate per table (:func:`table_rows`) for the running snapshots' tables and ``selected``.
+    :param rows: row estimate per table (:func:`~airflow_provider_binlog.source.schema.tables_rows`) for the running snapshots' tables and ``selected``.
     :param selected: the pipeline's selected tables (already resolved to names).
     :param now: the time to measure running snapshots' progress against.
     """

@@ -8,6 +8,7 @@ from Airflow.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,33 +54,39 @@ def names_case_sensitive(cur: Any) -> bool:
     return int(cur.fetchone()[0]) == 0
 
 
-def primary_key(cur: Any, table: str) -> list[str]:
-    """Return the primary key columns of ``db.table`` in key order ([] when it has none)."""
-    db, name = split_table_name(table)
-    cur.execute(
-        "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE "
-        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' "
-        "ORDER BY ORDINAL_POSITION",
-        (db, name),
-    )
-    return [str(row[0]) for row in cur.fetchall()]
+def tables_info(cur: Any, tables: Iterable[str]) -> dict[str, TableInfo]:
+    """Return the columns (ordinal order, with ``COLUMN_TYPE``) and primary key of each ``db.table`` of ``tables``.
 
-
-def table_info(cur: Any, table: str) -> TableInfo:
-    """Return the columns (ordinal order, with ``COLUMN_TYPE``) and primary key of ``db.table``."""
-    db, name = split_table_name(table)
+    Two queries whatever the number of tables, each reading the tables' schemas only (``TABLE_SCHEMA IN``: the
+    server opens no other schema's tables); a table information_schema does not show (gone, or no privilege
+    on it) has no columns.
+    """
+    wanted = {split_table_name(t): t for t in tables}
+    found = {t: TableInfo(name=t, columns=[], column_types=[], primary_key=[]) for t in wanted.values()}
+    schemas = sorted({db for db, _ in wanted})
+    if not schemas:
+        return found
+    where = f"TABLE_SCHEMA IN ({', '.join(['%s'] * len(schemas))})"
     cur.execute(
-        "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS "
-        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
-        (db, name),
+        f"SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS WHERE {where} "
+        "ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION",
+        schemas,
     )
-    rows = cur.fetchall()
-    return TableInfo(
-        name=table,
-        columns=[str(r[0]) for r in rows],
-        column_types=[str(r[1]) for r in rows],
-        primary_key=primary_key(cur, table),
+    for db, name, column, column_type in cur.fetchall():
+        table = wanted.get((str(db), str(name)))
+        if table is not None:
+            found[table].columns.append(str(column))
+            found[table].column_types.append(str(column_type))
+    cur.execute(
+        f"SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE {where} "
+        "AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION",
+        schemas,
     )
+    for db, name, column in cur.fetchall():
+        table = wanted.get((str(db), str(name)))
+        if table is not None:
+            found[table].primary_key.append(str(column))
+    return found
 
 
 def unique_keys(cur: Any, table: str) -> list[tuple[str, ...]]:
@@ -104,13 +111,25 @@ def unique_keys(cur: Any, table: str) -> list[tuple[str, ...]]:
 
 def estimated_rows(cur: Any, table: str) -> int:
     """Return ``TABLES.TABLE_ROWS`` of ``db.table``: exact for MyISAM, a sampled estimate for InnoDB (0 when unknown)."""
-    db, name = split_table_name(table)
-    cur.execute(
-        "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
-        (db, name),
-    )
-    row = cur.fetchone()
-    return int(row[0] or 0) if row else 0
+    return tables_rows(cur, [table])[table]
+
+
+def tables_rows(cur: Any, tables: Iterable[str]) -> dict[str, int]:
+    """Return :func:`estimated_rows` of each ``db.table`` of ``tables`` in one query (0 for a table not shown)."""
+    wanted = {split_table_name(t): t for t in tables}
+    found = dict.fromkeys(wanted.values(), 0)
+    schemas = sorted({db for db, _ in wanted})
+    if schemas:
+        cur.execute(
+            "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_ROWS FROM information_schema.TABLES "
+            f"WHERE TABLE_SCHEMA IN ({', '.join(['%s'] * len(schemas))})",
+            schemas,
+        )
+        for db, name, rows in cur.fetchall():
+            table = wanted.get((str(db), str(name)))
+            if table is not None:
+                found[table] = int(rows or 0)
+    return found
 
 
 COLUMN_FIELDS = (
