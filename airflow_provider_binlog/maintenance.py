@@ -28,6 +28,7 @@ from urllib.parse import unquote
 
 from airflow_provider_binlog.contract.columns import UTC
 from airflow_provider_binlog.contract.delta import STAGING_DIR
+from airflow_provider_binlog.contract.rows import conformed_rows
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
@@ -356,7 +357,7 @@ def compact_table(
             relative = f"{folder}{named}compacted-{uuid.uuid4().hex}.parquet"
             location = filesystem_for(join_uri(uri, relative), storage_options)[1]
             parts = [
-                _conformed(pq.read_table(_location(uri, f.path, storage_options), filesystem=fs), schema)
+                conformed_rows(pq.read_table(_location(uri, f.path, storage_options), filesystem=fs), schema)
                 for f in run
             ]
             written.paths.append(location)
@@ -569,7 +570,7 @@ def _live_rows_of(
 
     from airflow_provider_binlog.contract.deletion_vectors import read_vector
 
-    rows = _conformed(
+    rows = conformed_rows(
         pq.read_table(_location(table.table_uri, f.path, storage_options), filesystem=fs), schema
     )
     if f.vector is None:
@@ -645,17 +646,6 @@ def _without_columns(schema: Any, names: set[str]) -> Any:
     import pyarrow as pa
 
     return pa.schema([f for f in schema if f.name not in names])
-
-
-def _conformed(data: Any, schema: Any) -> Any:
-    """Return a file's rows with the table's columns and types (columns added after it was written are null)."""
-    import pyarrow as pa
-
-    columns = [
-        data[f.name].cast(f.type) if f.name in data.column_names else pa.nulls(data.num_rows, f.type)
-        for f in schema
-    ]
-    return pa.Table.from_arrays(columns, schema=pa.schema([f.remove_metadata() for f in schema]))
 
 
 def _location(uri: str, path: str, storage_options: dict[str, str] | None) -> str:

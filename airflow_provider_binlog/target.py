@@ -29,6 +29,7 @@ from airflow_provider_binlog.contract.columns import DELETED_COLUMN, METADATA_CO
 from airflow_provider_binlog.contract.delta_log import file_vectors, live_rows
 from airflow_provider_binlog.contract.names import split_table_name
 from airflow_provider_binlog.contract.remedies import resnapshot_remedy
+from airflow_provider_binlog.contract.rows import first_of_each_key
 from airflow_provider_binlog.contract.types import recorded_arrow_type
 from airflow_provider_binlog.exceptions import (
     BinlogConfigError,
@@ -376,28 +377,13 @@ def rows_as_of(
     started = versions.filter(pc.less_equal(versions[VALID_FROM_COLUMN], moment))
     ordered = started.sort_by([*((k, "ascending") for k in keys), ("_binlog_window", "descending"),
                                ("_binlog_seq", "descending")])  # fmt: skip
-    newest = _first_of_each_key(ordered, keys)
+    newest = first_of_each_key(ordered, keys)
     ended = pc.and_kleene(
         pc.is_in(newest[ENDED_BY_COLUMN], pa.array(["d", "t", "r"])),
         pc.less_equal(newest[VALID_TO_COLUMN], moment),
     )
     live = newest.filter(pc.invert(pc.fill_null(ended, False)))
     return live.append_column(DELETED_COLUMN, pa.array([False] * live.num_rows, pa.bool_()))
-
-
-def _first_of_each_key(ordered: pa.Table, keys: Sequence[str]) -> pa.Table:
-    """Return the first row of each run of equal ``keys`` in a table sorted by them."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if ordered.num_rows == 0:
-        return ordered
-    differs = pa.array([True] + [False] * (ordered.num_rows - 1))
-    for k in keys:
-        column = ordered[k].combine_chunks()
-        changed = pc.not_equal(column.slice(1), column.slice(0, len(column) - 1))
-        differs = pc.or_(differs, pa.concat_arrays([pa.array([True]), pc.fill_null(changed, True)]))
-    return ordered.filter(differs)
 
 
 def window_version(dt: DeltaTable, window: int, *, pipeline: str | None = None) -> int:

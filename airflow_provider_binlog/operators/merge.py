@@ -51,6 +51,10 @@ class BinlogMergeOperator(SparkJobOperator):
         readers must apply them: ``target.read_table``, deltalake's ``DeltaTable.scan``, Polars, DuckDB's
         ``delta`` extension, Spark with delta-spark 2.3+; not deltalake's ``to_pyarrow_dataset``. Whole-table
         operations (snapshots, truncates) always rewrite. See ``docs/adr/0037-deletion-vectors.md``.
+    :param driver_max_rows: a table whose window holds at most this many change rows is rewritten
+        copy-on-write in the job's driver with Arrow, without a Spark job (default 10,000; 0: every table on
+        Spark); windows merged on read, whole-table operations and rewrites reading more than 32 MiB of current
+        files stay on Spark (``docs/adr/0040-small-windows-merged-in-the-driver.md``).
     :param conn_id: Spark connection id.
     :param conf: extra Spark configuration; it overrides the settings the job needs only if you say so.
     :param storage_options: storage options (credentials, endpoint) of the staging and target object stores,
@@ -89,6 +93,7 @@ class BinlogMergeOperator(SparkJobOperator):
         keys: Mapping[str, Sequence[str]] | str | None = None,
         target_file_bytes: int | None = None,
         write_mode: str = "auto",
+        driver_max_rows: int | None = None,
         conn_id: str = "spark_default",
         conf: dict[str, Any] | None = None,
         name: str | None = None,
@@ -106,6 +111,9 @@ class BinlogMergeOperator(SparkJobOperator):
             self.write_mode = check_write_mode(write_mode)
         except ContractError as err:
             raise ValueError(str(err)) from err
+        if driver_max_rows is not None and (not isinstance(driver_max_rows, int) or driver_max_rows < 0):
+            raise ValueError(f"driver_max_rows must be an int >= 0, got {driver_max_rows!r}")
+        self.driver_max_rows = driver_max_rows
         super().__init__(
             application=str(MERGE_APPLICATION),
             conf=dict(conf or {}),
@@ -245,6 +253,8 @@ class BinlogMergeOperator(SparkJobOperator):
         if self.target_file_bytes is not None:
             args += ["--target-file-bytes", str(self.target_file_bytes)]
         args += ["--write-mode", self.write_mode]
+        if self.driver_max_rows is not None:
+            args += ["--driver-max-rows", str(self.driver_max_rows)]
         if self.keys:
             args += ["--key", key_spec(self.keys)]
         return args
@@ -343,5 +353,6 @@ def _commit_numbers(dt: Any, pipeline: str, seq: int) -> dict[str, Any]:
                 "rows_written": commit.get("binlog.rows_written"),
                 "files_added": commit.get("binlog.files_added"),
                 "files_removed": commit.get("binlog.files_removed"),
+                "engine": commit.get("binlog.engine"),
             }
     return {}

@@ -533,14 +533,19 @@ def test_charsets_once_refused_decode_on_both_paths(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("engine", ["spark", "driver"])
 def test_merged_target_reads_back_the_expected_values(
-    staged: dict[str, Staged], spark: Any, tmp_path: Path
+    staged: dict[str, Staged], spark: Any, tmp_path: Path, engine: str
 ) -> None:
     from airflow_provider_binlog.jobs.merge.job import merge_window
     from airflow_provider_binlog.target import read_table
 
     some = next(iter(staged.values()))
-    merge_window(spark, some.window_uri, str(tmp_path / "target"), pipeline="test")
+    limit = 0 if engine == "spark" else 10_000
+    summary = merge_window(
+        spark, some.window_uri, str(tmp_path / "target"), pipeline="test", driver_max_rows=limit
+    )
+    assert {t["engine"] for t in summary["tables"].values()} == {engine}
     for case in CASES:
         got = staged[case.table]
         table = read_table(str(tmp_path / "target"), got.name).sort_by("id")

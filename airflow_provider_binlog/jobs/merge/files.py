@@ -239,12 +239,13 @@ def write_sorted_files(
         raise
     finally:
         if not detached:
-            _delete_dir(fs, stage_path)
-            _delete_dir_if_empty(fs, stage_path.rsplit("/", 1)[0])
+            delete_stage(fs, stage_path)
 
 
-def _delete_dir(fs: pafs.FileSystem, path: str) -> None:
+def delete_stage(fs: pafs.FileSystem, path: str) -> None:
+    """Delete a staging folder of a merge's output, and its parent when empty (best effort: errors are logged)."""
     _delete_quietly(fs.delete_dir, path, "staging folder")
+    _delete_dir_if_empty(fs, path.rsplit("/", 1)[0])
 
 
 def _delete_quietly(delete: Any, path: str, what: str) -> None:

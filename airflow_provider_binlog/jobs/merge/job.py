@@ -1,7 +1,7 @@
 """The merge application: merge every table of a staged window, and its command line.
 
 Run it with ``spark-submit merge/job.py --window-uri <staging>/<pipeline>/window=<seq> --target <target>
---pipeline <name> [--key db.table=col1,col2 ...] [--target-file-bytes N] [--write-mode MODE] [--storage-option KEY=VALUE ...]``. It
+--pipeline <name> [--key db.table=col1,col2 ...] [--target-file-bytes N] [--write-mode MODE] [--driver-max-rows N] [--storage-option KEY=VALUE ...]``. It
 prints one JSON summary line to stdout and exits non-zero on failure
 (:func:`~airflow_provider_binlog.jobs.application.run_application`). Over Spark Connect the operator runs
 ``application(argv).job`` on its session instead. How one table is merged:
@@ -32,6 +32,7 @@ from airflow_provider_binlog.jobs.application import (
     run_application,
 )
 from airflow_provider_binlog.jobs.merge.cascades import drop_cascades
+from airflow_provider_binlog.jobs.merge.driver_rewrite import DRIVER_REWRITE_ROWS
 from airflow_provider_binlog.jobs.merge.history import HistoryWriter
 from airflow_provider_binlog.jobs.merge.history_schema import HistoryTypeChange
 from airflow_provider_binlog.jobs.merge.plan import plan_window
@@ -60,6 +61,7 @@ def merge_window(
     target_file_bytes: int | None = None,
     storage_options: StorageOptions | None = None,
     write_mode: str = "auto",
+    driver_max_rows: int = DRIVER_REWRITE_ROWS,
 ) -> dict[str, Any]:
     """Merge every table of a staged window into the target; return the summary.
 
@@ -82,11 +84,16 @@ def merge_window(
         (:mod:`airflow_provider_binlog.contract.uris`).
     :param write_mode: ``copy_on_write``, ``merge_on_read`` (deletion vectors; local and S3 targets) or ``auto``
         (:func:`~airflow_provider_binlog.jobs.merge.merge_on_read.choose_mode`, ``docs/adr/0037-deletion-vectors.md``).
+    :param driver_max_rows: a table whose window holds at most this many change rows is rewritten in the driver
+        with Arrow when it can be, without a Spark job (:mod:`~airflow_provider_binlog.jobs.merge.driver_rewrite`);
+        0 merges every table on Spark.
     :raises MergeJobError: if the window is incomplete, belongs to another pipeline or a table cannot
         be merged.
     """
     if target_file_bytes is not None and target_file_bytes < 1:
         raise MergeJobError(f"target_file_bytes must be >= 1, got {target_file_bytes}")
+    if driver_max_rows < 0:
+        raise MergeJobError(f"driver_max_rows must be >= 0, got {driver_max_rows}")
     mode = check_write_mode(write_mode)
     configure_session(spark)
     window = load_window(window_uri, storage_options)
@@ -104,7 +111,7 @@ def merge_window(
             tables[table.name] = _merge_table_and_history(
                 spark, pending.get(table.name), table, window_uri, target=target, pipeline=pipeline,
                 seq=window.seq, target_file_bytes=target_file_bytes, storage_options=storage_options,
-                write_mode=mode,
+                write_mode=mode, driver_max_rows=driver_max_rows,
             )  # fmt: skip
     drop_cascades(target, pipeline, window.seq, storage_options)
     return {"pipeline": pipeline, "window": window.seq, "tables": tables}
@@ -122,6 +129,7 @@ def _merge_table_and_history(
     target_file_bytes: int | None,
     storage_options: StorageOptions | None,
     write_mode: WriteMode,
+    driver_max_rows: int,
 ) -> dict[str, Any]:
     """Merge one table of the window, then wait for its history (``pending``); return the table's summary entry.
 
@@ -139,6 +147,7 @@ def _merge_table_and_history(
                 target_file_bytes=target_file_bytes,
                 storage_options=storage_options,
                 write_mode=write_mode,
+                driver_max_rows=driver_max_rows,
             )
         finally:
             history = HistoryWriter.finish(pending)
@@ -221,6 +230,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default="auto",
         help="copy_on_write, merge_on_read (deletion vectors) or auto",
     )
+    parser.add_argument(
+        "--driver-max-rows",
+        type=int,
+        default=DRIVER_REWRITE_ROWS,
+        help="a table's window of at most this many change rows is rewritten in the driver (0: always on Spark)",
+    )
     add_storage_option_argument(parser)
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
@@ -247,6 +262,7 @@ def application(argv: Sequence[str]) -> Application:
             target_file_bytes=args.target_file_bytes,
             storage_options=job_storage_options(args.storage_option),
             write_mode=args.write_mode,
+            driver_max_rows=args.driver_max_rows,
         ),
     )
 

@@ -24,6 +24,8 @@ class TableResult:
         ``merge_on_read`` (their replaced rows were marked in deletion vectors), "" when nothing was merged.
     :param rows_deleted: rows of existing files the commit marked deleted in deletion vectors.
     :param files_with_new_vectors: existing files whose deletion vector the commit replaced.
+    :param engine: what computed a copy-on-write rewrite's files: ``spark``, or ``driver`` for a small window
+        (:mod:`~airflow_provider_binlog.jobs.merge.driver_rewrite`); "" otherwise.
     """
 
     rows_in_window: int = 0
@@ -33,6 +35,7 @@ class TableResult:
     write_mode: str = ""
     rows_deleted: int = 0
     files_with_new_vectors: int = 0
+    engine: str = ""
     skipped: bool = False
     delta_version: int | None = None
     widened: list[str] = field(default_factory=list)
@@ -48,5 +51,6 @@ def commit_info(pipeline: str, seq: int, result: TableResult) -> dict[str, Any]:
         "binlog.files_removed": result.files_removed,
         "binlog.files_added": result.files_added,
         "binlog.write_mode": result.write_mode,
+        "binlog.engine": result.engine,
         "binlog.rows_deleted": result.rows_deleted,
     }

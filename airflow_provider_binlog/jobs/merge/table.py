@@ -50,12 +50,14 @@ from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for
 from airflow_provider_binlog.contract.write_modes import WriteMode
 from airflow_provider_binlog.jobs.application import MergeJobError
 from airflow_provider_binlog.jobs.merge.delta import (
+    DataFile,
     check_table_key,
     commit_window,
     create_table,
     current_files,
     ensure_key_range_layout,
 )
+from airflow_provider_binlog.jobs.merge.driver_rewrite import DRIVER_REWRITE_ROWS, rewrite_in_driver
 from airflow_provider_binlog.jobs.merge.files import PlacedFile, remove_files, write_plan
 from airflow_provider_binlog.jobs.merge.layout import (
     RewritePlan,
@@ -149,6 +151,7 @@ def merge_table(
     target_file_bytes: int | None = None,
     storage_options: StorageOptions | None = None,
     write_mode: WriteMode = "auto",
+    driver_max_rows: int = DRIVER_REWRITE_ROWS,
 ) -> TableResult:
     """Merge one table of a window into its Delta table (one atomic commit), as the window's plan says.
 
@@ -168,6 +171,8 @@ def merge_table(
     :param storage_options: storage options of the staging and target stores.
     :param write_mode: ``copy_on_write``, ``merge_on_read`` or ``auto``
         (:func:`~airflow_provider_binlog.jobs.merge.merge_on_read.choose_mode`).
+    :param driver_max_rows: a window of at most this many change rows of the table is rewritten in the driver
+        when it can be (:mod:`~airflow_provider_binlog.jobs.merge.driver_rewrite`); 0: always on Spark.
     :raises UnfollowableSchemaChange: if the table cannot follow a type change of the window.
     :raises MergeJobError: if the window cannot be merged into the table.
     :raises TableOwnerError: if another pipeline owns the table.
@@ -249,6 +254,7 @@ def merge_table(
         storage_options=storage_options,
         truncation=truncation,
         write_mode=write_mode,
+        driver_max_rows=driver_max_rows,
     )
     result.widened = widened
     log.info(
@@ -389,6 +395,7 @@ def _rewrite_files(
     storage_options: StorageOptions | None = None,
     truncation: Truncation | None = None,
     write_mode: WriteMode = "auto",
+    driver_max_rows: int = DRIVER_REWRITE_ROWS,
 ) -> TableResult:
     """Compute and commit the new content of the files the window's keys can be in.
 
@@ -399,6 +406,8 @@ def _rewrite_files(
         (:func:`~airflow_provider_binlog.jobs.merge.truncate.table_truncation`): one above the table's floor
         rewrites every file.
     :param write_mode: how a window that is not a whole-table operation is merged (:func:`choose_mode`).
+    :param driver_max_rows: a window of at most this many change rows is rewritten in the driver when it can be
+        (:func:`~airflow_provider_binlog.jobs.merge.driver_rewrite.rewrite_in_driver`); 0: always on Spark.
     """
     truncation = truncation or Truncation()
     current_schema = delta_arrow_schema(dt)
@@ -411,10 +420,21 @@ def _rewrite_files(
     key_names = spelled_keys(data_schema, keys)
     files = current_files(dt, key_names)
     whole = staged.refresh or truncation.empties or replaced is not None
+    fs = filesystem_for(uri, storage_options)[0]
+    small = None
+    if not whole and truncation.cut is None and not staged.markers:
+        small = rewrite_in_driver(
+            dt, uri, staged, staged_schema, data_schema, key_names, files, seq=seq, write_mode=write_mode,
+            max_rows=driver_max_rows, storage_options=storage_options,
+        )  # fmt: skip
+    if small is not None:
+        return _commit_rewrite(
+            dt, fs, staged.name, small.plan, small.placed, small.rows_in_window, files=files, pipeline=pipeline,
+            seq=seq, engine="driver", truncation=truncation, storage_options=storage_options,
+        )  # fmt: skip
 
     changes = conform_changes(read_staged_changes(spark, staged.files, staged_schema), data_schema)
     changes = without_truncated(changes, truncation).persist()
-    fs = filesystem_for(uri, storage_options)[0]
     try:
         rows_in_window = profile_changes(changes, key_names, staged.name)
         # a table not in the key-range layout yet (hash buckets, files without key statistics) is rewritten into
@@ -484,18 +504,47 @@ def _rewrite_files(
         unpersist_after_failure(changes)
         raise
     changes.unpersist()
+    return _commit_rewrite(
+        dt, fs, staged.name, plan, placed, rows_in_window, files=files, pipeline=pipeline, seq=seq, engine="spark",
+        schema=None if replaced is None else table_schema, truncation=truncation, storage_options=storage_options,
+    )  # fmt: skip
+
+
+def _commit_rewrite(
+    dt: DeltaTable,
+    fs: Any,
+    table: str,
+    plan: RewritePlan,
+    placed: list[PlacedFile],
+    rows_in_window: int,
+    *,
+    files: Sequence[DataFile],
+    pipeline: str,
+    seq: int,
+    engine: str,
+    truncation: Truncation,
+    schema: pa.Schema | None = None,
+    storage_options: StorageOptions | None = None,
+) -> TableResult:
+    """Commit a copy-on-write rewrite (the files ``plan`` removes, the ``placed`` ones) and return its result.
+
+    :param engine: what computed the new files, ``spark`` or ``driver`` (:mod:`.driver_rewrite`).
+    :param schema: the table's new schema when a snapshot replaces it.
+    :raises deltalake.exceptions.CommitFailedError: if another writer committed since ``dt`` was read (the
+        placed files are removed).
+    """
     result = TableResult(
         rows_in_window=rows_in_window,
         rows_written=sum(p.rows for p in placed),
         files_removed=len(plan.removed),
         files_added=len(placed),
         write_mode="copy_on_write",
+        engine=engine,
     )
     log.info(
-        "%s: window %d rewrites %d of %d files (%s)",
-        staged.name, seq, len(plan.removed), len(files), "every file" if plan.whole else "by key range",
+        "%s: window %d rewrites %d of %d files (%s, %s)",
+        table, seq, len(plan.removed), len(files), "every file" if plan.whole else "by key range", engine,
     )  # fmt: skip
-    info = commit_info(pipeline, seq, result)
     try:
         commit_window(
             dt,
@@ -503,8 +552,8 @@ def _rewrite_files(
             placed,
             pipeline=pipeline,
             seq=seq,
-            custom_metadata=info,
-            schema=None if replaced is None else table_schema,
+            custom_metadata=commit_info(pipeline, seq, result),
+            schema=schema,
             app_transactions=truncation.app_transactions(pipeline),
             storage_options=storage_options,
         )

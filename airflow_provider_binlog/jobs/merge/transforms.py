@@ -22,6 +22,7 @@ from airflow_provider_binlog.contract.columns import (
     SEQ_COLUMN,
     WINDOW_COLUMN,
 )
+from airflow_provider_binlog.contract.rows import SOURCE_RANK
 from airflow_provider_binlog.contract.types import storage_type
 from airflow_provider_binlog.jobs.application import MergeJobError
 from airflow_provider_binlog.jobs.merge.delta import data_file_uri
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_SOURCE_RANK = "__binlog_source_rank"
 _FILE_NAME = "__binlog_file_name"
 _ROW_INDEX = "__binlog_row_index"
 _IN_SNAPSHOT = "__binlog_in_snapshot"
@@ -102,12 +102,12 @@ def read_staged_changes(spark: SparkSession, files: Sequence[str], staged: pa.Sc
     :param staged: staged schema from :func:`~airflow_provider_binlog.jobs.merge.window.staged_schema`, or with
         the before images of a table with history (:func:`~airflow_provider_binlog.jobs.merge.history.with_before_images`).
     """
-    read_schema = pa.schema([pa.field(f.name, _read_type(f)) for f in staged])
+    read_schema = pa.schema([pa.field(f.name, read_type(f)) for f in staged])
     df = spark.read.schema(spark_schema(read_schema)).parquet(*files)
     return df.select(*[col(f.name) for f in staged])
 
 
-def _read_type(field: pa.Field) -> pa.DataType:
+def read_type(field: pa.Field) -> pa.DataType:
     """Return the storage type a staged column is read as (a struct of row images: its fields' storage types)."""
     if pa.types.is_struct(field.type):
         return pa.struct([pa.field(f.name, storage_type(f.type, f.name)) for f in field.type])
@@ -165,17 +165,17 @@ def latest_change_per_key(rows: DataFrame, keys: Sequence[str]) -> DataFrame:
     from pyspark.sql import functions as F
 
     order = Window.partitionBy(*[col(k) for k in keys]).orderBy(
-        col(WINDOW_COLUMN).desc(), col(SEQ_COLUMN).desc(), col(_SOURCE_RANK).asc()
+        col(WINDOW_COLUMN).desc(), col(SEQ_COLUMN).desc(), col(SOURCE_RANK).asc()
     )
     ranked = rows.withColumn(_ROW_NUMBER, F.row_number().over(order))
-    return ranked.where(col(_ROW_NUMBER) == 1).drop(_ROW_NUMBER, _SOURCE_RANK)
+    return ranked.where(col(_ROW_NUMBER) == 1).drop(_ROW_NUMBER, SOURCE_RANK)
 
 
 def newest_change_per_key(changes: DataFrame, keys: Sequence[str]) -> DataFrame:
     """Keep, for each key, the window's newest change (:func:`latest_change_per_key` over the window alone)."""
     from pyspark.sql import functions as F
 
-    return latest_change_per_key(changes.withColumn(_SOURCE_RANK, F.lit(1)), keys)
+    return latest_change_per_key(changes.withColumn(SOURCE_RANK, F.lit(1)), keys)
 
 
 def apply_window(
@@ -204,14 +204,14 @@ def apply_window(
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    rows = changes.withColumn(_SOURCE_RANK, F.lit(1))
+    rows = changes.withColumn(SOURCE_RANK, F.lit(1))
     if current is not None:
-        rows = current.withColumn(_SOURCE_RANK, F.lit(0)).unionByName(rows)
+        rows = current.withColumn(SOURCE_RANK, F.lit(0)).unionByName(rows)
     rows = rows.repartition(max(1, partitions), *[col(k) for k in keys])
     if refresh_seq is None:
         return latest_change_per_key(rows, keys)
     per_key = Window.partitionBy(*[col(k) for k in keys])
-    rows = rows.withColumn(_IN_SNAPSHOT, F.max(col(_SOURCE_RANK)).over(per_key))
+    rows = rows.withColumn(_IN_SNAPSHOT, F.max(col(SOURCE_RANK)).over(per_key))
     latest = latest_change_per_key(rows, keys)
     stale = (col(_IN_SNAPSHOT) == 0) & (col(WINDOW_COLUMN) < F.lit(refresh_seq)) & ~col(DELETED_COLUMN)
     latest = latest.withColumn(_IN_SNAPSHOT, stale)  # evaluated once, before the columns it reads change
@@ -247,15 +247,25 @@ def profile_changes(changes: DataFrame, keys: Sequence[str], table: str) -> int:
         F.sum(null_key.cast("long")).alias("null_key"),
         F.sum(null_order.cast("long")).alias("null_order"),
     ).collect()
+    check_profile(stats["bad_op"], stats["null_key"], stats["null_order"], keys, table)
+    return int(stats["rows"])
+
+
+def check_profile(
+    bad_op: int | None, null_key: int | None, null_order: int | None, keys: Sequence[str], table: str
+) -> None:
+    """Raise for a window's change rows the merge cannot order: counts of unknown ops, null keys, null order keys.
+
+    :raises MergeJobError: naming the table and the first problem found.
+    """
     problems = {
-        f"an op other than {'/'.join(OPS)}": stats["bad_op"],
-        f"a null key column {list(keys)}": stats["null_key"],
-        "a null _binlog_window or _binlog_seq": stats["null_order"],
+        f"an op other than {'/'.join(OPS)}": bad_op,
+        f"a null key column {list(keys)}": null_key,
+        "a null _binlog_window or _binlog_seq": null_order,
     }
     for what, count in problems.items():
         if count:
             raise MergeJobError(f"{count} staged change rows of {table} have {what}; fix the extractor")
-    return int(stats["rows"])
 
 
 def read_data_files(
