@@ -146,6 +146,17 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "30",
                         "default": "10",
                     },
+                    "merge_driver_max_rows": {
+                        "description": (
+                            "Most change rows of one table's window that the merge job rewrites in its driver "
+                            "with Arrow instead of Spark jobs (0: every table on Spark); the default of "
+                            "BinlogMergeOperator(driver_max_rows=...) (docs/adr/0040)."
+                        ),
+                        "version_added": None,
+                        "type": "integer",
+                        "example": "0",
+                        "default": "10000",
+                    },
                     "parallel_read_min_bytes": {
                         "description": (
                             "Binlog bytes a window must span (besides two binlog files) before the extract reads "

@@ -16,6 +16,10 @@ WRITE_MODES: tuple[WriteMode, ...] = ("copy_on_write", "merge_on_read", "auto")
 vectors (``docs/adr/0037-deletion-vectors.md``), or choose per window
 (:func:`~airflow_provider_binlog.jobs.merge.merge_on_read.choose_mode`)."""
 
+DRIVER_REWRITE_ROWS = 10_000
+"""Default most change rows of one table's window that the merge job rewrites in its driver with Arrow instead of
+Spark jobs (:mod:`~airflow_provider_binlog.jobs.merge.driver_rewrite`, ``docs/adr/0040-small-windows-merged-in-the-driver.md``)."""
+
 
 def check_write_mode(mode: str) -> WriteMode:
     """Return ``mode`` if it is one of :data:`WRITE_MODES`.

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_binlog.contract import ContractError
 from airflow_provider_binlog.contract.keys import key_spec
-from airflow_provider_binlog.contract.write_modes import check_write_mode
+from airflow_provider_binlog.contract.write_modes import DRIVER_REWRITE_ROWS, check_write_mode
 from airflow_provider_binlog.exceptions import BinlogConfigError, MergeError, StagingError
 from airflow_provider_binlog.operators.spark import SparkJobOperator
 from airflow_provider_binlog.operators.trusted import check_trusted_arguments
@@ -52,8 +52,8 @@ class BinlogMergeOperator(SparkJobOperator):
         ``delta`` extension, Spark with delta-spark 2.3+; not deltalake's ``to_pyarrow_dataset``. Whole-table
         operations (snapshots, truncates) always rewrite. See ``docs/adr/0037-deletion-vectors.md``.
     :param driver_max_rows: a table whose window holds at most this many change rows is rewritten
-        copy-on-write in the job's driver with Arrow, without a Spark job (default 10,000; 0: every table on
-        Spark); windows merged on read, whole-table operations and rewrites reading more than 32 MiB of current
+        copy-on-write in the job's driver with Arrow, without a Spark job (default from ``[binlog]
+        merge_driver_max_rows``, else 10,000; 0: every table on Spark); windows merged on read, whole-table operations and rewrites reading more than 32 MiB of current
         files stay on Spark (``docs/adr/0040-small-windows-merged-in-the-driver.md``).
     :param conn_id: Spark connection id.
     :param conf: extra Spark configuration; it overrides the settings the job needs only if you say so.
@@ -111,7 +111,13 @@ class BinlogMergeOperator(SparkJobOperator):
             self.write_mode = check_write_mode(write_mode)
         except ContractError as err:
             raise ValueError(str(err)) from err
-        if driver_max_rows is not None and (not isinstance(driver_max_rows, int) or driver_max_rows < 0):
+        if driver_max_rows is None:
+            from airflow.sdk import conf as airflow_conf
+
+            driver_max_rows = airflow_conf.getint(
+                "binlog", "merge_driver_max_rows", fallback=DRIVER_REWRITE_ROWS
+            )
+        if not isinstance(driver_max_rows, int) or driver_max_rows < 0:
             raise ValueError(f"driver_max_rows must be an int >= 0, got {driver_max_rows!r}")
         self.driver_max_rows = driver_max_rows
         super().__init__(
@@ -253,8 +259,7 @@ class BinlogMergeOperator(SparkJobOperator):
         if self.target_file_bytes is not None:
             args += ["--target-file-bytes", str(self.target_file_bytes)]
         args += ["--write-mode", self.write_mode]
-        if self.driver_max_rows is not None:
-            args += ["--driver-max-rows", str(self.driver_max_rows)]
+        args += ["--driver-max-rows", str(self.driver_max_rows)]
         if self.keys:
             args += ["--key", key_spec(self.keys)]
         return args

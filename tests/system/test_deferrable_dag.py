@@ -59,6 +59,7 @@ def test_deferred_snapshot_and_merges_keep_the_target_equal_to_the_source(
         dag.get_task(
             task_id
         ).defer_after_seconds = 0  # these small actions would end while the worker watches
+    dag.get_task("merge").driver_max_rows = 0  # on Spark: these small windows would be merged in the driver
     pipeline = f"p_{db}"
     runner = DagRunner(dag, {"pipeline": pipeline, "tables": f"{db}.*", **pipeline_dirs})
     capfd.readouterr()
@@ -105,6 +106,7 @@ def test_deferred_merge_and_snapshot_under_a_real_scheduler_and_triggerer(
     deferrable = {
         "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",  # the snapshot and merge take their default from it
         "AIRFLOW__BINLOG__DEFER_AFTER_SECONDS": "0",  # defer at once: these small actions end within seconds
+        "AIRFLOW__BINLOG__MERGE_DRIVER_MAX_ROWS": "0",  # on Spark: these small windows would merge in the driver
         "AIRFLOW_CONN_SPARK_DEFAULT": spark_connect.connection_json(),
         # Airflow 3.3.2 race (ADR 0024, "Consequences"): when the trigger fires before the deferring worker's
         # exit is reported, the scheduler marks the resumed task up_for_retry; its retry finds the work done.

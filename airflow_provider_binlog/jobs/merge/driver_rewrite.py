@@ -58,8 +58,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DRIVER_REWRITE_ROWS = 10_000
-"""Default ``max_rows``: a table's window of at most this many change rows is merged in the driver."""
 DRIVER_REWRITE_BYTES = 32 * 1024 * 1024
 """Most bytes of current files a rewrite in the driver reads (the driver holds them in memory at once)."""
 

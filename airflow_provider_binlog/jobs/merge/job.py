@@ -22,7 +22,7 @@ from airflow_provider_binlog.contract.keys import parse_key_overrides
 from airflow_provider_binlog.contract.refusals import record_refusal
 from airflow_provider_binlog.contract.remedies import resnapshot_remedy
 from airflow_provider_binlog.contract.uris import StorageOptions
-from airflow_provider_binlog.contract.write_modes import WRITE_MODES, check_write_mode
+from airflow_provider_binlog.contract.write_modes import DRIVER_REWRITE_ROWS, WRITE_MODES, check_write_mode
 from airflow_provider_binlog.jobs.application import (
     Application,
     MergeJobError,
@@ -32,7 +32,6 @@ from airflow_provider_binlog.jobs.application import (
     run_application,
 )
 from airflow_provider_binlog.jobs.merge.cascades import drop_cascades
-from airflow_provider_binlog.jobs.merge.driver_rewrite import DRIVER_REWRITE_ROWS
 from airflow_provider_binlog.jobs.merge.history import HistoryWriter
 from airflow_provider_binlog.jobs.merge.history_schema import HistoryTypeChange
 from airflow_provider_binlog.jobs.merge.plan import plan_window

@@ -47,7 +47,7 @@ from airflow_provider_binlog.contract.delta import (
     window_app_id,
 )
 from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, table_uri
-from airflow_provider_binlog.contract.write_modes import WriteMode
+from airflow_provider_binlog.contract.write_modes import DRIVER_REWRITE_ROWS, WriteMode
 from airflow_provider_binlog.jobs.application import MergeJobError
 from airflow_provider_binlog.jobs.merge.delta import (
     DataFile,
@@ -57,7 +57,7 @@ from airflow_provider_binlog.jobs.merge.delta import (
     current_files,
     ensure_key_range_layout,
 )
-from airflow_provider_binlog.jobs.merge.driver_rewrite import DRIVER_REWRITE_ROWS, rewrite_in_driver
+from airflow_provider_binlog.jobs.merge.driver_rewrite import rewrite_in_driver
 from airflow_provider_binlog.jobs.merge.files import PlacedFile, remove_files, write_plan
 from airflow_provider_binlog.jobs.merge.layout import (
     RewritePlan,
