@@ -14,11 +14,13 @@ and ``docs/adr/0020-key-range-file-layout.md``):
    the key ranges in the Delta log (:func:`~airflow_provider_binlog.jobs.merge.layout.plan_rewrite`); Spark
    reads those files only, keeps the newest change per key (order key ``(_binlog_window, _binlog_seq)``,
    deletes become tombstones) and writes the result as plain Parquet sorted by key, split at the target size.
+   A small window's copy-on-write rewrite is computed the same way in the driver with Arrow, without a Spark
+   job (:mod:`~airflow_provider_binlog.jobs.merge.driver_rewrite`, ``docs/adr/0040-small-windows-merged-in-the-driver.md``).
 4. The driver validates the new files' footers, moves them into the table and commits remove-old +
    add-new in one Delta commit that also records the window as app transactions, so readers never see half
    a window and a re-run is a no-op.
 
-About 500 lines because the window merge, the whole-table rewrites (retype, truncate, snapshot, the
+About 560 lines because the window merge, the whole-table rewrites (retype, truncate, snapshot, the
 bucket-table migration) and the conflict re-planning share one commit path; the file layout planning is
 in :mod:`~airflow_provider_binlog.jobs.merge.layout`, merge-on-read in :mod:`~airflow_provider_binlog.jobs.merge.merge_on_read`.
 """
