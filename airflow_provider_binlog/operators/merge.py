@@ -52,9 +52,10 @@ class BinlogMergeOperator(SparkJobOperator):
         ``delta`` extension, Spark with delta-spark 2.3+; not deltalake's ``to_pyarrow_dataset``. Whole-table
         operations (snapshots, truncates) always rewrite. See ``docs/adr/0037-deletion-vectors.md``.
     :param driver_max_rows: a table whose window holds at most this many change rows is rewritten
-        copy-on-write in the job's driver with Arrow, without a Spark job (default from ``[binlog]
-        merge_driver_max_rows``, else 10,000; 0: every table on Spark); windows merged on read, whole-table operations and rewrites reading more than 32 MiB of current
-        files stay on Spark (``docs/adr/0040-small-windows-merged-in-the-driver.md``).
+        copy-on-write in the job's driver with Arrow, without a Spark job, also under ``auto`` (default from
+        ``[binlog] merge_driver_max_rows``, else 10,000; 0: every table on Spark); ``merge_on_read``, whole-table
+        operations and rewrites reading more than 32 MiB of current files stay on Spark
+        (``docs/adr/0040-small-windows-merged-in-the-driver.md``).
     :param conn_id: Spark connection id.
     :param conf: extra Spark configuration; it overrides the settings the job needs only if you say so.
     :param storage_options: storage options (credentials, endpoint) of the staging and target object stores,

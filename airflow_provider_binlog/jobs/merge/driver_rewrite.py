@@ -11,7 +11,8 @@ tie, deletes become tombstones, :meth:`~airflow_provider_binlog.jobs.merge.layou
 new files), placed, validated and committed by the same code.
 
 Whole-table operations (a snapshot, truncate markers or a table's truncate floor, a replaced schema, a table not
-in the key-range layout yet) and windows merged on read stay on Spark.
+in the key-range layout yet) and ``write_mode="merge_on_read"`` stay on Spark; under ``auto`` a window the driver
+can take is rewritten here whatever share of the files' rows it changes.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from airflow_provider_binlog.jobs.merge.files import (
     staged_outputs,
 )
 from airflow_provider_binlog.jobs.merge.layout import RewritePlan, plan_rewrite
-from airflow_provider_binlog.jobs.merge.merge_on_read import candidate_files, choose_mode, deleted_rows
+from airflow_provider_binlog.jobs.merge.merge_on_read import deleted_rows
 from airflow_provider_binlog.jobs.merge.transforms import check_profile, read_type
 
 if TYPE_CHECKING:
@@ -97,26 +98,24 @@ def rewrite_in_driver(
     :param staged: the table's staged files and rows. :param staged_schema: their unified schema.
     :param data_schema: the table's schema without partition columns. :param keys: its key (its spelling).
     :param files: its current files (:func:`~airflow_provider_binlog.jobs.merge.delta.current_files`).
-    :param write_mode: the pipeline's write mode: a window :func:`choose_mode` merges on read is left to Spark.
+    :param write_mode: the pipeline's write mode: ``merge_on_read`` leaves every window to Spark; under ``auto``
+        a window the driver can take is rewritten here (cheaper than Spark's merge-on-read jobs for files this
+        small, and it leaves no deletion vectors), the others are left to Spark's :func:`choose_mode`.
     :param max_rows: the most change rows a window merged here has (0: none is).
     :returns: the new files placed in the table, uncommitted (the caller commits them or removes them), or None:
-        more than ``max_rows`` rows, files without key ranges, merged on read, or more than
+        ``merge_on_read``, more than ``max_rows`` rows, files without key ranges, or more than
         :data:`DRIVER_REWRITE_BYTES` to read.
     :raises MergeJobError: when a change row has an unknown op or a null key or order key.
     """
-    if staged.rows > max_rows or not all(f.ranged for f in files):
+    if write_mode == "merge_on_read" or staged.rows > max_rows or not all(f.ranged for f in files):
         return None
     fs = filesystem_for(uri, storage_options)[0]
     changes = read_changes(staged.files, staged_schema, data_schema, storage_options)
     check_changes(changes, keys, staged.name)
     keys_seen = sorted(pc.unique(changes[keys[0]]).to_pylist())
     rows_in_window = changes.num_rows
-    candidates = candidate_files(files, keys_seen) if files else []
-    mode = choose_mode(
-        write_mode, uri=uri, whole=not files, rows_in_window=rows_in_window, candidates=candidates
-    )
     plan = plan_rewrite(files, keys_seen, target_file_bytes=target_file_bytes(dt))
-    if mode != "copy_on_write" or sum(f.size for f in plan.removed) > DRIVER_REWRITE_BYTES:
+    if sum(f.size for f in plan.removed) > DRIVER_REWRITE_BYTES:
         return None
     deleted = deleted_rows(dt, plan.removed, storage_options)
     current = [
