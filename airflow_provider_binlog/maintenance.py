@@ -28,7 +28,7 @@ from urllib.parse import unquote
 
 from airflow_provider_binlog.contract.columns import UTC
 from airflow_provider_binlog.contract.delta import STAGING_DIR
-from airflow_provider_binlog.contract.rows import conformed_rows
+from airflow_provider_binlog.contract.rows import conformed_rows, without_positions
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
@@ -564,8 +564,6 @@ def _live_rows_of(
     table: DeltaTable, f: LogFile, schema: pa.Schema, fs: Any, storage_options: dict[str, str] | None
 ) -> pa.Table:
     """Return a data file's rows in the table's schema, without those its deletion vector deletes."""
-    import numpy as np
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from airflow_provider_binlog.contract.deletion_vectors import read_vector
@@ -575,11 +573,7 @@ def _live_rows_of(
     )
     if f.vector is None:
         return rows
-    keep = np.ones(rows.num_rows, dtype=bool)
-    keep[
-        np.fromiter(read_vector(table.table_uri, f.vector, storage_options), np.int64, f.vector.cardinality)
-    ] = False
-    return rows.filter(pa.array(keep))
+    return without_positions(rows, read_vector(table.table_uri, f.vector, storage_options))
 
 
 def checkpoint_table(

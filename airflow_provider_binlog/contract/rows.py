@@ -8,7 +8,7 @@ rule the Spark merge applies with a window function
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,6 +35,18 @@ def conformed_rows(data: pa.Table, schema: pa.Schema) -> pa.Table:
         for f in schema
     ]
     return pa.Table.from_arrays(columns, schema=pa.schema([f.remove_metadata() for f in schema]))
+
+
+def without_positions(rows: pa.Table, positions: Iterable[int]) -> pa.Table:
+    """Return ``rows`` (a data file's, in file order) without those at ``positions`` (its deletion vector's)."""
+    import numpy as np
+
+    dead = np.fromiter(positions, np.int64)
+    if not dead.size:
+        return rows
+    keep = np.ones(rows.num_rows, dtype=bool)
+    keep[dead] = False
+    return rows.filter(pa.array(keep))
 
 
 def first_of_each_key(ordered: pa.Table, keys: Sequence[str]) -> pa.Table:

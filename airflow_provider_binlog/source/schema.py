@@ -8,7 +8,7 @@ from Airflow.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,36 +57,53 @@ def names_case_sensitive(cur: Any) -> bool:
 def tables_info(cur: Any, tables: Iterable[str]) -> dict[str, TableInfo]:
     """Return the columns (ordinal order, with ``COLUMN_TYPE``) and primary key of each ``db.table`` of ``tables``.
 
-    Two queries whatever the number of tables, each reading the tables' schemas only (``TABLE_SCHEMA IN``: the
-    server opens no other schema's tables); a table information_schema does not show (gone, or no privilege
-    on it) has no columns.
+    Two queries whatever the number of tables (:func:`_rows_of`); a table information_schema does not show (gone,
+    or no privilege on it) has no columns.
+    """
+    tables = list(tables)
+    found = {t: TableInfo(name=t, columns=[], column_types=[], primary_key=[]) for t in tables}
+    for table, (column, column_type) in _rows_of(
+        cur, "COLUMNS", "COLUMN_NAME, COLUMN_TYPE", tables, order="ORDINAL_POSITION"
+    ):
+        found[table].columns.append(str(column))
+        found[table].column_types.append(str(column_type))
+    for table, (column,) in _rows_of(
+        cur,
+        "KEY_COLUMN_USAGE",
+        "COLUMN_NAME",
+        tables,
+        where="CONSTRAINT_NAME = 'PRIMARY'",
+        order="ORDINAL_POSITION",
+    ):
+        found[table].primary_key.append(str(column))
+    return found
+
+
+def _rows_of(
+    cur: Any, view: str, fields: str, tables: Sequence[str], *, where: str = "", order: str = ""
+) -> Iterator[tuple[str, tuple[Any, ...]]]:
+    """Yield ``(db.table, fields)`` of an information_schema view's rows of ``tables``, in one query.
+
+    The query reads the tables' schemas only (``TABLE_SCHEMA IN (...)``: the server opens no other schema's
+    tables) and the rows of other tables of those schemas are left out here.
+
+    :param view: ``COLUMNS``, ``KEY_COLUMN_USAGE``, ``TABLES``. :param fields: its fields to return, SQL text.
+    :param where: a further condition, SQL text. :param order: the order within a table, SQL text.
     """
     wanted = {split_table_name(t): t for t in tables}
-    found = {t: TableInfo(name=t, columns=[], column_types=[], primary_key=[]) for t in wanted.values()}
     schemas = sorted({db for db, _ in wanted})
     if not schemas:
-        return found
-    where = f"TABLE_SCHEMA IN ({', '.join(['%s'] * len(schemas))})"
+        return
     cur.execute(
-        f"SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS WHERE {where} "
-        "ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION",
+        f"SELECT TABLE_SCHEMA, TABLE_NAME, {fields} FROM information_schema.{view} "
+        f"WHERE TABLE_SCHEMA IN ({', '.join(['%s'] * len(schemas))}){f' AND {where}' if where else ''} "
+        f"ORDER BY TABLE_SCHEMA, TABLE_NAME{f', {order}' if order else ''}",
         schemas,
     )
-    for db, name, column, column_type in cur.fetchall():
+    for db, name, *rest in cur.fetchall():
         table = wanted.get((str(db), str(name)))
         if table is not None:
-            found[table].columns.append(str(column))
-            found[table].column_types.append(str(column_type))
-    cur.execute(
-        f"SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE {where} "
-        "AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION",
-        schemas,
-    )
-    for db, name, column in cur.fetchall():
-        table = wanted.get((str(db), str(name)))
-        if table is not None:
-            found[table].primary_key.append(str(column))
-    return found
+            yield table, tuple(rest)
 
 
 def unique_keys(cur: Any, table: str) -> list[tuple[str, ...]]:
@@ -116,19 +133,10 @@ def estimated_rows(cur: Any, table: str) -> int:
 
 def tables_rows(cur: Any, tables: Iterable[str]) -> dict[str, int]:
     """Return :func:`estimated_rows` of each ``db.table`` of ``tables`` in one query (0 for a table not shown)."""
-    wanted = {split_table_name(t): t for t in tables}
-    found = dict.fromkeys(wanted.values(), 0)
-    schemas = sorted({db for db, _ in wanted})
-    if schemas:
-        cur.execute(
-            "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_ROWS FROM information_schema.TABLES "
-            f"WHERE TABLE_SCHEMA IN ({', '.join(['%s'] * len(schemas))})",
-            schemas,
-        )
-        for db, name, rows in cur.fetchall():
-            table = wanted.get((str(db), str(name)))
-            if table is not None:
-                found[table] = int(rows or 0)
+    tables = list(tables)
+    found = dict.fromkeys(tables, 0)
+    for table, (rows,) in _rows_of(cur, "TABLES", "TABLE_ROWS", tables):
+        found[table] = int(rows or 0)
     return found
 
 

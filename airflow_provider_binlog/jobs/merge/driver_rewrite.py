@@ -37,7 +37,12 @@ from airflow_provider_binlog.contract.columns import (
     WINDOW_COLUMN,
 )
 from airflow_provider_binlog.contract.delta import STAGING_DIR, target_file_bytes
-from airflow_provider_binlog.contract.rows import SOURCE_RANK, conformed_rows, newest_per_key
+from airflow_provider_binlog.contract.rows import (
+    SOURCE_RANK,
+    conformed_rows,
+    newest_per_key,
+    without_positions,
+)
 from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for, join_uri
 from airflow_provider_binlog.contract.write_modes import WriteMode
 from airflow_provider_binlog.jobs.merge.delta import DataFile, data_file_uri
@@ -109,7 +114,7 @@ def rewrite_in_driver(
     """
     if write_mode == "merge_on_read" or staged.rows > max_rows or not all(f.ranged for f in files):
         return None
-    fs = filesystem_for(uri, storage_options)[0]
+    fs, table_path = filesystem_for(uri, storage_options)
     changes = read_changes(staged.files, staged_schema, data_schema, storage_options)
     check_changes(changes, keys, staged.name)
     keys_seen = sorted(pc.unique(changes[keys[0]]).to_pylist())
@@ -119,7 +124,7 @@ def rewrite_in_driver(
         return None
     deleted = deleted_rows(dt, plan.removed, storage_options)
     current = [
-        live_rows(fs, uri, f, deleted.get(f.path, ()), data_schema, storage_options) for f in plan.removed
+        _file_rows(fs, uri, f, deleted.get(f.path, ()), data_schema, storage_options) for f in plan.removed
     ]
     ranked = [_ranked(rows, 0) for rows in current] + [_ranked(changes, 1)]
     merged = newest_per_key(pa.concat_tables(ranked), keys)
@@ -128,7 +133,6 @@ def rewrite_in_driver(
     stage_path = filesystem_for(stage_uri, storage_options)[1]
     try:
         write_segments(fs, stage_path, merged, keys[0], plan, layout.rows_per_file)
-        table_path = filesystem_for(uri, storage_options)[1]
         placed = place_outputs(fs, table_path, staged_outputs(fs, stage_path), data_schema, seq, layout)
     finally:
         delete_stage(fs, stage_path)
@@ -176,7 +180,7 @@ def check_changes(changes: pa.Table, keys: Sequence[str], table: str) -> None:
     check_profile(bad_op or 0, null_key, null_order, keys, table)
 
 
-def live_rows(
+def _file_rows(
     fs: pa.fs.FileSystem,
     uri: str,
     f: DataFile,
@@ -186,12 +190,7 @@ def live_rows(
 ) -> pa.Table:
     """Return a data file's rows in the table's schema, without the positions its deletion vector deletes."""
     path = filesystem_for(data_file_uri(uri, f.path), storage_options)[1]
-    rows = conformed_rows(pq.read_table(path, filesystem=fs), schema)
-    if not deleted:
-        return rows
-    keep = np.ones(rows.num_rows, dtype=bool)
-    keep[np.asarray(deleted, dtype=np.int64)] = False
-    return rows.filter(pa.array(keep))
+    return without_positions(conformed_rows(pq.read_table(path, filesystem=fs), schema), deleted)
 
 
 def write_segments(
