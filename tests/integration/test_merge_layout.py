@@ -40,6 +40,7 @@ from airflow_provider_binlog.contract.delta import (  # noqa: E402
 )
 from airflow_provider_binlog.contract.manifest import read_manifest, write_manifest  # noqa: E402
 from airflow_provider_binlog.jobs.merge.job import merge_window  # noqa: E402
+from airflow_provider_binlog.jobs.merge.layout import key_region, region_column  # noqa: E402
 from airflow_provider_binlog.maintenance import checkpoint_table, compact_table, vacuum_table  # noqa: E402
 from airflow_provider_binlog.target import live_file_uris, read_table, table_uri  # noqa: E402
 
@@ -48,6 +49,10 @@ pytestmark = pytest.mark.integration
 TABLE = "shop.orders"
 SMALL = 6000
 """Target file size of the tests' tables (bytes): a few dozen rows per file."""
+
+
+ENGINES = pytest.mark.parametrize("engine", [0, 10_000], ids=["spark", "driver"])
+"""The rewrite's engine by ``driver_max_rows``: the file choice is the same in Spark's merge and the driver's."""
 
 
 def merge(spark: Any, window: str, target: str, **kwargs: Any) -> dict[str, Any]:
@@ -152,7 +157,8 @@ def test_a_new_table_is_unpartitioned_with_the_key_as_its_statistics_columns(spa
     assert_disjoint_and_exact(target)
 
 
-def test_a_window_rewrites_only_the_files_holding_its_keys(spark, staging, target):
+@ENGINES
+def test_a_window_rewrites_only_the_files_holding_its_keys(spark, staging, target, engine):
     rows = loaded(spark, staging, target, target_file_bytes=SMALL)
     changed = {5, 150, 151}
     before = set(ids_by_file(target))
@@ -160,7 +166,7 @@ def test_a_window_rewrites_only_the_files_holding_its_keys(spark, staging, targe
     assert 2 <= len(expected_removed) < len(ids_by_file(target))
 
     window = orders([("u", order(5, "paid", "5.00")), ("u", order(150, "paid", "1.50")), ("d", rows[151])])
-    summary = merge(spark, stage_window(staging, 2, window), target)
+    summary = merge(spark, stage_window(staging, 2, window), target, driver_max_rows=engine)
 
     removed, added = commit_actions(target)
     assert removed == expected_removed
@@ -182,11 +188,17 @@ def ids_by_file_at(target: str, paths: set[str]) -> dict[str, set[int]]:
     return {p: set(pq.read_table(root / p, columns=["id"])["id"].to_pylist()) for p in paths}
 
 
-def test_keys_above_the_maximum_join_the_tail_file_while_it_is_small(spark, staging, target):
+@ENGINES
+def test_keys_above_the_maximum_join_the_tail_file_while_it_is_small(spark, staging, target, engine):
     rows = loaded(spark, staging, target, n=20, target_file_bytes=10 * SMALL)
     (tail,) = holders(target, {20})
 
-    merge(spark, stage_window(staging, 2, orders([("c", order(21, "new", "1.00"))])), target)
+    merge(
+        spark,
+        stage_window(staging, 2, orders([("c", order(21, "new", "1.00"))])),
+        target,
+        driver_max_rows=engine,
+    )
 
     removed, added = commit_actions(target)
     assert removed == {tail}
@@ -195,11 +207,17 @@ def test_keys_above_the_maximum_join_the_tail_file_while_it_is_small(spark, stag
     assert_engines_agree(target, rows)
 
 
-def test_keys_above_the_maximum_go_to_new_files_when_the_tail_is_full(spark, staging, target):
+@ENGINES
+def test_keys_above_the_maximum_go_to_new_files_when_the_tail_is_full(spark, staging, target, engine):
     rows = loaded(spark, staging, target, target_file_bytes=SMALL // 4)
     new = {i: order(i, "new", "1.00") for i in range(301, 311)}
 
-    merge(spark, stage_window(staging, 2, orders([("c", r) for r in new.values()])), target)
+    merge(
+        spark,
+        stage_window(staging, 2, orders([("c", r) for r in new.values()])),
+        target,
+        driver_max_rows=engine,
+    )
 
     removed, added = commit_actions(target)
     assert removed == set()
@@ -208,7 +226,8 @@ def test_keys_above_the_maximum_go_to_new_files_when_the_tail_is_full(spark, sta
     assert_disjoint_and_exact(target)
 
 
-def test_a_key_in_a_gap_goes_to_the_file_before_it(spark, staging, target):
+@ENGINES
+def test_a_key_in_a_gap_goes_to_the_file_before_it(spark, staging, target, engine):
     evens = {i: order(i, "new", f"{i}.00") for i in range(2, 601, 2)}
     merge(
         spark,
@@ -222,7 +241,12 @@ def test_a_key_in_a_gap_goes_to_the_file_before_it(spark, staging, target):
     assert gap < next_low  # odd keys are in no file's range
     (before,) = holders(target, {high})
 
-    merge(spark, stage_window(staging, 2, orders([("c", order(gap, "new", "1.00"))])), target)
+    merge(
+        spark,
+        stage_window(staging, 2, orders([("c", order(gap, "new", "1.00"))])),
+        target,
+        driver_max_rows=engine,
+    )
 
     removed, _ = commit_actions(target)
     assert removed == {before}
@@ -231,7 +255,8 @@ def test_a_key_in_a_gap_goes_to_the_file_before_it(spark, staging, target):
     assert_disjoint_and_exact(target)
 
 
-def test_random_windows_with_key_moves_give_the_expected_rows(spark, staging, target):
+@ENGINES
+def test_random_windows_with_key_moves_give_the_expected_rows(spark, staging, target, engine):
     rng = random.Random(20)
     expected = loaded(spark, staging, target, target_file_bytes=SMALL)
     for seq in range(2, 7):
@@ -262,7 +287,7 @@ def test_random_windows_with_key_moves_give_the_expected_rows(spark, staging, ta
         keys = {r["id"] for _, r in changes}
         expected_removed = holders(target, keys)
 
-        merge(spark, stage_window(staging, seq, orders(changes)), target)
+        merge(spark, stage_window(staging, seq, orders(changes)), target, driver_max_rows=engine)
 
         removed, _ = commit_actions(target)
         assert expected_removed <= removed  # a key's file is always rewritten
@@ -600,3 +625,38 @@ def test_a_compaction_that_loses_to_a_merge_commits_nothing(spark, staging, targ
     assert deltalake.DeltaTable(table_uri(target, TABLE)).version() == version + 1  # the merge only
     assert not [p for p in Path(table_uri(target, TABLE)).rglob("compacted-*")]
     assert_engines_agree(target, rows)
+
+
+KEY_VALUES = {
+    "bigint": [-(2**63), -7, 0, 1, 2, 9, 10, 11, 2**63 - 1],
+    "decimal(20,0)": [Decimal(0), Decimal(2**63), Decimal(2**64 - 1), Decimal(5), Decimal(2**63 - 1)],
+    "string": [
+        "",
+        "A",
+        "a",
+        "ab",
+        "b",
+        "ä",
+        "ß",
+        "z\x00",
+        "Z",
+        "\u00ff",
+        "\u0100",
+        "\ufffd",
+        "\U0001f600",
+        "é",
+    ],
+    "binary": [b"", b"\x00", b"\x7f", b"\x80", b"\xff", b"\xff\x00", b"a"],
+}
+
+
+@pytest.mark.parametrize("spark_type", list(KEY_VALUES))
+def test_spark_places_keys_in_the_regions_python_does(spark, spark_type):
+    values = KEY_VALUES[spark_type]
+    points = sorted(values[::2])
+    frame = spark.createDataFrame([(v,) for v in values], f"k {spark_type}")
+
+    placed = frame.select("k", region_column("k", points).alias("region")).toArrow().to_pylist()
+
+    assert sorted((r["k"], r["region"]) for r in placed) == sorted((v, key_region(points, v)) for v in values)
+    assert len({r["region"] for r in placed}) > len(points) // 2  # the values spread over the regions

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from airflow_provider_binlog.jobs.merge.delta import DataFile
-from airflow_provider_binlog.jobs.merge.layout import RewritePlan, plan_rewrite, rows_per_file
+from airflow_provider_binlog.jobs.merge.layout import (
+    RewritePlan,
+    key_points,
+    key_region,
+    plan_rewrite,
+    rows_per_file,
+)
+from airflow_provider_binlog.jobs.merge.merge_on_read import candidate_files
 from airflow_provider_binlog.maintenance import _File, small_file_runs
 
 TARGET = 1000
@@ -96,3 +106,37 @@ def test_scattered_keys_fill_the_smallest_gaps_beyond_the_most_segments():
     assert len(plan.bounds) + 1 <= 64
     assert {f"f{k}" for k in keys} <= set(removed(plan))
     assert all(plan.segment_of(f.low) == plan.segment_of(f.high) for f in plan.removed)
+
+
+def test_regions_number_the_gaps_and_the_points_between_the_files_bounds():
+    points = key_points(files((10, 20), (30, 40), (15, 35)))
+
+    assert points == [10, 15, 20, 30, 35, 40]
+    assert [key_region(points, k) for k in (9, 10, 11, 15, 40, 41)] == [0, 1, 2, 3, 11, 12]
+
+
+ranges = st.lists(
+    st.tuples(st.integers(0, 60), st.integers(0, 20)).map(lambda t: (t[0], t[0] + t[1])),
+    min_size=1,
+    max_size=6,
+)
+
+
+@given(ranges, st.lists(st.integers(-5, 90), min_size=1, max_size=40), st.integers(0, 3))
+def test_the_smallest_and_largest_key_of_each_region_decide_as_all_the_window_keys_do(
+    bounds: list[tuple[int, int]], keys: list[int], full: int
+):
+    layout = [
+        DataFile(f"f{n}", TARGET * (n < full), rows=10, low=lo, high=hi) for n, (lo, hi) in enumerate(bounds)
+    ]
+    points = key_points(layout)
+    by_region: dict[int, list[int]] = {}
+    for k in keys:
+        by_region.setdefault(key_region(points, k), []).append(k)
+    chosen = sorted({f(ks) for ks in by_region.values() for f in (min, max)})
+    everything = sorted(set(keys))
+
+    assert plan_rewrite(layout, chosen, target_file_bytes=TARGET) == plan_rewrite(
+        layout, everything, target_file_bytes=TARGET
+    )
+    assert candidate_files(layout, chosen) == candidate_files(layout, everything)

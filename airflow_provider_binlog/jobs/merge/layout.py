@@ -104,6 +104,49 @@ def plan_rewrite(
     return RewritePlan(removed=[ranged[i] for i in runs], bounds=bounds, new_above=new_above)
 
 
+def key_points(files: Sequence[DataFile]) -> list[Any]:
+    """Return the distinct key bounds (``low`` and ``high``) of the ranged ``files``, ascending.
+
+    The points cut the first key column's domain into *regions* (:func:`key_region`) over which every decision
+    of :func:`plan_rewrite` and :func:`~airflow_provider_binlog.jobs.merge.merge_on_read.candidate_files` is
+    constant, as each compares a key with these points only.
+    """
+    return sorted({v for f in files if f.ranged for v in (f.low, f.high)})
+
+
+def key_region(points: Sequence[Any], key: Any) -> int:
+    """Return the region of ``points`` (:func:`key_points`) that holds ``key``.
+
+    Region ``2a`` is the open interval below ``points[a]`` (and above ``points[a - 1]``), region ``2a + 1`` the
+    point ``points[a]`` itself: ``2 * len(points) + 1`` regions in all.
+    """
+    return bisect.bisect_left(points, key) + bisect.bisect_right(points, key)
+
+
+def region_column(key: str, points: Sequence[Any]) -> Column:
+    """Return the Spark expression of :func:`key_region` for the first key column ``key``.
+
+    A balanced tree of comparisons with the points (depth about log2 of their number), so that a window of
+    millions of keys over thousands of files costs a few comparisons per key.
+    """
+    from pyspark.sql import functions as F
+
+    from airflow_provider_binlog.jobs.merge.transforms import col
+
+    def between(lo: int, hi: int) -> Column:  # the key lies above points[lo - 1] and below points[hi]
+        if lo == hi:
+            return F.lit(2 * lo)
+        mid = (lo + hi) // 2
+        point = F.lit(points[mid])
+        return (
+            F.when(col(key) < point, between(lo, mid))
+            .when(col(key) == point, F.lit(2 * mid + 1))
+            .otherwise(between(mid + 1, hi))
+        )
+
+    return between(0, len(points)).cast("int")
+
+
 def _fill_gaps(chosen: list[int], most: int) -> list[int]:
     """Return ``chosen`` (ascending file indexes) with the smallest gaps filled, so that at most ``most`` runs remain."""
     gaps = [(b - a - 1, a, b) for a, b in zip(chosen, chosen[1:], strict=False) if b - a > 1]
