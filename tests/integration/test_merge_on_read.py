@@ -151,6 +151,23 @@ def test_random_updates_deletes_and_reinserts_are_marked_in_deletion_vectors_not
         live_file_uris(target, "shop.orders")
 
 
+def test_runs_of_replaced_rows_and_single_ones_are_each_marked_once(
+    spark: Any, staging: Path, target: str
+) -> None:
+    flow = Flow(spark, staging, target)
+    flow.window([("c", order(i, "new", f"{i}.00")) for i in range(300)], mode="copy_on_write")
+
+    every = flow.window([("u", order(i, "all", "2.00")) for i in range(300)])  # every row of every file: runs
+    flow.check()
+    scattered = flow.window([("u", order(i, "some", "3.00")) for i in (0, 2, 3, 4, 7, 150, 299)])
+    flow.check()
+
+    assert (every["write_mode"], every["rows_deleted"]) == ("merge_on_read", 300)
+    assert (scattered["write_mode"], scattered["rows_deleted"]) == ("merge_on_read", 7)
+    vectors = file_vectors(deltalake.DeltaTable(flow.uri))
+    assert sum(v.cardinality for v in vectors.values()) == 307
+
+
 def test_a_key_moved_and_a_window_merged_again_stay_exact(spark: Any, staging: Path, target: str) -> None:
     flow = Flow(spark, staging, target)
     flow.window([("c", order(i, "new", "1.00")) for i in range(20)], mode="copy_on_write")

@@ -65,7 +65,9 @@ _T_NEWEST = "__binlog_target_newest"
 _W_ORDER = "__binlog_window_order"
 _FILE = "__binlog_file_name"
 _ROW = "__binlog_row_index"
-_ROWS = "__binlog_rows"
+_RUN = "__binlog_run"
+_FIRST = "__binlog_first_row"
+_COUNT = "__binlog_rows"
 
 
 def choose_mode(
@@ -129,7 +131,7 @@ class MergeOnRead:
     """
 
     winners: DataFrame
-    deleted: Mapping[str, Sequence[int]]
+    deleted: Mapping[str, BitMap64]
 
 
 def plan_merge_on_read(
@@ -180,16 +182,46 @@ def plan_merge_on_read(
     winners = winners.persist()  # filled by the job below, before the target rows it was computed from go
     replaced = matched.join(winners.select(*[col(k) for k in keys]), on=list(keys), how="left_semi")
     try:
-        per_file = replaced.groupBy(_FILE).agg(F.sort_array(F.collect_list(col(_ROW))).alias(_ROWS)).toArrow()
+        runs = _position_runs(replaced).toArrow()
     finally:
         matched.unpersist()
-    deleted = {
-        by_name[name].path: rows
-        for name, rows in zip(
-            per_file.column(_FILE).to_pylist(), per_file.column(_ROWS).to_pylist(), strict=True
+    return MergeOnRead(winners, _positions_by_file(runs, by_name))
+
+
+def _position_runs(replaced: DataFrame) -> DataFrame:
+    """Return the replaced rows' positions as runs of consecutive rows: one row ``(file, first row, rows)`` each.
+
+    Positions ``p`` of a file numbered in order by ``n`` have ``p - n`` constant along a run ("gaps and
+    islands"), so a window replacing every row of a file sends the driver one run instead of its positions.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from airflow_provider_binlog.jobs.merge.transforms import col
+
+    along = Window.partitionBy(col(_FILE)).orderBy(col(_ROW))
+    return (
+        replaced.withColumn(_RUN, col(_ROW) - F.row_number().over(along))
+        .groupBy(col(_FILE), col(_RUN))
+        .agg(F.min(col(_ROW)).alias(_FIRST), F.count(F.lit(1)).alias(_COUNT))
+        .drop(_RUN)
+    )
+
+
+def _positions_by_file(runs: pa.Table, by_name: Mapping[str, DataFile]) -> dict[str, BitMap64]:
+    """Return ``{log path: positions}`` from :func:`_position_runs`' rows, a batch of runs at a time."""
+    from pyroaring import BitMap64
+
+    deleted: dict[str, BitMap64] = {}
+    for batch in runs.to_batches(max_chunksize=65_536):
+        columns = (
+            batch.column(_FILE).to_pylist(),
+            batch.column(_FIRST).to_pylist(),
+            batch.column(_COUNT).to_pylist(),
         )
-    }
-    return MergeOnRead(winners, deleted)
+        for name, first, count in zip(*columns, strict=True):
+            deleted.setdefault(by_name[name].path, BitMap64()).add_range(first, first + count)
+    return deleted
 
 
 def _by_file_name(files: Sequence[DataFile]) -> dict[str, DataFile]:
@@ -205,7 +237,7 @@ def _by_file_name(files: Sequence[DataFile]) -> dict[str, DataFile]:
 
 
 def grown_vectors(
-    dt: DeltaTable, deleted: Mapping[str, Sequence[int]], storage_options: StorageOptions | None = None
+    dt: DeltaTable, deleted: Mapping[str, BitMap64], storage_options: StorageOptions | None = None
 ) -> list[tuple[LogFile, BitMap64]]:
     """Return each touched file with its new deletion vector: its old one plus the ``deleted`` positions.
 

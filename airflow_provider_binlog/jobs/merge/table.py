@@ -401,7 +401,7 @@ def _change_keys(changes: DataFrame, key: str, files: Sequence[DataFile]) -> lis
         .toArrow()
         .to_pylist()
     )
-    keys = set()
+    keys: set[Any] = set()
     for r in regions:
         if key_region(points, r["low"]) != r["region"] or key_region(points, r["high"]) != r["region"]:
             raise MergeJobError(
