@@ -7,6 +7,9 @@
    within a fixed bound over a small window's extract, a bound smaller than the transaction's rows.
 3. A transaction open for a long time while others commit and windows are cut: those windows hold the
    others and nothing of it; the window after its commit holds it whole, stamped with its commit time.
+4. (Issue 32) After case 1, one window holding another 1M-row insert and a transaction updating every row of
+   the table, those new rows included: 3M change rows, extracted in the same bounded memory and merged on
+   Spark (which spills rather than running out of memory), target == source.
 
 Windows are cut at commit boundaries by construction: MariaDB (like MySQL) keeps an open transaction's
 row events in the session's binlog cache and writes them to the binlog as one group at COMMIT, so the
@@ -222,7 +225,23 @@ def test_a_million_row_transaction_open_across_a_window_cut_arrives_whole_in_one
     )
     assert BIG_ROWS * sys.getsizeof("x" * PAD_CHARS) > EXTRACT_GROWTH_BOUND_MIB * 2**20
     assert growth < EXTRACT_GROWTH_BOUND_MIB * 1024
+    assert pipeline.mismatches("big", "side") == []
 
+    # One window holding another 1M-row insert and a transaction updating every row, those new ones included
+    # (before and after images): 3M change rows, whose merge rewrites the 1M-row table with the new keys on
+    # Spark, spilling where it must instead of running out of memory.
+    pipeline.transaction(
+        f"INSERT INTO big SELECT {BIG_ROWS} + seq, seq % 89, REPEAT(CHAR(65 + seq % 26), {PAD_CHARS}) FROM {source}"
+    )
+    pipeline.transaction("UPDATE big SET grp = grp + 1, pad = CONCAT('u', SUBSTRING(pad, 2))")
+    updated, update = pipeline.run_window_measured(tmp_path / "update-window")
+    assert pipeline.manifest(updated)["tables"][f"{pipeline.db}.big"]["ops"] == {
+        "c": BIG_ROWS,
+        "u": 2 * BIG_ROWS,
+    }
+    update_growth = update["extract_peak_kib"] - small_peak
+    print(f"extract peak RSS of the 3M-row window: +{mib(update_growth):.0f} MiB over the small window's")
+    assert update_growth < EXTRACT_GROWTH_BOUND_MIB * 1024
     assert pipeline.mismatches("big", "side") == []
 
 

@@ -222,11 +222,12 @@ def write_sorted_files(
     order = [col(SEGMENT_COLUMN), *[col(k) for k in layout.keys]]
     detached = False
     try:
-        # One writing task needs no range shuffle: coalescing skips the exchange (and its stage) that
-        # repartitionByRange(1) still plans, which a small window's merge over Spark Connect pays for.
-        spread = rows.coalesce(1) if partitions == 1 else rows.repartitionByRange(partitions, *order)
+        # Always an exchange, even into one task: coalesce(1) would pull the per-key window function and its
+        # sort into the writing task, two sorters in one task that run out of memory on a window of millions
+        # of rows (UNABLE_TO_ACQUIRE_MEMORY) where each alone spills. Small windows are merged in the driver.
         writer = (
-            spread.sortWithinPartitions(*order)
+            rows.repartitionByRange(partitions, *order)
+            .sortWithinPartitions(*order)
             .write.mode("error")
             .option("maxRecordsPerFile", layout.rows_per_file)
             .partitionBy(SEGMENT_COLUMN)
