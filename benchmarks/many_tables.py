@@ -1,8 +1,8 @@
 """Many tables: what one window costs when it changes a few or all of hundreds of selected tables (issue 32).
 
 Runs the example DAG ``binlog_cdc`` (history off) on a private MariaDB and a local Spark Connect server
-(local[2]) over a database of ``--tables`` small tables (``id INT PRIMARY KEY, v VARCHAR(20), n INT``, 4 rows
-each), selected by the pattern ``many.*``:
+(local[2]) over a database of ``--tables`` small tables (``id INT PRIMARY KEY, v VARCHAR(20), n INT``, ``--rows``
+rows each, 4 by default), selected by the pattern ``many.*``:
 
 1. the first run snapshots every table;
 2. a window that changes 10 rows in each of ``--changed`` tables (5 by default);
@@ -13,7 +13,7 @@ jobs the run started (read from the server's REST API). Compare ``--tables 500``
 of a window that changes 5 tables of a 500-table selection against a 5-table selection; the ratio is what
 ``docs/benchmarks.md`` quotes (one run each, one machine, back to back).
 
-    .venv/bin/python benchmarks/many_tables.py [--tables 500] [--changed 5] [--write-docs]
+    .venv/bin/python benchmarks/many_tables.py [--tables 500] [--changed 5] [--rows 4] [--write-docs]
 """
 
 from __future__ import annotations
@@ -54,23 +54,27 @@ def spark_jobs(ui_port: int) -> int:
         return len(json.load(response))
 
 
-def create_tables(server: Any, count: int) -> list[str]:
-    """Create ``count`` tables of 4 rows each in database ``many``; return their names."""
+def create_tables(server: Any, count: int, rows: int) -> list[str]:
+    """Create ``count`` tables of ``rows`` rows each (ids 1..rows) in database ``many``; return their names."""
     names = [f"t{i:04d}" for i in range(count)]
     server.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
     statements = []
     for name in names:
         statements.append(f"CREATE TABLE {name} (id INT PRIMARY KEY, v VARCHAR(20), n INT)")
-        statements.append(f"INSERT INTO {name} VALUES (1, 'a', 1), (2, 'b', 2), (3, 'c', 3), (4, 'd', 4)")
+        # MariaDB's Sequence engine: the table seq_1_to_N holds 1..N
+        statements.append(f"INSERT INTO {name} SELECT seq, CONCAT('v', seq), seq FROM seq_1_to_{rows}")
     server.execute(*statements, database=DB)
     return names
 
 
-def change(server: Any, tables: list[str], round_: int) -> None:
-    """Change 10 rows of each of ``tables``, one transaction per table: 4 updates, 5 inserts, 1 delete."""
+def change(server: Any, tables: list[str], round_: int, rows: int) -> None:
+    """Change 10 rows of each of ``tables`` (of ``rows`` rows), one transaction per table.
+
+    4 updates, 5 inserts above the tables' ids, 1 delete of one of them.
+    """
     statements = []
     for name in tables:
-        first = 100 * round_
+        first = rows + 100 * round_
         statements += [
             "BEGIN",
             f"UPDATE {name} SET n = n + 1, v = 'r{round_}' WHERE id <= 4",
@@ -118,8 +122,8 @@ def task_durations(dag_id: str) -> dict[str, float]:
     return {task: float(duration or 0.0) for task, duration in rows}
 
 
-def measure(tables: int, changed: int, workdir: Path) -> dict[str, dict[str, float]]:
-    """Run the three runs over ``tables`` tables; return each run's numbers."""
+def measure(tables: int, changed: int, rows: int, workdir: Path) -> dict[str, dict[str, float]]:
+    """Run the three runs over ``tables`` tables of ``rows`` rows; return each run's numbers."""
     demo = demo_module()
     demo.prepare_environment(workdir, "off")
     os.environ["BINLOG_CDC_TABLES"] = f"{DB}.*"
@@ -136,12 +140,12 @@ def measure(tables: int, changed: int, workdir: Path) -> dict[str, dict[str, flo
     try:
         os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = spark.start().connection_json()
         os.environ["AIRFLOW_CONN_BINLOG_DEFAULT"] = server.uri()
-        names = create_tables(server, tables)
+        names = create_tables(server, tables, rows)
         dag = demo.load_dag()
         results = {"snapshot": timed_run(demo, dag, 0, ui_port)}
-        change(server, names[:changed], 1)
+        change(server, names[:changed], 1, rows)
         results[f"{changed} tables changed"] = timed_run(demo, dag, 1, ui_port)
-        change(server, names, 2)
+        change(server, names, 2, rows)
         results["every table changed"] = timed_run(demo, dag, 2, ui_port)
         import pymysql
 
@@ -159,9 +163,9 @@ def measure(tables: int, changed: int, workdir: Path) -> dict[str, dict[str, flo
         server.stop()
 
 
-def render(tables: int, results: dict[str, dict[str, float]]) -> str:
+def render(tables: int, rows: int, results: dict[str, dict[str, float]]) -> str:
     lines = [
-        f"| run ({tables} tables selected) | row changes | DAG run (s) | extract task (s) | merge task (s) | Spark jobs |",
+        f"| run ({tables} tables of {rows} rows selected) | row changes | DAG run (s) | extract task (s) | merge task (s) | Spark jobs |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for name, r in results.items():
@@ -175,14 +179,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", type=int, default=500, help="tables the pipeline selects")
     parser.add_argument("--changed", type=int, default=5, help="tables the second window changes")
+    parser.add_argument("--rows", type=int, default=4, help="rows of each table before the first run")
     write_docs_argument(parser)
     args = parser.parse_args()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="many-tables-") as scratch:
-        results = measure(args.tables, args.changed, Path(scratch))
+        results = measure(args.tables, args.changed, args.rows, Path(scratch))
     print(f"benchmark took {time.monotonic() - started:.0f} s")
-    title = f"Many tables: windows over a {args.tables}-table selection"
-    publish(f"many_tables_{args.tables}", title, render(args.tables, results), write_docs=args.write_docs)
+    title = f"Many tables: windows over a {args.tables}-table selection of {args.rows}-row tables"
+    key = f"many_tables_{args.tables}" + ("" if args.rows == 4 else f"_rows_{args.rows}")
+    publish(key, title, render(args.tables, args.rows, results), write_docs=args.write_docs)
     return 0
 
 
