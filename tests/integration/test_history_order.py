@@ -175,3 +175,33 @@ def test_compacting_history_tables_keeps_their_rows_their_digests_and_later_merg
     assert contents(target) == contents(plain)
     assert verify_history(target, "shop.orders").ok
     assert compact_table(log_uri, appended=True).files_removed == 2  # the compacted file and the new window's
+
+
+def test_an_scd2_table_of_many_files_rewrites_only_the_files_of_the_windows_keys(
+    spark: Any, staging: Path, target: str
+) -> None:
+    rows = {i: order(i, "new", f"{i}.00") for i in range(1, 301)}
+    windows = [
+        [("c", row) for row in rows.values()],
+        [
+            ("u", rows[7], order(7, "paid", "7.00")),
+            ("u", rows[150], order(150, "paid", "150.00")),
+            ("d", rows[151]),
+            ("c", order(1000, "new", "1.00")),
+        ],
+    ]
+    uris = [stage(staging, seq, changes) for seq, changes in enumerate(windows, start=1)]
+    one_file = target + "_one_file"
+    for uri in uris:
+        merge_window(spark, uri, target, pipeline=PIPELINE, target_file_bytes=4000)
+        merge_window(spark, uri, one_file, pipeline=PIPELINE)
+
+    scd2 = deltalake.DeltaTable(scd2_uri(target, "shop.orders"))
+    previous = deltalake.DeltaTable(scd2_uri(target, "shop.orders"), version=scd2.version() - 1)
+    files_before = len(previous.file_uris())
+    removed = scd2.history(1)[0]["binlog.files_removed"]
+    assert files_before > 4
+    assert 1 <= removed < files_before / 2  # only the files the window's keys can be in
+    assert contents(target) == contents(one_file)
+    current = {v["id"]: v["status"] for v in scd2.to_pyarrow_table().to_pylist() if v[IS_CURRENT_COLUMN]}
+    assert (current[7], current[150], current[1000], 151 in current) == ("paid", "paid", "new", False)

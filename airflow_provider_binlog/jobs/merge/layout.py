@@ -17,7 +17,8 @@ files (a *segment*, :func:`segment_column`) so that no new file's range spans a 
 split at the table's target size. For a composite key only the first column prunes: a superset of the
 files holding the keys, never fewer.
 
-Pure Python planning plus one Spark column expression; no Airflow (it runs on Spark drivers).
+Pure Python planning plus the Spark expressions and the one Spark job it plans from; no Airflow (it runs on
+Spark drivers).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_binlog.jobs.merge.delta import DataFile
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
+    from pyspark.sql import Column, DataFrame
 
 SEGMENT_COLUMN = "_binlog_segment"
 """Column the merge's Spark write is partitioned by: the run of rewritten files a new row belongs to."""
@@ -145,6 +146,45 @@ def region_column(key: str, points: Sequence[Any]) -> Column:
         )
 
     return between(0, len(points)).cast("int")
+
+
+def deciding_keys(frame: DataFrame, key: str, files: Sequence[DataFile]) -> list[Any]:
+    """Return keys of ``frame`` that stand for all of its first key column's values in the rewrite's decisions.
+
+    Each decision of :func:`plan_rewrite` and
+    :func:`~airflow_provider_binlog.jobs.merge.merge_on_read.candidate_files` compares a key with the files' key
+    bounds only, so it is the same for every key of one region between them (:func:`key_region`): the smallest
+    and largest key of each region the frame touches decide as all of its keys do (nulls, which no file holds,
+    are left out). One Spark job; at most two keys per region (about ``4 * len(files) + 2``) reach the driver,
+    however many rows the frame holds.
+
+    :param frame: rows with the first key column ``key`` (a window's changes, an SCD2 merge's events).
+    :param files: the table's current files, all ranged.
+    :raises MergeJobError: if Spark orders the keys other than Python does (a region's smallest or largest key
+        falls in another region when compared in Python), which would make the plan miss files.
+    """
+    from pyspark.sql import functions as F
+
+    from airflow_provider_binlog.jobs.application import MergeJobError
+    from airflow_provider_binlog.jobs.merge.transforms import col
+
+    points = key_points(files)
+    regions = (
+        frame.where(col(key).isNotNull())
+        .groupBy(region_column(key, points).alias("region"))
+        .agg(F.min(col(key)).alias("low"), F.max(col(key)).alias("high"))
+        .toArrow()
+        .to_pylist()
+    )
+    keys: set[Any] = set()
+    for r in regions:
+        if key_region(points, r["low"]) != r["region"] or key_region(points, r["high"]) != r["region"]:
+            raise MergeJobError(
+                f"key column {key!r}: Spark and Python order its values {r['low']!r}, {r['high']!r} differently "
+                "against the files' key ranges; the merge cannot choose the files to rewrite"
+            )
+        keys.update((r["low"], r["high"]))
+    return sorted(keys)
 
 
 def _fill_gaps(chosen: list[int], most: int) -> list[int]:

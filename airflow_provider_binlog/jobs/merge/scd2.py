@@ -69,7 +69,7 @@ from airflow_provider_binlog.contract.history import (
 from airflow_provider_binlog.contract.uris import StorageOptions, filesystem_for
 from airflow_provider_binlog.jobs.merge.delta import commit_window, create_table, current_files
 from airflow_provider_binlog.jobs.merge.files import remove_files, write_plan
-from airflow_provider_binlog.jobs.merge.layout import plan_rewrite
+from airflow_provider_binlog.jobs.merge.layout import deciding_keys, plan_rewrite
 from airflow_provider_binlog.jobs.merge.transforms import col, read_data_files, spark_type
 
 if TYPE_CHECKING:
@@ -149,11 +149,7 @@ def write_scd2(
     whole = refresh or bool(new_truncates) or len(files) <= 1
     image_type = spark_type(pa.struct(list(stored_source(stored))))
     events = _window_events(changes, keys, image_type)
-    seen = (
-        []
-        if whole
-        else sorted(r[0] for r in events.select("__key0").distinct().collect() if r[0] is not None)
-    )
+    seen = [] if whole else deciding_keys(events, "__key0", files)
     plan = plan_rewrite(files, seen, target_file_bytes=target_file_bytes(dt), whole=whole)
     if plan.removed:
         existing = read_data_files(spark, dt.table_uri, plan.removed, stored)

@@ -63,10 +63,8 @@ from airflow_provider_binlog.jobs.merge.driver_rewrite import rewrite_in_driver
 from airflow_provider_binlog.jobs.merge.files import PlacedFile, remove_files, write_plan
 from airflow_provider_binlog.jobs.merge.layout import (
     RewritePlan,
-    key_points,
-    key_region,
+    deciding_keys,
     plan_rewrite,
-    region_column,
 )
 from airflow_provider_binlog.jobs.merge.merge_on_read import (
     candidate_files,
@@ -103,7 +101,7 @@ from airflow_provider_binlog.jobs.merge.truncate import (
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
     from airflow_provider_binlog.jobs.merge.window import StagedTable
 
@@ -380,38 +378,6 @@ def spelled_keys(data_schema: pa.Schema, keys: Sequence[str]) -> list[str]:
     return [by_lower[k.lower()] for k in keys]
 
 
-def _change_keys(changes: DataFrame, key: str, files: Sequence[DataFile]) -> list[Any]:
-    """Return keys of the window that stand for all of its first key column's values in the rewrite's decisions.
-
-    Each decision of :func:`plan_rewrite` and :func:`candidate_files` compares a key with the files' key bounds
-    only, so it is the same for every key of one region between them (:func:`key_region`): the smallest and
-    largest key of each region the window touches decide as all of its keys do. One Spark job; at most two keys
-    per region (about ``4 * len(files) + 2``) reach the driver, however many rows the window holds.
-
-    :param files: the table's current files, all ranged.
-    :raises MergeJobError: if Spark orders the keys other than Python does (a region's smallest or largest key
-        falls in another region when compared in Python), which would make the plan miss files.
-    """
-    from pyspark.sql import functions as F
-
-    points = key_points(files)
-    regions = (
-        changes.groupBy(region_column(key, points).alias("region"))
-        .agg(F.min(col(key)).alias("low"), F.max(col(key)).alias("high"))
-        .toArrow()
-        .to_pylist()
-    )
-    keys: set[Any] = set()
-    for r in regions:
-        if key_region(points, r["low"]) != r["region"] or key_region(points, r["high"]) != r["region"]:
-            raise MergeJobError(
-                f"key column {key!r}: Spark and Python order its values {r['low']!r}, {r['high']!r} differently "
-                "against the files' key ranges; the merge cannot choose the files to rewrite"
-            )
-        keys.update((r["low"], r["high"]))
-    return sorted(keys)
-
-
 def _rewrite_files(
     spark: SparkSession,
     dt: DeltaTable,
@@ -471,7 +437,7 @@ def _rewrite_files(
         # a table not in the key-range layout yet (hash buckets, files without key statistics) is rewritten into
         # it whatever the mode: merge-on-read and compaction work on key ranges
         pruning = not whole and bool(files) and all(f.ranged for f in files)
-        keys_seen = _change_keys(changes, key_names[0], files) if pruning else []
+        keys_seen = deciding_keys(changes, key_names[0], files) if pruning else []
         candidates = candidate_files(files, keys_seen) if pruning else []
         mode = choose_mode(
             write_mode, uri=uri, whole=not pruning, rows_in_window=rows_in_window, candidates=candidates
