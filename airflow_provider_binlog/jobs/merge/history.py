@@ -118,8 +118,9 @@ RECENT_COMMITS = 10
 """Commits of a change log read first to find its newest digest (schema and maintenance commits come between)."""
 HISTORY_THREADS = 1
 """Tables whose history a merge writes at once (each writes its change log and SCD2 table at once, beside the
-target merges). One, started ahead of the merges, gave the demo's catch-up merge 1.48x the time without history;
-two oversubscribed ``local[2]`` (2.27x, ``docs/benchmarks.md``, history cost)."""
+target merges). One, started ahead of the merges, gave the demo's catch-up merge 1.48x the time without history
+while its target merges ran on Spark too (1.00x since they run in the driver, ADR 0040); two oversubscribed
+``local[2]`` (2.27x, ``docs/benchmarks.md``, history cost)."""
 HISTORY_PROPERTIES = {"delta.enableExpiredLogCleanup": "false"}
 """Table properties of a change log: its commit infos hold the digest chain, so its log is never cleaned up."""
 
