@@ -102,6 +102,7 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "MySQL/MariaDB binlog",
                 "python-modules": [
+                    "airflow_provider_binlog.operators.archive",
                     "airflow_provider_binlog.operators.extract",
                     "airflow_provider_binlog.operators.merge",
                     "airflow_provider_binlog.operators.commit",

@@ -22,6 +22,8 @@ An archive folder holds the files of one source server:
   (sizes, the checksum of each event when the server writes checksums).
 * ``<file>.json``: what the archive records of a finished file (:class:`ArchivedFile`), written after the file:
   its presence marks the file finished, and its parts are deleted after it.
+* ``archive.json``: the identity of the server whose files the folder holds (:meth:`BinlogArchive.claim`): files
+  of two servers never share a folder (a replica promoted in a failover writes files of the same names).
 
 Two archivers of one source write the same bytes under the same names (a part's name is its range), so they
 never corrupt each other's work; a killed archiver leaves whole parts (or a temporary file, which nothing
@@ -64,6 +66,14 @@ _FLAGS_AT = 4 + 17
 
 class ArchiveError(CorruptBinlogError):
     """The archive's copy of a binlog file is not the server's: a gap, a bad event, a checksum that fails."""
+
+
+class ArchiveOwnerError(ValueError):
+    """The archive folder holds the binlog files of another server than the one being archived."""
+
+
+IDENTITY_FILE = "archive.json"
+"""The document at the archive folder's root naming the server whose files it holds."""
 
 
 @dataclass(frozen=True)
@@ -141,9 +151,49 @@ class BinlogArchive:
             return []
         return [i.base_name for i in infos if i.type == pafs.FileType.File]
 
+    def claim(self, server_identity: str, flavor: str) -> None:
+        """Record that the folder holds the files of ``server_identity``, or check that it does.
+
+        :raises ArchiveOwnerError: when the folder holds another server's files.
+        """
+        uri = join_uri(self.uri, IDENTITY_FILE)
+        document = read_json_document(uri, self.storage_options)
+        if document is None:
+            write_json_document(
+                uri, {"server_identity": server_identity, "flavor": flavor}, self.storage_options
+            )
+        elif document.get("server_identity") != server_identity:
+            raise ArchiveOwnerError(
+                f"the binlog archive at {self.uri} holds the files of server {document.get('server_identity')!r}, "
+                f"not of {server_identity!r} (a failover to another server, or a connection now pointing elsewhere): "
+                "give each server an archive folder of its own"
+            )
+
+    def gaps(self, files: Sequence[tuple[str, int]]) -> list[str]:
+        """Return the binlog files the archive lacks for good: the source purged them before they were copied whole.
+
+        :param files: the source's binlog files as ``SHOW BINARY LOGS`` lists them now.
+        """
+        listed = {name for name, _ in files}
+        finished = set(self.finished_files())
+        parts = {m["file"] for n in self._listing() if (m := _PART.match(n))}
+        lost = parts - finished - listed  # copied in part, then purged
+        archived = finished | parts
+        if archived and files:
+            oldest = files[0][0]
+            base, digits = oldest.rsplit(".", 1)
+            numbers = {_file_number(n) for n in archived}
+            never = range(
+                min(numbers), _file_number(oldest)
+            )  # between the archive's first file and the source's
+            lost |= {f"{base}.{n:0{len(digits)}d}" for n in never if n not in numbers}
+        return sorted(lost, key=_file_number)
+
     def finished_files(self) -> dict[str, ArchivedFile]:
         """Return the record of every finished file, by name, in name order."""
-        names = sorted(n[: -len(".json")] for n in self._listing() if n.endswith(".json"))
+        names = sorted(
+            n[: -len(".json")] for n in self._listing() if n.endswith(".json") and n != IDENTITY_FILE
+        )
         records = {}
         for name in names:
             document = read_json_document(join_uri(self.uri, f"{name}.json"), self.storage_options)
@@ -182,30 +232,48 @@ class BinlogArchive:
         with atomic_output(join_uri(self.uri, name), self.storage_options) as out:
             out.write(data)
 
-    def finish(self, file: str) -> ArchivedFile:
-        """Assemble ``file`` from its parts, checking every event, record it and delete the parts.
+    def finish(self, file: str, size: int) -> ArchivedFile:
+        """Assemble ``file`` (``size`` bytes) from its parts, checking every event, record it and delete the parts.
 
-        :raises ArchiveError: when the parts do not hold a whole binlog file: no magic bytes or
-            FORMAT_DESCRIPTION at its start, an event cut short or of an impossible size, a failed checksum.
+        When another archiver finished the file meanwhile (and deleted the parts this one was reading), its record
+        is returned. Nothing is written unless the parts hold the whole file.
+
+        :raises ArchiveError: when the parts do not hold the whole binlog file: no magic bytes or
+            FORMAT_DESCRIPTION at its start, an event cut short or of an impossible size, a failed checksum, or
+            fewer than ``size`` bytes.
         """
         chain = self.parts(file)
         digest = hashlib.sha256()
         summary = _FileSummary(file)
         try:
             with atomic_output(join_uri(self.uri, file), self.storage_options) as out:
-                for chunk in _finished_bytes(file, _read_parts(self.fs, chain), summary):
+                for chunk in _finished_bytes(file, _read_parts(self.fs, chain), summary, size):
                     digest.update(chunk)
                     out.write(chunk)
-        except CorruptBinlogError as err:
+        except (CorruptBinlogError, FileNotFoundError) as err:
+            done = self.finished_files().get(file)
+            if done is not None:  # another archiver finished it and deleted the parts meanwhile
+                self.drop_parts([file])
+                return done
             raise ArchiveError(
-                f"{err.args[0].split(';')[0]}; the archive's copy at {self.uri} is not the server's file: delete "
-                f"the parts of {file} ({file}.part-*) and run the archiver again while the server still has the file"
+                f"{str(err).split(';')[0]}; the archive's copy at {self.uri} is not the server's file: delete the "
+                f"parts of {file} ({file}.part-*) and run the archiver again while the server still has the file"
             ) from err
         record = summary.record(digest.hexdigest())
         write_json_document(join_uri(self.uri, f"{file}.json"), asdict(record), self.storage_options)
-        for part in chain:
-            self.fs.delete_file(part.path)
+        self.drop_parts([file])
         return record
+
+    def drop_parts(self, files: Iterable[str]) -> None:
+        """Delete every part of ``files`` (those of finished files: left by a second archiver, or a killed finish)."""
+        names = set(files)
+        for name in self._listing():
+            found = _PART.match(name)
+            if found is not None and found["file"] in names:
+                try:
+                    self.fs.delete_file(f"{self.root}/{name}")
+                except FileNotFoundError:
+                    pass  # another archiver deleted it
 
 
 def archive_binlogs(
@@ -236,6 +304,7 @@ def archive_binlogs(
     """
     run = ArchiveRun()
     finished = archive.finished_files()
+    archive.drop_parts(finished)
     last = files[-1][0] if files else None
     for name, size in files:
         if name in finished:
@@ -245,7 +314,7 @@ def archive_binlogs(
         copied, ended = _copy_file(archive, settings, name, server_id=server_id, flavor=flavor,
                                    part_bytes=part_bytes, stop_after_bytes=stop_after_bytes, run=run)  # fmt: skip
         if ended or (name != last and copied >= size):
-            record = archive.finish(name)
+            record = archive.finish(name, copied)
             run.finished.append(name)
             log.info("archived %s: %d bytes, %d events", name, record.size, record.events)
         else:
@@ -303,6 +372,11 @@ def _copy_file(
     return part_start, ended
 
 
+def _file_number(name: str) -> int:
+    """Return the sequence number of a binlog file name (``mariadb-bin.000042``: 42)."""
+    return int(name.rsplit(".", 1)[1])
+
+
 def _with_in_use_flag(fde: bytes, in_use: bool) -> bytes:
     """Return a FORMAT_DESCRIPTION's bytes with its in-use flag set or cleared (its checksum leaves the flag out)."""
     flags = fde[17] | BINLOG_IN_USE if in_use else fde[17] & ~BINLOG_IN_USE & 0xFF
@@ -351,8 +425,8 @@ class _FileSummary:
         )  # fmt: skip
 
 
-def _finished_bytes(name: str, chunks: Iterable[bytes], summary: _FileSummary) -> Iterator[bytes]:
-    """Yield the bytes of the finished file ``name`` from its parts' ``chunks``, checking each event.
+def _finished_bytes(name: str, chunks: Iterable[bytes], summary: _FileSummary, size: int) -> Iterator[bytes]:
+    """Yield the ``size`` bytes of the finished file ``name`` from its parts' ``chunks``, checking each event.
 
     The FORMAT_DESCRIPTION's in-use flag is cleared (the server clears it when it closes the file).
 
@@ -370,12 +444,12 @@ def _finished_bytes(name: str, chunks: Iterable[bytes], summary: _FileSummary) -
             pending, offset = pending[4:], 4
         pos = 0
         while len(pending) - pos >= 19:
-            size = HEADER.unpack_from(pending, pos)[3]
-            if size < 19:
-                raise ArchiveError(f"{name}: the event at offset {offset} says it is {size} bytes long")
-            if len(pending) - pos < size:
+            length = HEADER.unpack_from(pending, pos)[3]
+            if length < 19:
+                raise ArchiveError(f"{name}: the event at offset {offset} says it is {length} bytes long")
+            if len(pending) - pos < length:
                 break
-            data = pending[pos : pos + size]
+            data = pending[pos : pos + length]
             if offset == 4:
                 if data[4] != codes.FORMAT_DESCRIPTION:
                     raise ArchiveError(
@@ -387,11 +461,15 @@ def _finished_bytes(name: str, chunks: Iterable[bytes], summary: _FileSummary) -
                 verify(data, name, offset)
             summary.add(data)
             yield data
-            pos += size
-            offset += size
+            pos += length
+            offset += length
         pending = pending[pos:]
-    if pending or offset == 0:
+    if pending or offset != size:
         raise ArchiveError(
-            f"the archive's copy of {name} ends inside an event at offset {offset}: a part is missing or cut short"
+            f"the archive's copy of {name} ends at offset {offset + len(pending)} (inside an event at {offset}) where "
+            f"the file is {size} bytes long: a part is missing or cut short"
+            if pending
+            else f"the archive's copy of {name} ends at offset {offset} where the file is {size} bytes long: a part "
+            f"is missing"
         )
     summary.size = offset

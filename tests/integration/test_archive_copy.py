@@ -64,12 +64,14 @@ def run(server: LocalMariaDB, archive: BinlogArchive, **kwargs: Any) -> Any:
 
 
 def assert_same_as_server(server: LocalMariaDB, root: Path) -> None:
-    """Every finished file equals the server's; the active file's parts are the server's file so far."""
+    """The archive's finished files are the server's, byte for byte, and a run of them (the server's purged files
+    are only in the archive); the active file's parts are its bytes so far."""
     archive = BinlogArchive(str(root))
     finished = archive.finished_files()
     names = [str(name) for name, *_ in server.execute("SHOW BINARY LOGS")]
-    assert list(finished) == names[: len(finished)]
-    for name, record in finished.items():
+    kept = [n for n in finished if n in names]  # the finished files the server still has: a run of its files
+    assert kept == [n for n in names if n >= min(kept, default="")][: len(kept)]
+    for name, record in ((n, r) for n, r in finished.items() if n in names):
         assert (root / name).read_bytes() == (server.datadir / name).read_bytes(), name
         assert record.size == (server.datadir / name).stat().st_size
         assert not archive.parts(name)
@@ -125,22 +127,23 @@ def test_a_copy_stopped_mid_file_continues_where_it_ended(server: LocalMariaDB, 
     assert not run(server, archive).finished  # nothing left to finish
 
 
-def test_two_archivers_at_once_write_the_same_archive(server: LocalMariaDB, tmp_path: Path) -> None:
+def test_archivers_at_once_write_the_same_archive(server: LocalMariaDB, tmp_path: Path) -> None:
     write(server, 2000, 40, rotate=True)
     write(server, 2100, 20)
     archive = BinlogArchive(str(tmp_path))
     errors: list[BaseException] = []
 
     def archiver(server_id: int) -> None:
-        files = [(str(name), int(size)) for name, size, *_ in server.execute("SHOW BINARY LOGS")]
-        try:
-            archive_binlogs(
-                archive, settings(server), files, server_id=server_id, flavor="mariadb", part_bytes=1500
-            )
-        except BaseException as err:  # a race must not fail either archiver
-            errors.append(err)
+        for _ in range(3):  # small parts: many chances for one to finish a file while another copies it
+            files = [(str(name), int(size)) for name, size, *_ in server.execute("SHOW BINARY LOGS")]
+            try:
+                archive_binlogs(
+                    archive, settings(server), files, server_id=server_id, flavor="mariadb", part_bytes=300
+                )
+            except BaseException as err:  # a race must not fail an archiver
+                errors.append(err)
 
-    threads = [threading.Thread(target=archiver, args=(sid,)) for sid in (7101, 7102)]
+    threads = [threading.Thread(target=archiver, args=(sid,)) for sid in (7101, 7102, 7103)]
     for t in threads:
         t.start()
     for t in threads:
@@ -168,3 +171,80 @@ def test_a_flipped_byte_in_a_part_is_refused_naming_the_file_and_offset(
 
     assert active not in archive.finished_files()
     assert not (tmp_path / active).exists()
+
+
+def test_a_finish_missing_a_part_writes_nothing(server: LocalMariaDB, tmp_path: Path) -> None:
+    # What a second archiver's finish sees when the first deletes the parts it is reading: a valid but short chain.
+    write(server, 5000, 40, rotate=True)
+    archive = BinlogArchive(str(tmp_path))
+    run(server, archive, part_bytes=1500, stop_after_bytes=3000)
+    name, size = [(str(n), int(z)) for n, z, *_ in server.execute("SHOW BINARY LOGS")][0]
+    first, second = archive.parts(name)
+    Path(second.path).unlink()
+
+    with pytest.raises(
+        ArchiveError, match=rf"{name} ends at offset {first.end} where the file is {size} bytes"
+    ):
+        archive.finish(name, size)
+
+    assert not (tmp_path / name).exists()
+    assert name not in archive.finished_files()
+
+
+def least_privileged(server: LocalMariaDB, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_BINLOG_DEFAULT", f"mysql://{USER}:{PASSWORD}@127.0.0.1:{server.port}")
+
+
+def test_the_operator_archives_with_replication_grants_and_reports_files_purged_before_their_copy(
+    server: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_provider_binlog.operators.archive import BinlogArchiveOperator
+
+    least_privileged(server, monkeypatch)
+    operator = BinlogArchiveOperator(task_id="archive", archive=str(tmp_path))
+    write(server, 4000, 20, rotate=True)
+
+    first = operator.execute({})
+
+    assert first["finished"]
+    assert first["gaps"] == []
+    assert first["server"].startswith("mariadb:")
+    assert_same_as_server(server, tmp_path)
+    # Files written and purged between two runs never reach the archive: the next run names them.
+    write(server, 4100, 20, rotate=True)
+    write(server, 4200, 20, rotate=True)
+    lost = [str(name) for name, *_ in server.execute("SHOW BINARY LOGS")][:-1]
+    server.purge_binlogs_before_current()
+    write(server, 4300, 10)
+
+    second = operator.execute({})
+
+    unfinished = [name for name in first["unfinished"] if name in lost]
+    assert set(lost) - set(first["finished"]) <= set(second["gaps"])
+    assert set(unfinished) <= set(second["gaps"])
+    assert second["unfinished"]
+    assert_same_as_server(server, tmp_path)
+
+
+def test_a_folder_of_one_server_refuses_another_servers_files(
+    server: LocalMariaDB,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_provider_binlog.operators.archive import BinlogArchiveOperator
+
+    operator = BinlogArchiveOperator(task_id="archive", archive=str(tmp_path))
+    least_privileged(server, monkeypatch)
+    operator.execute({})
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with LocalMariaDB(base_dir=tmp_path_factory.mktemp("other-db")) as other:  # a promoted replica, say
+        other.execute("CREATE DATABASE shop")
+        monkeypatch.setenv("AIRFLOW_CONN_BINLOG_DEFAULT", other.uri())
+
+        with pytest.raises(AirflowFailException, match=r"holds the files of server .* give each server"):
+            operator.execute({})
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -31,6 +31,9 @@ def test_example_dags_parse_without_errors_or_io(no_io_at_parse_time: None) -> N
     resnapshot = bag.dags["binlog_resnapshot"]
     assert [t.task_id for t in resnapshot.tasks] == ["snapshot"]
     assert resnapshot.schedule is None
+    archive = bag.dags["binlog_archive"]
+    assert [t.task_id for t in archive.tasks] == ["archive"]
+    assert archive.max_active_runs == 1
 
 
 def test_interval_pipelines_start_without_a_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
