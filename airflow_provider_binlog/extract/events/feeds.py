@@ -140,7 +140,10 @@ def read_binlog_file(
     current = Path(path)
     read = {current.name}
     while True:
-        rotate = yield from _events_of(current, start, current.name == active_file, max_event_size)
+        with open(current, "rb") as handle:
+            rotate = yield from events_of_file(
+                handle, str(current), start, active=current.name == active_file, max_event_size=max_event_size
+            )
         if not follow_rotations or rotate is None:
             return
         following = current.with_name(rotate[0])
@@ -159,64 +162,68 @@ _FILE_ENDS = frozenset({codes.ROTATE, codes.STOP})
 """The events a finished binlog file ends with: the file feed verifies the last one, then reads it."""
 
 
-def _events_of(
-    path: Path, start: int, active: bool, max_event_size: int
+def events_of_file(
+    handle: BinaryIO, path: str, start: int, *, active: bool = False, max_event_size: int = MAX_EVENT_SIZE
 ) -> Generator[Event, None, tuple[str, int] | None]:
-    """Yield the events of one file from ``start``; return the ROTATE's ``(file, position)`` that ends it, if one.
+    """Yield the events of one binlog file from ``start``; return the ROTATE's ``(file, position)`` that ends it.
 
+    Returns None when the file ends otherwise (a STOP, or the end of an active file). The checks are
+    :func:`read_binlog_file`'s, for one file.
+
+    :param handle: the file opened for binary reading, seekable (a local file, a store's input stream).
+    :param path: where it is, for messages; its last component is the binlog file's name.
     :param active: the caller says the file may end after any event (see :func:`read_binlog_file`).
     :raises: as :func:`read_binlog_file`.
     """
-    name = path.name
-    with open(path, "rb") as handle:
-        if handle.read(4) != MAGIC:
-            raise CorruptBinlogError(f"{path} is not a binlog file (it does not start with fe 62 69 6e)")
-        fde = _read_event(handle, name, 4, max_event_size)
-        if fde is None or fde[4] != codes.FORMAT_DESCRIPTION:
-            raise CorruptBinlogError(f"{path} has no FORMAT_DESCRIPTION event at offset 4")
-        checksum = format_checksum(fde, name, 4)
-        active = active or bool(fde[17] & BINLOG_IN_USE)
-        if start > 4:
-            yield raw_event(name, 4, fde)
-        handle.seek(start)
-        buffer = b""  # the bytes read but not yet yielded, starting at ``offset``
-        offset = start
-        event: Event | None = None
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    if handle.read(4) != MAGIC:
+        raise CorruptBinlogError(f"{path} is not a binlog file (it does not start with fe 62 69 6e)")
+    fde = _read_event(handle, name, 4, max_event_size)
+    if fde is None or fde[4] != codes.FORMAT_DESCRIPTION:
+        raise CorruptBinlogError(f"{path} has no FORMAT_DESCRIPTION event at offset 4")
+    checksum = format_checksum(fde, name, 4)
+    active = active or bool(fde[17] & BINLOG_IN_USE)
+    if start > 4:
+        yield raw_event(name, 4, fde)
+    handle.seek(start)
+    buffer = b""  # the bytes read but not yet yielded, starting at ``offset``
+    offset = start
+    event: Event | None = None
+    need = _READ_CHUNK
+    unpack_size = _SIZE.unpack_from
+    while chunk := handle.read(need):
+        buffer += chunk
+        pos = 0
         need = _READ_CHUNK
-        unpack_size = _SIZE.unpack_from
-        while chunk := handle.read(need):
-            buffer += chunk
-            pos = 0
-            need = _READ_CHUNK
-            while len(buffer) - pos >= 19:
-                size = unpack_size(buffer, pos + 9)[0]
-                if size < 19 or size > max_event_size:
-                    check_size(size, name, offset, max_event_size)
-                if len(buffer) - pos < size:
-                    need = max(need, size - len(buffer) + pos)  # a large event is read in one more call
-                    break
-                event = raw_event(name, offset, buffer[pos : pos + size])
-                yield event
-                pos += size
-                offset += size
-            buffer = buffer[pos:]
-        if buffer:
-            raise CorruptBinlogError(
-                f"{name} ends inside an event at offset {offset} ({len(buffer)} bytes left): the file is cut short "
-                f"(copy it again from the server), or the server is writing it (read it up to a position the "
-                f"server reported)"
-            )
-        if event is None:  # nothing from ``start`` on: a read that starts at the file's end
-            return None
-        if event.type_code in _FILE_ENDS:
-            # Only the last event tells how the file ends: read again (the consumer replaced its ``data``),
-            # verified with the checksum of the file's FORMAT_DESCRIPTION (a relay log's own ROTATE follows
-            # its source's FORMAT_DESCRIPTIONs, which the file's first one heads), then read.
-            handle.seek(event.start)
-            data = handle.read(offset - event.start)
-            if checksum:
-                verify(data, name, event.start)
-            return _rotation(data, checksum, name, event.start) if data[4] == codes.ROTATE else None
+        while len(buffer) - pos >= 19:
+            size = unpack_size(buffer, pos + 9)[0]
+            if size < 19 or size > max_event_size:
+                check_size(size, name, offset, max_event_size)
+            if len(buffer) - pos < size:
+                need = max(need, size - len(buffer) + pos)  # a large event is read in one more call
+                break
+            event = raw_event(name, offset, buffer[pos : pos + size])
+            yield event
+            pos += size
+            offset += size
+        buffer = buffer[pos:]
+    if buffer:
+        raise CorruptBinlogError(
+            f"{name} ends inside an event at offset {offset} ({len(buffer)} bytes left): the file is cut short "
+            f"(copy it again from the server), or the server is writing it (read it up to a position the "
+            f"server reported)"
+        )
+    if event is None:  # nothing from ``start`` on: a read that starts at the file's end
+        return None
+    if event.type_code in _FILE_ENDS:
+        # Only the last event tells how the file ends: read again (the consumer replaced its ``data``),
+        # verified with the checksum of the file's FORMAT_DESCRIPTION (a relay log's own ROTATE follows
+        # its source's FORMAT_DESCRIPTIONs, which the file's first one heads), then read.
+        handle.seek(event.start)
+        data = handle.read(offset - event.start)
+        if checksum:
+            verify(data, name, event.start)
+        return _rotation(data, checksum, name, event.start) if data[4] == codes.ROTATE else None
     if not active:
         raise CorruptBinlogError(
             f"{name} ends at offset {offset} after a {event.name} event, without the ROTATE or STOP event a "

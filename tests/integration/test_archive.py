@@ -1,11 +1,12 @@
-"""The binlog archive's copy (issue 34): files copied over the replication protocol are the server's, byte for byte.
+"""The binlog archive (issue 34): its copy is the server's binlog byte for byte, and its feed yields a dump's events.
 
-A private MariaDB of this module (its binlog files are few and small, and the test reads them from its datadir to
-compare) and the least-privileged replication user (REPLICATION SLAVE and BINLOG MONITOR only). Windows read
-from the archive come with the next part of issue 34; this module checks the copy itself: finished files equal
-the server's, the active file's copy continues where it ended, a copy stopped mid-file (as a killed archiver
-leaves it) continues, two archivers at once write the same archive, and a flipped byte is refused with the
-file and offset named.
+A private MariaDB of this module (its binlog files are few and small, and the tests read them from its datadir to
+compare) and the least-privileged replication user (REPLICATION SLAVE and BINLOG MONITOR only). The copy: finished
+files equal the server's, the active file's copy continues where it ended, a copy stopped mid-file (as a killed
+archiver leaves it) continues, archivers at once write the same archive, a flipped byte is refused with the file
+and offset named, a folder refuses a second server's files, files purged before their copy are reported. The
+feed (``read_archive``): from a file's start, from a transaction inside a file and from the active file's parts,
+the same events, offsets and bytes as a dump from the server. Windows that read the archive come next.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from typing import Any
 import pytest
 
 from airflow_provider_binlog.archive.copy import ArchiveError, BinlogArchive, archive_binlogs
+from airflow_provider_binlog.archive.feed import read_archive
+from airflow_provider_binlog.contract.positions import BinlogPosition
+from airflow_provider_binlog.extract.connections import open_dump
+from airflow_provider_binlog.extract.events import codes
 from airflow_provider_binlog.extract.events.feeds import read_binlog_file
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
@@ -248,3 +253,52 @@ def test_a_folder_of_one_server_refuses_another_servers_files(
             operator.execute({})
 
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def comparable(events: Any) -> list[tuple[str, int, bytes]]:
+    """``(file, offset, bytes)`` of each event; of a FORMAT_DESCRIPTION without its log_pos, flags and checksum.
+
+    A dump sends a file's FORMAT_DESCRIPTION with the in-use flag cleared, and from a start after 4 with log_pos 0
+    and its checksum computed again; the archive holds the file's own.
+    """
+    out = []
+    for e in events:
+        data = bytes(e.data)
+        if e.type_code == codes.FORMAT_DESCRIPTION:
+            data = data[:13] + bytes(6) + data[19:-4]
+        out.append((e.file, e.start, data))
+    return out
+
+
+def test_the_archive_feed_yields_the_events_a_dump_from_the_server_yields(
+    server: LocalMariaDB, tmp_path: Path
+) -> None:
+    write(server, 6000, 30, rotate=True)
+    write(server, 6100, 30, rotate=True)
+    write(server, 6200, 20)
+    archive = BinlogArchive(str(tmp_path))
+    run(server, archive, part_bytes=700)  # the active file in many parts, read as one
+    names = [str(name) for name, *_ in server.execute("SHOW BINARY LOGS")]
+    active = names[-1]
+    middle = next(  # a transaction boundary inside a finished file
+        e.start
+        for e in read_archive(archive, BinlogPosition(names[-2], 4))
+        if e.type_code == codes.MARIADB_GTID and e.file == names[-2]
+    )
+
+    for start in (BinlogPosition(names[0], 4), BinlogPosition(names[-2], middle), BinlogPosition(active, 4)):
+        archived = comparable(read_archive(archive, start))
+        with open_dump(
+            settings(server), server_id=7301, start=start, flavor="mariadb", annotate_rows=True
+        ) as dump:
+            dumped = comparable(dump)
+
+        assert archived == dumped[: len(archived)], start
+        assert archived[-1][0] == active
+        assert len(archive.parts(active)) > 3
+        assert archived[-1][1] + len(archived[-1][2]) == archive.copied_end(active)  # to the archive's end
+        if start.pos > 4:
+            assert archived[0][:2] == (start.file, 4)  # the file's FORMAT_DESCRIPTION first, as from a dump
+
+    with pytest.raises(ArchiveError, match="holds nothing of mariadb-bin.999999"):
+        list(read_archive(archive, BinlogPosition("mariadb-bin.999999", 4)))
