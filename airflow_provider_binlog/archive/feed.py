@@ -11,27 +11,37 @@ sizes, checksums), as it checks a dump's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Container, Generator, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow.fs as pafs
 
 from airflow_provider_binlog.archive.copy import ArchiveError, BinlogArchive, Part
 from airflow_provider_binlog.contract.positions import BinlogPosition
+from airflow_provider_binlog.extract.events import codes
 from airflow_provider_binlog.extract.events.feeds import Event, events_of_file
 from airflow_provider_binlog.extract.events.integrity import MAX_EVENT_SIZE
 
 
 def read_archive(
-    archive: BinlogArchive, start: BinlogPosition, *, max_event_size: int = MAX_EVENT_SIZE
-) -> Iterator[Event]:
+    archive: BinlogArchive,
+    start: BinlogPosition,
+    *,
+    stop_before: Container[str] = frozenset(),
+    max_event_size: int = MAX_EVENT_SIZE,
+) -> Generator[Event, None, BinlogPosition | None]:
     """Yield the archived events from ``start`` through the files its ROTATEs name, to the end of the archive.
 
     From a ``start`` after 4 the file's FORMAT_DESCRIPTION comes first, as from a dump. The read ends where the
     archive does: after a file whose ROTATE names a file the archive holds nothing of, or at the end of the
-    parts of the file the server was writing when they were copied.
+    parts of the file the server was writing when they were copied; or before a file of ``stop_before``.
 
     :param start: an event boundary in a file the archive holds (finished or in parts).
+    :param stop_before: file names not to read from the archive (those the source still has).
+    :returns: where the binlog goes on after the last event yielded when a ROTATE named a file of
+        ``stop_before`` (its start, 4); None at the end of the archive.
     :raises ArchiveError: when the archive holds nothing of ``start``'s file.
     :raises CorruptBinlogError: when an archived file is not a binlog file or ends inside an event
         (:func:`~airflow_provider_binlog.extract.events.feeds.events_of_file`).
@@ -43,9 +53,120 @@ def read_archive(
             rotate = yield from events_of_file(
                 handle, f"{archive.uri}/{name}", at, active=active, max_event_size=max_event_size
             )
-        if rotate is None or not _holds(archive, rotate[0]):
-            return
+        if rotate is None:
+            return None
+        if rotate[0] in stop_before:
+            return BinlogPosition(*rotate)
+        if not _holds(archive, rotate[0]):
+            return None
         name, at = rotate
+
+
+def archive_gap(
+    archive: BinlogArchive, start_file: str, server_files: Sequence[tuple[str, int]]
+) -> str | None:
+    """Return what the archive and the source together lack of the binlog from ``start_file`` on; None if nothing.
+
+    ``start_file`` and every file after it that the source no longer lists must be finished in the archive (a file
+    the archive holds only in part was purged before its copy ended).
+
+    :param server_files: the source's binlog files as ``SHOW BINARY LOGS`` lists them.
+    """
+    listed = [name for name, _ in server_files]
+    if start_file in listed:
+        return None
+    if not listed:
+        return "the source lists no binary log"
+    finished = archive.finished_files()
+    base, digits = start_file.rsplit(".", 1)
+    for number in range(int(digits), _number(listed[0])):
+        name = f"{base}.{number:0{len(digits)}d}"
+        if name not in finished:
+            held = "holds only part of it" if archive.parts(name) else "does not hold it"
+            return f"the binlog archive at {archive.uri} {held}: {name} is gone from the source"
+    return None
+
+
+@contextmanager
+def archived_then_dumped(
+    archive: BinlogArchive,
+    start: BinlogPosition,
+    server_files: Sequence[tuple[str, int]],
+    dump: Callable[[BinlogPosition], AbstractContextManager[Iterator[Event]]],
+    *,
+    annotate_rows: bool = True,
+) -> Iterator[Iterator[Event]]:
+    """Yield the binlog's events from ``start``: from the archive while the source lacks their file, then the source's.
+
+    The dump (``dump(position)``, e.g. :func:`~airflow_provider_binlog.extract.connections.pipeline_dump`) is
+    opened only when a reader gets past the archived files, at the start of the first file the source lists;
+    events come with the same coordinates and bytes either way, so the reader stages the same rows. Without
+    ``annotate_rows`` the archive's ANNOTATE_ROWS events are left out, as a MariaDB dump leaves them out unless
+    asked (``BINLOG_SEND_ANNOTATE_ROWS_EVENT``), so the window's event counts are a dump's too.
+
+    :raises ArchiveError: when the archive ends before the first file the source still has (check
+        :func:`archive_gap` first).
+    """
+    listed = {name for name, _ in server_files}
+
+    def archived() -> Generator[Event, None, BinlogPosition | None]:
+        reading = read_archive(archive, start, stop_before=listed)
+        while True:
+            try:
+                event = next(reading)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            if annotate_rows or event.type_code != codes.MARIADB_ANNOTATE_ROWS:
+                yield event
+
+    def events() -> Generator[Event, None, None]:
+        resume = yield from archived()
+        if resume is None:
+            raise ArchiveError(
+                f"the binlog archive at {archive.uri} ends before the oldest binlog file the source still has "
+                f"({min(listed, default='none')}): the binlog between them is in neither"
+            )
+        with dump(resume) as dumped:
+            yield from dumped
+
+    feed = events()
+    try:
+        yield feed
+    finally:
+        feed.close()
+
+
+@dataclass(frozen=True)
+class ArchiveFeed:
+    """The archive as the window extract reads it (:class:`~airflow_provider_binlog.extract.window.ArchivedBinlog`).
+
+    :param archive: the archive folder of the pipeline's source.
+    """
+
+    archive: BinlogArchive
+
+    def gap(self, start_file: str, server_files: Sequence[tuple[str, int]]) -> str | None:
+        """Return :func:`archive_gap` of the archive."""
+        return archive_gap(self.archive, start_file, server_files)
+
+    def events(
+        self,
+        start: BinlogPosition,
+        server_files: Sequence[tuple[str, int]],
+        dump: Callable[[BinlogPosition], AbstractContextManager[Iterator[Event]]],
+        *,
+        annotate_rows: bool,
+    ) -> AbstractContextManager[Iterator[Event]]:
+        """Return :func:`archived_then_dumped` of the archive."""
+        return archived_then_dumped(self.archive, start, server_files, dump, annotate_rows=annotate_rows)
+
+    def file_sizes(self) -> list[tuple[str, int]]:
+        """Return ``(name, size)`` of the archive's finished files, oldest first."""
+        return [(name, record.size) for name, record in self.archive.finished_files().items()]
+
+
+def _number(name: str) -> int:
+    return int(name.rsplit(".", 1)[1])
 
 
 def _holds(archive: BinlogArchive, name: str) -> bool:

@@ -6,8 +6,9 @@ import copy
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,9 +17,10 @@ import pymysql
 from airflow_provider_binlog.contract.history import STATEMENTS_FILE, STATEMENTS_SCHEMA
 from airflow_provider_binlog.contract.manifest import Manifest, TableEntry
 from airflow_provider_binlog.contract.positions import BinlogPosition
-from airflow_provider_binlog.exceptions import TableRefusalError
+from airflow_provider_binlog.exceptions import RESNAPSHOT_REMEDY, BinlogPurgedError, TableRefusalError
 from airflow_provider_binlog.extract.connections import pipeline_dump
 from airflow_provider_binlog.extract.ddl import column_record, record_column
+from airflow_provider_binlog.extract.events.feeds import Event
 from airflow_provider_binlog.extract.events.stream import EventReader
 from airflow_provider_binlog.extract.file_worker import FileJob, FileRange
 from airflow_provider_binlog.extract.parallel import (
@@ -50,6 +52,32 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class ArchivedBinlog(Protocol):
+    """Binlog files kept beyond the source's retention, which a window reads where the source no longer has them.
+
+    :class:`~airflow_provider_binlog.archive.feed.ArchiveFeed` is the binlog archive's (docs/archive.md).
+    """
+
+    def gap(self, start_file: str, server_files: Sequence[tuple[str, int]]) -> str | None:
+        """Return what the archive and the source together lack of the binlog from ``start_file`` on (None: nothing)."""
+
+    def events(
+        self,
+        start: BinlogPosition,
+        server_files: Sequence[tuple[str, int]],
+        dump: Callable[[BinlogPosition], AbstractContextManager[Iterator[Event]]],
+        *,
+        annotate_rows: bool,
+    ) -> AbstractContextManager[Iterator[Event]]:
+        """Return the events from ``start``: archived ones while the source lacks their file, then ``dump``'s.
+
+        Without ``annotate_rows``, no ANNOTATE_ROWS event (as a dump that was not asked for them).
+        """
+
+    def file_sizes(self) -> list[tuple[str, int]]:
+        """Return ``(name, size)`` of the archived files, oldest first."""
+
+
 def extract_window(
     hook: BinlogHook,
     *,
@@ -65,6 +93,7 @@ def extract_window(
     max_workers: int | None = 1,
     parallel_min_bytes: int | None = None,
     on_table_error: OnTableError = "quarantine",
+    archive: ArchivedBinlog | None = None,
 ) -> Manifest:
     """Stream ``window`` into ``window_dir`` and return the manifest written last.
 
@@ -110,7 +139,11 @@ def extract_window(
         at most once per earlier event); the manifest lists it under ``resnapshots`` with ``cause``
         ``quarantine``, and the window's other tables are staged as usual. ``fail`` raises the error.
 
-    :raises BinlogPurgedError: when the window start was purged.
+    :param archive: binlog files kept beyond the source's retention: a window whose start the source purged is
+        read from there up to the first file the source still has (serially), with the same coordinates and
+        bytes, so it stages what it would have staged from the source.
+
+    :raises BinlogPurgedError: when the window start was purged (and ``archive`` lacks it, or a file after it).
     :raises UnsupportedEventError: on events that cannot be decoded without loss (with
         ``on_table_error="fail"``, a :class:`~airflow_provider_binlog.exceptions.TableRefusalError` too).
     :raises SourcePrivilegeError: when the source refuses the stream for a missing privilege (no retry;
@@ -121,17 +154,18 @@ def extract_window(
         re-reads the window: the window folder holds no manifest then, and it is cleared first.
     """
     start, end = window.start, window.end
-    check_retained(server, start, pipeline)
+    check_available(server, start, pipeline, archive)
     started = time.monotonic()
-    ranges = file_ranges(start, end, server.binlog_files)
+    ranges = file_ranges(start, end, server.binlog_files)  # [] from an archived file: read serially
+    files = _binlog_files(server, archive)
     workers = worker_count(
         ranges,
-        binlog_bytes_between(server.binlog_files, start, end),
+        binlog_bytes_between(files, start, end),
         max_workers=max_workers,
         min_bytes=PARALLEL_MIN_BYTES if parallel_min_bytes is None else parallel_min_bytes,
     )
     history = {t: [record_column(c) for c in cols] for t, cols in (schemas or {}).items()}
-    progress = ExtractProgress(window=window.seq, start=start, end=end, binlog_files=server.binlog_files)
+    progress = ExtractProgress(window=window.seq, start=start, end=end, binlog_files=files)
     pristine = tables
     refusals: dict[str, TableRefusalError] = {}
     while True:
@@ -141,7 +175,7 @@ def extract_window(
         try:
             read, outputs = _read_window(
                 hook, window, tables, window_dir, server, covers, history, progress,
-                pipeline=pipeline, ranges=ranges, workers=workers if not refusals else 0,
+                pipeline=pipeline, ranges=ranges, workers=workers if not refusals else 0, archive=archive,
             )  # fmt: skip
             break
         except TableRefusalError as err:
@@ -186,7 +220,7 @@ def extract_window(
             "rolled_back": stats.rolled_back,
             "row_events_rows": stats.rows,
             "rows": sum(o.rows for o in outputs.values()),
-            "binlog_bytes": binlog_bytes_between(server.binlog_files, start, end),
+            "binlog_bytes": binlog_bytes_between(files, start, end),
             "read_seconds": round(stats.seconds, 3),
             "last_commit_ts": stats.last_commit_ts,
             "statements_ignored": stats.statements_ignored,
@@ -243,6 +277,7 @@ def _read_window(
     pipeline: str,
     ranges: list[FileRange],
     workers: int,
+    archive: ArchivedBinlog | None = None,
 ) -> tuple[ReaderState, dict[str, TableOutput]]:
     """Read the window into a cleared ``window_dir``; return the reader's final state and the tables' outputs.
 
@@ -263,7 +298,7 @@ def _read_window(
         :func:`~.parallel.read_task_file` does; return the state the read ended with.
         """
         hooks = None if until is None else TaskFileHooks()
-        with pipeline_dump(hook, at, flavor=server.flavor, annotate_rows=keep_statements(tables)) as raw:
+        with _feed(hook, at, server, archive, annotate_rows=keep_statements(tables)) as raw:
             reader = WindowReader(
                 EventReader().events(raw),
                 start=at,
@@ -315,6 +350,52 @@ def _read_window(
             raise hook.privilege_error(err, f"stream the binlog of window {window.seq} from {start}") from err
         raise
     return read, writers.close()
+
+
+def check_available(
+    server: ServerState, start: BinlogPosition, pipeline: str, archive: ArchivedBinlog | None
+) -> None:
+    """Check that the binlog from ``start`` on is on the source, or in ``archive`` up to what the source has.
+
+    :raises BinlogPurgedError: naming what is gone and the remedy.
+    """
+    if archive is None or start.file in {name for name, _ in server.binlog_files}:
+        check_retained(server, start, pipeline)
+        return
+    gap = archive.gap(start.file, server.binlog_files)
+    if gap is not None:
+        raise BinlogPurgedError(
+            f"pipeline {pipeline!r}: the source no longer has the binlog from {start} on, and {gap}. "
+            f"{RESNAPSHOT_REMEDY}"
+        )
+    log.info(
+        "the source no longer has %s: the window is read from the binlog archive up to its oldest file", start
+    )
+
+
+def _binlog_files(server: ServerState, archive: ArchivedBinlog | None) -> list[tuple[str, int]]:
+    """Return ``(name, size)`` of the binlog files the source lists and, before them, those only archived."""
+    listed = dict(server.binlog_files)
+    archived = [] if archive is None else [(n, size) for n, size in archive.file_sizes() if n not in listed]
+    return [*archived, *server.binlog_files]
+
+
+def _feed(
+    hook: BinlogHook,
+    at: BinlogPosition,
+    server: ServerState,
+    archive: ArchivedBinlog | None,
+    *,
+    annotate_rows: bool,
+) -> AbstractContextManager[Iterator[Event]]:
+    """Return the raw events from ``at``: the source's dump, or the archive's events up to the source's files."""
+
+    def dump(position: BinlogPosition) -> AbstractContextManager[Iterator[Event]]:
+        return pipeline_dump(hook, position, flavor=server.flavor, annotate_rows=annotate_rows)
+
+    if archive is None or at.file in {name for name, _ in server.binlog_files}:
+        return dump(at)
+    return archive.events(at, server.binlog_files, dump, annotate_rows=annotate_rows)
 
 
 def _quarantinable(

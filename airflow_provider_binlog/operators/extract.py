@@ -120,6 +120,11 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         records the kinds in the manifest, which the merge follows
         (:mod:`~airflow_provider_binlog.contract.history`).
     :param table_history: ``{"db.table": kinds}`` overriding ``history`` for single tables (``"off"`` or None: none).
+    :param archive: the binlog archive of the source (``docs/archive.md``; a local path or URI, as
+        :class:`~airflow_provider_binlog.operators.archive.BinlogArchiveOperator`'s): a window whose start the source
+        has purged is read from there, up to the first file the source still has, and stages what it would have
+        staged from the source. None (default): no archive.
+    :param archive_storage_options: storage options of the archive's store (``s3://``), as the archiver's.
     """
 
     template_fields: Sequence[str] = ("pipeline", "tables", "staging_uri", "keys", "keyless_tables")
@@ -142,9 +147,13 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         on_table_error: OnTableError = "quarantine",
         history: str | Sequence[str] | None = None,
         table_history: Mapping[str, str | Sequence[str] | None] | None = None,
+        archive: str | None = None,
+        archive_storage_options: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.archive = archive
+        self.archive_storage_options = dict(archive_storage_options or {}) or None
         self.history = HistorySettings.parse(history, table_history)
         self.on_lost_transactions = check_on_lost_transactions(on_lost_transactions)
         self.on_table_error = check_on_table_error(on_table_error)
@@ -166,7 +175,9 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         if cut_by not in CUT_BY_MODES:
             raise ValueError(f"cut_by={cut_by!r} must be 'head' or 'interval'")
         self.cut_by = cut_by
-        check_trusted_arguments(self, pipeline=pipeline, tables=tables, staging_uri=staging_uri, keys=keys)
+        check_trusted_arguments(
+            self, pipeline=pipeline, tables=tables, staging_uri=staging_uri, keys=keys, archive=archive
+        )
         self.pipeline = pipeline
         self.tables = tables
         self.staging_uri = staging_uri
@@ -174,6 +185,15 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
         self.staging_conn_id = staging_conn_id
         self.keys: Any = keys if is_template(keys) else parse_keys(keys)
         self.allow_minimal_row_metadata = allow_minimal_row_metadata
+
+    def _archive(self) -> Any:
+        """Return the archive's feed (:class:`~airflow_provider_binlog.archive.feed.ArchiveFeed`), or None."""
+        if self.archive is None:
+            return None
+        from airflow_provider_binlog.archive.copy import BinlogArchive
+        from airflow_provider_binlog.archive.feed import ArchiveFeed
+
+        return ArchiveFeed(BinlogArchive(self.archive, self.archive_storage_options))
 
     def execute(self, context: Any) -> dict[str, Any]:
         """Validate the source, cut or reuse the window, stage it and record it in the ledger."""
@@ -235,6 +255,7 @@ class BinlogExtractOperator(StagedLineageMixin, BaseOperator):
                 max_workers=self.max_extract_workers,
                 parallel_min_bytes=self.parallel_read_min_bytes,
                 on_table_error=self.on_table_error,
+                archive=self._archive(),
             )
         uri = str(window_dir)
         self.remember_staged(manifest, uri)

@@ -12,18 +12,26 @@ the same events, offsets and bytes as a dump from the server. Windows that read 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_binlog.archive.copy import ArchiveError, BinlogArchive, archive_binlogs
-from airflow_provider_binlog.archive.feed import read_archive
+from airflow_provider_binlog.archive.feed import ArchiveFeed, read_archive
 from airflow_provider_binlog.contract.positions import BinlogPosition
+from airflow_provider_binlog.exceptions import BinlogPurgedError
 from airflow_provider_binlog.extract.connections import open_dump
 from airflow_provider_binlog.extract.events import codes
 from airflow_provider_binlog.extract.events.feeds import read_binlog_file
+from airflow_provider_binlog.extract.reader import TableTarget
+from airflow_provider_binlog.extract.window import extract_window
+from airflow_provider_binlog.hooks.binlog import BinlogHook
+from airflow_provider_binlog.pipeline.ledger import Window, now_iso
+from airflow_provider_binlog.pipeline.staging import window_path
 from airflow_provider_binlog.testing.mariadb import LocalMariaDB
 
 pytestmark = pytest.mark.integration
@@ -302,3 +310,71 @@ def test_the_archive_feed_yields_the_events_a_dump_from_the_server_yields(
 
     with pytest.raises(ArchiveError, match="holds nothing of mariadb-bin.999999"):
         list(read_archive(archive, BinlogPosition("mariadb-bin.999999", 4)))
+
+
+def purge_to(server: LocalMariaDB, name: str) -> None:
+    """Purge the server's binlog files before ``name`` (MariaDB keeps a file until its binlog checkpoint)."""
+    for _ in range(150):
+        server.execute(f"PURGE BINARY LOGS TO '{name}'")
+        if str(server.execute("SHOW BINARY LOGS")[0][0]) == name:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"the binlog files before {name} were not purged")
+
+
+def extract(staging: Path, start: BinlogPosition, end: BinlogPosition, archive: Any = None) -> dict[str, Any]:
+    """Stage the window ``(start, end]`` of ``shop.orders``; return its manifest (no timings) and rows."""
+    hook = BinlogHook(pipeline="test")
+    manifest = extract_window(
+        hook,
+        pipeline="test",
+        window=Window(seq=5, start=start, end=end, run_id="r", cut_at=now_iso()),
+        tables={"shop.orders": TableTarget("shop.orders", ["id"])},
+        window_dir=window_path(str(staging), "test", 5),
+        server=hook.server_state(),
+        archive=archive,
+    ).to_json()
+    folder = staging / "test" / "window=5"
+    rows = [
+        r for f in manifest["tables"]["shop.orders"]["files"] for r in pq.read_table(folder / f).to_pylist()
+    ]
+    manifest = {k: v for k, v in manifest.items() if k != "created_at"}
+    manifest["stats"] = {k: v for k, v in manifest["stats"].items() if k != "read_seconds"}
+    return {"manifest": manifest, "rows": rows}
+
+
+def test_a_window_whose_start_the_source_purged_is_read_from_the_archive_and_stages_the_same_rows(
+    server: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    least_privileged(server, monkeypatch)
+    head = lambda: BinlogHook(pipeline="test").server_state().head  # noqa: E731
+    write(server, 7000, 30)
+    start = head()
+    write(server, 7100, 40, rotate=True)
+    server.execute(
+        "DELETE FROM shop.orders WHERE id BETWEEN 7100 AND 7105",
+        "UPDATE shop.orders SET id = 79999 WHERE id = 7106",
+    )
+    write(server, 7200, 30, rotate=True)
+    archive = BinlogArchive(str(tmp_path / "archive"))
+    run(server, archive)  # every file but the new active one finished
+    write(server, 7300, 20)
+    end = head()
+    assert start is not None
+    assert end is not None
+    from_source = extract(tmp_path / "from-source", start, end)
+    partial = BinlogArchive(str(tmp_path / "partial"))
+    run(server, partial)
+    (tmp_path / "partial" / f"{start.file}.json").unlink()  # as if its copy had been stopped mid-file
+
+    purge_to(server, end.file)
+
+    from_archive = extract(tmp_path / "from-archive", start, end, archive=ArchiveFeed(archive))
+    assert from_archive == from_source
+    assert len(from_archive["rows"]) > 100
+    with pytest.raises(BinlogPurgedError, match=rf"binlog {start.file} .* is no longer on the source"):
+        extract(tmp_path / "without", start, end)
+    with pytest.raises(
+        BinlogPurgedError, match=rf"archive at .*partial does not hold it: {start.file} is gone"
+    ):
+        extract(tmp_path / "partial-read", start, end, archive=ArchiveFeed(partial))
