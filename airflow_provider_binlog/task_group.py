@@ -74,6 +74,9 @@ class PipelineConfig(BaseModel):
     :param table_history: ``{"db.table": kinds}`` overriding ``history`` for single tables (``"off"``: none).
     :param retries: retries of the purge-risk, snapshot, extract and merge tasks (the commit never retries
         on its own: its failures need a person).
+    :param archive: the source's binlog archive (``docs/archive.md``; a local path or URI, store credentials from
+        the environment), which ``BinlogArchiveOperator`` (the example DAG ``binlog_archive``) keeps: windows read
+        what the source has purged from there, and the purge-risk check counts its finished files as retained.
     :raises pydantic.ValidationError: (a ``ValueError``) naming each wrong setting.
     """
 
@@ -99,6 +102,7 @@ class PipelineConfig(BaseModel):
     history: str | list[str] | None = None
     table_history: dict[str, str | list[str] | None] = Field(default_factory=dict)
     retries: NonNegativeInt = 2
+    archive: str | None = Field(default=None, min_length=1)
 
     @field_validator("pipeline")
     @classmethod
@@ -230,6 +234,7 @@ def _tasks(config: PipelineConfig) -> None:
         min_headroom_seconds=config.min_headroom_seconds,
         snapshot_rows_per_second=config.snapshot_rows_per_second,
         binlog_conn_id=config.source_conn_id,
+        archive=config.archive,
         mode="poke",  # one measurement decides (retained, low or purged): it never waits
         deferrable=False,
         timeout=60,
@@ -241,6 +246,7 @@ def _tasks(config: PipelineConfig) -> None:
         **selection,
         staging_conn_id=config.staging_conn_id,
         cut_by=config.cut_by,
+        archive=config.archive,
         retries=config.retries,
     )
     merge = BinlogMergeOperator(

@@ -7,8 +7,9 @@ can purge a file; two runs at once are safe (``max_active_runs=1`` only saves th
 
 Settings (environment variables read when the file is parsed):
 
-* ``BINLOG_ARCHIVE_LOCATION`` the archive folder of the source (a local path or ``s3://``, ``gs://`` ... URI),
-  default ``/tmp/binlog_cdc/archive``; one folder per source server
+* ``BINLOG_CDC_ARCHIVE`` the archive folder of the source (a local path or ``s3://``, ``gs://`` ... URI; store
+  credentials from the environment), default ``/tmp/binlog_cdc/archive``; one folder per source server. Give
+  ``binlog_cdc`` the same setting: its windows then read what the source purged from the archive.
 
 Connection: ``binlog_default``, as ``binlog_cdc``'s (replication grants suffice).
 """
@@ -22,7 +23,7 @@ from airflow.sdk import DAG
 
 from airflow_provider_binlog.operators.archive import BinlogArchiveOperator
 
-_ARCHIVE = os.environ.get("BINLOG_ARCHIVE_LOCATION", "/tmp/binlog_cdc/archive")
+_ARCHIVE = os.environ.get("BINLOG_CDC_ARCHIVE") or "/tmp/binlog_cdc/archive"
 
 # [START howto_binlog_archive]
 with DAG(

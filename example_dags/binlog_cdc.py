@@ -26,6 +26,9 @@ templates):
 * ``BINLOG_CDC_HISTORY`` history kept beside every table: ``off`` (default), ``changelog`` (an append-only
   change log per table with before and after images), ``scd2`` (a version table) or ``changelog,scd2``
   (``docs/history.md``)
+* ``BINLOG_CDC_ARCHIVE`` the source's binlog archive that the example DAG ``binlog_archive`` keeps (default:
+  none; docs/archive.md): windows read what the source purged from there, and ``purge_risk`` counts the files it
+  holds as retained
 * ``BINLOG_CDC_SNAPSHOT_CHUNK_ROWS`` rows per snapshot chunk (default 50000) and
   ``BINLOG_CDC_SNAPSHOT_CONNECTIONS`` most source connections reading chunks at once (default 2)
 * ``BINLOG_CDC_MIN_HEADROOM_SECONDS`` least binlog retention headroom the first task, ``purge_risk``,
@@ -70,6 +73,7 @@ _SCHEDULE = os.environ.get("BINLOG_CDC_SCHEDULE", "*/15 * * * *")
 _WRITE_MODE = os.environ.get("BINLOG_CDC_WRITE_MODE", "auto")
 _CUT_BY = os.environ.get("BINLOG_CDC_CUT_BY", "head")
 _HISTORY = os.environ.get("BINLOG_CDC_HISTORY", "off")
+_ARCHIVE = os.environ.get("BINLOG_CDC_ARCHIVE") or None
 _SNAPSHOT_CHUNK_ROWS = int(os.environ.get("BINLOG_CDC_SNAPSHOT_CHUNK_ROWS", "50000"))
 _SNAPSHOT_CONNECTIONS = int(os.environ.get("BINLOG_CDC_SNAPSHOT_CONNECTIONS", "2"))
 _MIN_HEADROOM_SECONDS = float(os.environ.get("BINLOG_CDC_MIN_HEADROOM_SECONDS", DEFAULT_MIN_HEADROOM_SECONDS))
@@ -118,6 +122,7 @@ with DAG(
         cut_by=_CUT_BY,
         write_mode=_WRITE_MODE,
         history=_HISTORY,
+        archive=_ARCHIVE,
         min_headroom_seconds=_MIN_HEADROOM_SECONDS,
         **_snapshot_settings(),
         prefix_group_id=False,  # one pipeline in this DAG: its task ids stay purge_risk, snapshot, extract, ...

@@ -82,8 +82,8 @@ def archive_gap(
     for number in range(int(digits), _number(listed[0])):
         name = f"{base}.{number:0{len(digits)}d}"
         if name not in finished:
-            held = "holds only part of it" if archive.parts(name) else "does not hold it"
-            return f"the binlog archive at {archive.uri} {held}: {name} is gone from the source"
+            held = "holds only part of" if archive.parts(name) else "does not hold"
+            return f"the binlog archive at {archive.uri} {held} {name}, which is gone from the source"
     return None
 
 
@@ -159,6 +159,20 @@ class ArchiveFeed:
     ) -> AbstractContextManager[Iterator[Event]]:
         """Return :func:`archived_then_dumped` of the archive."""
         return archived_then_dumped(self.archive, start, server_files, dump, annotate_rows=annotate_rows)
+
+    def first_needed(self, start: BinlogPosition, server_files: Sequence[tuple[str, int]]) -> BinlogPosition:
+        """Return where the source's own binlog is still needed from, for a read from ``start``.
+
+        ``start`` while the archive has not finished its file; else the start of the first file from there on
+        that the source lists and the archive has not finished (the last one, the source's active file, at
+        the latest). Assumes :meth:`gap` found none.
+        """
+        finished = self.archive.finished_files()
+        listed = [name for name, _ in server_files]
+        if start.file in listed and start.file not in finished:
+            return start
+        later = [n for n in listed if _number(n) > _number(start.file) and n not in finished]
+        return BinlogPosition(later[0], 4) if later else start
 
     def file_sizes(self) -> list[tuple[str, int]]:
         """Return ``(name, size)`` of the archive's finished files, oldest first."""

@@ -77,6 +77,9 @@ class ArchivedBinlog(Protocol):
     def file_sizes(self) -> list[tuple[str, int]]:
         """Return ``(name, size)`` of the archived files, oldest first."""
 
+    def first_needed(self, start: BinlogPosition, server_files: Sequence[tuple[str, int]]) -> BinlogPosition:
+        """Return where the source's own binlog is needed from, reading from ``start`` (no gap, see :meth:`gap`)."""
+
 
 def extract_window(
     hook: BinlogHook,

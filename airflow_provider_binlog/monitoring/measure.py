@@ -7,6 +7,7 @@ the health summary. Each opens its own connections and closes them before return
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pendulum
 
@@ -110,6 +111,7 @@ def retention_of(
     *,
     tables: Sequence[str] = (),
     snapshot_rows_per_second: float | None = None,
+    archive: str | None = None,
 ) -> RetentionReport:
     """Return whether the binlogs ``pipeline`` needs are retained long enough (see :mod:`.retention`).
 
@@ -121,6 +123,8 @@ def retention_of(
     :param tables: the pipeline's table selection (names, patterns, ``!`` exclusions); empty: only the
         running snapshots are estimated.
     :param snapshot_rows_per_second: the rate to assume when no earlier snapshot was measured.
+    :param archive: the source's binlog archive (a local path or URI; store credentials from the environment),
+        whose finished files count as retained (:func:`~.retention.assess_retention`).
     :raises BinlogConfigError: when the selection matches no table.
     """
     from airflow_provider_binlog.monitoring.snapshot_estimate import (
@@ -139,7 +143,25 @@ def retention_of(
     estimate = estimate_snapshots(
         state, rows, selected, snapshot_rate(state, snapshot_rows_per_second), pendulum.now("UTC")
     )
-    return assess_retention(hook, pipeline, checkpoint, server, new_pipeline=state is None, snapshot=estimate)
+    return assess_retention(
+        hook,
+        pipeline,
+        checkpoint,
+        server,
+        new_pipeline=state is None,
+        snapshot=estimate,
+        archive=archive_feed(archive),
+    )
+
+
+def archive_feed(archive: str | None) -> Any:
+    """Return the :class:`~airflow_provider_binlog.archive.feed.ArchiveFeed` of the archive at ``archive``, or None."""
+    if archive is None:
+        return None
+    from airflow_provider_binlog.archive.copy import BinlogArchive
+    from airflow_provider_binlog.archive.feed import ArchiveFeed
+
+    return ArchiveFeed(BinlogArchive(archive))
 
 
 def pipeline_retention(
@@ -148,10 +170,12 @@ def pipeline_retention(
     *,
     tables: Sequence[str] = (),
     snapshot_rows_per_second: float | None = None,
+    archive: str | None = None,
 ) -> RetentionReport:
     """Return whether ``pipeline``'s needed binlogs are retained, and for how long (see :func:`retention_of`)."""
     hook = BinlogHook(binlog_conn_id, pipeline=pipeline)
     server, state, _ = read_pipeline(hook, pipeline)
     return retention_of(
-        hook, pipeline, server, state, tables=tables, snapshot_rows_per_second=snapshot_rows_per_second
-    )
+        hook, pipeline, server, state, tables=tables, snapshot_rows_per_second=snapshot_rows_per_second,
+        archive=archive,
+    )  # fmt: skip

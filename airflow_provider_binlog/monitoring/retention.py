@@ -26,6 +26,7 @@ from airflow_provider_binlog.source.server import (
 )
 
 if TYPE_CHECKING:
+    from airflow_provider_binlog.extract.window import ArchivedBinlog
     from airflow_provider_binlog.hooks.binlog import BinlogHook
     from airflow_provider_binlog.monitoring.snapshot_estimate import SnapshotEstimate
     from airflow_provider_binlog.source.server import ServerState
@@ -140,8 +141,13 @@ def assess_retention(
     *,
     new_pipeline: bool = False,
     snapshot: SnapshotEstimate | None = None,
+    archive: ArchivedBinlog | None = None,
 ) -> RetentionReport:
     """Measure whether ``pipeline``'s binlogs from ``checkpoint`` on are retained, and for how long.
+
+    With ``archive`` (the source's binlog archive, docs/archive.md) the files the archive has finished count as
+    retained: the source's own binlog is needed from the first file from the checkpoint on that the archive has
+    not finished (``needed_file``), and the binlogs are purged only when neither holds a file.
 
     :param new_pipeline: the pipeline has no state yet and ``checkpoint`` is the source head.
     :param snapshot: the time its pending snapshots still need (see :class:`RetentionReport`).
@@ -160,16 +166,24 @@ def assess_retention(
         purged = server.strategy.purged_gtids(server.variables, server.oldest_file, cur)
     names = [name for name, _ in server.binlog_files]
     head = server.head or checkpoint
+    needed, gap = checkpoint, None
+    if archive is not None:
+        gap = archive.gap(checkpoint.file, server.binlog_files)
+        needed = checkpoint if gap is not None else archive.first_needed(checkpoint, server.binlog_files)
     common: dict[str, Any] = {
         "pipeline": pipeline,
         "checkpoint": checkpoint,
-        "needed_file": checkpoint.file,
+        "needed_file": needed.file,
         "oldest_file": names[0] if names else None,
         "policy": policy,
         "new_pipeline": new_pipeline,
         "snapshot": snapshot,
     }
-    reason = purged_reason(server, checkpoint, purged)
+    reason = (
+        purged_reason(server, needed, purged)
+        if gap is None
+        else f"binlog {checkpoint.file} (needed from position {checkpoint.pos}) is no longer on the source, and {gap}"
+    )
     if reason is not None:
         return RetentionReport(
             **common,
@@ -179,7 +193,7 @@ def assess_retention(
             headroom_seconds=None,
             bytes_to_read=0,
         )
-    later = [name for name in names if file_index(name) > file_index(checkpoint.file)]
+    later = [name for name in names if file_index(name) > file_index(needed.file)]
     last_written = file_opened_at(hook, later[0]) if later else None
     return RetentionReport(
         **common,
@@ -187,7 +201,9 @@ def assess_retention(
         last_written_at=last_written,
         purge_after=_purge_after(policy, last_written),
         headroom_seconds=_headroom(policy, last_written, pendulum.now("UTC")),
-        bytes_to_read=binlog_bytes_between(server.binlog_files, checkpoint, head),
+        bytes_to_read=binlog_bytes_between(
+            [*(archive.file_sizes() if archive else []), *server.binlog_files], checkpoint, head
+        ),
     )
 
 

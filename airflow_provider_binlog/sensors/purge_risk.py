@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_provider_binlog.operators.trusted import check_trusted_arguments
 from airflow_provider_binlog.pipeline.tables import parse_tables
 from airflow_provider_binlog.sensors.base import PipelineSensor
 from airflow_provider_binlog.triggers.binlog import BinlogPurgeRiskTrigger
@@ -44,6 +45,9 @@ class BinlogPurgeRiskSensor(PipelineSensor):
         (rows/s; default :data:`~airflow_provider_binlog.monitoring.snapshot_estimate.DEFAULT_SNAPSHOT_ROWS_PER_SECOND`).
     :param binlog_conn_id: source connection.
     :param deferrable: measure in the triggerer instead of the worker.
+    :param archive: the source's binlog archive (``docs/archive.md``; a local path or URI, store credentials from
+        the environment): the files it has finished count as retained, so the sensor fails only when a needed file
+        is in neither, and the headroom is that of the first needed file the archive has not finished.
     """
 
     template_fields: Sequence[str] = ("pipeline", "min_headroom_seconds", "tables")
@@ -54,9 +58,12 @@ class BinlogPurgeRiskSensor(PipelineSensor):
         min_headroom_seconds: float = DEFAULT_MIN_HEADROOM_SECONDS,
         tables: str | Sequence[str] | None = None,
         snapshot_rows_per_second: float | None = None,
+        archive: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        check_trusted_arguments(self, archive=archive)
+        self.archive = archive
         if snapshot_rows_per_second is not None and snapshot_rows_per_second <= 0:
             raise ValueError(f"{self.task_id}: snapshot_rows_per_second must be positive")
         self.min_headroom_seconds = min_headroom_seconds
@@ -72,4 +79,5 @@ class BinlogPurgeRiskSensor(PipelineSensor):
             tables=parse_tables(self.tables) if self.tables else [],
             snapshot_rows_per_second=self.snapshot_rows_per_second,
             poke_interval=float(self.poke_interval),
+            archive=self.archive,
         )

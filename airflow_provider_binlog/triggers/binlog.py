@@ -124,6 +124,7 @@ class BinlogPurgeRiskTrigger(PipelinePollTrigger):
     :param tables: the pipeline's table selection, whose pending snapshot is estimated (empty: none).
     :param snapshot_rows_per_second: snapshot rate to assume when none was measured (None: the default).
     :param poke_interval: seconds between polls (the first poll always decides).
+    :param archive: the source's binlog archive, whose finished files count as retained (None: none).
     """
 
     def __init__(
@@ -135,11 +136,13 @@ class BinlogPurgeRiskTrigger(PipelinePollTrigger):
         tables: list[str] | None = None,
         snapshot_rows_per_second: float | None = None,
         poke_interval: float = 60.0,
+        archive: str | None = None,
     ) -> None:
         super().__init__(binlog_conn_id=binlog_conn_id, pipeline=pipeline, poke_interval=poke_interval)
         self.min_headroom_seconds = min_headroom_seconds
         self.tables = list(tables or [])
         self.snapshot_rows_per_second = snapshot_rows_per_second
+        self.archive = archive
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Return the classpath and JSON-safe keyword arguments."""
@@ -150,6 +153,7 @@ class BinlogPurgeRiskTrigger(PipelinePollTrigger):
                 "min_headroom_seconds": self.min_headroom_seconds,
                 "tables": self.tables,
                 "snapshot_rows_per_second": self.snapshot_rows_per_second,
+                "archive": self.archive,
             },
         )
 
@@ -164,6 +168,7 @@ class BinlogPurgeRiskTrigger(PipelinePollTrigger):
             self.pipeline,
             tables=self.tables,
             snapshot_rows_per_second=self.snapshot_rows_per_second,
+            archive=self.archive,
         )
         emit_retention(report)
         status, message = purge_risk_verdict(report, self.min_headroom_seconds)

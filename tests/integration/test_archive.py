@@ -375,6 +375,6 @@ def test_a_window_whose_start_the_source_purged_is_read_from_the_archive_and_sta
     with pytest.raises(BinlogPurgedError, match=rf"binlog {start.file} .* is no longer on the source"):
         extract(tmp_path / "without", start, end)
     with pytest.raises(
-        BinlogPurgedError, match=rf"archive at .*partial does not hold it: {start.file} is gone"
+        BinlogPurgedError, match=rf"archive at .*partial does not hold {start.file}, which is gone"
     ):
         extract(tmp_path / "partial-read", start, end, archive=ArchiveFeed(partial))

@@ -30,6 +30,7 @@ TASK_SETTINGS = {
     "keys": "keys",
     "keyless_tables": "keyless_tables",
     "write_mode": "write_mode",
+    "archive": "archive",
 }
 """The operator argument of each pipeline setting (conf key) of the example DAGs."""
 SETTINGS_ENV = {
@@ -41,6 +42,7 @@ SETTINGS_ENV = {
     "keys": "BINLOG_CDC_KEYS",
     "keyless_tables": "BINLOG_CDC_KEYLESS_TABLES",
     "write_mode": "BINLOG_CDC_WRITE_MODE",
+    "archive": "BINLOG_CDC_ARCHIVE",
 }
 """The pipeline settings the example DAGs take from the environment when their file is parsed, never from a
 run's configuration (ADR 0034), by the conf key the tests give them under."""
