@@ -41,7 +41,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from airflow_provider_binlog.contract.positions import BinlogPosition
+from airflow_provider_binlog.contract.positions import BinlogPosition, file_index
 from airflow_provider_binlog.contract.uris import StorageOptions, atomic_output, filesystem_for, join_uri
 from airflow_provider_binlog.contract.uris import read_json as read_json_document
 from airflow_provider_binlog.contract.uris import write_json as write_json_document
@@ -182,12 +182,12 @@ class BinlogArchive:
         if archived and files:
             oldest = files[0][0]
             base, digits = oldest.rsplit(".", 1)
-            numbers = {_file_number(n) for n in archived}
+            numbers = {file_index(n) for n in archived}
             never = range(
-                min(numbers), _file_number(oldest)
-            )  # between the archive's first file and the source's
+                min(numbers), file_index(oldest)
+            )  # after the archive's first file, before the source's
             lost |= {f"{base}.{n:0{len(digits)}d}" for n in never if n not in numbers}
-        return sorted(lost, key=_file_number)
+        return sorted(lost, key=file_index)
 
     def finished_files(self) -> dict[str, ArchivedFile]:
         """Return the record of every finished file, by name, in name order."""
@@ -370,11 +370,6 @@ def _copy_file(
         archive.write_part(name, part_start, bytes(buffer))
         part_start += len(buffer)
     return part_start, ended
-
-
-def _file_number(name: str) -> int:
-    """Return the sequence number of a binlog file name (``mariadb-bin.000042``: 42)."""
-    return int(name.rsplit(".", 1)[1])
 
 
 def _with_in_use_flag(fde: bytes, in_use: bool) -> bytes:

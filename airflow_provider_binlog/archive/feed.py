@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from airflow_provider_binlog.archive.copy import ArchiveError, BinlogArchive, Part
-from airflow_provider_binlog.contract.positions import BinlogPosition
+from airflow_provider_binlog.contract.positions import BinlogPosition, file_index
 from airflow_provider_binlog.extract.events import codes
 from airflow_provider_binlog.extract.events.feeds import Event, events_of_file
 from airflow_provider_binlog.extract.events.integrity import MAX_EVENT_SIZE
@@ -79,7 +79,7 @@ def archive_gap(
         return "the source lists no binary log"
     finished = archive.finished_files()
     base, digits = start_file.rsplit(".", 1)
-    for number in range(int(digits), _number(listed[0])):
+    for number in range(int(digits), file_index(listed[0])):
         name = f"{base}.{number:0{len(digits)}d}"
         if name not in finished:
             held = "holds only part of" if archive.parts(name) else "does not hold"
@@ -171,16 +171,12 @@ class ArchiveFeed:
         listed = [name for name, _ in server_files]
         if start.file in listed and start.file not in finished:
             return start
-        later = [n for n in listed if _number(n) > _number(start.file) and n not in finished]
+        later = [n for n in listed if file_index(n) > file_index(start.file) and n not in finished]
         return BinlogPosition(later[0], 4) if later else start
 
     def file_sizes(self) -> list[tuple[str, int]]:
         """Return ``(name, size)`` of the archive's finished files, oldest first."""
         return [(name, record.size) for name, record in self.archive.finished_files().items()]
-
-
-def _number(name: str) -> int:
-    return int(name.rsplit(".", 1)[1])
 
 
 def _holds(archive: BinlogArchive, name: str) -> bool:
