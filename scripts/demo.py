@@ -71,6 +71,7 @@ def prepare_environment(workdir: Path, history: str) -> None:
             "BINLOG_CDC_TARGET": str(workdir / "target"),
             "BINLOG_CDC_SNAPSHOT_CHUNK_ROWS": "1000",
             "BINLOG_CDC_HISTORY": history,
+            "BINLOG_CDC_ARCHIVE": str(workdir / "archive"),
             "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
             "TZ": "UTC",
         }
@@ -80,13 +81,11 @@ def prepare_environment(workdir: Path, history: str) -> None:
     )
 
 
-def load_dag():  # type: ignore[no-untyped-def]
-    """Import the example DAG file the way a user's Airflow would parse it."""
+def load_dag(name: str = "binlog_cdc"):  # type: ignore[no-untyped-def]
+    """Import the example DAG file ``<name>.py`` the way a user's Airflow would parse it."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(
-        "binlog_cdc_example", REPO / "example_dags" / "binlog_cdc.py"
-    )
+    spec = importlib.util.spec_from_file_location(f"{name}_example", REPO / "example_dags" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -106,6 +105,34 @@ def run_window(dag, number: int) -> dict:  # type: ignore[no-untyped-def]
     extract["seconds"] = time.monotonic() - started
     extract["merge_seconds"] = task_seconds(dag, run, "merge")
     return extract
+
+
+def run_archive(archiver, number: int) -> dict:  # type: ignore[no-untyped-def]
+    """Run the example DAG ``binlog_archive`` once; return its task's XCom."""
+    import pendulum
+
+    run = archiver.test(logical_date=pendulum.datetime(2026, 1, 1, tz="UTC").add(minutes=15 * number))
+    if run.state != "success":
+        raise SystemExit(f"binlog_archive run {run.run_id} ended {run.state}; see the task logs above")
+    return task_result(archiver, run, "archive")
+
+
+def purge_mid_way(server, archiver, number: int) -> dict:  # type: ignore[no-untyped-def]
+    """Rotate, let the archive DAG finish the files, and purge them all from the source, unread ones included.
+
+    Returns the archive run's XCom.
+    """
+    server.execute("FLUSH BINARY LOGS")
+    archived = run_archive(archiver, number)
+    current = str(server.execute("SHOW MASTER STATUS")[0][0])
+    purged = [str(name) for name, *_ in server.execute("SHOW BINARY LOGS") if str(name) < current]
+    server.purge_binlogs_to(current)
+    files = purged[0] if len(purged) == 1 else f"{len(purged)} binlog files, {purged[0]} to {purged[-1]}"
+    print(
+        f"demo: the source purged {files}, holding changes the pipeline has not read yet; binlog_archive had "
+        "copied it, so the next window reads them from the archive"
+    )
+    return archived
 
 
 def task_seconds(dag, run, task_id: str) -> float:  # type: ignore[no-untyped-def]
@@ -219,6 +246,7 @@ def main() -> int:
         existing = {t: int(server.execute(f"SELECT COUNT(*) FROM shop.{t}")[0][0]) for t in SHOP_TABLES}
         print(f"demo: loaded {sum(preloaded.values())} transactions before the pipeline exists: {existing}")
         dag = load_dag()
+        archiver = load_dag("binlog_archive")
         workload = ShopWorkload(connect=connect, db="shop", first_number=1_000_000)
         workload.start(args.transactions, pause_seconds=args.pause)
         results = [run_window(dag, 0)]
@@ -229,8 +257,12 @@ def main() -> int:
             f"tasks at {snapshot['read_rows_per_second']:.0f} rows/s while the writes went on), then window "
             f"{results[0]['window']}: {results[0]['rows']} row changes"
         )
+        archived = [run_archive(archiver, 0)]
         for number in range(1, args.windows + 1):
+            if number == args.windows // 2 + 1:
+                archived.append(purge_mid_way(server, archiver, 100 + number))
             results.append(run_window(dag, number))
+            archived.append(run_archive(archiver, number))
             print(
                 f"demo: run {number + 1} (window {results[-1]['window']}): {results[-1]['rows']} row changes while writes continue"
             )
@@ -240,6 +272,11 @@ def main() -> int:
             f"demo: final run (window {results[-1]['window']}): {results[-1]['rows']} row changes after writes stopped"
         )
         print(f"demo: workload wrote {sum(counts.values())} transactions: {dict(sorted(counts.items()))}")
+        print(
+            f"demo: binlog_archive ran {len(archived)} times beside the pipeline: "
+            f"{sum(len(a['finished']) for a in archived)} files finished, {sum(a['copied_bytes'] for a in archived)} "
+            f"bytes copied (docs/archive.md)"
+        )
         catch_up = None
         if args.backlog:
             # The windows above stage what the workload wrote meanwhile, so their changes/s is its write rate;

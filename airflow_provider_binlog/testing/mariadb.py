@@ -271,20 +271,26 @@ class LocalMariaDB:
     def purge_binlogs_before_current(self, timeout_seconds: float = 30.0) -> str:
         """Rotate the binlog and purge every older file; return the oldest file left.
 
+        :raises TimeoutError: when the files are still there after ``timeout_seconds``.
+        """
+        self.execute("FLUSH BINARY LOGS")
+        return self.purge_binlogs_to(str(self.execute("SHOW MASTER STATUS")[0][0]), timeout_seconds)
+
+    def purge_binlogs_to(self, name: str, timeout_seconds: float = 30.0) -> str:
+        """Purge every binlog file before ``name``; return ``name``.
+
         MariaDB keeps a file until its InnoDB binlog checkpoint is written (asynchronously after a
         rotation), so ``PURGE BINARY LOGS`` is repeated until the older files are gone.
 
         :raises TimeoutError: when the files are still there after ``timeout_seconds``.
         """
-        self.execute("FLUSH BINARY LOGS")
-        current = str(self.execute("SHOW MASTER STATUS")[0][0])
         deadline = time.monotonic() + timeout_seconds
         while True:
-            self.execute(f"PURGE BINARY LOGS TO '{current}'")
-            if str(self.execute("SHOW BINARY LOGS")[0][0]) == current:
-                return current
+            self.execute(f"PURGE BINARY LOGS TO '{name}'")
+            if str(self.execute("SHOW BINARY LOGS")[0][0]) == name:
+                return name
             if time.monotonic() > deadline:
-                raise TimeoutError(f"binlogs before {current} were not purged within {timeout_seconds} s")
+                raise TimeoutError(f"binlogs before {name} were not purged within {timeout_seconds} s")
             time.sleep(0.2)
 
     def __enter__(self) -> LocalMariaDB:

@@ -12,7 +12,6 @@ the same events, offsets and bytes as a dump from the server. Windows that read 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -312,16 +311,6 @@ def test_the_archive_feed_yields_the_events_a_dump_from_the_server_yields(
         list(read_archive(archive, BinlogPosition("mariadb-bin.999999", 4)))
 
 
-def purge_to(server: LocalMariaDB, name: str) -> None:
-    """Purge the server's binlog files before ``name`` (MariaDB keeps a file until its binlog checkpoint)."""
-    for _ in range(150):
-        server.execute(f"PURGE BINARY LOGS TO '{name}'")
-        if str(server.execute("SHOW BINARY LOGS")[0][0]) == name:
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"the binlog files before {name} were not purged")
-
-
 def extract(staging: Path, start: BinlogPosition, end: BinlogPosition, archive: Any = None) -> dict[str, Any]:
     """Stage the window ``(start, end]`` of ``shop.orders``; return its manifest (no timings) and rows."""
     hook = BinlogHook(pipeline="test")
@@ -367,7 +356,7 @@ def test_a_window_whose_start_the_source_purged_is_read_from_the_archive_and_sta
     run(server, partial)
     (tmp_path / "partial" / f"{start.file}.json").unlink()  # as if its copy had been stopped mid-file
 
-    purge_to(server, end.file)
+    server.purge_binlogs_to(end.file)
 
     from_archive = extract(tmp_path / "from-archive", start, end, archive=ArchiveFeed(archive))
     assert from_archive == from_source

@@ -10,7 +10,6 @@ fails as purged.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +17,6 @@ import pytest
 from conftest import REPO, DagRunner, Pipeline, load_example_dag, load_module, task_states
 
 pytestmark = pytest.mark.system
-
-
-def purge_all_but_active(pipeline: Pipeline) -> str:
-    """Purge every file but the active one (MariaDB keeps a file until its checkpoint); return the active one."""
-    current = str(pipeline.sql("SHOW MASTER STATUS")[0][0])
-    for _ in range(150):
-        pipeline.sql(f"PURGE BINARY LOGS TO '{current}'")
-        if str(pipeline.sql("SHOW BINARY LOGS")[0][0]) == current:
-            return current
-        time.sleep(0.2)
-    raise TimeoutError(f"the binlog files before {current} were not purged")
 
 
 def test_a_pipeline_with_an_archive_reads_what_the_source_purged_from_it(
@@ -58,7 +46,7 @@ def test_a_pipeline_with_an_archive_reads_what_the_source_purged_from_it(
         pipeline.sql("FLUSH BINARY LOGS")
         assert archiver.test().state == "success"
 
-    oldest = purge_all_but_active(pipeline)
+    oldest = connections.purge_binlogs_to(str(pipeline.sql("SHOW MASTER STATUS")[0][0]))
     pipeline.transaction("INSERT INTO orders VALUES (500, 'after the purge', NULL)")
 
     assert oldest > read_up_to["file"]
