@@ -32,6 +32,7 @@ reads), and the next run continues from the end of the longest run of parts from
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import re
@@ -48,7 +49,7 @@ from airflow_provider_binlog.contract.uris import write_json as write_json_docum
 from airflow_provider_binlog.extract.connections import open_dump
 from airflow_provider_binlog.extract.errors import CorruptBinlogError
 from airflow_provider_binlog.extract.events import codes
-from airflow_provider_binlog.extract.events.feeds import MAGIC
+from airflow_provider_binlog.extract.events.feeds import MAGIC, events_of_file
 from airflow_provider_binlog.extract.events.integrity import BINLOG_IN_USE, format_checksum, verify
 from airflow_provider_binlog.extract.events.parsers import HEADER, parse_gtid_list, parse_mariadb_gtid
 
@@ -183,9 +184,8 @@ class BinlogArchive:
             oldest = files[0][0]
             base, digits = oldest.rsplit(".", 1)
             numbers = {file_index(n) for n in archived}
-            never = range(
-                min(numbers), file_index(oldest)
-            )  # after the archive's first file, before the source's
+            # the files after the archive's first one and before the source's oldest
+            never = range(min(numbers), file_index(oldest))
             lost |= {f"{base}.{n:0{len(digits)}d}" for n in never if n not in numbers}
         return sorted(lost, key=file_index)
 
@@ -221,6 +221,27 @@ class BinlogArchive:
             at = by_start[at].end
         return chain
 
+    def holds(self, file: str) -> bool:
+        """Return whether the archive holds ``file``, finished or in parts."""
+        return self._finished(file) or bool(self.parts(file))
+
+    def open(self, file: str) -> tuple[Any, bool]:
+        """Return ``(seekable binary handle, still being written)`` of the archive's copy of ``file``.
+
+        A finished file is opened as it is; an unfinished one as its parts read as one (:class:`PartsReader`).
+
+        :raises ArchiveError: when the archive holds nothing of ``file``.
+        """
+        if self._finished(file):
+            return self.fs.open_input_file(f"{self.root}/{file}"), False
+        chain = self.parts(file)
+        if not chain:
+            raise ArchiveError(f"the binlog archive at {self.uri} holds nothing of {file}")
+        return PartsReader(self.fs, chain), True
+
+    def _finished(self, file: str) -> bool:
+        return bool(self.fs.get_file_info(f"{self.root}/{file}.json").type == pafs.FileType.File)
+
     def copied_end(self, file: str) -> int:
         """Return how many bytes of ``file`` the archive holds in parts (0: none)."""
         chain = self.parts(file)
@@ -243,11 +264,20 @@ class BinlogArchive:
             fewer than ``size`` bytes.
         """
         chain = self.parts(file)
+        end = chain[-1].end if chain else 0
         digest = hashlib.sha256()
         summary = _FileSummary(file)
         try:
-            with atomic_output(join_uri(self.uri, file), self.storage_options) as out:
-                for chunk in _finished_bytes(file, _read_parts(self.fs, chain), summary, size):
+            if end != size:
+                raise ArchiveError(
+                    f"the archive's copy of {file} ends at offset {end} where the file is {size} bytes long: a part "
+                    f"is missing"
+                )
+            with (
+                PartsReader(self.fs, chain) as handle,
+                atomic_output(join_uri(self.uri, file), self.storage_options) as out,
+            ):
+                for chunk in _finished_bytes(f"{self.uri}/{file}", handle, summary):
                     digest.update(chunk)
                     out.write(chunk)
         except (CorruptBinlogError, FileNotFoundError) as err:
@@ -270,10 +300,8 @@ class BinlogArchive:
         for name in self._listing():
             found = _PART.match(name)
             if found is not None and found["file"] in names:
-                try:
+                with contextlib.suppress(FileNotFoundError):  # another archiver deleted it
                     self.fs.delete_file(f"{self.root}/{name}")
-                except FileNotFoundError:
-                    pass  # another archiver deleted it
 
 
 def archive_binlogs(
@@ -378,18 +406,6 @@ def _with_in_use_flag(fde: bytes, in_use: bool) -> bytes:
     return fde[:17] + bytes([flags]) + fde[18:]
 
 
-def _read_parts(fs: pafs.FileSystem, chain: Iterable[Part]) -> Iterator[bytes]:
-    for part in chain:
-        with fs.open_input_stream(part.path) as stream:
-            data = stream.read()
-        if len(data) != part.end - part.start:
-            raise ArchiveError(
-                f"{part.path} holds {len(data)} bytes where its name says {part.end - part.start}: the part is "
-                f"corrupt; delete it and run the archiver again"
-            )
-        yield data
-
-
 class _FileSummary:
     """What :func:`_finished_bytes` learns of a file's events, for its :class:`ArchivedFile`."""
 
@@ -420,51 +436,85 @@ class _FileSummary:
         )  # fmt: skip
 
 
-def _finished_bytes(name: str, chunks: Iterable[bytes], summary: _FileSummary, size: int) -> Iterator[bytes]:
-    """Yield the ``size`` bytes of the finished file ``name`` from its parts' ``chunks``, checking each event.
+def _finished_bytes(path: str, handle: Any, summary: _FileSummary) -> Iterator[bytes]:
+    """Yield the bytes of a finished file read from its parts' ``handle`` (:class:`PartsReader`), checking each event.
 
-    The FORMAT_DESCRIPTION's in-use flag is cleared (the server clears it when it closes the file).
+    The file feed walks the events (:func:`~airflow_provider_binlog.extract.events.feeds.events_of_file`: magic
+    bytes, a FORMAT_DESCRIPTION at 4, event sizes, no event cut short); each event's checksum is verified here when
+    the server writes them, and the FORMAT_DESCRIPTION's in-use flag is cleared (the server clears it when it
+    closes the file).
 
-    :raises ArchiveError: see :meth:`BinlogArchive.finish`.
+    :param path: where the file is, for messages.
+    :raises CorruptBinlogError: see :meth:`BinlogArchive.finish`.
     """
-    pending, offset = b"", 0
-    for chunk in chunks:
-        pending += chunk
-        if offset == 0:
-            if len(pending) < 4:
-                continue
-            if pending[:4] != MAGIC:
-                raise ArchiveError(f"the archive's copy of {name} does not start with the binlog magic bytes")
-            yield pending[:4]
-            pending, offset = pending[4:], 4
-        pos = 0
-        while len(pending) - pos >= 19:
-            length = HEADER.unpack_from(pending, pos)[3]
-            if length < 19:
-                raise ArchiveError(f"{name}: the event at offset {offset} says it is {length} bytes long")
-            if len(pending) - pos < length:
-                break
-            data = pending[pos : pos + length]
-            if offset == 4:
-                if data[4] != codes.FORMAT_DESCRIPTION:
-                    raise ArchiveError(
-                        f"{name}: no FORMAT_DESCRIPTION event at offset 4 of the archive's copy"
-                    )
-                data = _with_in_use_flag(data, False)
-                summary.checksum = format_checksum(data, name, 4)
-            elif summary.checksum:
-                verify(data, name, offset)
-            summary.add(data)
-            yield data
-            pos += length
-            offset += length
-        pending = pending[pos:]
-    if pending or offset != size:
-        raise ArchiveError(
-            f"the archive's copy of {name} ends at offset {offset + len(pending)} (inside an event at {offset}) where "
-            f"the file is {size} bytes long: a part is missing or cut short"
-            if pending
-            else f"the archive's copy of {name} ends at offset {offset} where the file is {size} bytes long: a part "
-            f"is missing"
-        )
-    summary.size = offset
+    yield MAGIC  # checked by the feed before its first event
+    for event in events_of_file(
+        handle, path, 4, active=True
+    ):  # a crashed server's file ends without a ROTATE
+        data = bytes(event.data)
+        if event.start == 4:
+            data = _with_in_use_flag(data, False)
+            summary.checksum = format_checksum(data, summary.name, 4)
+        elif summary.checksum:
+            verify(data, summary.name, event.start)
+        summary.add(data)
+        summary.size = event.start + len(data)
+        yield data
+
+
+class PartsReader:
+    """The parts of a file the archive holds unfinished, read as one seekable file of ``chain[-1].end`` bytes.
+
+    :param fs: the archive's filesystem.
+    :param chain: the file's parts from offset 0, each starting where the one before ends
+        (:meth:`BinlogArchive.parts`).
+    :raises ArchiveError: from :meth:`read`, when a part holds fewer bytes than its name says.
+    """
+
+    def __init__(self, fs: pafs.FileSystem, chain: Sequence[Part]) -> None:
+        self.fs, self.chain = fs, list(chain)
+        self.position = 0
+        self._open: tuple[int, Any] | None = None  # (index in chain, its opened file)
+
+    def __enter__(self) -> PartsReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the part opened last."""
+        if self._open is not None:
+            self._open[1].close()
+            self._open = None
+
+    def seek(self, position: int) -> int:
+        """Move to ``position`` (bytes from the file's start); return it."""
+        self.position = position
+        return position
+
+    def tell(self) -> int:
+        """Return the position."""
+        return self.position
+
+    def read(self, size: int = -1) -> bytes:
+        """Read ``size`` bytes (all that is left when negative) from the position; fewer at the end."""
+        end = self.chain[-1].end if self.chain else 0
+        want = end - self.position if size < 0 else min(size, max(end - self.position, 0))
+        out = bytearray()
+        while len(out) < want:
+            index = next(i for i, p in enumerate(self.chain) if p.start <= self.position < p.end)
+            part = self.chain[index]
+            if self._open is None or self._open[0] != index:
+                self.close()
+                self._open = (index, self.fs.open_input_file(part.path))
+            count = min(want - len(out), part.end - self.position)
+            got = self._open[1].read_at(count, self.position - part.start)
+            if len(got) != count:
+                raise ArchiveError(
+                    f"{part.path} holds fewer bytes than its name says ({part.end - part.start}): the part is "
+                    f"corrupt; delete it and run the archiver again"
+                )
+            out += got
+            self.position += count
+        return bytes(out)

@@ -14,11 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Generator, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any
 
-import pyarrow.fs as pafs
-
-from airflow_provider_binlog.archive.copy import ArchiveError, BinlogArchive, Part
+from airflow_provider_binlog.archive.copy import ArchiveError, BinlogArchive
 from airflow_provider_binlog.contract.positions import BinlogPosition, file_index
 from airflow_provider_binlog.extract.events import codes
 from airflow_provider_binlog.extract.events.feeds import Event, events_of_file
@@ -48,7 +45,7 @@ def read_archive(
     """
     name, at = start.file, start.pos
     while True:
-        handle, active = _open(archive, name)
+        handle, active = archive.open(name)
         with handle:
             rotate = yield from events_of_file(
                 handle, f"{archive.uri}/{name}", at, active=active, max_event_size=max_event_size
@@ -57,7 +54,7 @@ def read_archive(
             return None
         if rotate[0] in stop_before:
             return BinlogPosition(*rotate)
-        if not _holds(archive, rotate[0]):
+        if not archive.holds(rotate[0]):
             return None
         name, at = rotate
 
@@ -177,70 +174,3 @@ class ArchiveFeed:
     def file_sizes(self) -> list[tuple[str, int]]:
         """Return ``(name, size)`` of the archive's finished files, oldest first."""
         return [(name, record.size) for name, record in self.archive.finished_files().items()]
-
-
-def _holds(archive: BinlogArchive, name: str) -> bool:
-    return archive.fs.get_file_info(f"{archive.root}/{name}.json").type == pafs.FileType.File or bool(
-        archive.parts(name)
-    )
-
-
-def _open(archive: BinlogArchive, name: str) -> tuple[Any, bool]:
-    """Return ``(seekable binary handle, still being written)`` of the archive's copy of ``name``."""
-    if archive.fs.get_file_info(f"{archive.root}/{name}.json").type == pafs.FileType.File:
-        return archive.fs.open_input_file(f"{archive.root}/{name}"), False
-    chain = archive.parts(name)
-    if not chain:
-        raise ArchiveError(f"the binlog archive at {archive.uri} holds nothing of {name}")
-    return PartsReader(archive.fs, chain), True
-
-
-class PartsReader:
-    """The parts of a file the archive holds unfinished, read as one seekable file of ``chain[-1].end`` bytes.
-
-    :param fs: the archive's filesystem.
-    :param chain: the file's parts from offset 0, each starting where the one before ends
-        (:meth:`~airflow_provider_binlog.archive.copy.BinlogArchive.parts`).
-    """
-
-    def __init__(self, fs: pafs.FileSystem, chain: Sequence[Part]) -> None:
-        self.fs, self.chain = fs, list(chain)
-        self.position = 0
-        self._open: tuple[int, Any] | None = None  # (index in chain, its opened file)
-
-    def __enter__(self) -> PartsReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the part opened last."""
-        if self._open is not None:
-            self._open[1].close()
-            self._open = None
-
-    def seek(self, position: int) -> int:
-        """Move to ``position`` (bytes from the file's start); return it."""
-        self.position = position
-        return position
-
-    def tell(self) -> int:
-        """Return the position."""
-        return self.position
-
-    def read(self, size: int = -1) -> bytes:
-        """Read ``size`` bytes (all that is left when negative) from the position; fewer at the end."""
-        end = self.chain[-1].end if self.chain else 0
-        want = end - self.position if size < 0 else min(size, max(end - self.position, 0))
-        out = bytearray()
-        while len(out) < want:
-            index = next(i for i, p in enumerate(self.chain) if p.start <= self.position < p.end)
-            part = self.chain[index]
-            if self._open is None or self._open[0] != index:
-                self.close()
-                self._open = (index, self.fs.open_input_file(part.path))
-            count = min(want - len(out), part.end - self.position)
-            out += self._open[1].read_at(count, self.position - part.start)
-            self.position += count
-        return bytes(out)
