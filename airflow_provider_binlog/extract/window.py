@@ -74,8 +74,8 @@ class ArchivedBinlog(Protocol):
         Without ``annotate_rows``, no ANNOTATE_ROWS event (as a dump that was not asked for them).
         """
 
-    def file_sizes(self) -> list[tuple[str, int]]:
-        """Return ``(name, size)`` of the archived files, oldest first."""
+    def files_with(self, server_files: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+        """Return ``(name, size)`` of the files only the archive has, then of the source's ``server_files``."""
 
     def first_needed(self, start: BinlogPosition, server_files: Sequence[tuple[str, int]]) -> BinlogPosition:
         """Return where the source's own binlog is needed from, reading from ``start`` (no gap, see :meth:`gap`)."""
@@ -160,7 +160,7 @@ def extract_window(
     check_available(server, start, pipeline, archive)
     started = time.monotonic()
     ranges = file_ranges(start, end, server.binlog_files)  # [] from an archived file: read serially
-    files = _binlog_files(server, archive)
+    files = server.binlog_files if archive is None else archive.files_with(server.binlog_files)
     workers = worker_count(
         ranges,
         binlog_bytes_between(files, start, end),
@@ -374,13 +374,6 @@ def check_available(
     log.info(
         "the source no longer has %s: the window is read from the binlog archive up to its oldest file", start
     )
-
-
-def _binlog_files(server: ServerState, archive: ArchivedBinlog | None) -> list[tuple[str, int]]:
-    """Return ``(name, size)`` of the binlog files the source lists and, before them, those only archived."""
-    listed = dict(server.binlog_files)
-    archived = [] if archive is None else [(n, size) for n, size in archive.file_sizes() if n not in listed]
-    return [*archived, *server.binlog_files]
 
 
 def _feed(

@@ -7,7 +7,7 @@ the health summary. Each opens its own connections and closes them before return
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pendulum
 
@@ -19,6 +19,9 @@ from airflow_provider_binlog.pipeline.ledger import PipelineState
 from airflow_provider_binlog.pipeline.quarantine import quarantined
 from airflow_provider_binlog.pipeline.state import StateManager, VariableStore
 from airflow_provider_binlog.source.server import ServerState
+
+if TYPE_CHECKING:
+    from airflow_provider_binlog.archive.feed import ArchiveFeed
 
 
 def read_pipeline(
@@ -154,7 +157,7 @@ def retention_of(
     )
 
 
-def archive_feed(archive: str | None) -> Any:
+def archive_feed(archive: str | None) -> ArchiveFeed | None:
     """Return the :class:`~airflow_provider_binlog.archive.feed.ArchiveFeed` of the archive at ``archive``, or None."""
     if archive is None:
         return None

@@ -202,7 +202,9 @@ def assess_retention(
         purge_after=_purge_after(policy, last_written),
         headroom_seconds=_headroom(policy, last_written, pendulum.now("UTC")),
         bytes_to_read=binlog_bytes_between(
-            [*(archive.file_sizes() if archive else []), *server.binlog_files], checkpoint, head
+            server.binlog_files if archive is None else archive.files_with(server.binlog_files),
+            checkpoint,
+            head,
         ),
     )
 
