@@ -274,8 +274,8 @@ def main() -> int:
         print(f"demo: workload wrote {sum(counts.values())} transactions: {dict(sorted(counts.items()))}")
         print(
             f"demo: binlog_archive ran {len(archived)} times beside the pipeline: "
-            f"{sum(len(a['finished']) for a in archived)} files finished, {sum(a['copied_bytes'] for a in archived)} "
-            f"bytes copied (docs/archive.md)"
+            f"binlog files finished: {sum(len(a['finished']) for a in archived)}, bytes copied: "
+            f"{sum(a['copied_bytes'] for a in archived)} (docs/archive.md)"
         )
         catch_up = None
         if args.backlog:
